@@ -1,0 +1,195 @@
+//! Command-line interface (clap derive): one subcommand per scenario plus
+//! the downstream mock.
+
+use crate::duration;
+use crate::engine::RuntimeKind;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "clamp-bench",
+    version,
+    about = "HTTP/1.1 load generator for the clamp workflow server",
+    after_help = "Exit status: 0 on a completed run, 1 if no operation succeeded, 2 on a usage or set-up error."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// GET /health: the server's ceiling.
+    Health {
+        #[command(flatten)]
+        load: LoadArgs,
+        /// Path to GET (lets `health` load any GET route, e.g. on the mock).
+        #[arg(long, default_value = "/health", hide = true)]
+        path: String,
+    },
+    /// POST /serviceRequest/<workflow> with a ~300-byte claim payload.
+    Create {
+        #[command(flatten)]
+        load: LoadArgs,
+        #[command(flatten)]
+        wf: WorkflowArgs,
+    },
+    /// Create a service request, then poll it until COMPLETED or FAILED.
+    E2e {
+        #[command(flatten)]
+        load: LoadArgs,
+        #[command(flatten)]
+        wf: WorkflowArgs,
+        /// Pause between status polls.
+        #[arg(long, default_value = "10ms", value_parser = duration::parse)]
+        poll_interval: Duration,
+        /// Give up on a workflow (error `workflow_timeout`) after this long.
+        #[arg(long, default_value = "30s", value_parser = duration::parse)]
+        workflow_timeout: Duration,
+    },
+    /// Creates mixed with status reads of ids created earlier.
+    Mixed {
+        #[command(flatten)]
+        load: LoadArgs,
+        #[command(flatten)]
+        wf: WorkflowArgs,
+        /// Fraction of operations that are status reads.
+        #[arg(long, default_value_t = 0.5)]
+        read_ratio: f64,
+    },
+    /// Run the downstream mock server in the foreground.
+    Mock {
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        #[arg(long, default_value_t = 9000)]
+        port: u16,
+        /// Worker threads (default: all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Artificial service time of /api/step1 and /api/step2.
+        #[arg(long, default_value = "0ms", value_parser = duration::parse)]
+        delay: Duration,
+    },
+}
+
+/// Options shared by every load scenario.
+#[derive(Debug, Args, Clone)]
+pub struct LoadArgs {
+    /// Base URL of the server under test.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// Keep-alive connections, one virtual user each.
+    #[arg(short, long, default_value_t = 32)]
+    pub connections: usize,
+    /// Load-generator worker threads.
+    #[arg(short, long, default_value_t = 1)]
+    pub threads: usize,
+    /// How worker threads schedule connections.
+    #[arg(long, value_enum, default_value_t = RuntimeKind::PerThread)]
+    pub runtime: RuntimeKind,
+    /// Open loop at this many operations/s (omit for closed loop).
+    #[arg(short, long)]
+    pub rate: Option<f64>,
+    /// Measured window (per step with --find-max).
+    #[arg(short, long, default_value = "15s", value_parser = duration::parse)]
+    pub duration: Duration,
+    /// Unmeasured load before the window (per step with --find-max).
+    #[arg(long, default_value = "2s", value_parser = duration::parse)]
+    pub warmup: Duration,
+    /// Per-request timeout (connect, and each HTTP exchange).
+    #[arg(long, default_value = "5s", value_parser = duration::parse)]
+    pub timeout: Duration,
+    /// Write the JSON report to FILE ("-" for stdout; the table then goes to stderr).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<String>,
+    /// Write an SVG chart: latency vs rate for --find-max, else throughput over time.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// Search for the highest rate meeting the SLO (open loop, stepped).
+    #[arg(long)]
+    pub find_max: bool,
+    /// find-max: p99 latency objective.
+    #[arg(long, default_value = "10ms", value_parser = duration::parse)]
+    pub slo_p99: Duration,
+    /// find-max: first offered rate.
+    #[arg(long, default_value_t = 1000.0)]
+    pub start_rate: f64,
+    /// find-max: multiplier between geometric steps.
+    #[arg(long, default_value_t = 2.0)]
+    pub step_factor: f64,
+    /// find-max: stop bisecting when pass and fail rates are this close (fraction).
+    #[arg(long, default_value_t = 0.05)]
+    pub precision: f64,
+    /// find-max: achieved may fall this far (fraction) below offered.
+    #[arg(long, default_value_t = 0.03)]
+    pub tolerance: f64,
+    /// find-max: most steps to run.
+    #[arg(long, default_value_t = 20)]
+    pub max_steps: usize,
+    /// find-max: idle pause between steps so queues drain.
+    #[arg(long, default_value = "1s", value_parser = duration::parse)]
+    pub cooldown: Duration,
+    /// No progress bar.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// Workflow set-up for scenarios that create service requests.
+#[derive(Debug, Args, Clone)]
+pub struct WorkflowArgs {
+    /// Use this existing workflow instead of creating a fresh one.
+    #[arg(long)]
+    pub workflow: Option<String>,
+    /// Base URL the workflow's HTTP steps call (default: start the mock in-process).
+    #[arg(long)]
+    pub downstream: Option<String>,
+    /// Worker threads of the in-process mock.
+    #[arg(long, default_value_t = 1)]
+    pub mock_threads: usize,
+    /// Artificial service time of the in-process mock's steps.
+    #[arg(long, default_value = "0ms", value_parser = duration::parse)]
+    pub mock_delay: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_a_find_max_run() {
+        let cli = Cli::try_parse_from([
+            "clamp-bench",
+            "e2e",
+            "--url",
+            "http://127.0.0.1:8080",
+            "-c",
+            "64",
+            "--find-max",
+            "--slo-p99",
+            "5ms",
+            "--poll-interval",
+            "20ms",
+        ])
+        .unwrap();
+        let Command::E2e {
+            load,
+            poll_interval,
+            ..
+        } = cli.command
+        else {
+            panic!("wrong subcommand")
+        };
+        assert!(load.find_max);
+        assert_eq!(load.connections, 64);
+        assert_eq!(load.slo_p99, Duration::from_millis(5));
+        assert_eq!(poll_interval, Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,372 @@
+//! Configuration: one `Config` struct parsed once from flags and environment.
+//!
+//! Raw input (`Args`, what clap parsed) is kept apart from the derived, validated
+//! `Config` that the rest of the server reads. Every environment key is named in
+//! [`env`] so the README table and the code cannot drift apart silently.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// Environment variable names, in one place.
+pub mod env {
+    pub const APP_PORT: &str = "APP_PORT";
+    pub const DATABASE_URL: &str = "DATABASE_URL";
+    pub const CLAMP_DB_CONNECTION_STR: &str = "CLAMP_DB_CONNECTION_STR";
+    pub const LOG_LEVEL: &str = "LOG_LEVEL";
+    pub const CLAMP_THREADS: &str = "CLAMP_THREADS";
+    pub const CLAMP_ACK: &str = "CLAMP_ACK";
+    pub const CLAMP_RUNTIME: &str = "CLAMP_RUNTIME";
+}
+
+/// When a `POST /serviceRequest` is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AckMode {
+    /// After the batch holding the row has committed: nothing acknowledged is lost.
+    Commit,
+    /// As soon as the row is in the write buffer: faster, but a crash loses the buffer.
+    Accept,
+}
+
+/// How the HTTP front end is scheduled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RuntimeMode {
+    /// One current-thread runtime per thread, each with its own listener, pool and buffer.
+    PerCore,
+    /// One multi-thread (work-stealing) runtime sharing one listener, pool and buffer.
+    MultiThread,
+}
+
+/// Command-line flags and their environment fallbacks, as parsed.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "clamp",
+    version,
+    about = "A fast, durable workflow orchestrator speaking Clamp's REST API"
+)]
+pub struct Args {
+    /// Port to listen on (0 picks a free one).
+    #[arg(long, env = env::APP_PORT, default_value_t = 8080)]
+    pub port: u16,
+
+    /// Address to bind.
+    #[arg(long, env = "CLAMP_BIND", default_value_t = IpAddr::V4(Ipv4Addr::UNSPECIFIED))]
+    pub bind: IpAddr,
+
+    /// Postgres URL. Wins over CLAMP_DB_CONNECTION_STR when both are set.
+    #[arg(long, env = env::DATABASE_URL)]
+    pub database_url: Option<String>,
+
+    /// Clamp's connection string format: `host=h:p user=u dbname=d password=p`.
+    #[arg(long, env = env::CLAMP_DB_CONNECTION_STR, hide = true)]
+    pub clamp_db_connection_str: Option<String>,
+
+    /// Worker threads (each runs its own runtime, listener, pool and buffer). 0 = number of cores.
+    #[arg(long, env = env::CLAMP_THREADS, default_value_t = 0)]
+    pub threads: usize,
+
+    /// Runtime layout.
+    #[arg(long, env = env::CLAMP_RUNTIME, value_enum, default_value_t = RuntimeMode::PerCore)]
+    pub runtime: RuntimeMode,
+
+    /// When service-request creation is acknowledged.
+    #[arg(long, env = env::CLAMP_ACK, value_enum, default_value_t = AckMode::Commit)]
+    pub ack: AckMode,
+
+    /// Rows the write buffer of each thread holds before new requests wait.
+    #[arg(long, env = "CLAMP_BUFFER_ROWS", default_value_t = 8192)]
+    pub buffer_rows: usize,
+
+    /// Most rows written by one INSERT.
+    #[arg(long, env = "CLAMP_MAX_BATCH", default_value_t = 1024)]
+    pub max_batch: usize,
+
+    /// How long a request waits for room in a full buffer before it gets 503, in milliseconds.
+    #[arg(long, env = "CLAMP_ENQUEUE_WAIT_MS", default_value_t = 200)]
+    pub enqueue_wait_ms: u64,
+
+    /// Server-side bound on one batch write, in milliseconds (statement_timeout).
+    #[arg(long, env = "CLAMP_FLUSH_TIMEOUT_MS", default_value_t = 3000)]
+    pub flush_timeout_ms: u64,
+
+    /// Largest request body accepted, in bytes (413 beyond).
+    #[arg(long, env = "CLAMP_BODY_LIMIT", default_value_t = 1 << 20)]
+    pub body_limit: usize,
+
+    /// Most request headers accepted (431 beyond).
+    #[arg(long, env = "CLAMP_MAX_HEADERS", default_value_t = 64)]
+    pub max_headers: usize,
+
+    /// Time allowed to send a request's headers, and to sit idle between keep-alive requests, in milliseconds.
+    #[arg(long, env = "CLAMP_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+
+    /// Postgres connections per thread.
+    #[arg(long, env = "CLAMP_POOL_SIZE", default_value_t = 4)]
+    pub pool_size: u32,
+
+    /// How long to wait for a Postgres connection before answering 503, in milliseconds.
+    #[arg(long, env = "CLAMP_DB_CONNECT_TIMEOUT_MS", default_value_t = 1000)]
+    pub db_connect_timeout_ms: u64,
+
+    /// How long graceful shutdown waits for in-flight work, in milliseconds.
+    #[arg(long, env = "CLAMP_SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000)]
+    pub shutdown_timeout_ms: u64,
+
+    /// Request headers to persist and forward beyond the default set, comma-separated
+    /// (e.g. `authorization,cookie`, which are never forwarded otherwise).
+    #[arg(long, env = "CLAMP_FORWARD_HEADERS", value_delimiter = ',')]
+    pub forward_headers: Vec<String>,
+
+    /// Log filter (error, warn, info, debug, trace, or a tracing directive).
+    #[arg(long, env = env::LOG_LEVEL, default_value = "info")]
+    pub log_level: String,
+}
+
+/// A configuration error: printed as one line and exits non-zero.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// The validated configuration every part of the server reads.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub database_url: String,
+    pub threads: usize,
+    pub runtime: RuntimeMode,
+    pub ack: AckMode,
+    pub buffer_rows: usize,
+    pub max_batch: usize,
+    pub enqueue_wait: Duration,
+    pub flush_timeout: Duration,
+    pub body_limit: usize,
+    pub max_headers: usize,
+    pub header_timeout: Duration,
+    pub pool_size: u32,
+    pub db_connect_timeout: Duration,
+    pub shutdown_timeout: Duration,
+    /// Lower-cased names that are forwarded although hop-by-hop or sensitive by default.
+    pub forward_headers_extra: Vec<String>,
+    pub log_level: String,
+}
+
+/// The default database when nothing is configured.
+pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/clamp";
+
+impl Config {
+    /// Parses the process arguments and environment.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        match Args::try_parse() {
+            Ok(args) => Config::from_args(args),
+            Err(e) if e.use_stderr() => Err(ConfigError(first_line(&e.to_string()))),
+            // --help and --version print and exit 0.
+            Err(e) => e.exit(),
+        }
+    }
+
+    /// Validates raw arguments into a `Config`.
+    pub fn from_args(a: Args) -> Result<Config, ConfigError> {
+        let database_url = match (a.database_url, a.clamp_db_connection_str) {
+            (Some(url), _) => url,
+            (None, Some(clamp)) => clamp_conn_str_to_url(&clamp)?,
+            (None, None) => DEFAULT_DATABASE_URL.to_string(),
+        };
+        if database_url.parse::<tokio_postgres::Config>().is_err() {
+            return Err(ConfigError(format!(
+                "invalid database URL {}",
+                redact_url(&database_url)
+            )));
+        }
+        let threads = if a.threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            a.threads
+        };
+        let positive = |v: usize, name: &str| {
+            if v == 0 {
+                Err(ConfigError(format!("{name} must be at least 1")))
+            } else {
+                Ok(v)
+            }
+        };
+        positive(a.buffer_rows, "--buffer-rows")?;
+        positive(a.max_batch, "--max-batch")?;
+        positive(a.body_limit, "--body-limit")?;
+        positive(a.max_headers, "--max-headers")?;
+        positive(a.pool_size as usize, "--pool-size")?;
+        if a.header_timeout_ms == 0 || a.flush_timeout_ms == 0 {
+            return Err(ConfigError("timeouts must be at least 1 ms".into()));
+        }
+        Ok(Config {
+            listen: SocketAddr::new(a.bind, a.port),
+            database_url,
+            threads,
+            runtime: a.runtime,
+            ack: a.ack,
+            buffer_rows: a.buffer_rows,
+            max_batch: a.max_batch.min(a.buffer_rows),
+            enqueue_wait: Duration::from_millis(a.enqueue_wait_ms),
+            flush_timeout: Duration::from_millis(a.flush_timeout_ms),
+            body_limit: a.body_limit,
+            max_headers: a.max_headers,
+            header_timeout: Duration::from_millis(a.header_timeout_ms),
+            pool_size: a.pool_size,
+            db_connect_timeout: Duration::from_millis(a.db_connect_timeout_ms.max(1)),
+            shutdown_timeout: Duration::from_millis(a.shutdown_timeout_ms),
+            forward_headers_extra: a
+                .forward_headers
+                .iter()
+                .map(|h| h.trim().to_ascii_lowercase())
+                .filter(|h| !h.is_empty())
+                .collect(),
+            log_level: a.log_level,
+        })
+    }
+
+    /// A configuration for tests: port 0 on loopback, small buffers, the given database.
+    pub fn for_tests(database_url: &str) -> Config {
+        let mut args = Args::parse_from(["clamp"]);
+        args.port = 0;
+        args.bind = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        args.database_url = Some(database_url.to_string());
+        args.threads = 2;
+        let mut c = Config::from_args(args).expect("test config is valid");
+        c.forward_headers_extra.clear();
+        c
+    }
+}
+
+fn first_line(s: &str) -> String {
+    s.lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("invalid arguments")
+        .trim()
+        .to_string()
+}
+
+/// Converts Clamp's `host=h:p user=u dbname=d password=p` into a postgres URL.
+pub fn clamp_conn_str_to_url(s: &str) -> Result<String, ConfigError> {
+    let (mut host, mut port, mut user, mut db, mut password) =
+        (None, None, None, None, None::<String>);
+    for part in s.split_whitespace() {
+        let (k, v) = part.split_once('=').ok_or_else(|| {
+            ConfigError(format!(
+                "CLAMP_DB_CONNECTION_STR: expected key=value, got {part:?}"
+            ))
+        })?;
+        match k {
+            "host" => match v.rsplit_once(':') {
+                Some((h, p)) => {
+                    host = Some(h.to_string());
+                    port = Some(p.parse::<u16>().map_err(|_| {
+                        ConfigError(format!("CLAMP_DB_CONNECTION_STR: bad port {p:?}"))
+                    })?);
+                }
+                None => host = Some(v.to_string()),
+            },
+            "port" => {
+                port =
+                    Some(v.parse::<u16>().map_err(|_| {
+                        ConfigError(format!("CLAMP_DB_CONNECTION_STR: bad port {v:?}"))
+                    })?)
+            }
+            "user" => user = Some(v.to_string()),
+            "dbname" => db = Some(v.to_string()),
+            "password" => password = Some(v.to_string()),
+            // sslmode and friends are accepted and left to the driver's defaults.
+            _ => {}
+        }
+    }
+    let mut url = String::from("postgres://");
+    url.push_str(&pct(user.as_deref().unwrap_or("postgres")));
+    if let Some(p) = password {
+        url.push(':');
+        url.push_str(&pct(&p));
+    }
+    url.push('@');
+    url.push_str(host.as_deref().unwrap_or("127.0.0.1"));
+    url.push(':');
+    url.push_str(&port.unwrap_or(5432).to_string());
+    url.push('/');
+    url.push_str(&pct(db.as_deref().unwrap_or("clamp")));
+    Ok(url)
+}
+
+/// Percent-encodes what is not unreserved in a URL component.
+fn pct(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Hides the password of a postgres URL, for logs and error messages.
+pub fn redact_url(url: &str) -> String {
+    if let Some(scheme_end) = url.find("://") {
+        let rest = &url[scheme_end + 3..];
+        if let Some(at) = rest.find('@') {
+            let userinfo = &rest[..at];
+            if let Some(colon) = userinfo.find(':') {
+                return format!(
+                    "{}{}:***{}",
+                    &url[..scheme_end + 3],
+                    &userinfo[..colon],
+                    &rest[at..]
+                );
+            }
+        }
+    }
+    url.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clamp_connection_string() {
+        let check = |input: &str, expected: &str| {
+            assert_eq!(clamp_conn_str_to_url(input).unwrap(), expected, "{input}");
+        };
+        check(
+            "host=db:5433 user=clamp dbname=clampdev password=p@ss",
+            "postgres://clamp:p%40ss@db:5433/clampdev",
+        );
+        check("host=localhost", "postgres://postgres@localhost:5432/clamp");
+        check("host=h port=6000 user=u dbname=d", "postgres://u@h:6000/d");
+        assert!(clamp_conn_str_to_url("host=h:notaport").is_err());
+        assert!(clamp_conn_str_to_url("garbage").is_err());
+    }
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(
+            redact_url("postgres://u:secret@h:1/d"),
+            "postgres://u:***@h:1/d"
+        );
+        assert_eq!(redact_url("postgres://u@h/d"), "postgres://u@h/d");
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let c = Config::from_args(Args::parse_from(["clamp"])).unwrap();
+        assert_eq!(c.listen.port(), 8080);
+        assert_eq!(c.ack, AckMode::Commit);
+        assert!(c.threads >= 1);
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        let a = Args::parse_from(["clamp", "--max-batch", "0"]);
+        assert!(Config::from_args(a).is_err());
+        let a = Args::parse_from(["clamp", "--database-url", "not a url"]);
+        assert!(Config::from_args(a).is_err());
+    }
+}

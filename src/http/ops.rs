@@ -1,0 +1,54 @@
+//! `GET /health`, `GET /ready` and `GET /metrics`.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Response, StatusCode};
+
+use super::response::{error, json_bytes, Resp};
+use crate::state::Core;
+
+/// Liveness: the process answers. Kept as cheap as a response can be, since it is also the
+/// benchmark ceiling every other figure is compared with.
+pub fn health() -> Resp {
+    json_bytes(StatusCode::OK, Bytes::from_static(b"{\"status\":\"UP\"}"))
+}
+
+/// How long readiness waits for the database.
+const READY_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Readiness: migrations are done (the server only listens after them) and the database
+/// answers a query now.
+pub async fn ready(core: &Core) -> Resp {
+    let check = async {
+        let conn = core.pool.get().await.ok()?;
+        conn.client.simple_query("SELECT 1").await.ok()
+    };
+    match tokio::time::timeout(READY_TIMEOUT, check).await {
+        Ok(Some(_)) => json_bytes(
+            StatusCode::OK,
+            Bytes::from_static(b"{\"status\":\"READY\"}"),
+        ),
+        _ => {
+            let mut r = error(StatusCode::SERVICE_UNAVAILABLE, "database unreachable");
+            r.headers_mut()
+                .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("1"));
+            r
+        }
+    }
+}
+
+/// Prometheus text exposition.
+pub fn metrics(core: &Core) -> Resp {
+    let app = &core.app;
+    let depth: usize = app.buffers.lock().iter().map(|b| b.depth()).sum();
+    app.metrics.buffer_depth.set(depth as i64);
+    let mut r = Response::new(Full::new(Bytes::from(app.metrics.encode())));
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    r
+}

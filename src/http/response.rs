@@ -1,0 +1,82 @@
+//! Building responses: JSON bodies, Clamp's `{"code","message"}` errors, and the one
+//! mapping from internal errors to HTTP.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use hyper::{Response, StatusCode};
+
+use crate::store::StoreError;
+
+/// Every response body is a single buffer.
+pub type Resp = Response<Full<Bytes>>;
+
+static JSON: HeaderValue = HeaderValue::from_static("application/json");
+
+/// A JSON response from bytes already serialized.
+#[inline]
+pub fn json_bytes(status: StatusCode, body: Bytes) -> Resp {
+    let mut r = Response::new(Full::new(body));
+    *r.status_mut() = status;
+    r.headers_mut().insert(CONTENT_TYPE, JSON.clone());
+    r
+}
+
+/// A JSON response from a serde value.
+pub fn json<T: serde::Serialize>(status: StatusCode, body: &T) -> Resp {
+    json_bytes(
+        status,
+        Bytes::from(serde_json::to_vec(body).expect("response values serialize")),
+    )
+}
+
+/// Clamp's error shape: `{"code": <status>, "message": "<why>"}`.
+pub fn error(status: StatusCode, message: &str) -> Resp {
+    let mut body = Vec::with_capacity(message.len() + 32);
+    body.extend_from_slice(b"{\"code\":");
+    body.extend_from_slice(itoa::Buffer::new().format(status.as_u16()).as_bytes());
+    body.extend_from_slice(b",\"message\":");
+    serde_json::to_writer(&mut body, message).expect("strings serialize");
+    body.push(b'}');
+    json_bytes(status, Bytes::from(body))
+}
+
+/// 503 with `Retry-After`, for overload and outages.
+pub fn unavailable(message: &str) -> Resp {
+    let mut r = error(StatusCode::SERVICE_UNAVAILABLE, message);
+    r.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
+
+/// Maps a store error to a response. Internal details are logged here, once, and never sent.
+pub fn store_error(e: StoreError, context: &'static str) -> Resp {
+    match e {
+        StoreError::Conflict => error(StatusCode::CONFLICT, "already exists"),
+        StoreError::Invalid(msg) => error(StatusCode::BAD_REQUEST, &format!("invalid data: {msg}")),
+        StoreError::Unavailable(detail) => {
+            tracing::warn!(%detail, "{context}: database unavailable");
+            unavailable("database unavailable, retry later")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    #[tokio::test]
+    async fn error_shape() {
+        let r = error(StatusCode::NOT_FOUND, "no \"such\" thing");
+        assert_eq!(r.status(), 404);
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"code": 404, "message": "no \"such\" thing"})
+        );
+        let r = unavailable("x");
+        assert_eq!(r.headers()[RETRY_AFTER], "1");
+    }
+}

@@ -1,0 +1,156 @@
+//! clamp: a workflow orchestrator that speaks Clamp's REST API, built for throughput and
+//! for never losing an acknowledged request.
+//!
+//! [`start`] is the whole server: it prepares the database, loads workflows and starts
+//! the runtimes; the binary only parses configuration and waits for a signal, and tests
+//! start it in-process on port 0.
+
+pub mod config;
+pub mod http;
+pub mod ids;
+pub mod metrics;
+pub mod runtime;
+pub mod state;
+pub mod store;
+pub mod workflow;
+pub mod workflow_map;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::sync::{oneshot, watch};
+
+use config::{redact_url, Config};
+use metrics::Metrics;
+use state::App;
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(
+        "cannot reach Postgres at {url}: {reason}. Start one with `scripts/dev-postgres.sh` \
+         (it prints a DATABASE_URL to use), or `docker compose -f docker/compose.yml up -d postgres`"
+    )]
+    Database { url: String, reason: String },
+    #[error("cannot prepare the database at {url}: {reason}")]
+    Migrate { url: String, reason: String },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start runtimes: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// A running server.
+pub struct Server {
+    local_addr: SocketAddr,
+    app: Arc<App>,
+    shutdown: watch::Sender<bool>,
+    done: Vec<oneshot::Receiver<()>>,
+}
+
+impl Server {
+    /// The address the listeners are bound to (the real port when 0 was asked for).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Shared state, for tests and diagnostics.
+    pub fn app(&self) -> &Arc<App> {
+        &self.app
+    }
+
+    /// Graceful shutdown: stop accepting, answer in-flight requests, flush the buffers.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for d in self.done {
+            let _ = d.await;
+        }
+    }
+}
+
+/// Prepares the database (creating it and applying migrations), loads the workflows and
+/// starts serving. Returns once every listener is bound.
+pub async fn start(config: Config) -> Result<Server, StartError> {
+    let url = redact_url(&config.database_url);
+    let pg = store::pool::pg_config(&config);
+    let mut client = store::migrate::connect_or_create(&pg)
+        .await
+        .map_err(|e| match e {
+            store::migrate::MigrateError::Connect(source) => StartError::Database {
+                url: url.clone(),
+                reason: error_chain(&source),
+            },
+            other => StartError::Migrate {
+                url: url.clone(),
+                reason: error_chain(&other),
+            },
+        })?;
+    let n_applied = store::migrate::run(&mut client)
+        .await
+        .map_err(|e| StartError::Migrate {
+            url: url.clone(),
+            reason: error_chain(&e),
+        })?;
+    if n_applied > 0 {
+        tracing::info!(n_applied, "applied migrations");
+    }
+    let app = Arc::new(App::new(config, Arc::new(Metrics::new())));
+    let defs = store::queries::all_workflows(&client)
+        .await
+        .map_err(|e| StartError::Migrate {
+            url: url.clone(),
+            reason: e.to_string(),
+        })?;
+    for def in defs {
+        let name = def.name.clone();
+        match workflow::compile(def) {
+            Ok(wf) => app.workflows.insert(Arc::new(wf)),
+            Err(e) => {
+                tracing::error!(workflow = %name, error = %e, "stored workflow does not validate; skipped")
+            }
+        }
+    }
+    drop(client);
+    let n = app.config.threads;
+    let (local_addr, listeners) =
+        runtime::bind_all(app.config.listen, n).map_err(|source| StartError::Bind {
+            addr: app.config.listen,
+            source,
+        })?;
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let done = runtime::spawn(app.clone(), listeners, shutdown_rx).map_err(StartError::Runtime)?;
+    tracing::info!(
+        addr = %local_addr,
+        threads = n,
+        runtime = ?app.config.runtime,
+        ack = ?app.config.ack,
+        workflows = app.workflows.len(),
+        database = %url,
+        "listening"
+    );
+    Ok(Server {
+        local_addr,
+        app,
+        shutdown,
+        done,
+    })
+}
+
+/// An error and its sources on one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(inner) = cur {
+        let msg = inner.to_string();
+        if !s.contains(&msg) {
+            s.push_str(": ");
+            s.push_str(&msg);
+        }
+        cur = inner.source();
+    }
+    s
+}

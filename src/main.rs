@@ -1,0 +1,57 @@
+//! The `clamp` binary: parse configuration, start logging and the server, wait for a
+//! signal, shut down gracefully.
+
+use mimalloc::MiMalloc;
+
+#[global_allocator]
+static GLOBAL: MiMalloc = MiMalloc;
+
+fn main() {
+    let config = match clamp::config::Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("clamp: {e}");
+            std::process::exit(2);
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .init();
+    match clamp::runtime::raise_nofile_limit() {
+        Ok((old, new)) => tracing::info!(old, new, "RLIMIT_NOFILE soft limit"),
+        Err(e) => tracing::warn!(error = %e, "could not raise RLIMIT_NOFILE"),
+    }
+    // A small runtime for startup work and signals; requests are served on the cores.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime starts");
+    let code = rt.block_on(async {
+        let server = match clamp::start(config).await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("clamp: {e}");
+                return 1;
+            }
+        };
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        server.shutdown().await;
+        tracing::info!("stopped");
+        0
+    });
+    std::process::exit(code);
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler installs");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler installs");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

@@ -1,0 +1,371 @@
+//! Counters and histograms, and their Prometheus text exposition.
+//!
+//! Every metric on the request path is a plain atomic created at startup: label sets are
+//! fixed in advance (a route, a status class), never a request id or an unvalidated name.
+//! Names follow Clamp's (`create_service_request_handler_counter`, …); the OpenMetrics
+//! encoder adds `_total` to counters.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::Registry;
+
+/// The routes, each with its Clamp metric name prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Route {
+    CreateWorkflow,
+    GetWorkflow,
+    ListWorkflows,
+    CreateServiceRequest,
+    GetServiceRequest,
+    ListServiceRequests,
+    StepResponse,
+    Health,
+    Ready,
+    Metrics,
+    NotFound,
+}
+
+impl Route {
+    pub const ALL: [Route; 11] = [
+        Route::CreateWorkflow,
+        Route::GetWorkflow,
+        Route::ListWorkflows,
+        Route::CreateServiceRequest,
+        Route::GetServiceRequest,
+        Route::ListServiceRequests,
+        Route::StepResponse,
+        Route::Health,
+        Route::Ready,
+        Route::Metrics,
+        Route::NotFound,
+    ];
+
+    /// The metric name prefix (Clamp's where Clamp had one).
+    pub fn metric_prefix(self) -> &'static str {
+        match self {
+            Route::CreateWorkflow => "create_workflow_request_handler",
+            Route::GetWorkflow => "get_workflow_handler_by_workflow_name",
+            Route::ListWorkflows => "get_workflows_handler",
+            Route::CreateServiceRequest => "create_service_request_handler",
+            Route::GetServiceRequest => "get_service_request_handler_by_id",
+            Route::ListServiceRequests => "get_service_requests_by_workflow_name_handler",
+            Route::StepResponse => "resume_async_service_request_handler",
+            Route::Health => "health_handler",
+            Route::Ready => "ready_handler",
+            Route::Metrics => "metrics_handler",
+            Route::NotFound => "not_found_handler",
+        }
+    }
+}
+
+/// The status class label.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabel {
+    pub status: &'static str,
+}
+
+const CLASSES: [&str; 4] = ["2xx", "4xx", "5xx", "other"];
+
+fn class_idx(status: u16) -> usize {
+    match status {
+        200..=299 => 0,
+        400..=499 => 1,
+        500..=599 => 2,
+        _ => 3,
+    }
+}
+
+/// A histogram of plain atomics with fixed bucket bounds (prometheus-client's own takes a
+/// lock per observation, which two runtimes would contend on for every request).
+#[derive(Debug)]
+pub struct AtomicHistogram {
+    bounds: &'static [f64],
+    counts: Box<[AtomicU64]>,
+    count: AtomicU64,
+    /// Sum in millionths of the unit, so it stays an integer atomic.
+    sum_micros: AtomicU64,
+}
+
+/// Latency bucket bounds, in seconds: 50 µs … 10 s.
+pub const LATENCY_BOUNDS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0,
+];
+
+/// Batch size bucket bounds, in rows.
+pub const BATCH_BOUNDS: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0,
+];
+
+impl AtomicHistogram {
+    pub fn new(bounds: &'static [f64]) -> Self {
+        AtomicHistogram {
+            bounds,
+            counts: (0..bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicU64::new(0),
+            sum_micros: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe(&self, v: f64) {
+        if let Some(i) = self.bounds.iter().position(|&b| v <= b) {
+            self.counts[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add((v * 1e6) as u64, Ordering::Relaxed);
+    }
+
+    pub fn observe_duration(&self, d: Duration) {
+        self.observe(d.as_secs_f64());
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+}
+
+impl TypedMetric for AtomicHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for AtomicHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        // The encoder accumulates per-bucket counts itself.
+        let mut buckets: Vec<(f64, u64)> = self
+            .bounds
+            .iter()
+            .zip(self.counts.iter())
+            .map(|(&b, c)| (b, c.load(Ordering::Relaxed)))
+            .collect();
+        let count = self.count.load(Ordering::Relaxed);
+        let in_bounds: u64 = buckets.iter().map(|(_, c)| c).sum();
+        buckets.push((f64::MAX, count.saturating_sub(in_bounds)));
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// Handles to every metric; shared by all runtimes.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    /// `[route][status class]` request counters.
+    requests: Vec<[Counter; 4]>,
+    /// Per-route latency.
+    latency: Vec<Arc<AtomicHistogram>>,
+    pub batch_rows: Arc<AtomicHistogram>,
+    pub commit_seconds: Arc<AtomicHistogram>,
+    pub flush_errors: Counter,
+    pub rows_written: Counter,
+    pub rejected_overload: Counter,
+    pub buffer_depth: Gauge,
+    pub completed: Counter,
+    pub failed: Counter,
+    pub steps_executed: Counter,
+    pub leases_claimed: Counter,
+    pub leases_lost: Counter,
+    pub broker_messages: Family<StatusLabel, Counter>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let mut requests = Vec::new();
+        let mut latency = Vec::new();
+        for route in Route::ALL {
+            let family = Family::<StatusLabel, Counter>::default();
+            let handles =
+                CLASSES.map(|status| family.get_or_create(&StatusLabel { status }).clone());
+            registry.register(
+                format!("{}_counter", route.metric_prefix()),
+                format!("Requests answered by {:?}, by status class", route),
+                family,
+            );
+            requests.push(handles);
+            let h = Arc::new(AtomicHistogram::new(LATENCY_BOUNDS));
+            registry.register(
+                format!("{}_histogram", route.metric_prefix()),
+                format!("Seconds to answer {:?}", route),
+                ArcMetric(h.clone()),
+            );
+            latency.push(h);
+        }
+        let batch_rows = Arc::new(AtomicHistogram::new(BATCH_BOUNDS));
+        registry.register(
+            "clamp_write_batch_rows",
+            "Rows per batch insert",
+            ArcMetric(batch_rows.clone()),
+        );
+        let commit_seconds = Arc::new(AtomicHistogram::new(LATENCY_BOUNDS));
+        registry.register(
+            "clamp_write_commit_seconds",
+            "Seconds per batch insert including commit",
+            ArcMetric(commit_seconds.clone()),
+        );
+        let m = Metrics {
+            requests,
+            latency,
+            batch_rows,
+            commit_seconds,
+            flush_errors: Counter::default(),
+            rows_written: Counter::default(),
+            rejected_overload: Counter::default(),
+            buffer_depth: Gauge::default(),
+            completed: Counter::default(),
+            failed: Counter::default(),
+            steps_executed: Counter::default(),
+            leases_claimed: Counter::default(),
+            leases_lost: Counter::default(),
+            broker_messages: Family::default(),
+            registry: Mutex::new(Registry::default()),
+        };
+        registry.register(
+            "clamp_write_flush_errors",
+            "Batch inserts that failed",
+            m.flush_errors.clone(),
+        );
+        registry.register(
+            "clamp_write_rows",
+            "Service-request rows committed",
+            m.rows_written.clone(),
+        );
+        registry.register(
+            "clamp_rejected_overload",
+            "Requests answered 503 because the write buffer stayed full or the database was down",
+            m.rejected_overload.clone(),
+        );
+        registry.register(
+            "clamp_write_buffer_depth",
+            "Rows waiting in the write buffers",
+            m.buffer_depth.clone(),
+        );
+        registry.register(
+            "completed_service_request_handler_counter",
+            "Service requests completed",
+            m.completed.clone(),
+        );
+        registry.register(
+            "failed_service_request_handler_counter",
+            "Service requests failed",
+            m.failed.clone(),
+        );
+        registry.register(
+            "clamp_steps_executed",
+            "Step attempts finished",
+            m.steps_executed.clone(),
+        );
+        registry.register(
+            "clamp_leases_claimed",
+            "Service requests claimed by this instance's sweeper",
+            m.leases_claimed.clone(),
+        );
+        registry.register(
+            "clamp_leases_lost",
+            "Writes refused because another instance holds the lease",
+            m.leases_lost.clone(),
+        );
+        registry.register(
+            "clamp_broker_messages",
+            "Step responses consumed from brokers, by outcome",
+            m.broker_messages.clone(),
+        );
+        *m.registry.lock() = registry;
+        m
+    }
+
+    /// Counts one answered request and its latency.
+    #[inline]
+    pub fn record(&self, route: Route, status: u16, elapsed: Duration) {
+        let r = route as usize;
+        self.requests[r][class_idx(status)].inc();
+        self.latency[r].observe_duration(elapsed);
+    }
+
+    /// Requests answered for `route` with a status in `class` ("2xx", "4xx", "5xx").
+    pub fn requests(&self, route: Route, class: &str) -> u64 {
+        let i = CLASSES.iter().position(|c| *c == class).unwrap_or(3);
+        self.requests[route as usize][i].get()
+    }
+
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        let registry = self.registry.lock();
+        prometheus_client::encoding::text::encode(&mut out, &registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+/// Lets an `Arc`'d metric be registered while the server keeps a handle to it.
+#[derive(Debug)]
+struct ArcMetric<M>(Arc<M>);
+
+impl<M: EncodeMetric> EncodeMetric for ArcMetric<M> {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+    fn metric_type(&self) -> MetricType {
+        self.0.metric_type()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let h = AtomicHistogram::new(&[1.0, 2.0, 5.0]);
+        for v in [0.5, 1.5, 1.7, 4.0, 9.0] {
+            h.observe(v);
+        }
+        let m = Metrics::new();
+        m.record(Route::Health, 200, Duration::from_millis(2));
+        m.record(Route::Health, 503, Duration::from_millis(2));
+        let text = m.encode();
+        assert!(
+            text.contains("health_handler_counter_total{status=\"2xx\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("health_handler_counter_total{status=\"5xx\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("health_handler_histogram_count 2"), "{text}");
+        assert_eq!(h.count(), 5);
+        let mut s = String::new();
+        let mut r = Registry::default();
+        r.register("h", "h", ArcMetric(Arc::new(h)));
+        prometheus_client::encoding::text::encode(&mut s, &r).unwrap();
+        assert!(s.contains("h_bucket{le=\"1.0\"} 1"), "{s}");
+        assert!(s.contains("h_bucket{le=\"2.0\"} 3"), "{s}");
+        assert!(s.contains("h_bucket{le=\"5.0\"} 4"), "{s}");
+        assert!(s.contains("h_count 5"), "{s}");
+    }
+}

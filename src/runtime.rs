@@ -1,0 +1,217 @@
+//! Runtimes and listeners: one current-thread tokio runtime per thread, each with its own
+//! SO_REUSEPORT listener, Postgres pool and write buffer (the kernel spreads connections
+//! over the listeners), or, for comparison, the same cores on one work-stealing runtime.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+
+use crate::state::{App, Core};
+use crate::store::buffer::{self, FlusherConfig};
+use crate::store::pool;
+
+/// Pending connections the kernel queues per listener.
+const LISTEN_BACKLOG: i32 = 4096;
+
+/// How long the accept loop pauses when the process is out of file descriptors.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
+
+/// Binds a listener with SO_REUSEPORT so every runtime can own one on the same port.
+pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nodelay(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
+
+/// Binds `n` listeners on one port (resolving port 0 once, for tests).
+pub fn bind_all(
+    addr: SocketAddr,
+    n: usize,
+) -> std::io::Result<(SocketAddr, Vec<std::net::TcpListener>)> {
+    let first = bind(addr)?;
+    let local = first.local_addr()?;
+    let mut all = vec![first];
+    for _ in 1..n {
+        all.push(bind(local)?);
+    }
+    Ok((local, all))
+}
+
+/// True for accept errors that mean "out of resources", which pass if we wait.
+fn is_resource_exhaustion(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM)
+    )
+}
+
+/// Serves one core until `shutdown` turns true, then drains it: stop accepting, finish
+/// in-flight requests (bounded by the shutdown timeout), then flush the write buffer.
+pub async fn serve_core(
+    app: Arc<App>,
+    listener: std::net::TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let cfg = &app.config;
+    let pool = pool::build(cfg, cfg.pool_size);
+    let (buffer, rx) = buffer::channel(cfg.buffer_rows);
+    app.buffers.lock().push(buffer.clone());
+    let (close_tx, close_rx) = oneshot::channel();
+    let flusher = tokio::spawn(buffer::run_flusher(
+        buffer.clone(),
+        rx,
+        pool.clone(),
+        FlusherConfig {
+            ack: cfg.ack,
+            max_batch: cfg.max_batch,
+            hard_timeout: cfg.flush_timeout + Duration::from_secs(2),
+        },
+        app.metrics.clone(),
+        None,
+        close_rx,
+    ));
+    let core = Arc::new(Core {
+        app: app.clone(),
+        pool,
+        buffer,
+    });
+    let listener = match TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot register listener");
+            return;
+        }
+    };
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(cfg.header_timeout)
+        .keep_alive(true);
+    // hyper keeps up to 100 headers on the stack; setting any limit moves them to the heap.
+    if cfg.max_headers != 100 {
+        builder.max_headers(cfg.max_headers);
+    }
+    let graceful = GracefulShutdown::new();
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.changed() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    let core = core.clone();
+                    let service = service_fn(move |req| {
+                        let core = core.clone();
+                        async move { Ok::<_, std::convert::Infallible>(crate::http::handle(core, req).await) }
+                    });
+                    let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+                    tokio::spawn(async move {
+                        let _ = conn.await;
+                    });
+                }
+                Err(e) if is_resource_exhaustion(&e) => {
+                    tracing::warn!(error = %e, "accept failed; pausing");
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                }
+                // A connection that died before it was accepted, and the like: keep going.
+                Err(_) => {}
+            }
+        }
+    }
+    drop(listener);
+    if tokio::time::timeout(cfg.shutdown_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("shutdown timeout: closing connections with requests still in flight");
+    }
+    drop(core);
+    let _ = close_tx.send(());
+    let _ = flusher.await;
+}
+
+/// Starts the runtimes; returns one receiver per thread that fires when it has finished.
+pub fn spawn(
+    app: Arc<App>,
+    listeners: Vec<std::net::TcpListener>,
+    shutdown: watch::Receiver<bool>,
+) -> std::io::Result<Vec<oneshot::Receiver<()>>> {
+    let mut done = Vec::new();
+    match app.config.runtime {
+        crate::config::RuntimeMode::PerCore => {
+            for (i, listener) in listeners.into_iter().enumerate() {
+                let (tx, rx) = oneshot::channel();
+                let app = app.clone();
+                let shutdown = shutdown.clone();
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                std::thread::Builder::new()
+                    .name(format!("clamp-core-{i}"))
+                    .spawn(move || {
+                        rt.block_on(serve_core(app, listener, shutdown));
+                        let _ = tx.send(());
+                    })?;
+                done.push(rx);
+            }
+        }
+        crate::config::RuntimeMode::MultiThread => {
+            let (tx, rx) = oneshot::channel();
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(app.config.threads)
+                .thread_name("clamp-worker")
+                .enable_all()
+                .build()?;
+            std::thread::Builder::new()
+                .name("clamp-main".into())
+                .spawn(move || {
+                    rt.block_on(async move {
+                        let tasks: Vec<_> = listeners
+                            .into_iter()
+                            .map(|l| tokio::spawn(serve_core(app.clone(), l, shutdown.clone())))
+                            .collect();
+                        for t in tasks {
+                            let _ = t.await;
+                        }
+                    });
+                    let _ = tx.send(());
+                })?;
+            done.push(rx);
+        }
+    }
+    Ok(done)
+}
+
+/// Raises the soft RLIMIT_NOFILE to the hard limit; returns (old soft, new soft).
+pub fn raise_nofile_limit() -> std::io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let old = lim.rlim_cur as u64;
+    if lim.rlim_cur < lim.rlim_max {
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: setrlimit reads the struct we own.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok((old, lim.rlim_cur as u64))
+}

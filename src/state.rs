@@ -1,0 +1,69 @@
+//! What the handlers see: `App`, shared by every runtime, and `Core`, one per runtime.
+
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::store::{Pool, WriteBuffer};
+use crate::workflow_map::WorkflowMap;
+
+/// State shared by all runtimes: read-mostly, so the hot path only takes read locks.
+pub struct App {
+    pub config: Config,
+    pub workflows: WorkflowMap,
+    pub metrics: Arc<Metrics>,
+    /// Unique per process start: the owner id of every lease this instance takes.
+    pub instance_id: Uuid,
+    /// Header names (lower case) never persisted or forwarded.
+    pub header_denylist: Vec<&'static str>,
+    /// Write buffers of every runtime, for the depth gauge.
+    pub buffers: parking_lot::Mutex<Vec<WriteBuffer>>,
+}
+
+/// One runtime's own resources: the hot path touches nothing shared but `App`'s map and counters.
+pub struct Core {
+    pub app: Arc<App>,
+    pub pool: Pool,
+    pub buffer: WriteBuffer,
+}
+
+/// Headers that are never persisted with a service request nor forwarded to steps:
+/// hop-by-hop headers, framing, and credentials (unless configured otherwise).
+pub const DEFAULT_HEADER_DENYLIST: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "content-type",
+    "accept-encoding",
+    "expect",
+    "authorization",
+    "cookie",
+];
+
+impl App {
+    pub fn new(config: Config, metrics: Arc<Metrics>) -> App {
+        let header_denylist = DEFAULT_HEADER_DENYLIST
+            .iter()
+            .copied()
+            .filter(|h| !config.forward_headers_extra.iter().any(|x| x == h))
+            .collect();
+        App {
+            config,
+            workflows: WorkflowMap::default(),
+            metrics,
+            instance_id: Uuid::now_v7(),
+            header_denylist,
+            buffers: parking_lot::Mutex::new(Vec::new()),
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! Embedded migrations, applied at startup: idempotently, and under an advisory lock so
+//! several instances starting at once serialize instead of racing. Also creates the
+//! database itself when it does not exist yet.
+
+use tokio_postgres::{Client, NoTls};
+
+/// Every migration, in order. A version is never edited once released; add a new one.
+const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("migrations/0001_init.sql"))];
+
+/// An arbitrary constant identifying this server's migration lock.
+const MIGRATION_LOCK_KEY: i64 = 0x636c_616d_7000_0001;
+
+/// Why startup could not prepare the database.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    #[error("cannot connect to Postgres: {0}")]
+    Connect(#[source] tokio_postgres::Error),
+    #[error("cannot create database {db}: {source}")]
+    CreateDb {
+        db: String,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    #[error("migration {version} failed: {source}")]
+    Apply {
+        version: i32,
+        #[source]
+        source: tokio_postgres::Error,
+    },
+}
+
+async fn connect(cfg: &tokio_postgres::Config) -> Result<Client, tokio_postgres::Error> {
+    let (client, conn) = cfg.connect(NoTls).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(client)
+}
+
+/// Connects to the configured database, creating it first if Postgres says it does not exist.
+pub async fn connect_or_create(cfg: &tokio_postgres::Config) -> Result<Client, MigrateError> {
+    match connect(cfg).await {
+        Ok(c) => Ok(c),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INVALID_CATALOG_NAME) => {
+            let db = cfg.get_dbname().unwrap_or("clamp").to_string();
+            let mut admin = cfg.clone();
+            admin.dbname("postgres");
+            let client = connect(&admin).await.map_err(MigrateError::Connect)?;
+            let stmt = format!("CREATE DATABASE \"{}\"", db.replace('"', "\"\""));
+            match client.batch_execute(&stmt).await {
+                Ok(()) => {}
+                // Another instance created it first.
+                Err(e)
+                    if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_DATABASE) => {}
+                Err(source) => return Err(MigrateError::CreateDb { db, source }),
+            }
+            tracing::info!(database = %db, "created database");
+            connect(cfg).await.map_err(MigrateError::Connect)
+        }
+        Err(e) => Err(MigrateError::Connect(e)),
+    }
+}
+
+/// Applies every migration not applied yet; returns how many were applied now.
+pub async fn run(client: &mut Client) -> Result<usize, MigrateError> {
+    let apply = |version: i32| move |source| MigrateError::Apply { version, source };
+    let tx = client.transaction().await.map_err(apply(0))?;
+    // Transaction-scoped: released at commit or rollback, even if this process dies.
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY])
+        .await
+        .map_err(apply(0))?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+            version integer PRIMARY KEY,
+            applied_at timestamptz NOT NULL DEFAULT now())",
+    )
+    .await
+    .map_err(apply(0))?;
+    let done: Vec<i32> = tx
+        .query("SELECT version FROM schema_migrations", &[])
+        .await
+        .map_err(apply(0))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut n_applied = 0;
+    for (version, sql) in MIGRATIONS {
+        if done.contains(version) {
+            continue;
+        }
+        tx.batch_execute(sql).await.map_err(apply(*version))?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version) VALUES ($1)",
+            &[version],
+        )
+        .await
+        .map_err(apply(*version))?;
+        n_applied += 1;
+    }
+    tx.commit().await.map_err(apply(0))?;
+    Ok(n_applied)
+}

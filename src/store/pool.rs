@@ -1,0 +1,114 @@
+//! The per-runtime connection pool: bb8 over bb8-postgres, with the hot statements
+//! prepared once per connection (bb8-postgres keeps no statement cache of its own).
+
+use std::time::Duration;
+
+use bb8_postgres::PostgresConnectionManager;
+use tokio_postgres::{Client, NoTls, Statement};
+
+use crate::config::Config;
+
+/// A pooled connection and the statements prepared on it.
+pub struct PgConn {
+    pub client: Client,
+    /// `INSERT … SELECT * FROM UNNEST(…)` of new service requests.
+    pub insert_requests: Statement,
+    /// The same insert, one row at a time (to isolate a bad row of a failed batch).
+    pub insert_request: Statement,
+    /// One service request's head row.
+    pub get_request: Statement,
+    /// One service request's step attempts, oldest first.
+    pub get_steps: Statement,
+}
+
+/// Statement texts, kept beside the manager that prepares them.
+pub mod sql {
+    pub const INSERT_REQUESTS: &str = "INSERT INTO service_requests \
+        (id, workflow_name, payload, headers, lease_owner, lease_until) \
+        SELECT id, wf, payload, headers, \
+               CASE WHEN leased THEN $6::uuid END, \
+               CASE WHEN leased THEN now() + $7::float8 * interval '1 millisecond' END \
+        FROM UNNEST($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[], $5::bool[]) \
+             AS t(id, wf, payload, headers, leased)";
+    pub const INSERT_REQUEST: &str = "INSERT INTO service_requests \
+        (id, workflow_name, payload, headers, lease_owner, lease_until) \
+        VALUES ($1, $2, $3, $4, $5::uuid, CASE WHEN $5::uuid IS NULL THEN NULL ELSE now() + $6::float8 * interval '1 millisecond' END)";
+    pub const GET_REQUEST: &str = "SELECT workflow_name, status, current_step_id, reason, \
+        to_json(created_at) #>> '{}' AS created_at FROM service_requests WHERE id = $1";
+    pub const GET_STEPS: &str =
+        "SELECT step_id, step_name, status, request, response, time_taken_ms, reason, \
+        extract(epoch FROM started_at)::float8 * 1000 AS started_ms, \
+        extract(epoch FROM finished_at)::float8 * 1000 AS finished_ms \
+        FROM steps_status WHERE service_request_id = $1 ORDER BY id";
+}
+
+/// Opens connections with the server's session settings and prepares the hot statements.
+pub struct PgManager {
+    inner: PostgresConnectionManager<NoTls>,
+}
+
+impl bb8::ManageConnection for PgManager {
+    type Connection = PgConn;
+    type Error = tokio_postgres::Error;
+
+    async fn connect(&self) -> Result<PgConn, Self::Error> {
+        let client = self.inner.connect().await?;
+        let insert_requests = client.prepare(sql::INSERT_REQUESTS).await?;
+        let insert_request = client.prepare(sql::INSERT_REQUEST).await?;
+        let get_request = client.prepare(sql::GET_REQUEST).await?;
+        let get_steps = client.prepare(sql::GET_STEPS).await?;
+        Ok(PgConn {
+            client,
+            insert_requests,
+            insert_request,
+            get_request,
+            get_steps,
+        })
+    }
+
+    async fn is_valid(&self, conn: &mut PgConn) -> Result<(), Self::Error> {
+        conn.client.simple_query("").await.map(|_| ())
+    }
+
+    fn has_broken(&self, conn: &mut PgConn) -> bool {
+        conn.client.is_closed()
+    }
+}
+
+/// The pool type every runtime holds.
+pub type Pool = bb8::Pool<PgManager>;
+
+/// The driver configuration for `config`: session settings that bound every statement,
+/// so a stalled database cannot hold a request (or a batch) forever.
+pub fn pg_config(config: &Config) -> tokio_postgres::Config {
+    let mut pg: tokio_postgres::Config = config
+        .database_url
+        .parse()
+        .expect("database URL was validated at startup");
+    let timeout_ms = config.flush_timeout.as_millis();
+    pg.application_name("clamp")
+        .connect_timeout(config.db_connect_timeout)
+        .keepalives_idle(Duration::from_secs(30))
+        .options(format!(
+            "-c statement_timeout={timeout_ms} -c idle_in_transaction_session_timeout={}",
+            timeout_ms * 2
+        ));
+    pg
+}
+
+/// Builds a pool; connections are opened lazily and re-opened after outages.
+/// Must be called inside the runtime that will use it (connection tasks spawn there).
+pub fn build(config: &Config, size: u32) -> Pool {
+    let manager = PgManager {
+        inner: PostgresConnectionManager::new(pg_config(config), NoTls),
+    };
+    bb8::Pool::builder()
+        .max_size(size)
+        .min_idle(Some(1))
+        // A checkout test would add a round trip to every batch; broken connections are
+        // detected by `has_broken` and by the statement failing instead.
+        .test_on_check_out(false)
+        .connection_timeout(config.db_connect_timeout)
+        .retry_connection(false)
+        .build_unchecked(manager)
+}

@@ -1,0 +1,195 @@
+//! The queries behind the read endpoints and workflow creation. The hot insert lives
+//! in `buffer.rs`; statements used per request are prepared once per connection
+//! (see `pool.rs`), the rest are rare enough to be prepared on use.
+
+use serde_json::{json, Map, Value};
+use uuid::Uuid;
+
+use super::pool::PgConn;
+use super::StoreError;
+use crate::workflow::WorkflowDef;
+
+/// Inserts a workflow, stamping `created_at`/`updated_at` into the stored definition;
+/// returns that timestamp (RFC 3339). A taken name is `Conflict`.
+pub async fn insert_workflow(
+    conn: &PgConn,
+    def: &WorkflowDef,
+    id: Uuid,
+) -> Result<String, StoreError> {
+    let definition = serde_json::to_value(def).expect("a workflow always serializes");
+    let row = conn
+        .client
+        .query_one(
+            "INSERT INTO workflows (id, name, description, enabled, definition) \
+             VALUES ($1, $2, $3, $4, $5::jsonb || jsonb_build_object('created_at', now(), 'updated_at', now())) \
+             RETURNING definition ->> 'created_at'",
+            &[&id, &def.name, &def.description, &def.enabled, &definition],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// One workflow's stored definition, or None.
+pub async fn workflow_by_name(
+    conn: &PgConn,
+    name: &str,
+) -> Result<Option<WorkflowDef>, StoreError> {
+    let row = conn
+        .client
+        .query_opt("SELECT definition FROM workflows WHERE name = $1", &[&name])
+        .await?;
+    Ok(row.and_then(|r| serde_json::from_value(r.get::<_, Value>(0)).ok()))
+}
+
+/// Every workflow, for warming the in-memory map at startup.
+pub async fn all_workflows(
+    client: &tokio_postgres::Client,
+) -> Result<Vec<WorkflowDef>, StoreError> {
+    let rows = client
+        .query("SELECT definition FROM workflows ORDER BY created_at", &[])
+        .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|r| serde_json::from_value(r.get::<_, Value>(0)).ok())
+        .collect())
+}
+
+/// A sort key of `GET /workflows`, already whitelisted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkflowSort {
+    Id,
+    Name,
+    CreatedAt,
+}
+
+/// A page of workflows (definitions as stored) and the total count.
+pub async fn workflows_page(
+    conn: &PgConn,
+    page_size: i64,
+    offset: i64,
+    sort: &[(WorkflowSort, bool)],
+) -> Result<(Vec<Value>, i64), StoreError> {
+    let mut order = String::new();
+    for (key, desc) in sort {
+        let col = match key {
+            WorkflowSort::Id => "id",
+            WorkflowSort::Name => "name",
+            WorkflowSort::CreatedAt => "created_at",
+        };
+        order.push_str(col);
+        order.push_str(if *desc { " DESC, " } else { " ASC, " });
+    }
+    // A stable tie-breaker so pages never overlap.
+    order.push_str("name ASC");
+    let page_sql = format!("SELECT definition FROM workflows ORDER BY {order} LIMIT $1 OFFSET $2");
+    let (rows, count) = futures_util::future::try_join(
+        conn.client.query(&page_sql, &[&page_size, &offset]),
+        conn.client.query_one("SELECT count(*) FROM workflows", &[]),
+    )
+    .await?;
+    Ok((
+        rows.into_iter().map(|r| r.get::<_, Value>(0)).collect(),
+        count.get(0),
+    ))
+}
+
+/// `GET /serviceRequest/{id}`: the request and its step entries, or None.
+pub async fn service_request_status(conn: &PgConn, id: Uuid) -> Result<Option<Value>, StoreError> {
+    let (head, steps) = futures_util::future::try_join(
+        conn.client.query_opt(&conn.get_request, &[&id]),
+        conn.client.query(&conn.get_steps, &[&id]),
+    )
+    .await?;
+    let Some(head) = head else { return Ok(None) };
+    let status: &str = head.get("status");
+    let mut entries = Vec::with_capacity(steps.len() * 2);
+    let mut first_start: Option<f64> = None;
+    let mut last_end: Option<f64> = None;
+    for r in &steps {
+        let step_id: i32 = r.get("step_id");
+        let name: &str = r.get("step_name");
+        let request: Option<Value> = r.get("request");
+        let response: Option<Value> = r.get("response");
+        let started: f64 = r.get("started_ms");
+        let finished: Option<f64> = r.get("finished_ms");
+        first_start = Some(first_start.map_or(started, |f: f64| f.min(started)));
+        last_end = Some(last_end.map_or(started, |l: f64| l.max(started)));
+        entries.push(json!({
+            "id": step_id, "name": name, "status": "STARTED", "time_taken": 0,
+            "payload": {"request": request.clone().unwrap_or(Value::Null), "response": Value::Null},
+        }));
+        let final_status: &str = r.get("status");
+        if final_status != "STARTED" {
+            if let Some(f) = finished {
+                last_end = Some(last_end.map_or(f, |l: f64| l.max(f)));
+            }
+            let mut entry = json!({
+                "id": step_id, "name": name, "status": final_status,
+                "time_taken": r.get::<_, Option<i64>>("time_taken_ms").unwrap_or(0),
+                "payload": {"request": request.unwrap_or(Value::Null), "response": response.unwrap_or(Value::Null)},
+            });
+            if let Some(reason) = r.get::<_, Option<&str>>("reason") {
+                entry["reason"] = Value::String(reason.to_string());
+            }
+            entries.push(entry);
+        }
+    }
+    let total = match (first_start, last_end) {
+        (Some(a), Some(b)) => (b - a).max(0.0).round() as i64,
+        _ => 0,
+    };
+    let mut out = Map::new();
+    out.insert("service_request_id".into(), Value::String(id.to_string()));
+    out.insert(
+        "workflow_name".into(),
+        Value::String(head.get::<_, String>("workflow_name")),
+    );
+    out.insert("status".into(), Value::String(status.to_string()));
+    out.insert("total_time_in_ms".into(), json!(total));
+    out.insert(
+        "current_step_id".into(),
+        json!(head.get::<_, i32>("current_step_id")),
+    );
+    out.insert("steps".into(), Value::Array(entries));
+    out.insert(
+        "reason".into(),
+        Value::String(head.get::<_, Option<String>>("reason").unwrap_or_default()),
+    );
+    out.insert(
+        "created_at".into(),
+        Value::String(head.get::<_, String>("created_at")),
+    );
+    Ok(Some(Value::Object(out)))
+}
+
+/// `GET /serviceRequests/{workflow}`: a page of requests, newest first.
+pub async fn service_requests_page(
+    conn: &PgConn,
+    workflow: &str,
+    page_size: i64,
+    offset: i64,
+) -> Result<Vec<Value>, StoreError> {
+    let rows = conn
+        .client
+        .query(
+            "SELECT id, workflow_name, status, to_json(created_at) #>> '{}' AS created_at, payload, \
+                    current_step_id, reason \
+             FROM service_requests WHERE workflow_name = $1 ORDER BY id DESC LIMIT $2 OFFSET $3",
+            &[&workflow, &page_size, &offset],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            json!({
+                "id": r.get::<_, Uuid>("id").to_string(),
+                "workflow_name": r.get::<_, &str>("workflow_name"),
+                "status": r.get::<_, &str>("status"),
+                "created_at": r.get::<_, &str>("created_at"),
+                "payload": r.get::<_, Value>("payload"),
+                "current_step_id": r.get::<_, i32>("current_step_id"),
+                "reason": r.get::<_, Option<&str>>("reason").unwrap_or(""),
+            })
+        })
+        .collect())
+}

@@ -1,0 +1,12 @@
+//! Workflows as pure data and logic: definitions, validation, `when` conditions and
+//! transforms. Nothing here does I/O, so all of it is tested with plain unit tests.
+
+pub mod expr;
+pub mod model;
+pub mod transform;
+pub mod validate;
+
+pub use model::{
+    AmqpVal, CompiledStep, HttpVal, KafkaVal, Mode, Step, StepType, Val, Workflow, WorkflowDef,
+};
+pub use validate::{compile, ValidationError};

@@ -1,0 +1,185 @@
+//! The workflow definition as clients send and read it (Clamp's JSON field names),
+//! and the compiled form the engine runs.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use super::expr::Condition;
+
+/// A workflow as stored and returned: Clamp's field names.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct WorkflowDef {
+    #[serde(default)]
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub updated_at: String,
+    #[serde(default)]
+    pub steps: Vec<Step>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One step of a workflow.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct Step {
+    #[serde(default)]
+    pub id: u32,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default, rename = "type")]
+    pub step_type: String,
+    #[serde(default)]
+    pub mode: String,
+    #[serde(default)]
+    pub val: serde_json::Value,
+    #[serde(default)]
+    pub transform: bool,
+    #[serde(
+        default,
+        rename = "transformFormat",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub transform_format: String,
+    #[serde(
+        default,
+        rename = "requestTransform",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub request_transform: Option<RequestTransform>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub when: String,
+    #[serde(default, rename = "onFailure", skip_serializing_if = "Vec::is_empty")]
+    pub on_failure: Vec<Step>,
+}
+
+/// Clamp's `requestTransform`: a kazaam-style shift spec, output key ← dotted input path.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct RequestTransform {
+    #[serde(default)]
+    pub spec: BTreeMap<String, serde_json::Value>,
+}
+
+/// How a step talks to its service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Http,
+    Amqp,
+    Kafka,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Http => "HTTP",
+            Mode::Amqp => "AMQP",
+            Mode::Kafka => "KAFKA",
+        }
+    }
+}
+
+/// Whether the request waits for the step's answer (SYNC) or pauses until one is posted (ASYNC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepType {
+    Sync,
+    Async,
+}
+
+impl StepType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepType::Sync => "SYNC",
+            StepType::Async => "ASYNC",
+        }
+    }
+}
+
+/// An HTTP step's target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpVal {
+    pub method: hyper::Method,
+    pub url: hyper::Uri,
+    /// Parsed from Clamp's `"K:v;K2:v2;"` form.
+    pub headers: Vec<(String, String)>,
+    /// Per-step total timeout override, in milliseconds.
+    pub timeout_ms: Option<u64>,
+}
+
+/// An AMQP step's target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AmqpVal {
+    pub connection_url: String,
+    pub queue_name: String,
+    pub exchange_name: String,
+    pub routing_key: String,
+    pub content_type: String,
+}
+
+/// A Kafka step's target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaVal {
+    pub connection_url: String,
+    pub topic_name: String,
+}
+
+/// A validated `val`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Val {
+    Http(HttpVal),
+    Amqp(AmqpVal),
+    Kafka(KafkaVal),
+}
+
+/// A step ready to run: its definition plus what was compiled from it.
+#[derive(Debug, Clone)]
+pub struct CompiledStep {
+    pub id: u32,
+    pub name: String,
+    /// The name as it appears in `when` and transform paths (spaces become `_`).
+    pub context_name: String,
+    pub mode: Mode,
+    pub step_type: StepType,
+    pub val: Val,
+    pub when: Option<Arc<Condition>>,
+    /// The shift spec when `transform` is on.
+    pub transform: Option<Vec<(String, String)>>,
+    /// Ids of this step's `onFailure` steps, in order.
+    pub on_failure: Vec<u32>,
+}
+
+/// A validated workflow: the definition, its JSON as served, and the steps compiled.
+#[derive(Debug)]
+pub struct Workflow {
+    pub def: WorkflowDef,
+    /// The stored definition serialized once, served by `GET /workflow/{name}`.
+    pub json: Bytes,
+    /// Every step (main and onFailure) indexed by `id - 1`.
+    pub steps: Vec<CompiledStep>,
+    /// Ids of the main sequence, in order.
+    pub main: Vec<u32>,
+}
+
+impl Workflow {
+    /// The step with this id, if any.
+    pub fn step(&self, id: u32) -> Option<&CompiledStep> {
+        id.checked_sub(1).and_then(|i| self.steps.get(i as usize))
+    }
+
+    /// The main-sequence step after `id`, if any (None also for onFailure ids).
+    pub fn next_main(&self, id: u32) -> Option<u32> {
+        let pos = self.main.iter().position(|&s| s == id)?;
+        self.main.get(pos + 1).copied()
+    }
+}

@@ -1,0 +1,436 @@
+//! Validation of a workflow definition (Clamp's rules, and the checks Clamp left to run
+//! time), assigning step ids and types, and compiling conditions and transforms.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::expr::{context_name, Condition};
+use super::model::*;
+use super::transform::compile_spec;
+
+/// Why a definition was rejected: answered as 400 with this text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ValidationError(pub String);
+
+fn err<T>(msg: impl Into<String>) -> Result<T, ValidationError> {
+    Err(ValidationError(msg.into()))
+}
+
+/// Longest workflow name accepted (it is a URL path segment and a key in every row).
+pub const MAX_NAME_LEN: usize = 200;
+
+/// Checks a workflow name (also used for names in URLs).
+pub fn check_name(name: &str) -> Result<(), ValidationError> {
+    if name.trim().is_empty() {
+        return err("name is required");
+    }
+    if name.len() > MAX_NAME_LEN {
+        return err(format!("name is longer than {MAX_NAME_LEN} bytes"));
+    }
+    if name.chars().any(|c| c == '/' || c.is_control()) {
+        return err("name must not contain '/' or control characters");
+    }
+    Ok(())
+}
+
+/// Validates `def`, assigns step ids (main steps in order, each step's `onFailure` steps
+/// numbered right after it) and types, and compiles it.
+pub fn compile(mut def: WorkflowDef) -> Result<Workflow, ValidationError> {
+    check_name(&def.name)?;
+    if def.steps.is_empty() {
+        return err("steps is required and must not be empty");
+    }
+    // Every step name, as conditions see it, so `when` can be checked against them.
+    let mut known = Vec::new();
+    for (i, s) in def.steps.iter().enumerate() {
+        collect_names(s, &format!("steps[{i}]"), &mut known)?;
+        for (j, f) in s.on_failure.iter().enumerate() {
+            collect_names(f, &format!("steps[{i}].onFailure[{j}]"), &mut known)?;
+        }
+    }
+    let mut steps = Vec::new();
+    let mut main = Vec::with_capacity(def.steps.len());
+    let mut next_id = 1u32;
+    for (i, s) in def.steps.iter_mut().enumerate() {
+        let at = format!("steps[{i}]");
+        let id = next_id;
+        next_id += 1;
+        main.push(id);
+        let mut compiled = compile_step(s, id, &at, &known)?;
+        for (j, f) in s.on_failure.iter_mut().enumerate() {
+            let at = format!("{at}.onFailure[{j}]");
+            if !f.on_failure.is_empty() {
+                return err(format!("{at}: onFailure steps cannot have onFailure steps"));
+            }
+            let fid = next_id;
+            next_id += 1;
+            compiled.on_failure.push(fid);
+            let c = compile_step(f, fid, &at, &known)?;
+            steps.push((fid, c));
+        }
+        steps.push((id, compiled));
+    }
+    steps.sort_by_key(|(id, _)| *id);
+    let steps = steps.into_iter().map(|(_, c)| c).collect();
+    let json = Bytes::from(serde_json::to_vec(&def).expect("a workflow always serializes"));
+    Ok(Workflow {
+        def,
+        json,
+        steps,
+        main,
+    })
+}
+
+fn collect_names(s: &Step, at: &str, known: &mut Vec<String>) -> Result<(), ValidationError> {
+    if s.name.trim().is_empty() {
+        return err(format!("{at}.name is required"));
+    }
+    let cname = context_name(&s.name);
+    if known.contains(&cname) {
+        return err(format!(
+            "{at}.name {:?} is used by another step (names must be unique, with spaces read as '_')",
+            s.name
+        ));
+    }
+    known.push(cname);
+    Ok(())
+}
+
+fn compile_step(
+    s: &mut Step,
+    id: u32,
+    at: &str,
+    known: &[String],
+) -> Result<CompiledStep, ValidationError> {
+    s.id = id;
+    let mode = match s.mode.as_str() {
+        "HTTP" => Mode::Http,
+        "AMQP" => Mode::Amqp,
+        "KAFKA" => Mode::Kafka,
+        "" => return err(format!("{at}.mode is required (HTTP, AMQP or KAFKA)")),
+        other => return err(format!("{at}.mode {other:?} must be HTTP, AMQP or KAFKA")),
+    };
+    let step_type = match (mode, s.step_type.as_str()) {
+        (_, t) if !matches!(t, "" | "SYNC" | "ASYNC") => {
+            return err(format!("{at}.type {t:?} must be SYNC or ASYNC"))
+        }
+        (Mode::Http, "ASYNC") => StepType::Async,
+        (Mode::Http, _) => StepType::Sync,
+        // A broker step is always answered later, so it is always ASYNC.
+        (_, _) => StepType::Async,
+    };
+    s.step_type = step_type.as_str().to_string();
+    let val = compile_val(mode, &s.val, at)?;
+    let when = if s.when.trim().is_empty() {
+        None
+    } else {
+        let c = Condition::compile(&s.when, known)
+            .map_err(|e| ValidationError(format!("{at}.when {:?} {}", s.when, e.0)))?;
+        Some(Arc::new(c))
+    };
+    if !matches!(s.transform_format.as_str(), "" | "JSON" | "json") {
+        return err(format!(
+            "{at}.transformFormat {:?} is not supported (only JSON)",
+            s.transform_format
+        ));
+    }
+    let transform = if s.transform {
+        let spec = match &s.request_transform {
+            Some(rt) if !rt.spec.is_empty() => &rt.spec,
+            _ => {
+                return err(format!(
+                    "{at}.requestTransform.spec is required when transform is true"
+                ))
+            }
+        };
+        let map: serde_json::Map<String, Value> = spec.clone().into_iter().collect();
+        Some(
+            compile_spec(&map)
+                .map_err(|e| ValidationError(format!("{at}.requestTransform.spec: {}", e.0)))?,
+        )
+    } else {
+        None
+    };
+    Ok(CompiledStep {
+        id,
+        name: s.name.clone(),
+        context_name: context_name(&s.name),
+        mode,
+        step_type,
+        val,
+        when,
+        transform,
+        on_failure: Vec::new(),
+    })
+}
+
+fn str_field<'a>(val: &'a Value, key: &str) -> Option<&'a str> {
+    val.get(key)
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+}
+
+fn compile_val(mode: Mode, val: &Value, at: &str) -> Result<Val, ValidationError> {
+    if !val.is_object() {
+        return err(format!("{at}.val is required and must be an object"));
+    }
+    match mode {
+        Mode::Http => {
+            let method = match str_field(val, "method") {
+                Some(m @ ("GET" | "POST" | "PUT" | "PATCH" | "DELETE")) => {
+                    m.parse::<hyper::Method>().expect("known method")
+                }
+                Some(m) => {
+                    return err(format!(
+                        "{at}.val.method {m:?} must be GET, POST, PUT, PATCH or DELETE"
+                    ))
+                }
+                None => return err(format!("{at}.val.method is required")),
+            };
+            let url = str_field(val, "url")
+                .ok_or_else(|| ValidationError(format!("{at}.val.url is required")))?;
+            let uri: hyper::Uri = url
+                .parse()
+                .map_err(|_| ValidationError(format!("{at}.val.url {url:?} is not a valid URL")))?;
+            if !matches!(uri.scheme_str(), Some("http")) || uri.host().is_none() {
+                return err(format!(
+                    "{at}.val.url {url:?} must be an absolute http:// URL"
+                ));
+            }
+            let headers = match val.get("headers") {
+                None | Some(Value::Null) => Vec::new(),
+                Some(Value::String(h)) => parse_headers(h)
+                    .map_err(|e| ValidationError(format!("{at}.val.headers: {e}")))?,
+                Some(_) => {
+                    return err(format!(
+                        "{at}.val.headers must be a string like \"K:v;K2:v2;\""
+                    ))
+                }
+            };
+            let timeout_ms = match val.get("timeout_ms") {
+                None | Some(Value::Null) => None,
+                Some(v) => match v.as_u64() {
+                    Some(ms) if (1..=3_600_000).contains(&ms) => Some(ms),
+                    _ => return err(format!("{at}.val.timeout_ms must be 1..=3600000")),
+                },
+            };
+            Ok(Val::Http(HttpVal {
+                method,
+                url: uri,
+                headers,
+                timeout_ms,
+            }))
+        }
+        Mode::Amqp => {
+            let connection_url = str_field(val, "connection_url")
+                .ok_or_else(|| ValidationError(format!("{at}.val.connection_url is required")))?;
+            if !(connection_url.starts_with("amqp://") || connection_url.starts_with("amqps://")) {
+                return err(format!(
+                    "{at}.val.connection_url must be an amqp:// or amqps:// URL"
+                ));
+            }
+            let queue_name = str_field(val, "queue_name").unwrap_or_default().to_string();
+            let exchange_name = str_field(val, "exchange_name")
+                .unwrap_or_default()
+                .to_string();
+            if queue_name.is_empty() && exchange_name.is_empty() {
+                return err(format!("{at}.val needs queue_name or exchange_name"));
+            }
+            Ok(Val::Amqp(AmqpVal {
+                connection_url: connection_url.to_string(),
+                queue_name,
+                exchange_name,
+                routing_key: str_field(val, "routing_key")
+                    .unwrap_or_default()
+                    .to_string(),
+                content_type: str_field(val, "content_type")
+                    .unwrap_or("application/json")
+                    .to_string(),
+            }))
+        }
+        Mode::Kafka => {
+            let connection_url = str_field(val, "connection_url")
+                .ok_or_else(|| ValidationError(format!("{at}.val.connection_url is required")))?;
+            let topic_name = str_field(val, "topic_name")
+                .ok_or_else(|| ValidationError(format!("{at}.val.topic_name is required")))?;
+            Ok(Val::Kafka(KafkaVal {
+                connection_url: connection_url.to_string(),
+                topic_name: topic_name.to_string(),
+            }))
+        }
+    }
+}
+
+/// Parses Clamp's header string `"K:v;K2:v2;"` into validated (name, value) pairs.
+pub fn parse_headers(s: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = part
+            .split_once(':')
+            .ok_or_else(|| format!("{part:?} is not Name:value"))?;
+        let (k, v) = (k.trim(), v.trim());
+        hyper::header::HeaderName::from_bytes(k.as_bytes())
+            .map_err(|_| format!("{k:?} is not a valid header name"))?;
+        hyper::header::HeaderValue::from_str(v)
+            .map_err(|_| format!("the value of {k:?} is not a valid header value"))?;
+        out.push((k.to_string(), v.to_string()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn def(v: Value) -> WorkflowDef {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn http(name: &str) -> Value {
+        json!({"name": name, "mode": "HTTP", "val": {"method": "GET", "url": "http://127.0.0.1:9/x"}})
+    }
+
+    #[test]
+    fn assigns_ids_and_types() {
+        let mut s1 = http("a");
+        s1["onFailure"] = json!([http("a fail 1"), http("a fail 2")]);
+        let w = compile(def(json!({"name": "w", "steps": [s1, http("b"),
+            {"name": "c", "mode": "AMQP", "val": {"connection_url": "amqp://g:g@h:5672/", "queue_name": "q"}},
+            {"name": "d", "mode": "KAFKA", "val": {"connection_url": "h:9092", "topic_name": "t"}},
+            {"name": "e", "type": "ASYNC", "mode": "HTTP", "val": {"method": "POST", "url": "http://h/x"}}]})))
+        .unwrap();
+        assert_eq!(w.main, vec![1, 4, 5, 6, 7]);
+        assert_eq!(w.step(1).unwrap().on_failure, vec![2, 3]);
+        assert_eq!(w.step(3).unwrap().name, "a fail 2");
+        assert_eq!(w.step(3).unwrap().context_name, "a_fail_2");
+        let types: Vec<_> = w.steps.iter().map(|s| s.step_type).collect();
+        assert_eq!(types[..4], [StepType::Sync; 4]);
+        assert_eq!(types[4..], [StepType::Async; 3]);
+        assert_eq!(w.def.steps[0].on_failure[1].id, 3);
+        assert_eq!(w.def.steps[2].step_type, "ASYNC");
+        assert_eq!(w.next_main(1), Some(4));
+        assert_eq!(w.next_main(7), None);
+        assert_eq!(w.next_main(2), None);
+    }
+
+    #[test]
+    fn rejects_what_clamp_rejects_and_more() {
+        let bad = |v: Value, needle: &str| {
+            let e = compile(def(v.clone())).unwrap_err();
+            assert!(e.0.contains(needle), "{v}: {e}");
+        };
+        bad(json!({"steps": [http("a")]}), "name is required");
+        bad(json!({"name": "w"}), "steps is required");
+        bad(json!({"name": "w", "steps": []}), "steps is required");
+        bad(json!({"name": "w/x", "steps": [http("a")]}), "'/'");
+        bad(
+            json!({"name": "w", "steps": [{"mode": "HTTP", "val": {}}]}),
+            "steps[0].name is required",
+        );
+        bad(
+            json!({"name": "w", "steps": [{"name": "a", "val": {}}]}),
+            "mode is required",
+        );
+        bad(
+            json!({"name": "w", "steps": [{"name": "a", "mode": "FTP", "val": {}}]}),
+            "must be HTTP, AMQP or KAFKA",
+        );
+        bad(
+            json!({"name": "w", "steps": [{"name": "a", "mode": "HTTP"}]}),
+            "val is required",
+        );
+        bad(
+            json!({"name": "w", "steps": [{"name": "a", "mode": "HTTP", "val": {"url": "http://h/"}}]}),
+            "method is required",
+        );
+        bad(
+            json!({"name": "w", "steps": [{"name": "a", "mode": "HTTP", "val": {"method": "FETCH", "url": "http://h/"}}]}),
+            "method",
+        );
+        bad(
+            json!({"name": "w", "steps": [{"name": "a", "mode": "HTTP", "val": {"method": "GET"}}]}),
+            "url is required",
+        );
+        bad(
+            json!({"name": "w", "steps": [{"name": "a", "mode": "HTTP", "val": {"method": "GET", "url": "not a url"}}]}),
+            "url",
+        );
+        bad(
+            json!({"name": "w", "steps": [{"name": "a", "mode": "HTTP", "val": {"method": "GET", "url": "/relative"}}]}),
+            "absolute",
+        );
+        bad(
+            json!({"name": "w", "steps": [{"name": "a", "mode": "HTTP", "val": {"method": "GET", "url": "http://h/", "headers": "novalue"}}]}),
+            "headers",
+        );
+        bad(
+            json!({"name": "w", "steps": [{"name": "a", "type": "LATER", "mode": "HTTP", "val": {"method": "GET", "url": "http://h/"}}]}),
+            "SYNC or ASYNC",
+        );
+        bad(
+            json!({"name": "w", "steps": [{"name": "a", "mode": "AMQP", "val": {"queue_name": "q"}}]}),
+            "connection_url",
+        );
+        bad(
+            json!({"name": "w", "steps": [{"name": "a", "mode": "AMQP", "val": {"connection_url": "amqp://h"}}]}),
+            "queue_name or exchange_name",
+        );
+        bad(
+            json!({"name": "w", "steps": [{"name": "a", "mode": "KAFKA", "val": {"connection_url": "h:9092"}}]}),
+            "topic_name",
+        );
+        bad(
+            json!({"name": "w", "steps": [http("a"), http("a")]}),
+            "unique",
+        );
+        bad(
+            json!({"name": "w", "steps": [http("a b"), http("a_b")]}),
+            "unique",
+        );
+        let mut s = http("a");
+        s["when"] = json!("a.request.x ==");
+        bad(json!({"name": "w", "steps": [s]}), "does not compile");
+        let mut s = http("a");
+        s["when"] = json!("zzz.request.x == 1");
+        bad(json!({"name": "w", "steps": [s]}), "not a step");
+        let mut s = http("a");
+        s["transform"] = json!(true);
+        bad(
+            json!({"name": "w", "steps": [s]}),
+            "requestTransform.spec is required",
+        );
+        let mut s = http("a");
+        s["transform"] = json!(true);
+        s["requestTransform"] = json!({"spec": {"x": 5}});
+        bad(json!({"name": "w", "steps": [s]}), "path string");
+        let mut s = http("a");
+        s["onFailure"] = json!([{"name": "f", "mode": "HTTP", "val": {"method": "GET", "url": "http://h/"}, "onFailure": [http("g")]}]);
+        bad(json!({"name": "w", "steps": [s]}), "cannot have onFailure");
+    }
+
+    #[test]
+    fn parses_header_strings() {
+        assert_eq!(
+            parse_headers("Content-Type:application/json;X-A: b ;").unwrap(),
+            vec![
+                ("Content-Type".into(), "application/json".into()),
+                ("X-A".into(), "b".into())
+            ]
+        );
+        assert_eq!(parse_headers("").unwrap(), vec![]);
+        assert!(parse_headers("bad header:x").is_err());
+    }
+
+    #[test]
+    fn serves_assigned_fields() {
+        let w = compile(def(json!({"name": "w", "steps": [http("a")]}))).unwrap();
+        let back: Value = serde_json::from_slice(&w.json).unwrap();
+        assert_eq!(back["steps"][0]["id"], 1);
+        assert_eq!(back["steps"][0]["type"], "SYNC");
+    }
+}

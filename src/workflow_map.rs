@@ -1,0 +1,99 @@
+//! The in-memory workflow map. Workflows are never deleted, so a cached definition never
+//! goes stale; a name missing here is looked up in Postgres once (another instance may
+//! have created it), and misses are remembered briefly so a flood of unknown names
+//! cannot turn into a flood of queries.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::workflow::Workflow;
+
+/// How long a name that Postgres did not know is answered 404 without asking again.
+pub const NEGATIVE_TTL: Duration = Duration::from_secs(1);
+
+/// Most remembered misses; past this the memory of misses is cleared (it is only a cache).
+const MAX_NEGATIVE: usize = 16 * 1024;
+
+/// Name → compiled workflow, shared by every runtime.
+#[derive(Default)]
+pub struct WorkflowMap {
+    map: RwLock<HashMap<Box<str>, Arc<Workflow>>>,
+    misses: Mutex<HashMap<Box<str>, Instant>>,
+}
+
+impl WorkflowMap {
+    /// The cached workflow, if any. Takes a read lock for a hash lookup only.
+    #[inline]
+    pub fn get(&self, name: &str) -> Option<Arc<Workflow>> {
+        self.map.read().get(name).cloned()
+    }
+
+    /// Caches a workflow (also forgetting any remembered miss for its name).
+    pub fn insert(&self, wf: Arc<Workflow>) {
+        let name: Box<str> = wf.def.name.as_str().into();
+        self.misses.lock().remove(&name);
+        self.map.write().insert(name, wf);
+    }
+
+    /// True when `name` was recently looked up in Postgres and not found.
+    pub fn recently_missed(&self, name: &str) -> bool {
+        let mut misses = self.misses.lock();
+        match misses.get(name) {
+            Some(at) if at.elapsed() < NEGATIVE_TTL => true,
+            Some(_) => {
+                misses.remove(name);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Remembers that Postgres did not know `name`.
+    pub fn remember_miss(&self, name: &str) {
+        let mut misses = self.misses.lock();
+        if misses.len() >= MAX_NEGATIVE {
+            misses.clear();
+        }
+        misses.insert(name.into(), Instant::now());
+    }
+
+    /// Number of cached workflows.
+    pub fn len(&self) -> usize {
+        self.map.read().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workflow::{compile, WorkflowDef};
+
+    fn wf(name: &str) -> Arc<Workflow> {
+        let def: WorkflowDef = serde_json::from_value(serde_json::json!({
+            "name": name,
+            "steps": [{"name": "a", "mode": "HTTP", "val": {"method": "GET", "url": "http://h/"}}]
+        }))
+        .unwrap();
+        Arc::new(compile(def).unwrap())
+    }
+
+    #[test]
+    fn caches_hits_and_misses() {
+        let m = WorkflowMap::default();
+        assert!(m.get("w").is_none());
+        assert!(!m.recently_missed("w"));
+        m.remember_miss("w");
+        assert!(m.recently_missed("w"));
+        m.insert(wf("w"));
+        assert!(!m.recently_missed("w"));
+        assert_eq!(m.get("w").unwrap().def.name, "w");
+        assert_eq!(m.len(), 1);
+    }
+}
