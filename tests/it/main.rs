@@ -1,1 +1,8 @@
-fn main() {}
+//! The one integration-test binary: a real Postgres, real servers on port 0, each test in
+//! a database of its own that it creates and drops.
+
+mod api_service_requests;
+mod api_workflows;
+mod durability;
+mod hardening;
+mod support;

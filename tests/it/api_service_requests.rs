@@ -1,0 +1,235 @@
+//! `POST /serviceRequest/{workflow}`, `GET /serviceRequest/{id}`, `GET /serviceRequests/{workflow}`.
+
+use hyper::Method;
+use serde_json::json;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn creates_and_reads_service_requests() {
+    let db = TestDb::new();
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&simple_workflow("wf")).await;
+
+    let r = send(
+        s.addr,
+        Method::POST,
+        "/serviceRequest/wf",
+        Some(br#"{"claim": {"type": "MOTOR", "amount": 12.5}}"#.to_vec()),
+        &[
+            ("x-correlation-id", "c-1"),
+            ("authorization", "Bearer secret"),
+            ("cookie", "a=b"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let id = v["serviceRequestId"].as_str().unwrap().to_string();
+    assert_eq!(v["status"], "NEW");
+    assert_eq!(v["pollUrl"], format!("/serviceRequest/{id}"));
+    assert_eq!(uuid::Uuid::parse_str(&id).unwrap().get_version_num(), 7);
+
+    let st = s.get(&format!("/serviceRequest/{id}")).await;
+    assert_eq!(st.status, 200);
+    let st = st.json();
+    assert_eq!(st["service_request_id"], id);
+    assert_eq!(st["workflow_name"], "wf");
+    assert!(st["steps"].is_array());
+    assert!(st["total_time_in_ms"].is_number());
+
+    // The payload and the forwardable headers are stored; credentials are not.
+    let c = db.client().await;
+    let row = c
+        .query_one(
+            "SELECT payload, headers FROM service_requests WHERE id = $1",
+            &[&uuid::Uuid::parse_str(&id).unwrap()],
+        )
+        .await
+        .unwrap();
+    let payload: serde_json::Value = row.get(0);
+    assert_eq!(payload, json!({"claim": {"type": "MOTOR", "amount": 12.5}}));
+    let headers: serde_json::Value = row.get(1);
+    let text = headers.to_string();
+    assert!(
+        text.contains("x-correlation-id") && text.contains("c-1"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("secret") && !text.contains("cookie") && !text.contains("\"host\""),
+        "{text}"
+    );
+
+    // An empty body is an empty payload.
+    let r = s.post("/serviceRequest/wf", "").await;
+    assert_eq!(r.status, 200);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn rejects_bad_service_requests() {
+    let db = TestDb::new();
+    let mut cfg = config(&db.url);
+    cfg.body_limit = 1024;
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&simple_workflow("wf")).await;
+
+    let msg = s
+        .post("/serviceRequest/unknown", "{}")
+        .await
+        .expect_error(404);
+    assert!(msg.contains("unknown"), "{msg}");
+    s.post("/serviceRequest/wf", "{\"a\": ")
+        .await
+        .expect_error(400);
+    s.post("/serviceRequest/wf", "not json at all")
+        .await
+        .expect_error(400);
+    for non_object in ["[1,2]", "\"s\"", "12", "null", "true"] {
+        let msg = s
+            .post("/serviceRequest/wf", non_object)
+            .await
+            .expect_error(400);
+        assert!(msg.contains("object"), "{non_object}: {msg}");
+    }
+    s.post("/serviceRequest/wf", r#"{"a": "\u0000"}"#)
+        .await
+        .expect_error(400);
+    let big = format!("{{\"a\": \"{}\"}}", "x".repeat(2000));
+    s.post("/serviceRequest/wf", &big).await.expect_error(413);
+
+    s.get("/serviceRequest/not-a-uuid").await.expect_error(400);
+    s.get("/serviceRequest/0190b8a0-0000-7000-8000-000000000000")
+        .await
+        .expect_error(404);
+    s.get("/nothing/here").await.expect_error(404);
+    send(s.addr, Method::DELETE, "/workflow/wf", None, &[])
+        .await
+        .expect_error(405);
+    // Nothing bad was stored.
+    assert_eq!(db.count("SELECT count(*) FROM service_requests").await, 0);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn pages_service_requests_from_zero() {
+    let db = TestDb::new();
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&simple_workflow("wf")).await;
+    s.create_workflow(&simple_workflow("other")).await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let r = s.post_json("/serviceRequest/wf", &json!({"i": i})).await;
+        ids.push(r.json()["serviceRequestId"].as_str().unwrap().to_string());
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    s.post("/serviceRequest/other", "{}").await;
+    let page = |n: i64| {
+        let path = format!("/serviceRequests/wf?pageNumber={n}&pageSize=2");
+        let s = &s;
+        async move { s.get(&path).await }
+    };
+    let p0 = page(0).await.json();
+    assert_eq!(p0["pageNumber"], 0);
+    assert_eq!(p0["pageSize"], 2);
+    let got: Vec<_> = p0["serviceRequests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect();
+    // Newest first.
+    assert_eq!(got, [ids[4].clone(), ids[3].clone()]);
+    assert_eq!(p0["serviceRequests"][0]["payload"], json!({"i": 4}));
+    assert_eq!(p0["serviceRequests"][0]["workflow_name"], "wf");
+    assert!(p0["serviceRequests"][0]["status"].is_string());
+    assert_eq!(
+        page(2).await.json()["serviceRequests"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        page(3).await.json()["serviceRequests"]
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+    s.get("/serviceRequests/wf?pageSize=2")
+        .await
+        .expect_error(400);
+    s.get("/serviceRequests/wf?pageNumber=-1&pageSize=2")
+        .await
+        .expect_error(400);
+    s.get("/serviceRequests/wf?pageNumber=0&pageSize=0")
+        .await
+        .expect_error(400);
+    s.get("/serviceRequests/nope?pageNumber=0&pageSize=2")
+        .await
+        .expect_error(404);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn accept_mode_answers_on_enqueue_and_flushes_on_shutdown() {
+    let db = TestDb::new();
+    let mut cfg = config(&db.url);
+    cfg.ack = clamp::config::AckMode::Accept;
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&simple_workflow("wf")).await;
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let addr = s.addr;
+        tasks.push(tokio::spawn(async move {
+            let mut c = Conn::open(addr).await;
+            let mut ok = 0;
+            for i in 0..50 {
+                let r = c
+                    .post("/serviceRequest/wf", &format!("{{\"i\":{i}}}"))
+                    .await
+                    .unwrap();
+                assert_eq!(r.status, 200, "{}", r.text());
+                ok += 1;
+            }
+            ok
+        }));
+    }
+    let mut n_ok = 0;
+    for t in tasks {
+        n_ok += t.await.unwrap();
+    }
+    s.shutdown().await;
+    assert_eq!(
+        db.count("SELECT count(*) FROM service_requests").await,
+        n_ok
+    );
+}
+
+#[tokio::test]
+async fn exposes_metrics_and_readiness() {
+    let db = TestDb::new();
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&simple_workflow("wf")).await;
+    s.post("/serviceRequest/wf", "{}").await;
+    s.post("/serviceRequest/wf", "[]").await;
+    assert_eq!(s.get("/health").await.status, 200);
+    assert_eq!(s.get("/ready").await.status, 200);
+    let m = s.get("/metrics").await;
+    assert_eq!(m.status, 200);
+    let text = m.text();
+    for needle in [
+        "create_service_request_handler_counter_total{status=\"2xx\"} 1",
+        "create_service_request_handler_counter_total{status=\"4xx\"} 1",
+        "create_service_request_handler_histogram_count 2",
+        "create_workflow_request_handler_counter_total{status=\"2xx\"} 1",
+        "clamp_write_batch_rows_count",
+        "clamp_write_commit_seconds_bucket",
+        "clamp_write_buffer_depth 0",
+        "clamp_write_rows_total 1",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+    s.shutdown().await;
+}

@@ -1,0 +1,162 @@
+//! Malformed, slow and greedy clients; graceful shutdown; startup failures of the binary.
+
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::*;
+
+/// Reads until EOF or `limit`; returns what arrived and whether the peer closed.
+async fn read_until_close(stream: &mut TcpStream, limit: Duration) -> (String, bool) {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return (String::from_utf8_lossy(&out).into_owned(), true),
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+            Err(_) => return (String::from_utf8_lossy(&out).into_owned(), false),
+        }
+    }
+}
+
+#[tokio::test]
+async fn too_many_headers_get_431() {
+    let db = TestDb::new();
+    let s = TestServer::start(config(&db.url)).await;
+    let mut req = String::from("GET /health HTTP/1.1\r\nHost: x\r\n");
+    for i in 0..150 {
+        req.push_str(&format!("X-H{i}: v\r\n"));
+    }
+    req.push_str("\r\n");
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(req.as_bytes()).await.unwrap();
+    let (text, _) = read_until_close(&mut c, Duration::from_secs(5)).await;
+    assert!(text.starts_with("HTTP/1.1 431"), "{text}");
+    // The server is fine afterwards.
+    assert_eq!(s.get("/health").await.status, 200);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn slow_and_idle_clients_are_disconnected() {
+    let db = TestDb::new();
+    let mut cfg = config(&db.url);
+    cfg.header_timeout = Duration::from_millis(500);
+    let s = TestServer::start(cfg).await;
+
+    // Partial headers, then silence.
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(b"POST /serviceRequest/wf HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let (_, closed) = read_until_close(&mut c, Duration::from_secs(5)).await;
+    assert!(closed, "slow client was not disconnected");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_secs(3),
+        "took {took:?}"
+    );
+
+    // An idle keep-alive connection is closed after the same timeout.
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let (text, closed) = read_until_close(&mut c, Duration::from_secs(5)).await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(closed, "idle connection was not closed");
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn malformed_requests_get_400_and_harm_nothing() {
+    let db = TestDb::new();
+    let s = TestServer::start(config(&db.url)).await;
+    for garbage in [
+        &b"THIS IS NOT HTTP\r\n\r\n"[..],
+        b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+        b"\x00\x01\x02\x03\r\n\r\n",
+    ] {
+        let mut c = TcpStream::connect(s.addr).await.unwrap();
+        c.write_all(garbage).await.unwrap();
+        let (text, _) = read_until_close(&mut c, Duration::from_secs(3)).await;
+        assert!(text.is_empty() || text.starts_with("HTTP/1.1 4"), "{text}");
+    }
+    // A body cut short: the client goes away mid-body.
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(b"POST /workflow HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"na")
+        .await
+        .unwrap();
+    drop(c);
+    assert_eq!(s.get("/health").await.status, 200);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn graceful_shutdown_answers_in_flight_requests() {
+    let db = TestDb::new();
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&simple_workflow("wf")).await;
+    let addr = s.addr;
+    // Start a request whose body is still arriving when shutdown begins.
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    c.write_all(b"POST /serviceRequest/wf HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\n{\"a\":")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let shutdown = tokio::spawn(s.shutdown());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    c.write_all(b" 1}\n").await.unwrap();
+    let (text, _) = read_until_close(&mut c, Duration::from_secs(5)).await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    shutdown.await.unwrap();
+    assert_eq!(db.count("SELECT count(*) FROM service_requests").await, 1);
+    // And nothing listens any more.
+    assert!(TcpStream::connect(addr).await.is_err());
+}
+
+#[test]
+fn the_binary_explains_bad_configuration_and_missing_postgres() {
+    let bin = env!("CARGO_BIN_EXE_clamp");
+    let out = std::process::Command::new(bin)
+        .args(["--max-batch", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("--max-batch"), "{err}");
+
+    let out = std::process::Command::new(bin)
+        .args([
+            "--port",
+            "0",
+            "--database-url",
+            "postgres://clamp:hunter2@127.0.0.1:1/clamp",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("postgres://clamp:***@127.0.0.1:1/clamp"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+    assert!(err.contains("scripts/dev-postgres.sh"), "{err}");
+
+    let out = std::process::Command::new(bin)
+        .env(
+            "CLAMP_DB_CONNECTION_STR",
+            "host=127.0.0.1:1 user=u dbname=d password=p",
+        )
+        .env_remove("DATABASE_URL")
+        .args(["--port", "0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("postgres://u:***@127.0.0.1:1/d"), "{err}");
+}

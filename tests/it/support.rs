@@ -1,0 +1,361 @@
+//! Test support: fresh databases, servers started in-process, a small HTTP client, and a
+//! TCP proxy that can cut or stall the server's Postgres connections on demand.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::header::HeaderValue;
+use hyper::{Method, Request, StatusCode};
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_postgres::NoTls;
+
+/// Where the test Postgres is (a server URL without a database).
+pub fn pg_base() -> String {
+    std::env::var("CLAMP_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A database of this test's own, dropped when the value is dropped.
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+}
+
+impl TestDb {
+    /// A fresh, unique database name; the server creates it (which tests that path too).
+    pub fn new() -> TestDb {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let name = format!(
+            "clamp_it_{}_{}_{}",
+            std::process::id(),
+            n,
+            fastrand::u32(..)
+        );
+        let url = format!("{}/{}", pg_base(), name);
+        TestDb { name, url }
+    }
+
+    /// A direct connection, for checking what the server wrote.
+    pub async fn client(&self) -> tokio_postgres::Client {
+        let (client, conn) = tokio_postgres::connect(&self.url, NoTls)
+            .await
+            .expect("test db connects");
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        client
+    }
+
+    pub async fn count(&self, sql: &str) -> i64 {
+        self.client()
+            .await
+            .query_one(sql, &[])
+            .await
+            .expect("count query")
+            .get(0)
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Drop cannot be async; a short-lived runtime on its own thread does the cleanup.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                if let Ok((c, conn)) =
+                    tokio_postgres::connect(&format!("{}/postgres", pg_base()), NoTls).await
+                {
+                    tokio::spawn(conn);
+                    let _ = c
+                        .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// A test configuration for `url`.
+pub fn config(url: &str) -> clamp::config::Config {
+    clamp::config::Config::for_tests(url)
+}
+
+/// A server started in-process, and a client for it.
+pub struct TestServer {
+    pub server: Option<clamp::Server>,
+    pub addr: SocketAddr,
+}
+
+impl TestServer {
+    pub async fn start(config: clamp::config::Config) -> TestServer {
+        let server = clamp::start(config).await.expect("server starts");
+        let addr = server.local_addr();
+        TestServer {
+            server: Some(server),
+            addr,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub async fn get(&self, path: &str) -> Resp {
+        send(self.addr, Method::GET, path, None, &[]).await
+    }
+
+    pub async fn post(&self, path: &str, body: &str) -> Resp {
+        send(
+            self.addr,
+            Method::POST,
+            path,
+            Some(body.as_bytes().to_vec()),
+            &[],
+        )
+        .await
+    }
+
+    pub async fn post_json(&self, path: &str, body: &Value) -> Resp {
+        self.post(path, &body.to_string()).await
+    }
+
+    /// Creates a workflow and asserts it was accepted.
+    pub async fn create_workflow(&self, def: &Value) -> Value {
+        let r = self.post_json("/workflow", def).await;
+        assert_eq!(r.status, 200, "creating workflow: {}", r.text());
+        r.json()
+    }
+
+    pub async fn shutdown(mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown().await;
+        }
+    }
+}
+
+/// A simple one-step HTTP workflow definition.
+pub fn simple_workflow(name: &str) -> Value {
+    serde_json::json!({
+        "name": name,
+        "description": "test",
+        "steps": [{"name": "step1", "mode": "HTTP", "val": {"method": "GET", "url": "http://127.0.0.1:9/none"}}]
+    })
+}
+
+/// A response, fully read.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: StatusCode,
+    pub headers: hyper::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Resp {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", self.text()))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// Asserts Clamp's error shape with this status, and returns the message.
+    pub fn expect_error(&self, status: u16) -> String {
+        assert_eq!(self.status.as_u16(), status, "{}", self.text());
+        let v = self.json();
+        assert_eq!(v["code"], status, "{v}");
+        v["message"]
+            .as_str()
+            .expect("message is a string")
+            .to_string()
+    }
+}
+
+/// Sends one request on a fresh connection.
+pub async fn send(
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+    body: Option<Vec<u8>>,
+    headers: &[(&str, &str)],
+) -> Resp {
+    let stream = TcpStream::connect(addr).await.expect("connects");
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .expect("handshake");
+    tokio::spawn(conn);
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", addr.to_string());
+    for (k, v) in headers {
+        req = req.header(*k, HeaderValue::from_str(v).unwrap());
+    }
+    let req = req
+        .body(Full::new(Bytes::from(body.unwrap_or_default())))
+        .unwrap();
+    let resp = sender.send_request(req).await.expect("response");
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    Resp {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// A persistent keep-alive client connection.
+pub struct Conn {
+    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    addr: SocketAddr,
+}
+
+impl Conn {
+    pub async fn open(addr: SocketAddr) -> Conn {
+        let stream = TcpStream::connect(addr).await.expect("connects");
+        let (sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .expect("handshake");
+        tokio::spawn(conn);
+        Conn { sender, addr }
+    }
+
+    pub async fn post(&mut self, path: &str, body: &str) -> Result<Resp, hyper::Error> {
+        self.sender.ready().await?;
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri(path)
+            .header("host", self.addr.to_string())
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        let resp = self.sender.send_request(req).await?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let body = resp.into_body().collect().await?.to_bytes();
+        Ok(Resp {
+            status,
+            headers,
+            body,
+        })
+    }
+}
+
+/// A TCP proxy in front of Postgres that a test can cut (refuse and reset every
+/// connection, like a dead server) or stall (keep connections open, forward nothing).
+pub struct PgProxy {
+    pub addr: SocketAddr,
+    cut: Arc<AtomicBool>,
+    stalled: Arc<AtomicBool>,
+    generation: Arc<AtomicU64>,
+}
+
+impl PgProxy {
+    pub async fn start() -> PgProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cut = Arc::new(AtomicBool::new(false));
+        let stalled = Arc::new(AtomicBool::new(false));
+        let generation = Arc::new(AtomicU64::new(0));
+        let upstream: SocketAddr = "127.0.0.1:5432".parse().unwrap();
+        let (c, s, g) = (cut.clone(), stalled.clone(), generation.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else {
+                    continue;
+                };
+                if c.load(Ordering::SeqCst) {
+                    let _ = client.shutdown().await;
+                    continue;
+                }
+                let (c, s, g) = (c.clone(), s.clone(), g.clone());
+                let born = g.load(Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let Ok(server) = TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut sr, mut sw) = server.into_split();
+                    let alive =
+                        move || !c.load(Ordering::SeqCst) && g.load(Ordering::SeqCst) == born;
+                    let s2 = s.clone();
+                    let alive2 = alive.clone();
+                    let up = tokio::spawn(async move { pump(&mut cr, &mut sw, &s2, alive2).await });
+                    pump(&mut sr, &mut cw, &s, alive).await;
+                    up.abort();
+                });
+            }
+        });
+        PgProxy {
+            addr,
+            cut,
+            stalled,
+            generation,
+        }
+    }
+
+    /// A database URL through the proxy.
+    pub fn url(&self, db: &str) -> String {
+        format!("postgres://postgres@{}/{}", self.addr, db)
+    }
+
+    /// Cuts every connection and refuses new ones until `restore`.
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Stops forwarding bytes (connections stay open) until `restore`.
+    pub fn stall(&self) {
+        self.stalled.store(true, Ordering::SeqCst);
+    }
+
+    pub fn restore(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+        self.stalled.store(false, Ordering::SeqCst);
+    }
+}
+
+async fn pump<R, W>(r: &mut R, w: &mut W, stalled: &AtomicBool, alive: impl Fn() -> bool)
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::AsyncReadExt;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = tokio::select! {
+            r = r.read(&mut buf) => match r { Ok(0) | Err(_) => return, Ok(n) => n },
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {
+                if !alive() { return; }
+                continue;
+            }
+        };
+        while stalled.load(Ordering::SeqCst) {
+            if !alive() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if !alive() || w.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
