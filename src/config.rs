@@ -82,6 +82,10 @@ pub struct Args {
     #[arg(long, env = "CLAMP_MAX_BATCH", default_value_t = 1024)]
     pub max_batch: usize,
 
+    /// Batches each thread may have in flight at once (each on its own connection).
+    #[arg(long, env = "CLAMP_FLUSH_CONCURRENCY", default_value_t = 2)]
+    pub flush_concurrency: usize,
+
     /// How long a request waits for room in a full buffer before it gets 503, in milliseconds.
     #[arg(long, env = "CLAMP_ENQUEUE_WAIT_MS", default_value_t = 200)]
     pub enqueue_wait_ms: u64,
@@ -114,6 +118,36 @@ pub struct Args {
     #[arg(long, env = "CLAMP_SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000)]
     pub shutdown_timeout_ms: u64,
 
+    /// Service requests each thread executes at once.
+    #[arg(long, env = "CLAMP_MAX_RUNNING", default_value_t = 4096)]
+    pub max_running: usize,
+
+    /// How long a claim on a service request lasts without renewal, in milliseconds.
+    /// After a crash, another instance (or this one restarted) continues the request
+    /// once its lease has expired.
+    #[arg(long, env = "CLAMP_LEASE_MS", default_value_t = 10_000)]
+    pub lease_ms: u64,
+
+    /// How often the sweeper looks for runnable requests, in milliseconds.
+    #[arg(long, env = "CLAMP_SWEEP_INTERVAL_MS", default_value_t = 250)]
+    pub sweep_interval_ms: u64,
+
+    /// Most requests one sweep claims.
+    #[arg(long, env = "CLAMP_CLAIM_BATCH", default_value_t = 512)]
+    pub claim_batch: usize,
+
+    /// Connect timeout of HTTP steps, in milliseconds.
+    #[arg(long, env = "CLAMP_STEP_CONNECT_TIMEOUT_MS", default_value_t = 10_000)]
+    pub step_connect_timeout_ms: u64,
+
+    /// Total timeout of one HTTP step call, in milliseconds (a step's `val.timeout_ms` overrides it).
+    #[arg(long, env = "CLAMP_STEP_TIMEOUT_MS", default_value_t = 10_000)]
+    pub step_timeout_ms: u64,
+
+    /// Largest step response read, in bytes (the step fails beyond it).
+    #[arg(long, env = "CLAMP_STEP_MAX_RESPONSE", default_value_t = 4 << 20)]
+    pub step_max_response: usize,
+
     /// Request headers to persist and forward beyond the default set, comma-separated
     /// (e.g. `authorization,cookie`, which are never forwarded otherwise).
     #[arg(long, env = "CLAMP_FORWARD_HEADERS", value_delimiter = ',')]
@@ -139,6 +173,7 @@ pub struct Config {
     pub ack: AckMode,
     pub buffer_rows: usize,
     pub max_batch: usize,
+    pub flush_concurrency: usize,
     pub enqueue_wait: Duration,
     pub flush_timeout: Duration,
     pub body_limit: usize,
@@ -147,6 +182,11 @@ pub struct Config {
     pub pool_size: u32,
     pub db_connect_timeout: Duration,
     pub shutdown_timeout: Duration,
+    pub max_running: usize,
+    pub lease: Duration,
+    pub sweep_interval: Duration,
+    pub claim_batch: usize,
+    pub http: crate::engine::http_step::HttpSettings,
     /// Lower-cased names that are forwarded although hop-by-hop or sensitive by default.
     pub forward_headers_extra: Vec<String>,
     pub log_level: String,
@@ -196,7 +236,18 @@ impl Config {
         positive(a.body_limit, "--body-limit")?;
         positive(a.max_headers, "--max-headers")?;
         positive(a.pool_size as usize, "--pool-size")?;
-        if a.header_timeout_ms == 0 || a.flush_timeout_ms == 0 {
+        positive(a.flush_concurrency, "--flush-concurrency")?;
+        if a.flush_concurrency > a.pool_size as usize {
+            return Err(ConfigError(
+                "--flush-concurrency cannot exceed --pool-size (each batch needs a connection)".into(),
+            ));
+        }
+        positive(a.max_running, "--max-running")?;
+        positive(a.claim_batch, "--claim-batch")?;
+        if a.lease_ms < 300 {
+            return Err(ConfigError("--lease-ms must be at least 300".into()));
+        }
+        if a.header_timeout_ms == 0 || a.flush_timeout_ms == 0 || a.step_timeout_ms == 0 {
             return Err(ConfigError("timeouts must be at least 1 ms".into()));
         }
         Ok(Config {
@@ -207,6 +258,7 @@ impl Config {
             ack: a.ack,
             buffer_rows: a.buffer_rows,
             max_batch: a.max_batch.min(a.buffer_rows),
+            flush_concurrency: a.flush_concurrency,
             enqueue_wait: Duration::from_millis(a.enqueue_wait_ms),
             flush_timeout: Duration::from_millis(a.flush_timeout_ms),
             body_limit: a.body_limit,
@@ -215,6 +267,16 @@ impl Config {
             pool_size: a.pool_size,
             db_connect_timeout: Duration::from_millis(a.db_connect_timeout_ms.max(1)),
             shutdown_timeout: Duration::from_millis(a.shutdown_timeout_ms),
+            max_running: a.max_running,
+            lease: Duration::from_millis(a.lease_ms),
+            sweep_interval: Duration::from_millis(a.sweep_interval_ms.max(1)),
+            claim_batch: a.claim_batch,
+            http: crate::engine::http_step::HttpSettings {
+                connect_timeout: Duration::from_millis(a.step_connect_timeout_ms.max(1)),
+                timeout: Duration::from_millis(a.step_timeout_ms),
+                max_response_bytes: a.step_max_response.max(1),
+                max_idle_per_host: 256,
+            },
             forward_headers_extra: a
                 .forward_headers
                 .iter()

@@ -6,6 +6,7 @@
 //! start it in-process on port 0.
 
 pub mod config;
+pub mod engine;
 pub mod http;
 pub mod ids;
 pub mod metrics;

@@ -70,6 +70,10 @@ pub async fn serve_core(
     let (buffer, rx) = buffer::channel(cfg.buffer_rows);
     app.buffers.lock().push(buffer.clone());
     let (close_tx, close_rx) = oneshot::channel();
+    let executor = crate::engine::Executor::new(app.clone(), pool.clone());
+    let (stop_engine, engine_stop) = watch::channel(false);
+    let sweeper = tokio::spawn(executor.clone().sweep(engine_stop.clone()));
+    let renewer = tokio::spawn(executor.clone().renew(engine_stop));
     let flusher = tokio::spawn(buffer::run_flusher(
         buffer.clone(),
         rx,
@@ -77,16 +81,18 @@ pub async fn serve_core(
         FlusherConfig {
             ack: cfg.ack,
             max_batch: cfg.max_batch,
+            concurrency: cfg.flush_concurrency,
             hard_timeout: cfg.flush_timeout + Duration::from_secs(2),
         },
         app.metrics.clone(),
-        None,
+        Some(executor.clone() as Arc<dyn buffer::Handoff>),
         close_rx,
     ));
     let core = Arc::new(Core {
         app: app.clone(),
         pool,
         buffer,
+        executor: executor.clone(),
     });
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
@@ -141,6 +147,11 @@ pub async fn serve_core(
     drop(core);
     let _ = close_tx.send(());
     let _ = flusher.await;
+    // Running steps may finish within the shutdown timeout; the rest are released.
+    let _ = stop_engine.send(true);
+    let _ = sweeper.await;
+    executor.shutdown(cfg.shutdown_timeout).await;
+    let _ = renewer.await;
 }
 
 /// Starts the runtimes; returns one receiver per thread that fires when it has finished.

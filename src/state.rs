@@ -27,6 +27,7 @@ pub struct Core {
     pub app: Arc<App>,
     pub pool: Pool,
     pub buffer: WriteBuffer,
+    pub executor: Arc<crate::engine::Executor>,
 }
 
 /// Headers that are never persisted with a service request nor forwarded to steps:

@@ -32,7 +32,8 @@
 //!           "created_rate": r, "completed_rate": r,
 //!           "overhead_ms": {"p50", "p90", "p99", "p999", "max", "mean"},
 //!           "negative_overhead": n,     // samples clamped to 0
-//!           "downstream_calls": {"step1": n, "step2": n} | null},  // e2e only
+//!           "downstream_calls": {"step1", "step2", "health", "other"} | null},
+//!                                       // e2e only; calls seen by the in-process mock
 //!   "find_max": {"slo_p99_us": 10000, "max_rate": 12000.0 | null,
 //!                "steps": [{"offered_rate", "achieved_rate", "errors",
 //!                           "p50_us", "p99_us", "p999_us", "pass", "reason"}]}
@@ -48,6 +49,7 @@ pub mod duration;
 pub mod engine;
 pub mod findmax;
 pub mod histogram;
+pub mod http1;
 pub mod mock;
 pub mod progress;
 pub mod recorder;

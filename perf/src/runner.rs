@@ -12,7 +12,6 @@ use crate::svg;
 use crate::target::Target;
 use anyhow::{bail, Context};
 use bytes::Bytes;
-use hyper::header::HeaderValue;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -61,7 +60,7 @@ pub fn execute(cmd: Command) -> anyhow::Result<ExitCode> {
     let target = Target::parse(&load.url).map_err(anyhow::Error::msg)?;
     let ep = Arc::new(Endpoint {
         addr: target.resolve().map_err(anyhow::Error::msg)?,
-        host: HeaderValue::from_str(&target.authority)?,
+        host: target.authority.clone(),
         timeout: load.timeout,
     });
     let (workload, downstream) = prepare(&target, &ep, setup)?;
@@ -115,8 +114,8 @@ fn prepare(
 ) -> anyhow::Result<(Arc<Workload>, Option<Arc<MockStats>>)> {
     let wf = match &setup {
         Setup::Get(path) => {
-            let uri = target.path(path).parse()?;
-            return Ok((Arc::new(Workload::Get { uri }), None));
+            let path = target.path(path);
+            return Ok((Arc::new(Workload::Get { path }), None));
         }
         Setup::Create(wf) | Setup::Mixed(wf, _) | Setup::E2e(wf, ..) => wf.clone(),
     };
@@ -148,12 +147,12 @@ fn prepare(
             name
         }
     };
-    let create = target.path(&format!("/serviceRequest/{name}")).parse()?;
+    let create = target.path(&format!("/serviceRequest/{name}"));
     let body = Bytes::from_static(CLAIM_PAYLOAD.as_bytes());
     let read_prefix = target.path("/serviceRequest/");
     let workload = match setup {
         Setup::Get(_) => unreachable!("returned above"),
-        Setup::Create(_) => Workload::Create { uri: create, body },
+        Setup::Create(_) => Workload::Create { path: create, body },
         Setup::Mixed(_, read_ratio) => Workload::Mixed {
             create,
             body,
@@ -261,7 +260,7 @@ fn emit(load: &LoadArgs, report: &Report) -> anyhow::Result<()> {
             report.scenario, report.connections
         );
         let svg = match &report.find_max {
-            Some(f) => svg::latency_vs_rate(&title, &f.steps, f.slo_p99_us),
+            Some(f) => svg::latency_vs_rate(&title, &f.steps, f.slo_p99_us, f.max_rate),
             None => svg::throughput_over_time(&title, &report.per_second, report.offered_rate),
         };
         std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;

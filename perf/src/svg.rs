@@ -199,8 +199,9 @@ pub fn render(c: &Chart) -> String {
     s
 }
 
-/// find-max: latency percentiles (ms, log scale) against offered rate.
-pub fn latency_vs_rate(title: &str, steps: &[Step], slo_us: u64) -> String {
+/// find-max: latency percentiles (ms, log scale) against offered rate,
+/// with the SLO and the rate found marked.
+pub fn latency_vs_rate(title: &str, steps: &[Step], slo_us: u64, max_rate: Option<f64>) -> String {
     let mut sorted: Vec<&Step> = steps.iter().collect();
     sorted.sort_by(|a, b| a.offered_rate.total_cmp(&b.offered_rate));
     let line = |f: fn(&Step) -> u64| -> Vec<(f64, f64)> {
@@ -214,22 +215,34 @@ pub fn latency_vs_rate(title: &str, steps: &[Step], slo_us: u64) -> String {
         .zip(sorted.last())
         .map_or((0.0, 1.0), |(a, b)| (a.offered_rate, b.offered_rate));
     let slo = slo_us as f64 / 1e3;
+    let mut all = vec![
+        series("p50", "#1f77b4", line(|s| s.p50_us)),
+        series("p99", "#d62728", line(|s| s.p99_us)),
+        series("p99.9", "#9467bd", line(|s| s.p999_us)),
+        Series {
+            name: "p99 SLO".into(),
+            color: "#555555",
+            points: vec![(lo, slo), (hi, slo)],
+            dashed: true,
+        },
+    ];
+    if let Some(rate) = max_rate {
+        // Spans the plotted latencies so it does not stretch the y axis.
+        let lats = sorted.iter().flat_map(|s| [s.p50_us, s.p999_us, slo_us]);
+        let (min, max) = lats.fold((u64::MAX, 0), |(a, b), v| (a.min(v), b.max(v)));
+        all.push(Series {
+            name: format!("max {rate:.0}/s"),
+            color: "#2ca02c",
+            points: vec![(rate, min.max(1) as f64 / 1e3), (rate, max as f64 / 1e3)],
+            dashed: true,
+        });
+    }
     render(&Chart {
         title: title.to_string(),
         x_label: "offered rate (req/s)".into(),
         y_label: "latency (ms, log scale)".into(),
         log_y: true,
-        series: vec![
-            series("p50", "#1f77b4", line(|s| s.p50_us)),
-            series("p99", "#d62728", line(|s| s.p99_us)),
-            series("p99.9", "#9467bd", line(|s| s.p999_us)),
-            Series {
-                name: "p99 SLO".into(),
-                color: "#555555",
-                points: vec![(lo, slo), (hi, slo)],
-                dashed: true,
-            },
-        ],
+        series: all,
     })
 }
 
@@ -293,10 +306,12 @@ mod tests {
 
     #[test]
     fn find_max_chart_has_three_percentiles_and_slo() {
-        let svg = latency_vs_rate("a < b", &[step(2000.0, 900), step(1000.0, 500)], 10_000);
+        let steps = [step(2000.0, 900), step(1000.0, 500)];
+        let svg = latency_vs_rate("a < b", &steps, 10_000, Some(2000.0));
         assert!(svg.starts_with("<svg"));
         assert!(svg.trim_end().ends_with("</svg>"));
-        assert_eq!(svg.matches("<polyline").count(), 4);
+        assert_eq!(svg.matches("<polyline").count(), 5);
+        assert!(svg.contains("max 2000/s"));
         assert!(svg.contains("a &lt; b"));
         assert!(svg.contains("p99.9"));
     }

@@ -1,15 +1,198 @@
-//! `POST /stepResponse`: resumes a service request paused at an ASYNC step.
+//! `POST /stepResponse`: the answer to a paused ASYNC step.
+//!
+//! The response is durable before the 200: one statement records it on the step and
+//! marks the request RESUMED with its next step and that step's request, and only if the
+//! request is PAUSED at exactly this step. The local sweeper is woken to continue it.
+//! A response for a step already answered is a harmless duplicate (200, "duplicate
+//! ignored"); one for a step the request is not waiting on is 409; an unknown request 404.
 
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
 
-use super::response::{error, Resp};
+use super::body;
+use super::response::{error, json_bytes, store_error, Resp};
 use crate::state::Core;
+use crate::store::StoreError;
 
-/// Resuming needs the execution engine; until it runs, nothing is ever PAUSED.
-pub async fn post(_core: &Core, _req: Request<Incoming>) -> Resp {
-    error(
-        StatusCode::NOT_IMPLEMENTED,
-        "step responses are not supported yet",
+/// The error form of a step response.
+#[derive(Debug, Deserialize)]
+pub struct StepError {
+    #[serde(default)]
+    pub code: i64,
+    #[serde(default)]
+    pub message: String,
+}
+
+/// The body of `POST /stepResponse` (and of broker replies).
+#[derive(Debug, Deserialize)]
+pub struct StepResponse {
+    #[serde(rename = "serviceRequestId")]
+    pub service_request_id: String,
+    #[serde(rename = "stepId")]
+    pub step_id: i64,
+    #[serde(default)]
+    pub response: Option<Value>,
+    #[serde(default)]
+    pub error: Option<StepError>,
+}
+
+/// What applying a step response did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Applied {
+    Resumed,
+    Duplicate,
+    NotWaiting(String),
+    Unknown,
+}
+
+const RESUME: &str = "\
+WITH resumed AS (
+    UPDATE service_requests SET status = 'RESUMED', current_step_id = $3,
+        step_request = COALESCE($4, (SELECT request FROM steps_status
+                                     WHERE service_request_id = $1 AND step_id = $2 ORDER BY id DESC LIMIT 1)),
+        failed_step_id = $5, reason = $6, lease_owner = NULL, lease_until = '-infinity', updated_at = now()
+    WHERE id = $1 AND status = 'PAUSED' AND current_step_id = $2
+    RETURNING id
+), answered AS (
+    UPDATE steps_status SET status = $7, response = $8, reason = $9, finished_at = now(),
+        time_taken_ms = round(extract(epoch FROM now() - started_at) * 1000)::bigint
+    WHERE service_request_id = $1 AND step_id = $2 AND status = 'STARTED'
+      AND EXISTS (SELECT 1 FROM resumed)
+)
+SELECT count(*) FROM resumed";
+
+/// Parses and checks a step response body.
+pub fn parse(body: &[u8]) -> Result<(Uuid, u32, StepResponse), String> {
+    let r: StepResponse = serde_json::from_slice(body).map_err(|e| format!("invalid step response: {e}"))?;
+    let id = Uuid::parse_str(&r.service_request_id).map_err(|_| "serviceRequestId is not a valid UUID".to_string())?;
+    let step = u32::try_from(r.step_id).ok().filter(|s| *s > 0).ok_or("stepId must be a positive integer")?;
+    let has_error = r.error.as_ref().is_some_and(|e| e.code != 0 || !e.message.is_empty());
+    if r.response.is_none() && !has_error {
+        return Err("a step response needs a response or an error".into());
+    }
+    Ok((id, step, r))
+}
+
+/// Applies a step response; shared by the HTTP handler and the broker consumers.
+pub async fn apply(core: &Core, id: Uuid, step_id: u32, r: &StepResponse) -> Result<Applied, StoreError> {
+    let conn = core.pool.get().await?;
+    let Some(row) = conn
+        .client
+        .query_opt(
+            "SELECT workflow_name, status, current_step_id FROM service_requests WHERE id = $1",
+            &[&id],
+        )
+        .await?
+    else {
+        return Ok(Applied::Unknown);
+    };
+    let wf_name: String = row.get(0);
+    let status: String = row.get(1);
+    let current: i32 = row.get(2);
+    let wf = match crate::http::service_requests::find_workflow(core, &wf_name).await {
+        Ok(Some(wf)) => wf,
+        _ => return Err(StoreError::Unavailable(format!("workflow {wf_name} not found"))),
+    };
+    let Some(step) = wf.step(step_id) else {
+        return Ok(Applied::NotWaiting(format!("workflow {wf_name} has no step {step_id}")));
+    };
+    let failure = r.error.as_ref().filter(|e| e.code != 0 || !e.message.is_empty());
+    let (next, next_request, failed_step, reason, rec_status, rec_response, rec_reason) = match failure {
+        None => {
+            let resp = r.response.clone().unwrap_or(Value::Null).to_string();
+            let next = wf.next_main(step_id).unwrap_or(0);
+            (next, Some(resp.clone()), None, None, "COMPLETED", resp, None)
+        }
+        Some(e) => {
+            let why = format!("step '{}' failed: {} {}", step.name, e.code, e.message);
+            let next = step.on_failure.first().copied().unwrap_or(0);
+            let errors = json!({"errors": {"code": e.code, "message": e.message}}).to_string();
+            (next, None, Some(step_id as i32), Some(why.clone()), "FAILED", errors, Some(why))
+        }
+    };
+    let stmt = conn.stmt(RESUME).await?;
+    let n: i64 = conn
+        .client
+        .query_one(
+            &stmt,
+            &[
+                &id,
+                &(step_id as i32),
+                &(next as i32),
+                &next_request,
+                &failed_step,
+                &reason,
+                &rec_status,
+                &rec_response,
+                &rec_reason,
+            ],
+        )
+        .await?
+        .get(0);
+    if n == 1 {
+        core.executor.wake();
+        return Ok(Applied::Resumed);
+    }
+    // Not applied: a duplicate of an answer already recorded, or not the paused step.
+    let answered: bool = conn
+        .client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM steps_status WHERE service_request_id = $1 AND step_id = $2 \
+             AND status IN ('COMPLETED', 'FAILED'))",
+            &[&id, &(step_id as i32)],
+        )
+        .await?
+        .get(0);
+    if answered && step.step_type == crate::workflow::StepType::Async {
+        return Ok(Applied::Duplicate);
+    }
+    Ok(Applied::NotWaiting(format!(
+        "service request is {status} at step {current}, not waiting for a response to step {step_id}"
+    )))
+}
+
+/// `POST /stepResponse`.
+pub async fn post(core: &Core, req: Request<Incoming>) -> Resp {
+    let app = &core.app;
+    let body = match body::read(req, app.config.body_limit, app.config.header_timeout).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let (id, step_id, r) = match parse(&body) {
+        Ok(x) => x,
+        Err(msg) => return error(StatusCode::BAD_REQUEST, &msg),
+    };
+    match apply(core, id, step_id, &r).await {
+        Ok(Applied::Resumed) => ok("success"),
+        Ok(Applied::Duplicate) => ok("duplicate response ignored"),
+        Ok(Applied::NotWaiting(msg)) => error(StatusCode::CONFLICT, &msg),
+        Ok(Applied::Unknown) => error(StatusCode::NOT_FOUND, "no service request with this id"),
+        Err(e) => store_error(e, "step response"),
+    }
+}
+
+fn ok(message: &'static str) -> Resp {
+    json_bytes(
+        StatusCode::OK,
+        bytes::Bytes::from(format!("{{\"code\":200,\"message\":\"{message}\"}}")),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_step_responses() {
+        let id = "0190b8a0-0000-7000-8000-000000000000";
+        assert!(parse(format!(r#"{{"serviceRequestId":"{id}","stepId":2,"response":{{"a":1}}}}"#).as_bytes()).is_ok());
+        assert!(parse(format!(r#"{{"serviceRequestId":"{id}","stepId":2,"error":{{"code":500,"message":"x"}}}}"#).as_bytes()).is_ok());
+        assert!(parse(format!(r#"{{"serviceRequestId":"{id}","stepId":2}}"#).as_bytes()).is_err());
+        assert!(parse(format!(r#"{{"serviceRequestId":"{id}","stepId":0,"response":{{}}}}"#).as_bytes()).is_err());
+        assert!(parse(br#"{"serviceRequestId":"nope","stepId":1,"response":{}}"#).is_err());
+        assert!(parse(b"not json").is_err());
+    }
 }

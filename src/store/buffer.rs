@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use uuid::Uuid;
 
 use super::pool::Pool;
@@ -63,8 +63,8 @@ pub trait Handoff: Send + Sync {
     fn reserve(&self, n: usize) -> usize;
     /// Gives back reservations that were not used (the batch failed).
     fn release(&self, n: usize);
-    /// Starts rows that committed leased to this instance.
-    fn start(&self, rows: Vec<(Uuid, Arc<Workflow>)>);
+    /// Starts rows that committed leased to this instance: (id, workflow, payload, headers).
+    fn start(self: Arc<Self>, rows: Vec<(Uuid, Arc<Workflow>, Bytes, Bytes)>);
     /// This instance's lease owner id.
     fn owner(&self) -> Uuid;
     /// How long a fresh lease lasts.
@@ -124,6 +124,8 @@ impl WriteBuffer {
 pub struct FlusherConfig {
     pub ack: AckMode,
     pub max_batch: usize,
+    /// Batches in flight at once.
+    pub concurrency: usize,
     /// Client-side bound on a statement, beyond the server's statement_timeout, for a
     /// connection that stops answering altogether.
     pub hard_timeout: Duration,
@@ -149,13 +151,22 @@ pub async fn run_flusher(
     handoff: Option<Arc<dyn Handoff>>,
     close: oneshot::Receiver<()>,
 ) {
-    let state = buffer.state.clone();
+    let shared = Arc::new(Shared {
+        state: buffer.state.clone(),
+        pool,
+        cfg: cfg.clone(),
+        metrics,
+        handoff,
+    });
     // The flusher must not keep its own channel open, or shutdown would never end.
     drop(buffer);
-    let mut batch: Vec<PendingRow> = Vec::with_capacity(cfg.max_batch);
-    let mut backoff = Duration::from_millis(50);
+    // Several batches may be in flight at once (on different connections): Postgres
+    // then flushes their commits together, and a slow commit does not stall the buffer.
+    let slots = Arc::new(Semaphore::new(cfg.concurrency));
     let mut close = Some(close);
     loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else { return };
+        let mut batch: Vec<PendingRow> = Vec::with_capacity(cfg.max_batch);
         // Once told to close, refuse new rows but keep draining what is queued.
         let n = match close.as_mut() {
             Some(c) => tokio::select! {
@@ -169,76 +180,82 @@ pub async fn run_flusher(
             None => rx.recv_many(&mut batch, cfg.max_batch).await,
         };
         if n == 0 {
-            return;
+            break;
         }
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            shared.flush(batch).await;
+            drop(permit);
+        });
+    }
+    // Wait for the batches still in flight.
+    let _ = slots.acquire_many(cfg.concurrency as u32).await;
+}
+
+/// What every in-flight batch of one flusher shares.
+struct Shared {
+    state: Arc<BufferState>,
+    pool: Pool,
+    cfg: FlusherConfig,
+    metrics: Arc<Metrics>,
+    handoff: Option<Arc<dyn Handoff>>,
+}
+
+impl Shared {
+    /// Writes one batch and answers its rows (retrying in `ack=accept` mode until it commits).
+    async fn flush(&self, mut batch: Vec<PendingRow>) {
+        let mut backoff = Duration::from_millis(50);
         loop {
-            let n_leased = handoff.as_ref().map_or(0, |h| h.reserve(batch.len()));
+            let handoff = self.handoff.as_deref();
+            let n_leased = handoff.map_or(0, |h| h.reserve(batch.len()));
             let started = Instant::now();
-            let result = write_batch(
-                &pool,
-                &batch,
-                n_leased,
-                handoff.as_deref(),
-                cfg.hard_timeout,
-            )
-            .await;
-            metrics.commit_seconds.observe_duration(started.elapsed());
-            metrics.batch_rows.observe(batch.len() as f64);
-            match result {
+            let result = write_batch(&self.pool, &batch, n_leased, handoff, self.cfg.hard_timeout).await;
+            self.metrics.commit_seconds.observe_duration(started.elapsed());
+            self.metrics.batch_rows.observe(batch.len() as f64);
+            let e = match result {
                 Ok(()) => {
-                    state.unavailable_until_ms.store(0, Ordering::Relaxed);
-                    backoff = Duration::from_millis(50);
-                    metrics.rows_written.inc_by(batch.len() as u64);
-                    if let Some(h) = &handoff {
-                        if n_leased > 0 {
-                            h.start(
-                                batch[..n_leased]
-                                    .iter()
-                                    .map(|r| (r.id, r.workflow.clone()))
-                                    .collect(),
-                            );
-                        }
+                    self.state.unavailable_until_ms.store(0, Ordering::Relaxed);
+                    self.metrics.rows_written.inc_by(batch.len() as u64);
+                    if let (Some(h), true) = (&self.handoff, n_leased > 0) {
+                        let rows = batch[..n_leased]
+                            .iter()
+                            .map(|r| (r.id, r.workflow.clone(), r.payload.clone(), r.headers.clone()))
+                            .collect();
+                        h.clone().start(rows);
                     }
                     for row in batch.drain(..) {
                         if let Some(ack) = row.ack {
                             let _ = ack.send(Ok(()));
                         }
                     }
-                    break;
+                    return;
                 }
-                Err(e) => {
-                    if let Some(h) = &handoff {
-                        h.release(n_leased);
-                    }
-                    metrics.flush_errors.inc();
-                    match e {
-                        StoreError::Invalid(_) => {
-                            // One bad row must not fail its neighbours: write them one by one.
-                            write_rows_singly(&pool, &mut batch, &metrics, cfg.hard_timeout).await;
-                            break;
-                        }
-                        _ => {
-                            let until = state.epoch.elapsed() + OUTAGE_BACKOFF;
-                            state
-                                .unavailable_until_ms
-                                .store(until.as_millis() as u64, Ordering::Relaxed);
-                            if cfg.ack == AckMode::Commit {
-                                tracing::warn!(rows = batch.len(), error = %e, "batch insert failed; answered 503");
-                                for row in batch.drain(..) {
-                                    if let Some(ack) = row.ack {
-                                        let _ = ack.send(Err(AckError::Unavailable));
-                                    }
-                                }
-                                break;
-                            }
-                            // ack=accept: these rows were acknowledged; keep them until they commit.
-                            tracing::warn!(rows = batch.len(), error = %e, "batch insert failed; retrying");
-                            tokio::time::sleep(backoff).await;
-                            backoff = (backoff * 2).min(Duration::from_secs(2));
-                        }
-                    }
-                }
+                Err(e) => e,
+            };
+            if let Some(h) = handoff {
+                h.release(n_leased);
             }
+            self.metrics.flush_errors.inc();
+            if let StoreError::Invalid(_) = e {
+                // One bad row must not fail its neighbours: write them one by one.
+                write_rows_singly(&self.pool, &mut batch, &self.metrics, self.cfg.hard_timeout).await;
+                return;
+            }
+            let until = self.state.epoch.elapsed() + OUTAGE_BACKOFF;
+            self.state.unavailable_until_ms.store(until.as_millis() as u64, Ordering::Relaxed);
+            if self.cfg.ack == AckMode::Commit {
+                tracing::warn!(rows = batch.len(), error = %e, "batch insert failed; answered 503");
+                for row in batch.drain(..) {
+                    if let Some(ack) = row.ack {
+                        let _ = ack.send(Err(AckError::Unavailable));
+                    }
+                }
+                return;
+            }
+            // ack=accept: these rows were acknowledged; keep them until they commit.
+            tracing::warn!(rows = batch.len(), error = %e, "batch insert failed; retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(2));
         }
     }
 }

@@ -19,6 +19,20 @@ pub struct PgConn {
     pub get_request: Statement,
     /// One service request's step attempts, oldest first.
     pub get_steps: Statement,
+    /// Other statements, prepared on first use on this connection.
+    cache: parking_lot::Mutex<std::collections::HashMap<&'static str, Statement>>,
+}
+
+impl PgConn {
+    /// `sql` prepared on this connection (once; later calls reuse it).
+    pub async fn stmt(&self, sql: &'static str) -> Result<Statement, tokio_postgres::Error> {
+        if let Some(s) = self.cache.lock().get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.client.prepare(sql).await?;
+        self.cache.lock().insert(sql, s.clone());
+        Ok(s)
+    }
 }
 
 /// Statement texts, kept beside the manager that prepares them.
@@ -27,13 +41,15 @@ pub mod sql {
         (id, workflow_name, payload, headers, lease_owner, lease_until) \
         SELECT id, wf, payload, headers, \
                CASE WHEN leased THEN $6::uuid END, \
-               CASE WHEN leased THEN now() + $7::float8 * interval '1 millisecond' END \
-        FROM UNNEST($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[], $5::bool[]) \
+               CASE WHEN leased THEN now() + $7::float8 * interval '1 millisecond' ELSE '-infinity' END \
+        FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[]) \
              AS t(id, wf, payload, headers, leased)";
     pub const INSERT_REQUEST: &str = "INSERT INTO service_requests \
         (id, workflow_name, payload, headers, lease_owner, lease_until) \
-        VALUES ($1, $2, $3, $4, $5::uuid, CASE WHEN $5::uuid IS NULL THEN NULL ELSE now() + $6::float8 * interval '1 millisecond' END)";
-    pub const GET_REQUEST: &str = "SELECT workflow_name, status, current_step_id, reason, \
+        VALUES ($1, $2, $3, $4, $5::uuid, CASE WHEN $5::uuid IS NULL THEN '-infinity' ELSE now() + $6::float8 * interval '1 millisecond' END)";
+    pub const GET_REQUEST: &str = "SELECT workflow_name, \
+        CASE WHEN status = 'NEW' AND lease_until > now() THEN 'IN_PROGRESS' ELSE status END AS status, \
+        current_step_id, reason, \
         to_json(created_at) #>> '{}' AS created_at FROM service_requests WHERE id = $1";
     pub const GET_STEPS: &str =
         "SELECT step_id, step_name, status, request, response, time_taken_ms, reason, \
@@ -63,6 +79,7 @@ impl bb8::ManageConnection for PgManager {
             insert_request,
             get_request,
             get_steps,
+            cache: Default::default(),
         })
     }
 

@@ -108,8 +108,8 @@ pub async fn service_request_status(conn: &PgConn, id: Uuid) -> Result<Option<Va
     for r in &steps {
         let step_id: i32 = r.get("step_id");
         let name: &str = r.get("step_name");
-        let request: Option<Value> = r.get("request");
-        let response: Option<Value> = r.get("response");
+        let request = parse_opt(r.get("request"));
+        let response = parse_opt(r.get("response"));
         let started: f64 = r.get("started_ms");
         let finished: Option<f64> = r.get("finished_ms");
         first_start = Some(first_start.map_or(started, |f: f64| f.min(started)));
@@ -186,10 +186,16 @@ pub async fn service_requests_page(
                 "workflow_name": r.get::<_, &str>("workflow_name"),
                 "status": r.get::<_, &str>("status"),
                 "created_at": r.get::<_, &str>("created_at"),
-                "payload": r.get::<_, Value>("payload"),
+                "payload": parse_opt(r.get("payload")).unwrap_or(Value::Null),
                 "current_step_id": r.get::<_, i32>("current_step_id"),
                 "reason": r.get::<_, Option<&str>>("reason").unwrap_or(""),
             })
         })
         .collect())
+}
+
+/// Parses stored JSON text (validated before it was written); unparsable text is returned
+/// as a string rather than failing the whole read.
+pub fn parse_opt(text: Option<&str>) -> Option<Value> {
+    text.map(|t| serde_json::from_str(t).unwrap_or_else(|_| Value::String(t.to_string())))
 }

@@ -22,7 +22,7 @@ impl ToSql for RawJson<'_> {
     }
 
     fn accepts(ty: &Type) -> bool {
-        *ty == Type::JSONB || *ty == Type::JSON
+        *ty == Type::JSONB || *ty == Type::JSON || *ty == Type::TEXT
     }
 
     to_sql_checked!();

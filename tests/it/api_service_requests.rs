@@ -47,9 +47,9 @@ async fn creates_and_reads_service_requests() {
         )
         .await
         .unwrap();
-    let payload: serde_json::Value = row.get(0);
+    let payload: serde_json::Value = serde_json::from_str(row.get(0)).unwrap();
     assert_eq!(payload, json!({"claim": {"type": "MOTOR", "amount": 12.5}}));
-    let headers: serde_json::Value = row.get(1);
+    let headers: serde_json::Value = serde_json::from_str(row.get(1)).unwrap();
     let text = headers.to_string();
     assert!(
         text.contains("x-correlation-id") && text.contains("c-1"),

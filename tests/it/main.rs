@@ -3,6 +3,9 @@
 
 mod api_service_requests;
 mod api_workflows;
+mod downstream;
+mod engine;
+mod engine_recovery;
 mod durability;
 mod hardening;
 mod support;

@@ -359,3 +359,23 @@ where
         }
     }
 }
+
+/// Polls `GET /serviceRequest/{id}` until its status is one of `want` (or `within` passes).
+pub async fn wait_status(s: &TestServer, id: &str, want: &[&str], within: Duration) -> Value {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let v = s.get(&format!("/serviceRequest/{id}")).await.json();
+        let st = v["status"].as_str().unwrap_or("").to_string();
+        if want.contains(&st.as_str()) || std::time::Instant::now() > deadline {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Creates a service request and returns its id.
+pub async fn create_request(s: &TestServer, workflow: &str, payload: &Value) -> String {
+    let r = s.post_json(&format!("/serviceRequest/{workflow}"), payload).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["serviceRequestId"].as_str().unwrap().to_string()
+}

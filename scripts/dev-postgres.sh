@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Starts (or stops) a throwaway PostgreSQL cluster from this machine's PostgreSQL binaries,
+# with trust authentication on 127.0.0.1, and prints a DATABASE_URL for it.
+#
+#   scripts/dev-postgres.sh start [DIR] [PORT]   # default DIR=/tmp/clamp-pg-$PORT, PORT=55432
+#   scripts/dev-postgres.sh stop  [DIR]
+#   scripts/dev-postgres.sh url   [PORT]
+#
+# Tests that stop Postgres on purpose use their own cluster from this script, so the
+# tests running beside them keep theirs.
+set -euo pipefail
+
+find_bin() {
+  local d
+  for d in /usr/lib/postgresql/*/bin /usr/local/pgsql/bin /usr/pgsql-*/bin; do
+    if [ -x "$d/initdb" ]; then echo "$d"; return 0; fi
+  done
+  if command -v initdb >/dev/null 2>&1; then dirname "$(command -v initdb)"; return 0; fi
+  echo "dev-postgres: no PostgreSQL server binaries found (apt-get install postgresql)" >&2
+  return 1
+}
+
+cmd=${1:-start}
+case "$cmd" in
+  start)
+    port=${3:-55432}
+    dir=${2:-/tmp/clamp-pg-$port}
+    bin=$(find_bin)
+    # initdb and postgres refuse to run as root: run them as the postgres user when root.
+    as=()
+    if [ "$(id -u)" = 0 ]; then
+      id postgres >/dev/null 2>&1 || useradd --system --home-dir /var/lib/postgresql postgres
+      as=(runuser -u postgres --)
+    fi
+    if [ ! -f "$dir/PG_VERSION" ]; then
+      mkdir -p "$dir"
+      [ "$(id -u)" = 0 ] && chown postgres "$dir"
+      "${as[@]}" "$bin/initdb" -D "$dir" -U postgres --auth=trust -E UTF8 >/dev/null
+    fi
+    if ! "${as[@]}" "$bin/pg_ctl" -D "$dir" status >/dev/null 2>&1; then
+      "${as[@]}" "$bin/pg_ctl" -D "$dir" -l "$dir/server.log" -w -t 30 \
+        -o "-p $port -c listen_addresses=127.0.0.1 -k $dir -c max_connections=200" start >/dev/null
+    fi
+    echo "postgres://postgres@127.0.0.1:$port/clamp"
+    ;;
+  stop)
+    dir=${2:-/tmp/clamp-pg-55432}
+    bin=$(find_bin)
+    as=()
+    [ "$(id -u)" = 0 ] && as=(runuser -u postgres --)
+    "${as[@]}" "$bin/pg_ctl" -D "$dir" -m fast -w stop >/dev/null 2>&1 || true
+    ;;
+  url)
+    echo "postgres://postgres@127.0.0.1:${2:-55432}/clamp"
+    ;;
+  *)
+    echo "usage: $0 start [DIR] [PORT] | stop [DIR] | url [PORT]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Makes sure the services the tests need are installed and running on this machine:
+# PostgreSQL on 127.0.0.1:5432 (trust auth for local TCP) and RabbitMQ on 127.0.0.1:5672.
+# Safe to run again; installs only what is missing (Debian packages).
+set -euo pipefail
+
+log() { echo "services: $*" >&2; }
+sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+apt_updated=0
+apt_install() {
+  if [ $apt_updated = 0 ]; then sudo_ apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive sudo_ apt-get install -y -qq "$@" >/dev/null
+}
+
+pg_up() { pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; }
+
+ensure_postgres() {
+  if ! command -v pg_ctlcluster >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
+    log "installing PostgreSQL"
+    apt_install postgresql postgresql-client
+  fi
+  if ! pg_up; then
+    local ver
+    ver=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -1 || true)
+    if [ -z "$ver" ]; then
+      ver=$(ls /usr/lib/postgresql | sort -V | tail -1)
+      sudo_ pg_createcluster "$ver" main >/dev/null
+    fi
+    local hba=/etc/postgresql/$ver/main/pg_hba.conf
+    # The tests connect as postgres over TCP without a password.
+    if ! grep -q "clamp-tests" "$hba" 2>/dev/null; then
+      sudo_ sed -i '1i host all all 127.0.0.1/32 trust # clamp-tests\nhost all all ::1/128 trust # clamp-tests' "$hba"
+    fi
+    log "starting PostgreSQL $ver"
+    sudo_ pg_ctlcluster --skip-systemctl-redirect "$ver" main start || true
+    for _ in $(seq 1 30); do pg_up && break; sleep 1; done
+  fi
+  pg_up || { log "PostgreSQL did not come up on 127.0.0.1:5432"; exit 1; }
+  psql -h 127.0.0.1 -U postgres -d postgres -Atqc 'select 1' >/dev/null \
+    || { log "cannot log in to PostgreSQL as postgres over TCP (trust auth expected)"; exit 1; }
+}
+
+rabbit_up() { (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; }
+
+ensure_rabbitmq() {
+  if ! command -v rabbitmq-server >/dev/null 2>&1; then
+    log "installing RabbitMQ"
+    apt_install rabbitmq-server
+  fi
+  if ! rabbit_up; then
+    log "starting RabbitMQ"
+    sudo_ rabbitmq-server -detached >/dev/null 2>&1 || true
+    for _ in $(seq 1 60); do rabbit_up && break; sleep 1; done
+  fi
+  rabbit_up || { log "RabbitMQ did not come up on 127.0.0.1:5672"; exit 1; }
+}
+
+case "${1:-all}" in
+  postgres) ensure_postgres ;;
+  rabbitmq) ensure_rabbitmq ;;
+  all) ensure_postgres; ensure_rabbitmq ;;
+  *) echo "usage: $0 [postgres|rabbitmq|all]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,104 @@
+//! The lease queries: claiming runnable requests, renewing and releasing leases, and
+//! loading what a claimed request needs to continue where it stopped.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use crate::store::queries::parse_opt;
+use crate::store::{PgConn, StoreError};
+
+/// A request this instance just claimed.
+#[derive(Debug)]
+pub struct Claimed {
+    pub id: Uuid,
+    pub workflow_name: String,
+    pub status: String,
+    pub payload: String,
+    pub headers: String,
+    pub current_step_id: u32,
+    pub step_request: Option<String>,
+    pub failed_step_id: Option<u32>,
+}
+
+/// Claims up to `limit` runnable requests whose lease is free or expired. One statement:
+/// the inner SELECT skips rows another instance is claiming at the same moment.
+const CLAIM: &str = "\
+UPDATE service_requests s SET lease_owner = $1,
+       lease_until = now() + $2::float8 * interval '1 millisecond', updated_at = now()
+WHERE s.id IN (
+    SELECT id FROM service_requests
+    WHERE status IN ('NEW', 'IN_PROGRESS', 'RESUMED') AND lease_until < now()
+    ORDER BY lease_until
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED)
+RETURNING s.id, s.workflow_name, s.status, s.payload, s.headers, s.current_step_id,
+          s.step_request, s.failed_step_id";
+
+pub async fn claim(conn: &PgConn, owner: Uuid, lease: Duration, limit: i64) -> Result<Vec<Claimed>, StoreError> {
+    let stmt = conn.stmt(CLAIM).await?;
+    let rows = conn.client.query(&stmt, &[&owner, &(lease.as_secs_f64() * 1000.0), &limit]).await?;
+    Ok(rows
+        .iter()
+        .map(|r| Claimed {
+            id: r.get(0),
+            workflow_name: r.get(1),
+            status: r.get(2),
+            payload: r.get(3),
+            headers: r.get(4),
+            current_step_id: r.get::<_, i32>(5).max(0) as u32,
+            step_request: r.get(6),
+            failed_step_id: r.get::<_, Option<i32>>(7).map(|s| s.max(0) as u32),
+        })
+        .collect())
+}
+
+/// Extends the leases of `ids` still held by `owner`; returns the ids renewed (the others
+/// were lost to another instance).
+const RENEW: &str = "\
+UPDATE service_requests SET lease_until = now() + $2::float8 * interval '1 millisecond'
+WHERE id = ANY($3) AND lease_owner = $1
+RETURNING id";
+
+pub async fn renew(conn: &PgConn, owner: Uuid, lease: Duration, ids: &[Uuid]) -> Result<Vec<Uuid>, StoreError> {
+    let stmt = conn.stmt(RENEW).await?;
+    let rows = conn.client.query(&stmt, &[&owner, &(lease.as_secs_f64() * 1000.0), &ids]).await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Gives up every lease `owner` holds, so another instance can continue at once.
+pub async fn release_all(conn: &PgConn, owner: Uuid) -> Result<u64, StoreError> {
+    Ok(conn
+        .client
+        .execute(
+            "UPDATE service_requests SET lease_owner = NULL, lease_until = '-infinity' WHERE lease_owner = $1",
+            &[&owner],
+        )
+        .await?)
+}
+
+/// The context of finished steps (`{step_context_name: {request, response}}`), rebuilt
+/// from their records when a request continues after a pause or a restart.
+pub async fn load_context(conn: &PgConn, id: Uuid) -> Result<Map<String, Value>, StoreError> {
+    let rows = conn
+        .client
+        .query(
+            "SELECT step_name, request, response FROM steps_status \
+             WHERE service_request_id = $1 ORDER BY id",
+            &[&id],
+        )
+        .await?;
+    let mut ctx = Map::new();
+    for r in rows {
+        let name: &str = r.get(0);
+        ctx.insert(
+            crate::workflow::expr::context_name(name),
+            serde_json::json!({
+                "request": parse_opt(r.get(1)).unwrap_or(Value::Null),
+                "response": parse_opt(r.get(2)).unwrap_or(Value::Null),
+            }),
+        );
+    }
+    Ok(ctx)
+}

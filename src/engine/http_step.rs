@@ -1,0 +1,126 @@
+//! Running an HTTP step: one pooled hyper client per runtime, connect and total timeouts,
+//! a response size cap, and the headers a step sends.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use hyper::Request;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use serde_json::Value;
+
+use crate::workflow::HttpVal;
+
+/// The pooled client a runtime's steps share.
+#[derive(Clone)]
+pub struct HttpClient {
+    client: Client<HttpConnector, Full<Bytes>>,
+    timeout: Duration,
+    max_response: usize,
+}
+
+/// Settings for step HTTP calls.
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    pub connect_timeout: Duration,
+    /// Total time for one call, unless the step overrides it.
+    pub timeout: Duration,
+    pub max_response_bytes: usize,
+    pub max_idle_per_host: usize,
+}
+
+impl HttpClient {
+    pub fn new(s: &HttpSettings) -> HttpClient {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(s.connect_timeout));
+        connector.set_nodelay(true);
+        connector.enforce_http(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(s.max_idle_per_host)
+            .build(connector);
+        HttpClient { client, timeout: s.timeout, max_response: s.max_response_bytes }
+    }
+
+    /// Calls the step. Any 2xx is success; the response body is parsed as JSON (a body
+    /// that is not JSON is kept as a string, an empty one is `null`). Errors are the
+    /// reason the step failed, as recorded.
+    pub async fn call(
+        &self,
+        val: &HttpVal,
+        body: &Value,
+        forwarded: &[(String, String)],
+        idempotency_key: &str,
+    ) -> Result<Value, String> {
+        let mut req = Request::builder().method(val.method.clone()).uri(val.url.clone());
+        let headers = req.headers_mut().expect("builder has no error yet");
+        // Forwarded client headers first, so the step's own headers win.
+        for (k, v) in forwarded.iter().chain(val.headers.iter()) {
+            if let (Ok(k), Ok(v)) = (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(v)) {
+                headers.insert(k, v);
+            }
+        }
+        headers.insert(
+            HeaderName::from_static("idempotency-key"),
+            HeaderValue::from_str(idempotency_key).expect("ids are header-safe"),
+        );
+        let payload = if val.method == hyper::Method::GET {
+            Bytes::new()
+        } else {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            Bytes::from(serde_json::to_vec(body).expect("values serialize"))
+        };
+        let req = req.body(Full::new(payload)).map_err(|e| format!("cannot build request: {e}"))?;
+        let timeout = val.timeout_ms.map_or(self.timeout, Duration::from_millis);
+        let call = async {
+            let resp = self.client.request(req).await.map_err(|e| describe(&e))?;
+            let status = resp.status();
+            let bytes = Limited::new(resp.into_body(), self.max_response)
+                .collect()
+                .await
+                .map_err(|e| {
+                    if e.is::<http_body_util::LengthLimitError>() {
+                        format!("response larger than {} bytes", self.max_response)
+                    } else {
+                        format!("reading response: {e}")
+                    }
+                })?
+                .to_bytes();
+            Ok::<_, String>((status, bytes))
+        };
+        let (status, bytes) = tokio::time::timeout(timeout, call)
+            .await
+            .map_err(|_| format!("timed out after {} ms", timeout.as_millis()))??;
+        let value = parse_body(&bytes);
+        if status.is_success() {
+            Ok(value)
+        } else {
+            let snippet = String::from_utf8_lossy(&bytes[..bytes.len().min(256)]).into_owned();
+            Err(format!("HTTP {} {} answered {}: {}", val.method, val.url, status.as_u16(), snippet))
+        }
+    }
+}
+
+fn parse_body(b: &[u8]) -> Value {
+    if b.iter().all(u8::is_ascii_whitespace) {
+        return Value::Null;
+    }
+    serde_json::from_slice(b).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(b).into_owned()))
+}
+
+/// A one-line reason for a client error, with its cause (connection refused, …).
+fn describe(e: &hyper_util::client::legacy::Error) -> String {
+    let mut s = if e.is_connect() { "connection failed".to_string() } else { "request failed".to_string() };
+    let mut cur: Option<&dyn std::error::Error> = std::error::Error::source(e);
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}

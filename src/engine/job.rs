@@ -1,0 +1,277 @@
+//! One service request's execution: steps in order, conditions, transforms, failure
+//! handling and pauses, each step's outcome written (fenced by the lease) before the
+//! next step starts, so a crash repeats at most the step that was running.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Map, Value};
+use uuid::Uuid;
+
+use super::writer::{StepRecord, Transition, WriteError};
+use super::Executor;
+use crate::workflow::{transform, CompiledStep, Mode, StepType, Val, Workflow};
+
+/// What a request needs to continue.
+pub struct Job {
+    pub id: Uuid,
+    pub wf: Arc<Workflow>,
+    /// Forwardable headers of the original request.
+    pub headers: Vec<(String, String)>,
+    /// The step to run next; None when no step is left.
+    pub next: Option<u32>,
+    /// The request the next step receives.
+    pub request: Value,
+    /// The failed step whose onFailure steps are running, and why it failed.
+    pub failing: Option<(u32, String)>,
+    /// `{step_context_name: {request, response}}` of the steps run so far.
+    pub context: Map<String, Value>,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+}
+
+/// Parses persisted forwardable headers (`[[name, value], …]`).
+pub fn parse_headers(text: &[u8]) -> Vec<(String, String)> {
+    serde_json::from_slice::<Vec<(String, String)>>(text).unwrap_or_default()
+}
+
+enum Outcome {
+    Done(Value),
+    Failed(String),
+    /// An ASYNC step was sent; the request waits for its response.
+    Sent,
+}
+
+/// How long to wait before retrying a write the database did not take.
+const WRITE_RETRY: Duration = Duration::from_millis(200);
+
+impl Job {
+    /// The onFailure sibling after `step_id` while handling `parent`'s failure.
+    fn next_on_failure(&self, parent: u32, step_id: u32) -> Option<u32> {
+        let list = &self.wf.step(parent)?.on_failure;
+        if step_id == parent {
+            return list.first().copied();
+        }
+        let pos = list.iter().position(|&s| s == step_id)?;
+        list.get(pos + 1).copied()
+    }
+
+    /// The context as a condition or transform of `step` sees it: the steps so far, plus
+    /// this step with its request.
+    fn context_for(&self, step: &CompiledStep, request: &Value) -> Map<String, Value> {
+        let mut ctx = self.context.clone();
+        ctx.insert(step.context_name.clone(), json!({"request": request, "response": Value::Null}));
+        ctx
+    }
+}
+
+/// Runs `job` to completion, to a pause, or until its lease is lost.
+pub async fn run(exec: &Executor, mut job: Job) {
+    loop {
+        let Some(step_id) = job.next else {
+            // Reached only when a request resumes with no step left (e.g. a final ASYNC step).
+            let (status, reason) = match &job.failing {
+                Some((_, r)) => ("FAILED", Some(r.clone())),
+                None => ("COMPLETED", None),
+            };
+            let t = Transition {
+                id: job.id,
+                status,
+                next_step: 0,
+                next_request: None,
+                failed_step: job.failing.as_ref().map(|f| f.0),
+                reason,
+                release: true,
+                step: None,
+            };
+            if write(exec, t).await {
+                exec.count_finished(status);
+            }
+            return;
+        };
+        let Some(step) = job.wf.step(step_id).cloned() else {
+            let t = final_failure(&job, format!("step {step_id} is not part of workflow {}", job.wf.def.name));
+            if write(exec, t).await {
+                exec.count_finished("FAILED");
+            }
+            return;
+        };
+        let started = now_ms();
+        let request = job.request.clone();
+
+        // A false condition skips the step and passes its request on.
+        if job.failing.is_none() {
+            if let Some(cond) = &step.when {
+                if !cond.eval(&job.context_for(&step, &request)) {
+                    let next = job.wf.next_main(step_id);
+                    let text = request.to_string();
+                    job.context
+                        .insert(step.context_name.clone(), json!({"request": request, "response": request}));
+                    let t = transition(&job, next, Some(text.clone()), record(&step, "SKIPPED", &text, Some(&text), started, None));
+                    if !write(exec, t.clone()).await {
+                        return;
+                    }
+                    if t.status != "IN_PROGRESS" {
+                        exec.count_finished(t.status);
+                        return;
+                    }
+                    job.next = next;
+                    continue;
+                }
+            }
+        }
+
+        let body = match &step.transform {
+            Some(spec) => transform::shift(spec, &Value::Object(job.context_for(&step, &request))),
+            None => request,
+        };
+        let body_text = body.to_string();
+        let is_async = step.step_type == StepType::Async && job.failing.is_none();
+        let outcome = execute(exec, &job, &step, &body, is_async).await;
+        exec.app.metrics.steps_executed.inc();
+        let finished = now_ms();
+        match outcome {
+            Outcome::Sent => {
+                let t = Transition {
+                    id: job.id,
+                    status: "PAUSED",
+                    next_step: step_id,
+                    next_request: None,
+                    failed_step: None,
+                    reason: None,
+                    release: true,
+                    step: Some(record(&step, "STARTED", &body_text, None, started, None)),
+                };
+                write(exec, t).await;
+                return;
+            }
+            Outcome::Done(response) => {
+                let resp_text = response.to_string();
+                let rec = record(&step, "COMPLETED", &body_text, Some(&resp_text), started, Some(finished));
+                job.context
+                    .insert(step.context_name.clone(), json!({"request": body, "response": response}));
+                let (next, next_request) = match &job.failing {
+                    // onFailure steps all receive the failed step's request.
+                    Some((parent, _)) => (job.next_on_failure(*parent, step_id), job.request.clone()),
+                    None => (job.wf.next_main(step_id), response),
+                };
+                let t = transition(&job, next, Some(next_request.to_string()), rec);
+                if !write(exec, t.clone()).await {
+                    return;
+                }
+                if t.status != "IN_PROGRESS" {
+                    exec.count_finished(t.status);
+                    return;
+                }
+                job.next = next;
+                job.request = next_request;
+            }
+            Outcome::Failed(reason) => {
+                let error = json!({"errors": {"code": 500, "message": reason}});
+                let rec = StepRecord {
+                    reason: Some(reason.clone()),
+                    ..record(&step, "FAILED", &body_text, Some(&error.to_string()), started, Some(finished))
+                };
+                job.context.insert(step.context_name.clone(), json!({"request": body, "response": error}));
+                let next = match &job.failing {
+                    Some((parent, _)) => job.next_on_failure(*parent, step_id),
+                    None => {
+                        job.failing = Some((step_id, format!("step '{}' failed: {reason}", step.name)));
+                        job.request = body;
+                        job.next_on_failure(step_id, step_id)
+                    }
+                };
+                let t = transition(&job, next, Some(job.request.to_string()), rec);
+                if !write(exec, t.clone()).await {
+                    return;
+                }
+                if t.status != "IN_PROGRESS" {
+                    exec.count_finished(t.status);
+                    return;
+                }
+                job.next = next;
+            }
+        }
+    }
+}
+
+async fn execute(exec: &Executor, job: &Job, step: &CompiledStep, body: &Value, is_async: bool) -> Outcome {
+    let key = format!("{}:{}", job.id, step.id);
+    match (&step.val, step.mode) {
+        (Val::Http(val), Mode::Http) => match exec.http.call(val, body, &job.headers, &key).await {
+            Ok(_) if is_async => Outcome::Sent,
+            Ok(v) => Outcome::Done(v),
+            Err(reason) => Outcome::Failed(reason),
+        },
+        (_, mode) => Outcome::Failed(format!(
+            "{} steps cannot run: this server has no {} broker support enabled",
+            mode.as_str(),
+            mode.as_str()
+        )),
+    }
+}
+
+fn record(step: &CompiledStep, status: &'static str, request: &str, response: Option<&str>, started: f64, finished: Option<f64>) -> StepRecord {
+    StepRecord {
+        step_id: step.id,
+        step_name: step.name.clone(),
+        status,
+        request: Some(request.to_string()),
+        response: response.map(str::to_string),
+        started_ms: started,
+        finished_ms: finished,
+        reason: None,
+    }
+}
+
+/// The transition after a step: on to `next`, or finished when none is left.
+fn transition(job: &Job, next: Option<u32>, next_request: Option<String>, rec: StepRecord) -> Transition {
+    let (status, reason) = match (next, &job.failing) {
+        (Some(_), _) => ("IN_PROGRESS", None),
+        (None, Some((_, reason))) => ("FAILED", Some(reason.clone())),
+        (None, None) => ("COMPLETED", None),
+    };
+    Transition {
+        id: job.id,
+        status,
+        next_step: next.unwrap_or(0),
+        next_request: if next.is_some() { next_request } else { None },
+        failed_step: job.failing.as_ref().map(|f| f.0),
+        reason,
+        release: next.is_none(),
+        step: Some(rec),
+    }
+}
+
+fn final_failure(job: &Job, reason: String) -> Transition {
+    Transition {
+        id: job.id,
+        status: "FAILED",
+        next_step: 0,
+        next_request: None,
+        failed_step: None,
+        reason: Some(reason),
+        release: true,
+        step: None,
+    }
+}
+
+/// Writes a transition, retrying while the database is away; false when the lease is
+/// lost or the executor is stopping (the request is someone else's now, or later).
+async fn write(exec: &Executor, t: Transition) -> bool {
+    loop {
+        match exec.writer.write(t.clone()).await {
+            Ok(()) => return true,
+            Err(WriteError::LeaseLost) => return false,
+            Err(WriteError::Unavailable) => {
+                if exec.is_stopping() {
+                    return false;
+                }
+                tokio::time::sleep(WRITE_RETRY).await;
+            }
+        }
+    }
+}

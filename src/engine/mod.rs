@@ -1,0 +1,368 @@
+//! Executing service requests without an in-memory queue: work is found in Postgres.
+//!
+//! Each runtime has an `Executor` with a bounded number of running requests. Rows created
+//! while it has room are inserted already leased to this instance and handed over after
+//! their batch commits (the write buffer's `Handoff`); a sweeper claims whatever else is
+//! runnable (new rows inserted unleased, resumed rows, and rows whose owner died) with
+//! one `UPDATE … FOR UPDATE SKIP LOCKED` statement; a renewer keeps the leases of running
+//! requests fresh and stops any request whose lease another instance took.
+
+pub mod claim;
+pub mod http_step;
+pub mod job;
+pub mod writer;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use serde_json::Value;
+use tokio::task::AbortHandle;
+use uuid::Uuid;
+
+use crate::state::App;
+use crate::store::buffer::Handoff;
+use crate::store::Pool;
+use crate::workflow::Workflow;
+use http_step::HttpClient;
+use job::Job;
+use writer::StepWriter;
+
+/// One runtime's executor.
+pub struct Executor {
+    pub app: Arc<App>,
+    pub pool: Pool,
+    pub http: HttpClient,
+    pub writer: StepWriter,
+    capacity: usize,
+    in_use: AtomicUsize,
+    running: Mutex<HashMap<Uuid, AbortHandle>>,
+    stopping: AtomicBool,
+    /// Wakes the sweeper early (a request was resumed).
+    wake: tokio::sync::Notify,
+}
+
+impl Executor {
+    /// Creates the executor and starts its writer; call inside the runtime it serves.
+    pub fn new(app: Arc<App>, pool: Pool) -> Arc<Executor> {
+        let cfg = &app.config;
+        let http = HttpClient::new(&cfg.http);
+        let writer = writer::start(pool.clone(), app.instance_id, app.metrics.clone(), cfg.max_running, 2);
+        Arc::new(Executor {
+            capacity: cfg.max_running,
+            app,
+            pool,
+            http,
+            writer,
+            in_use: AtomicUsize::new(0),
+            running: Mutex::new(HashMap::new()),
+            stopping: AtomicBool::new(false),
+            wake: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// Asks the sweeper to look for runnable requests now.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
+
+    /// Requests running now.
+    pub fn n_running(&self) -> usize {
+        self.running.lock().len()
+    }
+
+    fn free(&self) -> usize {
+        self.capacity.saturating_sub(self.in_use.load(Ordering::Relaxed))
+    }
+
+    /// Reserves up to `n` slots; returns how many were reserved.
+    pub fn try_reserve(&self, n: usize) -> usize {
+        if self.is_stopping() {
+            return 0;
+        }
+        let mut cur = self.in_use.load(Ordering::Relaxed);
+        loop {
+            let take = n.min(self.capacity.saturating_sub(cur));
+            if take == 0 {
+                return 0;
+            }
+            match self.in_use.compare_exchange_weak(cur, cur + take, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return take,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    fn unreserve(&self, n: usize) {
+        self.in_use.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// Starts a job in a slot already reserved for it.
+    pub fn spawn(self: &Arc<Self>, job: Job) {
+        let id = job.id;
+        let exec = self.clone();
+        // Registered before the task can finish, so its own cleanup always finds it.
+        let mut running = self.running.lock();
+        let handle = tokio::spawn(async move {
+            job::run(&exec, job).await;
+            exec.forget(id);
+        });
+        running.insert(id, handle.abort_handle());
+    }
+
+    /// Drops a finished (or lost) request and frees its slot, once.
+    fn forget(&self, id: Uuid) {
+        if self.running.lock().remove(&id).is_some() {
+            self.unreserve(1);
+        }
+    }
+
+    pub fn count_finished(&self, status: &str) {
+        match status {
+            "COMPLETED" => self.app.metrics.completed.inc(),
+            "FAILED" => self.app.metrics.failed.inc(),
+            _ => 0,
+        };
+    }
+
+    /// Builds the job for a claimed row, loading the context of the steps already run.
+    async fn job_for(&self, c: claim::Claimed) -> Result<Job, String> {
+        let wf = match self.app.workflows.get(&c.workflow_name) {
+            Some(wf) => wf,
+            None => {
+                let conn = self.pool.get().await.map_err(|e| e.to_string())?;
+                let def = crate::store::queries::workflow_by_name(&conn, &c.workflow_name)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| format!("workflow {} does not exist", c.workflow_name))?;
+                let wf = Arc::new(crate::workflow::compile(def).map_err(|e| e.0)?);
+                self.app.workflows.insert(wf.clone());
+                wf
+            }
+        };
+        let payload: Value = serde_json::from_str(&c.payload).unwrap_or(Value::Null);
+        let headers = job::parse_headers(c.headers.as_bytes());
+        if c.status == "NEW" {
+            return Ok(Job {
+                id: c.id,
+                next: wf.main.first().copied(),
+                wf,
+                headers,
+                request: payload,
+                failing: None,
+                context: Default::default(),
+            });
+        }
+        let conn = self.pool.get().await.map_err(|e| e.to_string())?;
+        let context = claim::load_context(&conn, c.id).await.map_err(|e| e.to_string())?;
+        let request = match c.step_request {
+            Some(t) => serde_json::from_str(&t).unwrap_or(Value::Null),
+            None => payload,
+        };
+        let failing = c.failed_step_id.map(|s| (s, String::new()));
+        let failing = match failing {
+            Some((s, _)) => Some((s, self.failure_reason(c.id).await)),
+            None => None,
+        };
+        Ok(Job {
+            id: c.id,
+            wf,
+            headers,
+            next: (c.current_step_id > 0).then_some(c.current_step_id),
+            request,
+            failing,
+            context,
+        })
+    }
+
+    async fn failure_reason(&self, id: Uuid) -> String {
+        let Ok(conn) = self.pool.get().await else { return "a step failed".into() };
+        conn.client
+            .query_opt("SELECT reason FROM service_requests WHERE id = $1", &[&id])
+            .await
+            .ok()
+            .flatten()
+            .and_then(|r| r.get::<_, Option<String>>(0))
+            .filter(|r| !r.is_empty())
+            .unwrap_or_else(|| "a step failed".into())
+    }
+
+    /// Claims runnable rows while there is room; runs until `stop` fires.
+    pub async fn sweep(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let cfg = &self.app.config;
+        loop {
+            let claimed_full = match self.sweep_once().await {
+                Ok(n) => n > 0 && self.free() > 0,
+                Err(e) => {
+                    tracing::warn!(error = %e, "sweeper could not claim");
+                    false
+                }
+            };
+            // Claim again at once while rows keep coming and there is room; else wait.
+            let pause = if claimed_full { Duration::from_millis(1) } else { cfg.sweep_interval };
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = tokio::time::sleep(pause) => {}
+                _ = self.wake.notified() => {}
+            }
+            if *stop.borrow() {
+                return;
+            }
+        }
+    }
+
+    async fn sweep_once(self: &Arc<Self>) -> Result<usize, String> {
+        let want = self.try_reserve(self.app.config.claim_batch);
+        if want == 0 {
+            return Ok(0);
+        }
+        let claimed = async {
+            let conn = self.pool.get().await.map_err(|e| e.to_string())?;
+            claim::claim(&conn, self.app.instance_id, self.app.config.lease, want as i64)
+                .await
+                .map_err(|e| e.to_string())
+        }
+        .await;
+        let claimed = match claimed {
+            Ok(c) => c,
+            Err(e) => {
+                self.unreserve(want);
+                return Err(e);
+            }
+        };
+        self.unreserve(want - claimed.len());
+        let n = claimed.len();
+        self.app.metrics.leases_claimed.inc_by(n as u64);
+        for c in claimed {
+            let id = c.id;
+            match self.job_for(c).await {
+                Ok(job) => self.spawn(job),
+                Err(reason) => {
+                    tracing::error!(%id, %reason, "claimed request cannot run; marking it FAILED");
+                    let t = writer::Transition {
+                        id,
+                        status: "FAILED",
+                        next_step: 0,
+                        next_request: None,
+                        failed_step: None,
+                        reason: Some(reason),
+                        release: true,
+                        step: None,
+                    };
+                    let _ = self.writer.write(t).await;
+                    self.unreserve(1);
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Keeps running requests' leases fresh; stops those whose lease was taken.
+    pub async fn renew(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let lease = self.app.config.lease;
+        let every = lease / 3;
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+            let ids: Vec<Uuid> = self.running.lock().keys().copied().collect();
+            if ids.is_empty() {
+                continue;
+            }
+            let renewed = async {
+                let conn = self.pool.get().await.map_err(|e| e.to_string())?;
+                claim::renew(&conn, self.app.instance_id, lease, &ids).await.map_err(|e| e.to_string())
+            }
+            .await;
+            match renewed {
+                Ok(renewed) => {
+                    let renewed: std::collections::HashSet<Uuid> = renewed.into_iter().collect();
+                    for id in ids.iter().filter(|id| !renewed.contains(id)) {
+                        // Finished meanwhile (its lease released) or taken by another instance.
+                        let handle = self.running.lock().get(id).cloned();
+                        if let Some(h) = handle {
+                            h.abort();
+                            self.forget(*id);
+                            self.app.metrics.leases_lost.inc();
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
+            }
+        }
+    }
+
+    /// Stops claiming, lets running requests finish until `deadline`, then stops the rest
+    /// and releases their leases so another instance continues them at once.
+    pub async fn shutdown(&self, deadline: Duration) {
+        self.stopping.store(true, Ordering::Relaxed);
+        let until = tokio::time::Instant::now() + deadline;
+        while self.n_running() > 0 && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let left: Vec<(Uuid, AbortHandle)> = self.running.lock().drain().collect();
+        if left.is_empty() {
+            return;
+        }
+        for (_, h) in &left {
+            h.abort();
+        }
+        let ids: Vec<Uuid> = left.iter().map(|(id, _)| *id).collect();
+        if let Ok(conn) = self.pool.get().await {
+            match conn
+                .client
+                .execute(
+                    "UPDATE service_requests SET lease_owner = NULL, lease_until = '-infinity' \
+                     WHERE lease_owner = $1 AND id = ANY($2)",
+                    &[&self.app.instance_id, &ids],
+                )
+                .await
+            {
+                Ok(n) => tracing::info!(released = n, "released leases of unfinished requests"),
+                Err(e) => tracing::warn!(error = %e, "could not release leases; they will expire"),
+            }
+        }
+    }
+}
+
+impl Handoff for Executor {
+    fn reserve(&self, n: usize) -> usize {
+        self.try_reserve(n)
+    }
+
+    fn release(&self, n: usize) {
+        self.unreserve(n);
+    }
+
+    fn start(self: Arc<Self>, rows: Vec<(Uuid, Arc<Workflow>, Bytes, Bytes)>) {
+        let me = self;
+        for (id, wf, payload, headers) in rows {
+            let request = serde_json::from_slice(&payload).unwrap_or(Value::Null);
+            me.spawn(Job {
+                id,
+                next: wf.main.first().copied(),
+                wf,
+                headers: job::parse_headers(&headers),
+                request,
+                failing: None,
+                context: Default::default(),
+            });
+        }
+    }
+
+    fn owner(&self) -> Uuid {
+        self.app.instance_id
+    }
+
+    fn lease(&self) -> Duration {
+        self.app.config.lease
+    }
+}

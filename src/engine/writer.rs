@@ -1,0 +1,230 @@
+//! Batched, lease-fenced writes of step transitions.
+//!
+//! Every step an executor finishes becomes one `Transition`: the step's record (one row
+//! per attempt) and the request row's new status, next step and next request. Transitions
+//! from all running requests of a runtime are written together by one statement, so
+//! executing many requests costs few round trips. Each transition is applied only where
+//! the request row is still leased to this instance: the `UPDATE … WHERE lease_owner = $me`
+//! takes the row lock first, so a claim by another instance either happens before (and
+//! the write is refused) or waits for this commit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use uuid::Uuid;
+
+use crate::metrics::Metrics;
+use crate::store::{Pool, StoreError};
+
+/// A step's record, as written to `steps_status`.
+#[derive(Debug, Clone)]
+pub struct StepRecord {
+    pub step_id: u32,
+    pub step_name: String,
+    /// COMPLETED, FAILED, SKIPPED, or STARTED for an ASYNC step that was sent.
+    pub status: &'static str,
+    pub request: Option<String>,
+    pub response: Option<String>,
+    /// Milliseconds since the Unix epoch.
+    pub started_ms: f64,
+    pub finished_ms: Option<f64>,
+    pub reason: Option<String>,
+}
+
+/// One change to a request row, with the record of the step that caused it.
+#[derive(Debug, Clone)]
+pub struct Transition {
+    pub id: Uuid,
+    /// IN_PROGRESS, PAUSED, COMPLETED or FAILED.
+    pub status: &'static str,
+    pub next_step: u32,
+    pub next_request: Option<String>,
+    pub failed_step: Option<u32>,
+    pub reason: Option<String>,
+    /// Give the lease up (the request finished or paused).
+    pub release: bool,
+    pub step: Option<StepRecord>,
+}
+
+/// Why a transition was not applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteError {
+    /// Another instance holds the lease now: stop working on this request.
+    LeaseLost,
+    /// The database did not take the write; the caller retries.
+    Unavailable,
+}
+
+struct Pending {
+    t: Transition,
+    ack: oneshot::Sender<Result<(), WriteError>>,
+}
+
+/// The executor side of a runtime's transition writer.
+#[derive(Clone)]
+pub struct StepWriter {
+    tx: mpsc::Sender<Pending>,
+}
+
+impl StepWriter {
+    /// Writes `t` and waits for its commit.
+    pub async fn write(&self, t: Transition) -> Result<(), WriteError> {
+        let (ack, done) = oneshot::channel();
+        if self.tx.send(Pending { t, ack }).await.is_err() {
+            return Err(WriteError::Unavailable);
+        }
+        done.await.unwrap_or(Err(WriteError::Unavailable))
+    }
+}
+
+/// The statement: fence on the lease, update the request row, insert the step record.
+const WRITE_TRANSITIONS: &str = "\
+WITH input AS (
+    SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::int[], $4::text[], $5::int[], $6::text[], $7::bool[],
+                         $8::int[], $9::text[], $10::text[], $11::text[], $12::text[], $13::float8[], $14::float8[], $15::text[])
+        AS t(id, status, next_step, next_request, failed_step, reason, release,
+             step_id, step_name, step_status, step_request, step_response, started_ms, finished_ms, step_reason)
+), fenced AS (
+    UPDATE service_requests s SET
+        status = i.status, current_step_id = i.next_step, step_request = i.next_request,
+        failed_step_id = i.failed_step, reason = i.reason, updated_at = now(),
+        finished_at = CASE WHEN i.status IN ('COMPLETED', 'FAILED') THEN now() END,
+        lease_owner = CASE WHEN i.release THEN NULL ELSE s.lease_owner END,
+        lease_until = CASE WHEN i.release THEN '-infinity'::timestamptz ELSE s.lease_until END
+    FROM input i
+    WHERE s.id = i.id AND s.lease_owner = $16
+    RETURNING s.id
+), records AS (
+    INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
+                              started_at, finished_at, time_taken_ms, reason)
+    SELECT i.id, i.step_id, i.step_name, i.step_status, i.step_request, i.step_response,
+           to_timestamp(i.started_ms / 1000.0), to_timestamp(i.finished_ms / 1000.0),
+           CASE WHEN i.finished_ms IS NULL THEN NULL ELSE round(i.finished_ms - i.started_ms)::bigint END,
+           i.step_reason
+    FROM input i JOIN fenced f ON f.id = i.id
+    WHERE i.step_id > 0
+)
+SELECT id FROM fenced";
+
+/// Largest number of transitions in one statement.
+const MAX_BATCH: usize = 512;
+
+/// Starts a writer on the current runtime.
+pub fn start(pool: Pool, owner: Uuid, metrics: Arc<Metrics>, capacity: usize, concurrency: usize) -> StepWriter {
+    let (tx, rx) = mpsc::channel(capacity.max(1));
+    tokio::spawn(run(rx, pool, owner, metrics, concurrency.max(1)));
+    StepWriter { tx }
+}
+
+async fn run(mut rx: mpsc::Receiver<Pending>, pool: Pool, owner: Uuid, metrics: Arc<Metrics>, concurrency: usize) {
+    let slots = Arc::new(Semaphore::new(concurrency));
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else { return };
+        let mut batch = Vec::with_capacity(64);
+        if rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
+            break;
+        }
+        let pool = pool.clone();
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let result = write(&pool, &batch, owner).await;
+            match result {
+                Ok(applied) => {
+                    for p in batch {
+                        let ok = applied.contains(&p.t.id);
+                        if !ok {
+                            metrics.leases_lost.inc();
+                        }
+                        let _ = p.ack.send(if ok { Ok(()) } else { Err(WriteError::LeaseLost) });
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(n = batch.len(), error = %e, "step transition write failed");
+                    for p in batch {
+                        let _ = p.ack.send(Err(WriteError::Unavailable));
+                    }
+                }
+            }
+            drop(permit);
+        });
+    }
+    let _ = slots.acquire_many(concurrency as u32).await;
+}
+
+async fn write(pool: &Pool, batch: &[Pending], owner: Uuid) -> Result<Vec<Uuid>, StoreError> {
+    let conn = pool.get().await?;
+    let n = batch.len();
+    let mut ids = Vec::with_capacity(n);
+    let mut status = Vec::with_capacity(n);
+    let mut next_step = Vec::with_capacity(n);
+    let mut next_request = Vec::with_capacity(n);
+    let mut failed_step = Vec::with_capacity(n);
+    let mut reason = Vec::with_capacity(n);
+    let mut release = Vec::with_capacity(n);
+    let mut step_id = Vec::with_capacity(n);
+    let mut step_name = Vec::with_capacity(n);
+    let mut step_status = Vec::with_capacity(n);
+    let mut step_request = Vec::with_capacity(n);
+    let mut step_response = Vec::with_capacity(n);
+    let mut started = Vec::with_capacity(n);
+    let mut finished = Vec::with_capacity(n);
+    let mut step_reason = Vec::with_capacity(n);
+    for p in batch {
+        let t = &p.t;
+        ids.push(t.id);
+        status.push(t.status);
+        next_step.push(t.next_step as i32);
+        next_request.push(t.next_request.as_deref());
+        failed_step.push(t.failed_step.map(|s| s as i32));
+        reason.push(t.reason.as_deref());
+        release.push(t.release);
+        match &t.step {
+            Some(s) => {
+                step_id.push(s.step_id as i32);
+                step_name.push(s.step_name.as_str());
+                step_status.push(s.status);
+                step_request.push(s.request.as_deref());
+                step_response.push(s.response.as_deref());
+                started.push(s.started_ms);
+                finished.push(s.finished_ms);
+                step_reason.push(s.reason.as_deref());
+            }
+            None => {
+                step_id.push(0);
+                step_name.push("");
+                step_status.push("");
+                step_request.push(None);
+                step_response.push(None);
+                started.push(0.0);
+                finished.push(None);
+                step_reason.push(None);
+            }
+        }
+    }
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 16] = [
+        &ids,
+        &status,
+        &next_step,
+        &next_request,
+        &failed_step,
+        &reason,
+        &release,
+        &step_id,
+        &step_name,
+        &step_status,
+        &step_request,
+        &step_response,
+        &started,
+        &finished,
+        &step_reason,
+        &owner,
+    ];
+    let rows = tokio::time::timeout(Duration::from_secs(10), async {
+        let stmt = conn.stmt(WRITE_TRANSITIONS).await?;
+        conn.client.query(&stmt, &params).await
+    })
+        .await
+        .map_err(|_| StoreError::Unavailable("step write timed out".into()))??;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}

@@ -1,0 +1,109 @@
+//! A small downstream service for the steps to call: it records every request and
+//! answers by path (fixed JSON, echo, a status code, a delay), counting calls per
+//! Idempotency-Key so tests can prove no step ran twice.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+/// One request the downstream received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub method: String,
+    pub path: String,
+    pub headers: HashMap<String, String>,
+    pub body: Value,
+}
+
+#[derive(Default)]
+pub struct Log {
+    pub requests: Vec<Received>,
+    pub by_key: HashMap<String, usize>,
+}
+
+pub struct Downstream {
+    pub addr: SocketAddr,
+    pub log: Arc<Mutex<Log>>,
+}
+
+impl Downstream {
+    pub async fn start() -> Downstream {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let log: Arc<Mutex<Log>> = Arc::default();
+        let l = log.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                let l = l.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| handle(l.clone(), req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Downstream { addr, log }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn received(&self, path: &str) -> Vec<Received> {
+        self.log.lock().requests.iter().filter(|r| r.path == path).cloned().collect()
+    }
+
+    pub fn max_calls_per_key(&self) -> usize {
+        self.log.lock().by_key.values().copied().max().unwrap_or(0)
+    }
+
+    pub fn n_keys(&self) -> usize {
+        self.log.lock().by_key.len()
+    }
+}
+
+async fn handle(log: Arc<Mutex<Log>>, req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let method = req.method().to_string();
+    let path = req.uri().path().to_string();
+    let headers: HashMap<String, String> = req
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
+        .collect();
+    let bytes = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let body: Value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap_or(Value::Null) };
+    {
+        let mut l = log.lock();
+        if let Some(k) = headers.get("idempotency-key") {
+            *l.by_key.entry(k.clone()).or_default() += 1;
+        }
+        l.requests.push(Received { method, path: path.clone(), headers, body: body.clone() });
+    }
+    let (status, out) = match path.as_str() {
+        "/api/step1" => (200, json!({"user": {"id": 7, "ok": true}, "step": 1})),
+        "/api/echo" => (200, json!({"echo": body})),
+        "/api/accepted" => (202, json!({"accepted": true})),
+        p if p.starts_with("/status/") => (p[8..].parse().unwrap_or(500), json!({"error": "as asked"})),
+        p if p.starts_with("/slow/") => {
+            tokio::time::sleep(Duration::from_millis(p[6..].parse().unwrap_or(100))).await;
+            (200, json!({"slow": true}))
+        }
+        _ => (404, json!({"error": "no such path"})),
+    };
+    let mut r = Response::new(Full::new(Bytes::from(out.to_string())));
+    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+    r.headers_mut().insert("content-type", "application/json".parse().unwrap());
+    Ok(r)
+}

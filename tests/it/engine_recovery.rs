@@ -1,0 +1,204 @@
+//! Crashes, several instances, and lost leases: nothing acknowledged is lost, no step is
+//! run by two instances, and an instance that lost a lease changes nothing.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::downstream::Downstream;
+use crate::support::*;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn spawn_binary(db_url: &str, port: u16) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_clamp"))
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--database-url", db_url])
+        .args(["--threads", "2", "--lease-ms", "1000", "--sweep-interval-ms", "100"])
+        .env("LOG_LEVEL", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("binary starts")
+}
+
+async fn wait_healthy(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    while Instant::now() < deadline {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() && send(addr, hyper::Method::GET, "/health", None, &[]).await.status == 200 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("server on {port} did not come up");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_under_load_loses_no_acknowledged_request() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let port = free_port();
+    let mut child = spawn_binary(&db.url, port);
+    wait_healthy(port).await;
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let wf = json!({"name": "crash", "steps": [
+        {"name": "slow", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/slow/150")}},
+        {"name": "echo", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]});
+    let r = send(addr, hyper::Method::POST, "/workflow", Some(wf.to_string().into_bytes()), &[]).await;
+    assert_eq!(r.status, 200);
+
+    let acked: Arc<Mutex<Vec<Uuid>>> = Arc::default();
+    let mut clients = Vec::new();
+    for c in 0..8 {
+        let acked = acked.clone();
+        clients.push(tokio::spawn(async move {
+            let mut conn = Conn::open(addr).await;
+            for i in 0.. {
+                match conn.post("/serviceRequest/crash", &format!("{{\"c\":{c},\"i\":{i}}}")).await {
+                    Ok(r) if r.status == 200 => {
+                        let id = Uuid::parse_str(r.json()["serviceRequestId"].as_str().unwrap()).unwrap();
+                        acked.lock().push(id);
+                    }
+                    Ok(_) => {}
+                    Err(_) => return,
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+    for c in clients {
+        let _ = c.await;
+    }
+    let acked: Vec<Uuid> = acked.lock().clone();
+    assert!(acked.len() > 50, "too little load before the kill: {}", acked.len());
+    let c = db.client().await;
+    let done_before: i64 = c
+        .query_one("SELECT count(*) FROM service_requests WHERE status = 'COMPLETED'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!((done_before as usize) < acked.len(), "nothing was in flight at the kill");
+
+    // Restart: the expired leases are claimed and every acknowledged request finishes.
+    let port2 = free_port();
+    let mut child2 = spawn_binary(&db.url, port2);
+    wait_healthy(port2).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut completed = 0;
+    while Instant::now() < deadline {
+        completed = c
+            .query_one("SELECT count(*) FROM service_requests WHERE id = ANY($1) AND status = 'COMPLETED'", &[&acked])
+            .await
+            .unwrap()
+            .get::<_, i64>(0);
+        if completed as usize == acked.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    child2.kill().ok();
+    let _ = child2.wait();
+    assert_eq!(completed as usize, acked.len(), "acknowledged requests lost or unfinished");
+    // At-least-once: only a step in flight at the kill may run again, and only once more.
+    let unfinished = acked.len() - done_before as usize;
+    let log = d.log.lock();
+    let repeats = log.by_key.values().filter(|&&n| n > 1).count();
+    assert!(repeats <= unfinished, "{repeats} steps repeated, {unfinished} requests were unfinished");
+    assert!(log.by_key.values().all(|&n| n <= 2), "a step ran more than twice");
+}
+
+#[tokio::test]
+async fn two_instances_share_the_work_without_running_a_step_twice() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let mut small = config(&db.url);
+    // A small executor leaves most rows unleased, for the sweepers of both to claim.
+    small.max_running = 2;
+    small.sweep_interval = Duration::from_millis(50);
+    let mut other = config(&db.url);
+    other.sweep_interval = Duration::from_millis(50);
+    let a = TestServer::start(small).await;
+    let b = TestServer::start(other).await;
+    a.create_workflow(&json!({"name": "shared", "steps": [
+        {"name": "one", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/slow/20")}}]}))
+        .await;
+    let mut ids = Vec::new();
+    for i in 0..300 {
+        let s = if i % 3 == 0 { &b } else { &a };
+        ids.push(create_request(s, "shared", &json!({"i": i})).await);
+    }
+    let c = db.client().await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let done: i64 = c
+            .query_one("SELECT count(*) FROM service_requests WHERE status = 'COMPLETED'", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if done == 300 || Instant::now() > deadline {
+            assert_eq!(done, 300);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(d.n_keys(), 300);
+    assert_eq!(d.max_calls_per_key(), 1, "a step ran twice");
+    let claimed_a = a.server.as_ref().unwrap().app().metrics.leases_claimed.get();
+    let claimed_b = b.server.as_ref().unwrap().app().metrics.leases_claimed.get();
+    assert!(claimed_a + claimed_b > 0, "the sweepers claimed nothing");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_instance_that_lost_its_lease_writes_nothing() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let mut cfg = config(&db.url);
+    cfg.lease = Duration::from_millis(900);
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&json!({"name": "fenced", "steps": [
+        {"name": "slow", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/slow/1500")}},
+        {"name": "next", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]}))
+        .await;
+    let id = create_request(&s, "fenced", &json!({})).await;
+    let uid = Uuid::parse_str(&id).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while d.received("/slow/1500").is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(d.received("/slow/1500").len(), 1);
+    // Another instance takes the lease while this one is mid-step (as after a long pause).
+    let thief = Uuid::now_v7();
+    let c = db.client().await;
+    c.execute(
+        "UPDATE service_requests SET lease_owner = $2, lease_until = now() + interval '1 hour' WHERE id = $1",
+        &[&uid, &thief],
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let n_records: i64 = c
+        .query_one("SELECT count(*) FROM steps_status WHERE service_request_id = $1", &[&uid])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n_records, 0, "the instance that lost the lease recorded a step");
+    let row = c
+        .query_one("SELECT lease_owner, status FROM service_requests WHERE id = $1", &[&uid])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, Option<Uuid>>(0), Some(thief));
+    assert_eq!(row.get::<_, String>(1), "NEW");
+    assert!(d.received("/api/echo").is_empty(), "the next step ran without the lease");
+    assert!(s.server.as_ref().unwrap().app().metrics.leases_lost.get() >= 1);
+    s.shutdown().await;
+}
