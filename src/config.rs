@@ -34,7 +34,7 @@ pub enum AckMode {
 pub enum RuntimeMode {
     /// One current-thread runtime per thread, each with its own listener, pool and buffer.
     PerCore,
-    /// One multi-thread (work-stealing) runtime sharing one listener, pool and buffer.
+    /// The same per-thread listeners, pools and buffers, scheduled by one work-stealing runtime.
     MultiThread,
 }
 
@@ -99,7 +99,7 @@ pub struct Args {
     pub body_limit: usize,
 
     /// Most request headers accepted (431 beyond).
-    #[arg(long, env = "CLAMP_MAX_HEADERS", default_value_t = 64)]
+    #[arg(long, env = "CLAMP_MAX_HEADERS", default_value_t = 100)]
     pub max_headers: usize,
 
     /// Time allowed to send a request's headers, and to sit idle between keep-alive requests, in milliseconds.
@@ -107,7 +107,7 @@ pub struct Args {
     pub header_timeout_ms: u64,
 
     /// Postgres connections per thread.
-    #[arg(long, env = "CLAMP_POOL_SIZE", default_value_t = 4)]
+    #[arg(long, env = "CLAMP_POOL_SIZE", default_value_t = 8)]
     pub pool_size: u32,
 
     /// How long to wait for a Postgres connection before answering 503, in milliseconds.
@@ -239,7 +239,8 @@ impl Config {
         positive(a.flush_concurrency, "--flush-concurrency")?;
         if a.flush_concurrency > a.pool_size as usize {
             return Err(ConfigError(
-                "--flush-concurrency cannot exceed --pool-size (each batch needs a connection)".into(),
+                "--flush-concurrency cannot exceed --pool-size (each batch needs a connection)"
+                    .into(),
             ));
         }
         positive(a.max_running, "--max-running")?;
@@ -294,6 +295,8 @@ impl Config {
         args.bind = IpAddr::V4(Ipv4Addr::LOCALHOST);
         args.database_url = Some(database_url.to_string());
         args.threads = 2;
+        // Tests run many servers side by side on one Postgres.
+        args.pool_size = 6;
         let mut c = Config::from_args(args).expect("test config is valid");
         c.forward_headers_extra.clear();
         c

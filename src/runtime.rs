@@ -216,7 +216,7 @@ pub fn raise_nofile_limit() -> std::io::Result<(u64, u64)> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    let old = lim.rlim_cur as u64;
+    let old = lim.rlim_cur;
     if lim.rlim_cur < lim.rlim_max {
         lim.rlim_cur = lim.rlim_max;
         // SAFETY: setrlimit reads the struct we own.
@@ -224,5 +224,5 @@ pub fn raise_nofile_limit() -> std::io::Result<(u64, u64)> {
             return Err(std::io::Error::last_os_error());
         }
     }
-    Ok((old, lim.rlim_cur as u64))
+    Ok((old, lim.rlim_cur))
 }

@@ -36,9 +36,17 @@ WHERE s.id IN (
 RETURNING s.id, s.workflow_name, s.status, s.payload, s.headers, s.current_step_id,
           s.step_request, s.failed_step_id";
 
-pub async fn claim(conn: &PgConn, owner: Uuid, lease: Duration, limit: i64) -> Result<Vec<Claimed>, StoreError> {
+pub async fn claim(
+    conn: &PgConn,
+    owner: Uuid,
+    lease: Duration,
+    limit: i64,
+) -> Result<Vec<Claimed>, StoreError> {
     let stmt = conn.stmt(CLAIM).await?;
-    let rows = conn.client.query(&stmt, &[&owner, &(lease.as_secs_f64() * 1000.0), &limit]).await?;
+    let rows = conn
+        .client
+        .query(&stmt, &[&owner, &(lease.as_secs_f64() * 1000.0), &limit])
+        .await?;
     Ok(rows
         .iter()
         .map(|r| Claimed {
@@ -61,9 +69,17 @@ UPDATE service_requests SET lease_until = now() + $2::float8 * interval '1 milli
 WHERE id = ANY($3) AND lease_owner = $1
 RETURNING id";
 
-pub async fn renew(conn: &PgConn, owner: Uuid, lease: Duration, ids: &[Uuid]) -> Result<Vec<Uuid>, StoreError> {
+pub async fn renew(
+    conn: &PgConn,
+    owner: Uuid,
+    lease: Duration,
+    ids: &[Uuid],
+) -> Result<Vec<Uuid>, StoreError> {
     let stmt = conn.stmt(RENEW).await?;
-    let rows = conn.client.query(&stmt, &[&owner, &(lease.as_secs_f64() * 1000.0), &ids]).await?;
+    let rows = conn
+        .client
+        .query(&stmt, &[&owner, &(lease.as_secs_f64() * 1000.0), &ids])
+        .await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 

@@ -44,7 +44,11 @@ impl HttpClient {
             .pool_idle_timeout(Duration::from_secs(30))
             .pool_max_idle_per_host(s.max_idle_per_host)
             .build(connector);
-        HttpClient { client, timeout: s.timeout, max_response: s.max_response_bytes }
+        HttpClient {
+            client,
+            timeout: s.timeout,
+            max_response: s.max_response_bytes,
+        }
     }
 
     /// Calls the step. Any 2xx is success; the response body is parsed as JSON (a body
@@ -57,11 +61,16 @@ impl HttpClient {
         forwarded: &[(String, String)],
         idempotency_key: &str,
     ) -> Result<Value, String> {
-        let mut req = Request::builder().method(val.method.clone()).uri(val.url.clone());
+        let mut req = Request::builder()
+            .method(val.method.clone())
+            .uri(val.url.clone());
         let headers = req.headers_mut().expect("builder has no error yet");
         // Forwarded client headers first, so the step's own headers win.
         for (k, v) in forwarded.iter().chain(val.headers.iter()) {
-            if let (Ok(k), Ok(v)) = (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(v)) {
+            if let (Ok(k), Ok(v)) = (
+                HeaderName::from_bytes(k.as_bytes()),
+                HeaderValue::from_str(v),
+            ) {
                 headers.insert(k, v);
             }
         }
@@ -75,7 +84,9 @@ impl HttpClient {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             Bytes::from(serde_json::to_vec(body).expect("values serialize"))
         };
-        let req = req.body(Full::new(payload)).map_err(|e| format!("cannot build request: {e}"))?;
+        let req = req
+            .body(Full::new(payload))
+            .map_err(|e| format!("cannot build request: {e}"))?;
         let timeout = val.timeout_ms.map_or(self.timeout, Duration::from_millis);
         let call = async {
             let resp = self.client.request(req).await.map_err(|e| describe(&e))?;
@@ -101,7 +112,13 @@ impl HttpClient {
             Ok(value)
         } else {
             let snippet = String::from_utf8_lossy(&bytes[..bytes.len().min(256)]).into_owned();
-            Err(format!("HTTP {} {} answered {}: {}", val.method, val.url, status.as_u16(), snippet))
+            Err(format!(
+                "HTTP {} {} answered {}: {}",
+                val.method,
+                val.url,
+                status.as_u16(),
+                snippet
+            ))
         }
     }
 }
@@ -110,12 +127,17 @@ fn parse_body(b: &[u8]) -> Value {
     if b.iter().all(u8::is_ascii_whitespace) {
         return Value::Null;
     }
-    serde_json::from_slice(b).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(b).into_owned()))
+    serde_json::from_slice(b)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(b).into_owned()))
 }
 
 /// A one-line reason for a client error, with its cause (connection refused, …).
 fn describe(e: &hyper_util::client::legacy::Error) -> String {
-    let mut s = if e.is_connect() { "connection failed".to_string() } else { "request failed".to_string() };
+    let mut s = if e.is_connect() {
+        "connection failed".to_string()
+    } else {
+        "request failed".to_string()
+    };
     let mut cur: Option<&dyn std::error::Error> = std::error::Error::source(e);
     while let Some(c) = cur {
         s.push_str(": ");

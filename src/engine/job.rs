@@ -30,7 +30,9 @@ pub struct Job {
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
 }
 
 /// Parses persisted forwardable headers (`[[name, value], …]`).
@@ -63,7 +65,10 @@ impl Job {
     /// this step with its request.
     fn context_for(&self, step: &CompiledStep, request: &Value) -> Map<String, Value> {
         let mut ctx = self.context.clone();
-        ctx.insert(step.context_name.clone(), json!({"request": request, "response": Value::Null}));
+        ctx.insert(
+            step.context_name.clone(),
+            json!({"request": request, "response": Value::Null}),
+        );
         ctx
     }
 }
@@ -93,7 +98,10 @@ pub async fn run(exec: &Executor, mut job: Job) {
             return;
         };
         let Some(step) = job.wf.step(step_id).cloned() else {
-            let t = final_failure(&job, format!("step {step_id} is not part of workflow {}", job.wf.def.name));
+            let t = final_failure(
+                &job,
+                format!("step {step_id} is not part of workflow {}", job.wf.def.name),
+            );
             if write(exec, t).await {
                 exec.count_finished("FAILED");
             }
@@ -108,9 +116,16 @@ pub async fn run(exec: &Executor, mut job: Job) {
                 if !cond.eval(&job.context_for(&step, &request)) {
                     let next = job.wf.next_main(step_id);
                     let text = request.to_string();
-                    job.context
-                        .insert(step.context_name.clone(), json!({"request": request, "response": request}));
-                    let t = transition(&job, next, Some(text.clone()), record(&step, "SKIPPED", &text, Some(&text), started, None));
+                    job.context.insert(
+                        step.context_name.clone(),
+                        json!({"request": request, "response": request}),
+                    );
+                    let t = transition(
+                        &job,
+                        next,
+                        Some(text.clone()),
+                        record(&step, "SKIPPED", &text, Some(&text), started, None),
+                    );
                     if !write(exec, t.clone()).await {
                         return;
                     }
@@ -150,12 +165,23 @@ pub async fn run(exec: &Executor, mut job: Job) {
             }
             Outcome::Done(response) => {
                 let resp_text = response.to_string();
-                let rec = record(&step, "COMPLETED", &body_text, Some(&resp_text), started, Some(finished));
-                job.context
-                    .insert(step.context_name.clone(), json!({"request": body, "response": response}));
+                let rec = record(
+                    &step,
+                    "COMPLETED",
+                    &body_text,
+                    Some(&resp_text),
+                    started,
+                    Some(finished),
+                );
+                job.context.insert(
+                    step.context_name.clone(),
+                    json!({"request": body, "response": response}),
+                );
                 let (next, next_request) = match &job.failing {
                     // onFailure steps all receive the failed step's request.
-                    Some((parent, _)) => (job.next_on_failure(*parent, step_id), job.request.clone()),
+                    Some((parent, _)) => {
+                        (job.next_on_failure(*parent, step_id), job.request.clone())
+                    }
                     None => (job.wf.next_main(step_id), response),
                 };
                 let t = transition(&job, next, Some(next_request.to_string()), rec);
@@ -173,13 +199,24 @@ pub async fn run(exec: &Executor, mut job: Job) {
                 let error = json!({"errors": {"code": 500, "message": reason}});
                 let rec = StepRecord {
                     reason: Some(reason.clone()),
-                    ..record(&step, "FAILED", &body_text, Some(&error.to_string()), started, Some(finished))
+                    ..record(
+                        &step,
+                        "FAILED",
+                        &body_text,
+                        Some(&error.to_string()),
+                        started,
+                        Some(finished),
+                    )
                 };
-                job.context.insert(step.context_name.clone(), json!({"request": body, "response": error}));
+                job.context.insert(
+                    step.context_name.clone(),
+                    json!({"request": body, "response": error}),
+                );
                 let next = match &job.failing {
                     Some((parent, _)) => job.next_on_failure(*parent, step_id),
                     None => {
-                        job.failing = Some((step_id, format!("step '{}' failed: {reason}", step.name)));
+                        job.failing =
+                            Some((step_id, format!("step '{}' failed: {reason}", step.name)));
                         job.request = body;
                         job.next_on_failure(step_id, step_id)
                     }
@@ -198,7 +235,13 @@ pub async fn run(exec: &Executor, mut job: Job) {
     }
 }
 
-async fn execute(exec: &Executor, job: &Job, step: &CompiledStep, body: &Value, is_async: bool) -> Outcome {
+async fn execute(
+    exec: &Executor,
+    job: &Job,
+    step: &CompiledStep,
+    body: &Value,
+    is_async: bool,
+) -> Outcome {
     let key = format!("{}:{}", job.id, step.id);
     match (&step.val, step.mode) {
         (Val::Http(val), Mode::Http) => match exec.http.call(val, body, &job.headers, &key).await {
@@ -214,7 +257,14 @@ async fn execute(exec: &Executor, job: &Job, step: &CompiledStep, body: &Value, 
     }
 }
 
-fn record(step: &CompiledStep, status: &'static str, request: &str, response: Option<&str>, started: f64, finished: Option<f64>) -> StepRecord {
+fn record(
+    step: &CompiledStep,
+    status: &'static str,
+    request: &str,
+    response: Option<&str>,
+    started: f64,
+    finished: Option<f64>,
+) -> StepRecord {
     StepRecord {
         step_id: step.id,
         step_name: step.name.clone(),
@@ -228,7 +278,12 @@ fn record(step: &CompiledStep, status: &'static str, request: &str, response: Op
 }
 
 /// The transition after a step: on to `next`, or finished when none is left.
-fn transition(job: &Job, next: Option<u32>, next_request: Option<String>, rec: StepRecord) -> Transition {
+fn transition(
+    job: &Job,
+    next: Option<u32>,
+    next_request: Option<String>,
+    rec: StepRecord,
+) -> Transition {
     let (status, reason) = match (next, &job.failing) {
         (Some(_), _) => ("IN_PROGRESS", None),
         (None, Some((_, reason))) => ("FAILED", Some(reason.clone())),

@@ -50,7 +50,13 @@ impl Executor {
     pub fn new(app: Arc<App>, pool: Pool) -> Arc<Executor> {
         let cfg = &app.config;
         let http = HttpClient::new(&cfg.http);
-        let writer = writer::start(pool.clone(), app.instance_id, app.metrics.clone(), cfg.max_running, 2);
+        let writer = writer::start(
+            pool.clone(),
+            app.instance_id,
+            app.metrics.clone(),
+            cfg.max_running,
+            2,
+        );
         Arc::new(Executor {
             capacity: cfg.max_running,
             app,
@@ -79,7 +85,8 @@ impl Executor {
     }
 
     fn free(&self) -> usize {
-        self.capacity.saturating_sub(self.in_use.load(Ordering::Relaxed))
+        self.capacity
+            .saturating_sub(self.in_use.load(Ordering::Relaxed))
     }
 
     /// Reserves up to `n` slots; returns how many were reserved.
@@ -93,7 +100,12 @@ impl Executor {
             if take == 0 {
                 return 0;
             }
-            match self.in_use.compare_exchange_weak(cur, cur + take, Ordering::AcqRel, Ordering::Relaxed) {
+            match self.in_use.compare_exchange_weak(
+                cur,
+                cur + take,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return take,
                 Err(actual) => cur = actual,
             }
@@ -161,7 +173,9 @@ impl Executor {
             });
         }
         let conn = self.pool.get().await.map_err(|e| e.to_string())?;
-        let context = claim::load_context(&conn, c.id).await.map_err(|e| e.to_string())?;
+        let context = claim::load_context(&conn, c.id)
+            .await
+            .map_err(|e| e.to_string())?;
         let request = match c.step_request {
             Some(t) => serde_json::from_str(&t).unwrap_or(Value::Null),
             None => payload,
@@ -183,7 +197,9 @@ impl Executor {
     }
 
     async fn failure_reason(&self, id: Uuid) -> String {
-        let Ok(conn) = self.pool.get().await else { return "a step failed".into() };
+        let Ok(conn) = self.pool.get().await else {
+            return "a step failed".into();
+        };
         conn.client
             .query_opt("SELECT reason FROM service_requests WHERE id = $1", &[&id])
             .await
@@ -206,7 +222,11 @@ impl Executor {
                 }
             };
             // Claim again at once while rows keep coming and there is room; else wait.
-            let pause = if claimed_full { Duration::from_millis(1) } else { cfg.sweep_interval };
+            let pause = if claimed_full {
+                Duration::from_millis(1)
+            } else {
+                cfg.sweep_interval
+            };
             tokio::select! {
                 _ = stop.changed() => return,
                 _ = tokio::time::sleep(pause) => {}
@@ -225,9 +245,14 @@ impl Executor {
         }
         let claimed = async {
             let conn = self.pool.get().await.map_err(|e| e.to_string())?;
-            claim::claim(&conn, self.app.instance_id, self.app.config.lease, want as i64)
-                .await
-                .map_err(|e| e.to_string())
+            claim::claim(
+                &conn,
+                self.app.instance_id,
+                self.app.config.lease,
+                want as i64,
+            )
+            .await
+            .map_err(|e| e.to_string())
         }
         .await;
         let claimed = match claimed {
@@ -279,7 +304,9 @@ impl Executor {
             }
             let renewed = async {
                 let conn = self.pool.get().await.map_err(|e| e.to_string())?;
-                claim::renew(&conn, self.app.instance_id, lease, &ids).await.map_err(|e| e.to_string())
+                claim::renew(&conn, self.app.instance_id, lease, &ids)
+                    .await
+                    .map_err(|e| e.to_string())
             }
             .await;
             match renewed {

@@ -111,16 +111,30 @@ SELECT id FROM fenced";
 const MAX_BATCH: usize = 512;
 
 /// Starts a writer on the current runtime.
-pub fn start(pool: Pool, owner: Uuid, metrics: Arc<Metrics>, capacity: usize, concurrency: usize) -> StepWriter {
+pub fn start(
+    pool: Pool,
+    owner: Uuid,
+    metrics: Arc<Metrics>,
+    capacity: usize,
+    concurrency: usize,
+) -> StepWriter {
     let (tx, rx) = mpsc::channel(capacity.max(1));
     tokio::spawn(run(rx, pool, owner, metrics, concurrency.max(1)));
     StepWriter { tx }
 }
 
-async fn run(mut rx: mpsc::Receiver<Pending>, pool: Pool, owner: Uuid, metrics: Arc<Metrics>, concurrency: usize) {
+async fn run(
+    mut rx: mpsc::Receiver<Pending>,
+    pool: Pool,
+    owner: Uuid,
+    metrics: Arc<Metrics>,
+    concurrency: usize,
+) {
     let slots = Arc::new(Semaphore::new(concurrency));
     loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else { return };
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
         let mut batch = Vec::with_capacity(64);
         if rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
             break;
@@ -136,7 +150,11 @@ async fn run(mut rx: mpsc::Receiver<Pending>, pool: Pool, owner: Uuid, metrics: 
                         if !ok {
                             metrics.leases_lost.inc();
                         }
-                        let _ = p.ack.send(if ok { Ok(()) } else { Err(WriteError::LeaseLost) });
+                        let _ = p.ack.send(if ok {
+                            Ok(())
+                        } else {
+                            Err(WriteError::LeaseLost)
+                        });
                     }
                 }
                 Err(e) => {
@@ -224,7 +242,7 @@ async fn write(pool: &Pool, batch: &[Pending], owner: Uuid) -> Result<Vec<Uuid>,
         let stmt = conn.stmt(WRITE_TRANSITIONS).await?;
         conn.client.query(&stmt, &params).await
     })
-        .await
-        .map_err(|_| StoreError::Unavailable("step write timed out".into()))??;
+    .await
+    .map_err(|_| StoreError::Unavailable("step write timed out".into()))??;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }

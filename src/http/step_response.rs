@@ -66,10 +66,18 @@ SELECT count(*) FROM resumed";
 
 /// Parses and checks a step response body.
 pub fn parse(body: &[u8]) -> Result<(Uuid, u32, StepResponse), String> {
-    let r: StepResponse = serde_json::from_slice(body).map_err(|e| format!("invalid step response: {e}"))?;
-    let id = Uuid::parse_str(&r.service_request_id).map_err(|_| "serviceRequestId is not a valid UUID".to_string())?;
-    let step = u32::try_from(r.step_id).ok().filter(|s| *s > 0).ok_or("stepId must be a positive integer")?;
-    let has_error = r.error.as_ref().is_some_and(|e| e.code != 0 || !e.message.is_empty());
+    let r: StepResponse =
+        serde_json::from_slice(body).map_err(|e| format!("invalid step response: {e}"))?;
+    let id = Uuid::parse_str(&r.service_request_id)
+        .map_err(|_| "serviceRequestId is not a valid UUID".to_string())?;
+    let step = u32::try_from(r.step_id)
+        .ok()
+        .filter(|s| *s > 0)
+        .ok_or("stepId must be a positive integer")?;
+    let has_error = r
+        .error
+        .as_ref()
+        .is_some_and(|e| e.code != 0 || !e.message.is_empty());
     if r.response.is_none() && !has_error {
         return Err("a step response needs a response or an error".into());
     }
@@ -77,7 +85,12 @@ pub fn parse(body: &[u8]) -> Result<(Uuid, u32, StepResponse), String> {
 }
 
 /// Applies a step response; shared by the HTTP handler and the broker consumers.
-pub async fn apply(core: &Core, id: Uuid, step_id: u32, r: &StepResponse) -> Result<Applied, StoreError> {
+pub async fn apply(
+    core: &Core,
+    id: Uuid,
+    step_id: u32,
+    r: &StepResponse,
+) -> Result<Applied, StoreError> {
     let conn = core.pool.get().await?;
     let Some(row) = conn
         .client
@@ -94,25 +107,51 @@ pub async fn apply(core: &Core, id: Uuid, step_id: u32, r: &StepResponse) -> Res
     let current: i32 = row.get(2);
     let wf = match crate::http::service_requests::find_workflow(core, &wf_name).await {
         Ok(Some(wf)) => wf,
-        _ => return Err(StoreError::Unavailable(format!("workflow {wf_name} not found"))),
+        _ => {
+            return Err(StoreError::Unavailable(format!(
+                "workflow {wf_name} not found"
+            )))
+        }
     };
     let Some(step) = wf.step(step_id) else {
-        return Ok(Applied::NotWaiting(format!("workflow {wf_name} has no step {step_id}")));
+        return Ok(Applied::NotWaiting(format!(
+            "workflow {wf_name} has no step {step_id}"
+        )));
     };
-    let failure = r.error.as_ref().filter(|e| e.code != 0 || !e.message.is_empty());
-    let (next, next_request, failed_step, reason, rec_status, rec_response, rec_reason) = match failure {
-        None => {
-            let resp = r.response.clone().unwrap_or(Value::Null).to_string();
-            let next = wf.next_main(step_id).unwrap_or(0);
-            (next, Some(resp.clone()), None, None, "COMPLETED", resp, None)
-        }
-        Some(e) => {
-            let why = format!("step '{}' failed: {} {}", step.name, e.code, e.message);
-            let next = step.on_failure.first().copied().unwrap_or(0);
-            let errors = json!({"errors": {"code": e.code, "message": e.message}}).to_string();
-            (next, None, Some(step_id as i32), Some(why.clone()), "FAILED", errors, Some(why))
-        }
-    };
+    let failure = r
+        .error
+        .as_ref()
+        .filter(|e| e.code != 0 || !e.message.is_empty());
+    let (next, next_request, failed_step, reason, rec_status, rec_response, rec_reason) =
+        match failure {
+            None => {
+                let resp = r.response.clone().unwrap_or(Value::Null).to_string();
+                let next = wf.next_main(step_id).unwrap_or(0);
+                (
+                    next,
+                    Some(resp.clone()),
+                    None,
+                    None,
+                    "COMPLETED",
+                    resp,
+                    None,
+                )
+            }
+            Some(e) => {
+                let why = format!("step '{}' failed: {} {}", step.name, e.code, e.message);
+                let next = step.on_failure.first().copied().unwrap_or(0);
+                let errors = json!({"errors": {"code": e.code, "message": e.message}}).to_string();
+                (
+                    next,
+                    None,
+                    Some(step_id as i32),
+                    Some(why.clone()),
+                    "FAILED",
+                    errors,
+                    Some(why),
+                )
+            }
+        };
     let stmt = conn.stmt(RESUME).await?;
     let n: i64 = conn
         .client
@@ -188,10 +227,22 @@ mod tests {
     #[test]
     fn parses_step_responses() {
         let id = "0190b8a0-0000-7000-8000-000000000000";
-        assert!(parse(format!(r#"{{"serviceRequestId":"{id}","stepId":2,"response":{{"a":1}}}}"#).as_bytes()).is_ok());
-        assert!(parse(format!(r#"{{"serviceRequestId":"{id}","stepId":2,"error":{{"code":500,"message":"x"}}}}"#).as_bytes()).is_ok());
+        assert!(parse(
+            format!(r#"{{"serviceRequestId":"{id}","stepId":2,"response":{{"a":1}}}}"#).as_bytes()
+        )
+        .is_ok());
+        assert!(parse(
+            format!(
+                r#"{{"serviceRequestId":"{id}","stepId":2,"error":{{"code":500,"message":"x"}}}}"#
+            )
+            .as_bytes()
+        )
+        .is_ok());
         assert!(parse(format!(r#"{{"serviceRequestId":"{id}","stepId":2}}"#).as_bytes()).is_err());
-        assert!(parse(format!(r#"{{"serviceRequestId":"{id}","stepId":0,"response":{{}}}}"#).as_bytes()).is_err());
+        assert!(parse(
+            format!(r#"{{"serviceRequestId":"{id}","stepId":0,"response":{{}}}}"#).as_bytes()
+        )
+        .is_err());
         assert!(parse(br#"{"serviceRequestId":"nope","stepId":1,"response":{}}"#).is_err());
         assert!(parse(b"not json").is_err());
     }

@@ -84,8 +84,12 @@ pub async fn get(core: &Core, name: &str) -> Resp {
     }
 }
 
+/// A `sortBy` value outside Clamp's grammar.
+#[derive(Debug, PartialEq, Eq)]
+pub struct UnsupportedSort;
+
 /// Parses Clamp's `sortBy` (`name:asc,created_at:desc`; keys id, name, created_at).
-pub fn parse_sort(raw: &str) -> Result<Vec<(WorkflowSort, bool)>, ()> {
+pub fn parse_sort(raw: &str) -> Result<Vec<(WorkflowSort, bool)>, UnsupportedSort> {
     let lower = raw.trim().to_ascii_lowercase();
     let lower = lower.strip_suffix(',').unwrap_or(&lower);
     if lower.is_empty() {
@@ -93,20 +97,20 @@ pub fn parse_sort(raw: &str) -> Result<Vec<(WorkflowSort, bool)>, ()> {
     }
     let mut out = Vec::new();
     for pair in lower.split(',') {
-        let (key, order) = pair.split_once(':').ok_or(())?;
+        let (key, order) = pair.split_once(':').ok_or(UnsupportedSort)?;
         let key = match key.trim() {
             "id" => WorkflowSort::Id,
             "name" => WorkflowSort::Name,
             "created_at" => WorkflowSort::CreatedAt,
-            _ => return Err(()),
+            _ => return Err(UnsupportedSort),
         };
         let desc = match order.trim() {
             "asc" => false,
             "desc" => true,
-            _ => return Err(()),
+            _ => return Err(UnsupportedSort),
         };
         if out.iter().any(|(k, _)| *k == key) {
-            return Err(());
+            return Err(UnsupportedSort);
         }
         out.push((key, desc));
     }
@@ -127,7 +131,7 @@ pub async fn list(core: &Core, query: Option<&str>) -> Resp {
         None => Vec::new(),
         Some(raw) => match parse_sort(&raw) {
             Ok(s) => s,
-            Err(()) => {
+            Err(UnsupportedSort) => {
                 return error(
                     StatusCode::BAD_REQUEST,
                     "unsupported value provided for sortBy query",

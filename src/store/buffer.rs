@@ -165,7 +165,9 @@ pub async fn run_flusher(
     let slots = Arc::new(Semaphore::new(cfg.concurrency));
     let mut close = Some(close);
     loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else { return };
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
         let mut batch: Vec<PendingRow> = Vec::with_capacity(cfg.max_batch);
         // Once told to close, refuse new rows but keep draining what is queued.
         let n = match close.as_mut() {
@@ -209,8 +211,11 @@ impl Shared {
             let handoff = self.handoff.as_deref();
             let n_leased = handoff.map_or(0, |h| h.reserve(batch.len()));
             let started = Instant::now();
-            let result = write_batch(&self.pool, &batch, n_leased, handoff, self.cfg.hard_timeout).await;
-            self.metrics.commit_seconds.observe_duration(started.elapsed());
+            let result =
+                write_batch(&self.pool, &batch, n_leased, handoff, self.cfg.hard_timeout).await;
+            self.metrics
+                .commit_seconds
+                .observe_duration(started.elapsed());
             self.metrics.batch_rows.observe(batch.len() as f64);
             let e = match result {
                 Ok(()) => {
@@ -219,7 +224,14 @@ impl Shared {
                     if let (Some(h), true) = (&self.handoff, n_leased > 0) {
                         let rows = batch[..n_leased]
                             .iter()
-                            .map(|r| (r.id, r.workflow.clone(), r.payload.clone(), r.headers.clone()))
+                            .map(|r| {
+                                (
+                                    r.id,
+                                    r.workflow.clone(),
+                                    r.payload.clone(),
+                                    r.headers.clone(),
+                                )
+                            })
                             .collect();
                         h.clone().start(rows);
                     }
@@ -238,11 +250,14 @@ impl Shared {
             self.metrics.flush_errors.inc();
             if let StoreError::Invalid(_) = e {
                 // One bad row must not fail its neighbours: write them one by one.
-                write_rows_singly(&self.pool, &mut batch, &self.metrics, self.cfg.hard_timeout).await;
+                write_rows_singly(&self.pool, &mut batch, &self.metrics, self.cfg.hard_timeout)
+                    .await;
                 return;
             }
             let until = self.state.epoch.elapsed() + OUTAGE_BACKOFF;
-            self.state.unavailable_until_ms.store(until.as_millis() as u64, Ordering::Relaxed);
+            self.state
+                .unavailable_until_ms
+                .store(until.as_millis() as u64, Ordering::Relaxed);
             if self.cfg.ack == AckMode::Commit {
                 tracing::warn!(rows = batch.len(), error = %e, "batch insert failed; answered 503");
                 for row in batch.drain(..) {

@@ -44,7 +44,9 @@ impl Downstream {
         let l = log.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((stream, _)) = listener.accept().await else { continue };
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
                 let l = l.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |req| handle(l.clone(), req));
@@ -62,7 +64,13 @@ impl Downstream {
     }
 
     pub fn received(&self, path: &str) -> Vec<Received> {
-        self.log.lock().requests.iter().filter(|r| r.path == path).cloned().collect()
+        self.log
+            .lock()
+            .requests
+            .iter()
+            .filter(|r| r.path == path)
+            .cloned()
+            .collect()
     }
 
     pub fn max_calls_per_key(&self) -> usize {
@@ -74,7 +82,10 @@ impl Downstream {
     }
 }
 
-async fn handle(log: Arc<Mutex<Log>>, req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(
+    log: Arc<Mutex<Log>>,
+    req: Request<hyper::body::Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let method = req.method().to_string();
     let path = req.uri().path().to_string();
     let headers: HashMap<String, String> = req
@@ -82,20 +93,36 @@ async fn handle(log: Arc<Mutex<Log>>, req: Request<hyper::body::Incoming>) -> Re
         .iter()
         .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
         .collect();
-    let bytes = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-    let body: Value = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap_or(Value::Null) };
+    let bytes = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let body: Value = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+    };
     {
         let mut l = log.lock();
         if let Some(k) = headers.get("idempotency-key") {
             *l.by_key.entry(k.clone()).or_default() += 1;
         }
-        l.requests.push(Received { method, path: path.clone(), headers, body: body.clone() });
+        l.requests.push(Received {
+            method,
+            path: path.clone(),
+            headers,
+            body: body.clone(),
+        });
     }
     let (status, out) = match path.as_str() {
         "/api/step1" => (200, json!({"user": {"id": 7, "ok": true}, "step": 1})),
         "/api/echo" => (200, json!({"echo": body})),
         "/api/accepted" => (202, json!({"accepted": true})),
-        p if p.starts_with("/status/") => (p[8..].parse().unwrap_or(500), json!({"error": "as asked"})),
+        p if p.starts_with("/status/") => {
+            (p[8..].parse().unwrap_or(500), json!({"error": "as asked"}))
+        }
         p if p.starts_with("/slow/") => {
             tokio::time::sleep(Duration::from_millis(p[6..].parse().unwrap_or(100))).await;
             (200, json!({"slow": true}))
@@ -104,6 +131,7 @@ async fn handle(log: Arc<Mutex<Log>>, req: Request<hyper::body::Incoming>) -> Re
     };
     let mut r = Response::new(Full::new(Bytes::from(out.to_string())));
     *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
-    r.headers_mut().insert("content-type", "application/json".parse().unwrap());
+    r.headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
     Ok(r)
 }

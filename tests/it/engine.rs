@@ -18,7 +18,12 @@ fn statuses(v: &Value) -> Vec<(i64, String)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| (s["id"].as_i64().unwrap(), s["status"].as_str().unwrap().to_string()))
+        .map(|s| {
+            (
+                s["id"].as_i64().unwrap(),
+                s["status"].as_str().unwrap().to_string(),
+            )
+        })
         .collect()
 }
 
@@ -31,20 +36,41 @@ async fn runs_a_chain_passing_payloads_and_headers() {
     s1["val"]["headers"] = json!("X-Step:one;X-Tenant:acme;");
     let s2 = step("echo", "POST", d.url("/api/echo"));
     let s3 = step("read", "GET", d.url("/api/step1"));
-    s.create_workflow(&json!({"name": "chain", "steps": [s1, s2, s3]})).await;
+    s.create_workflow(&json!({"name": "chain", "steps": [s1, s2, s3]}))
+        .await;
 
     let r = hyper::Method::POST;
-    let resp = send(s.addr, r, "/serviceRequest/chain", Some(br#"{"claim": 42}"#.to_vec()), &[("x-correlation-id", "corr-9")]).await;
-    let id = resp.json()["serviceRequestId"].as_str().unwrap().to_string();
+    let resp = send(
+        s.addr,
+        r,
+        "/serviceRequest/chain",
+        Some(br#"{"claim": 42}"#.to_vec()),
+        &[("x-correlation-id", "corr-9")],
+    )
+    .await;
+    let id = resp.json()["serviceRequestId"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
     assert_eq!(v["status"], "COMPLETED", "{v}");
     assert_eq!(
         statuses(&v),
-        [(1, "STARTED"), (1, "COMPLETED"), (2, "STARTED"), (2, "COMPLETED"), (3, "STARTED"), (3, "COMPLETED")]
-            .map(|(i, s)| (i, s.to_string()))
+        [
+            (1, "STARTED"),
+            (1, "COMPLETED"),
+            (2, "STARTED"),
+            (2, "COMPLETED"),
+            (3, "STARTED"),
+            (3, "COMPLETED")
+        ]
+        .map(|(i, s)| (i, s.to_string()))
     );
     assert_eq!(v["steps"][1]["payload"]["request"], json!({"claim": 42}));
-    assert_eq!(v["steps"][3]["payload"]["response"], json!({"echo": {"user": {"id": 7, "ok": true}, "step": 1}}));
+    assert_eq!(
+        v["steps"][3]["payload"]["response"],
+        json!({"echo": {"user": {"id": 7, "ok": true}, "step": 1}})
+    );
 
     let first = &d.received("/api/step1")[0];
     assert_eq!(first.method, "POST");
@@ -55,7 +81,10 @@ async fn runs_a_chain_passing_payloads_and_headers() {
     assert_eq!(first.headers["idempotency-key"], format!("{id}:1"));
     // The second step receives the first step's response.
     let second = &d.received("/api/echo")[0];
-    assert_eq!(second.body, json!({"user": {"id": 7, "ok": true}, "step": 1}));
+    assert_eq!(
+        second.body,
+        json!({"user": {"id": 7, "ok": true}, "step": 1})
+    );
     assert_eq!(second.headers["idempotency-key"], format!("{id}:2"));
     assert!(!second.headers.contains_key("x-step"));
     let third = &d.received("/api/step1")[1];
@@ -82,9 +111,15 @@ async fn conditions_and_transforms() {
     s3["when"] = json!("user_lookup.request.claim.type == 'HOME'");
     let mut s4 = step("missing field", "POST", d.url("/api/echo"));
     s4["when"] = json!("user_lookup.response.no.such.field == 1");
-    s.create_workflow(&json!({"name": "cond", "steps": [s1, s2, s3, s4]})).await;
+    s.create_workflow(&json!({"name": "cond", "steps": [s1, s2, s3, s4]}))
+        .await;
 
-    let id = create_request(&s, "cond", &json!({"claim": {"type": "MOTOR"}, "items": ["a", "b"]})).await;
+    let id = create_request(
+        &s,
+        "cond",
+        &json!({"claim": {"type": "MOTOR"}, "items": ["a", "b"]}),
+    )
+    .await;
     let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
     assert_eq!(v["status"], "COMPLETED", "{v}");
     let st = statuses(&v);
@@ -93,7 +128,10 @@ async fn conditions_and_transforms() {
     assert_eq!(st[7], (4, "SKIPPED".to_string()), "{v}");
     let echoed = d.received("/api/echo");
     assert_eq!(echoed.len(), 1, "only the MOTOR step ran");
-    assert_eq!(echoed[0].body, json!({"customer": {"id": 7, "claim": {"kind": "MOTOR"}}, "first": "a"}));
+    assert_eq!(
+        echoed[0].body,
+        json!({"customer": {"id": 7, "claim": {"kind": "MOTOR"}}, "first": "a"})
+    );
     s.shutdown().await;
 }
 
@@ -106,21 +144,32 @@ async fn downstream_failures_run_on_failure_steps() {
         ("s500", d.url("/status/500"), "500"),
         ("s404", d.url("/status/404"), "404"),
         ("slow", d.url("/slow/3000"), "timed out"),
-        ("down", "http://127.0.0.1:9/nothing".to_string(), "connection failed"),
+        (
+            "down",
+            "http://127.0.0.1:9/nothing".to_string(),
+            "connection failed",
+        ),
     ];
     for (name, url, _) in &cases {
         let mut bad = step("call", "POST", url.clone());
         bad["val"]["timeout_ms"] = json!(300);
-        bad["onFailure"] = json!([step("notify", "POST", d.url("/api/echo")), step("audit", "POST", d.url("/api/echo"))]);
+        bad["onFailure"] = json!([
+            step("notify", "POST", d.url("/api/echo")),
+            step("audit", "POST", d.url("/api/echo"))
+        ]);
         let after = step("after", "POST", d.url("/api/step1"));
-        s.create_workflow(&json!({"name": name, "steps": [bad, after]})).await;
+        s.create_workflow(&json!({"name": name, "steps": [bad, after]}))
+            .await;
     }
     for (name, _, needle) in &cases {
         let id = create_request(&s, name, &json!({"n": name})).await;
         let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
         assert_eq!(v["status"], "FAILED", "{name}: {v}");
         let reason = v["reason"].as_str().unwrap();
-        assert!(reason.contains(needle) && reason.contains("call"), "{name}: {reason}");
+        assert!(
+            reason.contains(needle) && reason.contains("call"),
+            "{name}: {reason}"
+        );
         let st = statuses(&v);
         assert_eq!(st[1], (1, "FAILED".to_string()), "{name}: {v}");
         assert_eq!(st[3], (2, "COMPLETED".to_string()), "{name}: {v}");
@@ -144,7 +193,8 @@ async fn async_steps_pause_and_resume_on_step_responses() {
     a["type"] = json!("ASYNC");
     a["onFailure"] = json!([step("cleanup", "POST", d.url("/api/echo"))]);
     let b = step("use answer", "POST", d.url("/api/echo"));
-    s.create_workflow(&json!({"name": "asyncwf", "steps": [a, b]})).await;
+    s.create_workflow(&json!({"name": "asyncwf", "steps": [a, b]}))
+        .await;
 
     let id = create_request(&s, "asyncwf", &json!({"q": 1})).await;
     let v = wait_status(&s, &id, &["PAUSED"], WAIT).await;
@@ -153,14 +203,34 @@ async fn async_steps_pause_and_resume_on_step_responses() {
 
     // Malformed, unknown, and wrong-step responses change nothing.
     s.post("/stepResponse", "{bad json").await.expect_error(400);
-    s.post_json("/stepResponse", &json!({"serviceRequestId": "x", "stepId": 1, "response": {}})).await.expect_error(400);
-    s.post_json("/stepResponse", &json!({"serviceRequestId": id, "stepId": 1})).await.expect_error(400);
+    s.post_json(
+        "/stepResponse",
+        &json!({"serviceRequestId": "x", "stepId": 1, "response": {}}),
+    )
+    .await
+    .expect_error(400);
+    s.post_json(
+        "/stepResponse",
+        &json!({"serviceRequestId": id, "stepId": 1}),
+    )
+    .await
+    .expect_error(400);
     s.post_json("/stepResponse", &json!({"serviceRequestId": "0190b8a0-0000-7000-8000-000000000000", "stepId": 1, "response": {}}))
         .await
         .expect_error(404);
-    s.post_json("/stepResponse", &json!({"serviceRequestId": id, "stepId": 2, "response": {}})).await.expect_error(409);
+    s.post_json(
+        "/stepResponse",
+        &json!({"serviceRequestId": id, "stepId": 2, "response": {}}),
+    )
+    .await
+    .expect_error(409);
 
-    let r = s.post_json("/stepResponse", &json!({"serviceRequestId": id, "stepId": 1, "response": {"answer": 42}})).await;
+    let r = s
+        .post_json(
+            "/stepResponse",
+            &json!({"serviceRequestId": id, "stepId": 1, "response": {"answer": 42}}),
+        )
+        .await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json(), json!({"code": 200, "message": "success"}));
     let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
@@ -169,10 +239,19 @@ async fn async_steps_pause_and_resume_on_step_responses() {
     assert_eq!(v["steps"][1]["payload"]["response"], json!({"answer": 42}));
     // Resume continues at the next step, with the posted response as its request.
     assert_eq!(d.received("/api/echo")[0].body, json!({"answer": 42}));
-    assert_eq!(d.received("/api/accepted").len(), 1, "the async step was not repeated");
+    assert_eq!(
+        d.received("/api/accepted").len(),
+        1,
+        "the async step was not repeated"
+    );
 
     // A duplicate is harmless.
-    let dup = s.post_json("/stepResponse", &json!({"serviceRequestId": id, "stepId": 1, "response": {"answer": 43}})).await;
+    let dup = s
+        .post_json(
+            "/stepResponse",
+            &json!({"serviceRequestId": id, "stepId": 1, "response": {"answer": 43}}),
+        )
+        .await;
     assert_eq!(dup.status, 200);
     assert_eq!(dup.json()["message"], "duplicate response ignored");
     assert_eq!(d.received("/api/echo").len(), 1);
@@ -186,9 +265,21 @@ async fn async_steps_pause_and_resume_on_step_responses() {
     assert_eq!(r.status, 200, "{}", r.text());
     let v = wait_status(&s, &id2, &["COMPLETED", "FAILED"], WAIT).await;
     assert_eq!(v["status"], "FAILED", "{v}");
-    assert!(v["reason"].as_str().unwrap().contains("upstream broke"), "{v}");
+    assert!(
+        v["reason"].as_str().unwrap().contains("upstream broke"),
+        "{v}"
+    );
     let st = statuses(&v);
-    assert_eq!(st, [(1, "STARTED"), (1, "FAILED"), (2, "STARTED"), (2, "COMPLETED")].map(|(i, s)| (i, s.to_string())));
+    assert_eq!(
+        st,
+        [
+            (1, "STARTED"),
+            (1, "FAILED"),
+            (2, "STARTED"),
+            (2, "COMPLETED")
+        ]
+        .map(|(i, s)| (i, s.to_string()))
+    );
     // The cleanup step received the async step's request.
     assert_eq!(d.received("/api/echo")[1].body, json!({"q": 2}));
     s.shutdown().await;
@@ -199,10 +290,14 @@ async fn lists_requests_with_their_current_status() {
     let db = TestDb::new();
     let d = Downstream::start().await;
     let s = TestServer::start(config(&db.url)).await;
-    s.create_workflow(&json!({"name": "w", "steps": [step("a", "POST", d.url("/api/step1"))]})).await;
+    s.create_workflow(&json!({"name": "w", "steps": [step("a", "POST", d.url("/api/step1"))]}))
+        .await;
     let id = create_request(&s, "w", &json!({})).await;
     wait_status(&s, &id, &["COMPLETED"], WAIT).await;
-    let list = s.get("/serviceRequests/w?pageNumber=0&pageSize=10").await.json();
+    let list = s
+        .get("/serviceRequests/w?pageNumber=0&pageSize=10")
+        .await
+        .json();
     assert_eq!(list["serviceRequests"][0]["status"], "COMPLETED");
     s.shutdown().await;
 }

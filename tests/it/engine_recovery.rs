@@ -13,13 +13,31 @@ use crate::downstream::Downstream;
 use crate::support::*;
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn spawn_binary(db_url: &str, port: u16) -> Child {
     Command::new(env!("CARGO_BIN_EXE_clamp"))
-        .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--database-url", db_url])
-        .args(["--threads", "2", "--lease-ms", "1000", "--sweep-interval-ms", "100"])
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--database-url",
+            db_url,
+        ])
+        .args([
+            "--threads",
+            "2",
+            "--lease-ms",
+            "1000",
+            "--sweep-interval-ms",
+            "100",
+        ])
         .env("LOG_LEVEL", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -31,7 +49,12 @@ async fn wait_healthy(port: u16) {
     let deadline = Instant::now() + Duration::from_secs(20);
     let addr = format!("127.0.0.1:{port}").parse().unwrap();
     while Instant::now() < deadline {
-        if tokio::net::TcpStream::connect(addr).await.is_ok() && send(addr, hyper::Method::GET, "/health", None, &[]).await.status == 200 {
+        if tokio::net::TcpStream::connect(addr).await.is_ok()
+            && send(addr, hyper::Method::GET, "/health", None, &[])
+                .await
+                .status
+                == 200
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -50,7 +73,14 @@ async fn sigkill_under_load_loses_no_acknowledged_request() {
     let wf = json!({"name": "crash", "steps": [
         {"name": "slow", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/slow/150")}},
         {"name": "echo", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]});
-    let r = send(addr, hyper::Method::POST, "/workflow", Some(wf.to_string().into_bytes()), &[]).await;
+    let r = send(
+        addr,
+        hyper::Method::POST,
+        "/workflow",
+        Some(wf.to_string().into_bytes()),
+        &[],
+    )
+    .await;
     assert_eq!(r.status, 200);
 
     let acked: Arc<Mutex<Vec<Uuid>>> = Arc::default();
@@ -60,9 +90,13 @@ async fn sigkill_under_load_loses_no_acknowledged_request() {
         clients.push(tokio::spawn(async move {
             let mut conn = Conn::open(addr).await;
             for i in 0.. {
-                match conn.post("/serviceRequest/crash", &format!("{{\"c\":{c},\"i\":{i}}}")).await {
+                match conn
+                    .post("/serviceRequest/crash", &format!("{{\"c\":{c},\"i\":{i}}}"))
+                    .await
+                {
                     Ok(r) if r.status == 200 => {
-                        let id = Uuid::parse_str(r.json()["serviceRequestId"].as_str().unwrap()).unwrap();
+                        let id = Uuid::parse_str(r.json()["serviceRequestId"].as_str().unwrap())
+                            .unwrap();
                         acked.lock().push(id);
                     }
                     Ok(_) => {}
@@ -78,14 +112,24 @@ async fn sigkill_under_load_loses_no_acknowledged_request() {
         let _ = c.await;
     }
     let acked: Vec<Uuid> = acked.lock().clone();
-    assert!(acked.len() > 50, "too little load before the kill: {}", acked.len());
+    assert!(
+        acked.len() > 50,
+        "too little load before the kill: {}",
+        acked.len()
+    );
     let c = db.client().await;
     let done_before: i64 = c
-        .query_one("SELECT count(*) FROM service_requests WHERE status = 'COMPLETED'", &[])
+        .query_one(
+            "SELECT count(*) FROM service_requests WHERE status = 'COMPLETED'",
+            &[],
+        )
         .await
         .unwrap()
         .get(0);
-    assert!((done_before as usize) < acked.len(), "nothing was in flight at the kill");
+    assert!(
+        (done_before as usize) < acked.len(),
+        "nothing was in flight at the kill"
+    );
 
     // Restart: the expired leases are claimed and every acknowledged request finishes.
     let port2 = free_port();
@@ -95,7 +139,10 @@ async fn sigkill_under_load_loses_no_acknowledged_request() {
     let mut completed = 0;
     while Instant::now() < deadline {
         completed = c
-            .query_one("SELECT count(*) FROM service_requests WHERE id = ANY($1) AND status = 'COMPLETED'", &[&acked])
+            .query_one(
+                "SELECT count(*) FROM service_requests WHERE id = ANY($1) AND status = 'COMPLETED'",
+                &[&acked],
+            )
             .await
             .unwrap()
             .get::<_, i64>(0);
@@ -106,13 +153,23 @@ async fn sigkill_under_load_loses_no_acknowledged_request() {
     }
     child2.kill().ok();
     let _ = child2.wait();
-    assert_eq!(completed as usize, acked.len(), "acknowledged requests lost or unfinished");
+    assert_eq!(
+        completed as usize,
+        acked.len(),
+        "acknowledged requests lost or unfinished"
+    );
     // At-least-once: only a step in flight at the kill may run again, and only once more.
     let unfinished = acked.len() - done_before as usize;
     let log = d.log.lock();
     let repeats = log.by_key.values().filter(|&&n| n > 1).count();
-    assert!(repeats <= unfinished, "{repeats} steps repeated, {unfinished} requests were unfinished");
-    assert!(log.by_key.values().all(|&n| n <= 2), "a step ran more than twice");
+    assert!(
+        repeats <= unfinished,
+        "{repeats} steps repeated, {unfinished} requests were unfinished"
+    );
+    assert!(
+        log.by_key.values().all(|&n| n <= 2),
+        "a step ran more than twice"
+    );
 }
 
 #[tokio::test]
@@ -139,7 +196,10 @@ async fn two_instances_share_the_work_without_running_a_step_twice() {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let done: i64 = c
-            .query_one("SELECT count(*) FROM service_requests WHERE status = 'COMPLETED'", &[])
+            .query_one(
+                "SELECT count(*) FROM service_requests WHERE status = 'COMPLETED'",
+                &[],
+            )
             .await
             .unwrap()
             .get(0);
@@ -151,8 +211,22 @@ async fn two_instances_share_the_work_without_running_a_step_twice() {
     }
     assert_eq!(d.n_keys(), 300);
     assert_eq!(d.max_calls_per_key(), 1, "a step ran twice");
-    let claimed_a = a.server.as_ref().unwrap().app().metrics.leases_claimed.get();
-    let claimed_b = b.server.as_ref().unwrap().app().metrics.leases_claimed.get();
+    let claimed_a = a
+        .server
+        .as_ref()
+        .unwrap()
+        .app()
+        .metrics
+        .leases_claimed
+        .get();
+    let claimed_b = b
+        .server
+        .as_ref()
+        .unwrap()
+        .app()
+        .metrics
+        .leases_claimed
+        .get();
     assert!(claimed_a + claimed_b > 0, "the sweepers claimed nothing");
     a.shutdown().await;
     b.shutdown().await;
@@ -187,18 +261,30 @@ async fn an_instance_that_lost_its_lease_writes_nothing() {
     .unwrap();
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let n_records: i64 = c
-        .query_one("SELECT count(*) FROM steps_status WHERE service_request_id = $1", &[&uid])
+        .query_one(
+            "SELECT count(*) FROM steps_status WHERE service_request_id = $1",
+            &[&uid],
+        )
         .await
         .unwrap()
         .get(0);
-    assert_eq!(n_records, 0, "the instance that lost the lease recorded a step");
+    assert_eq!(
+        n_records, 0,
+        "the instance that lost the lease recorded a step"
+    );
     let row = c
-        .query_one("SELECT lease_owner, status FROM service_requests WHERE id = $1", &[&uid])
+        .query_one(
+            "SELECT lease_owner, status FROM service_requests WHERE id = $1",
+            &[&uid],
+        )
         .await
         .unwrap();
     assert_eq!(row.get::<_, Option<Uuid>>(0), Some(thief));
     assert_eq!(row.get::<_, String>(1), "NEW");
-    assert!(d.received("/api/echo").is_empty(), "the next step ran without the lease");
+    assert!(
+        d.received("/api/echo").is_empty(),
+        "the next step ran without the lease"
+    );
     assert!(s.server.as_ref().unwrap().app().metrics.leases_lost.get() >= 1);
     s.shutdown().await;
 }

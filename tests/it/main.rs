@@ -4,8 +4,8 @@
 mod api_service_requests;
 mod api_workflows;
 mod downstream;
+mod durability;
 mod engine;
 mod engine_recovery;
-mod durability;
 mod hardening;
 mod support;

@@ -375,7 +375,9 @@ pub async fn wait_status(s: &TestServer, id: &str, want: &[&str], within: Durati
 
 /// Creates a service request and returns its id.
 pub async fn create_request(s: &TestServer, workflow: &str, payload: &Value) -> String {
-    let r = s.post_json(&format!("/serviceRequest/{workflow}"), payload).await;
+    let r = s
+        .post_json(&format!("/serviceRequest/{workflow}"), payload)
+        .await;
     assert_eq!(r.status, 200, "{}", r.text());
     r.json()["serviceRequestId"].as_str().unwrap().to_string()
 }
