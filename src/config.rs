@@ -118,7 +118,8 @@ pub struct Args {
     #[arg(long, env = "CLAMP_SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000)]
     pub shutdown_timeout_ms: u64,
 
-    /// Service requests each thread executes at once.
+    /// Service requests each thread executes at once. 0: this instance only serves the
+    /// API and executes nothing (other instances on the same database do).
     #[arg(long, env = "CLAMP_MAX_RUNNING", default_value_t = 4096)]
     pub max_running: usize,
 
@@ -243,7 +244,6 @@ impl Config {
                     .into(),
             ));
         }
-        positive(a.max_running, "--max-running")?;
         positive(a.claim_batch, "--claim-batch")?;
         if a.lease_ms < 300 {
             return Err(ConfigError("--lease-ms must be at least 300".into()));

@@ -93,7 +93,16 @@ pub fn render(c: &Chart) -> String {
     let (ylo, yhi, yticks) = if c.log_y {
         let lo = y0.max(1e-3).log10().floor();
         let hi = y1.max(1e-3).log10().ceil().max(lo + 1.0);
-        let ticks = (lo as i32..=hi as i32).map(|e| 10f64.powi(e)).collect();
+        // Over a short span whole decades alone leave the axis unreadable.
+        let steps: &[f64] = if hi - lo <= 2.0 {
+            &[1.0, 2.0, 5.0]
+        } else {
+            &[1.0]
+        };
+        let ticks = (lo as i32..=hi as i32)
+            .flat_map(|e| steps.iter().map(move |m| m * 10f64.powi(e)))
+            .filter(|t| t.log10() <= hi + 1e-9)
+            .collect();
         (lo, hi, ticks)
     } else {
         let hi = if y1 <= 0.0 { 1.0 } else { y1 * 1.05 };

@@ -213,6 +213,10 @@ impl Executor {
     /// Claims runnable rows while there is room; runs until `stop` fires.
     pub async fn sweep(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         let cfg = &self.app.config;
+        if self.capacity == 0 {
+            // An API-only instance claims nothing.
+            return;
+        }
         loop {
             let claimed_full = match self.sweep_once().await {
                 Ok(n) => n > 0 && self.free() > 0,
