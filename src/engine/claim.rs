@@ -43,10 +43,24 @@ pub async fn claim(
     limit: i64,
 ) -> Result<Vec<Claimed>, StoreError> {
     let stmt = conn.stmt(CLAIM).await?;
-    let rows = conn
+    // The partial index holds only runnable rows, but while statistics lag behind a
+    // fast-changing table the planner may prefer a sequential scan of every row; the claim
+    // runs often, so it is pinned to the index.
+    conn.client
+        .batch_execute("BEGIN; SET LOCAL enable_seqscan = off")
+        .await?;
+    let rows = match conn
         .client
         .query(&stmt, &[&owner, &(lease.as_secs_f64() * 1000.0), &limit])
-        .await?;
+        .await
+    {
+        Ok(rows) => rows,
+        Err(e) => {
+            let _ = conn.client.batch_execute("ROLLBACK").await;
+            return Err(e.into());
+        }
+    };
+    conn.client.batch_execute("COMMIT").await?;
     Ok(rows
         .iter()
         .map(|r| Claimed {
@@ -62,12 +76,17 @@ pub async fn claim(
         .collect())
 }
 
-/// Extends the leases of `ids` still held by `owner`; returns the ids renewed (the others
-/// were lost to another instance).
+/// Extends the leases of `ids` still held by `owner`; returns the ids another instance
+/// holds now (lost). Ids whose lease this instance released (finished or paused
+/// meanwhile) are neither renewed nor lost.
 const RENEW: &str = "\
-UPDATE service_requests SET lease_until = now() + $2::float8 * interval '1 millisecond'
-WHERE id = ANY($3) AND lease_owner = $1
-RETURNING id";
+WITH ids AS (SELECT unnest($3::uuid[]) AS id),
+renewed AS (
+    UPDATE service_requests s SET lease_until = now() + $2::float8 * interval '1 millisecond'
+    FROM ids WHERE s.id = ids.id AND s.lease_owner = $1
+    RETURNING s.id)
+SELECT s.id FROM ids JOIN service_requests s ON s.id = ids.id
+WHERE s.lease_owner IS NOT NULL AND s.lease_owner <> $1";
 
 pub async fn renew(
     conn: &PgConn,

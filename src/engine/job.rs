@@ -148,6 +148,9 @@ pub async fn run(exec: &Executor, mut job: Job) {
         let outcome = execute(exec, &job, &step, &body, is_async).await;
         exec.app.metrics.steps_executed.inc();
         let finished = now_ms();
+        if finished - started > 1000.0 {
+            tracing::debug!(id = %job.id, step = step_id, ms = finished - started, "slow step");
+        }
         match outcome {
             Outcome::Sent => {
                 let t = Transition {
@@ -317,6 +320,15 @@ fn final_failure(job: &Job, reason: String) -> Transition {
 /// Writes a transition, retrying while the database is away; false when the lease is
 /// lost or the executor is stopping (the request is someone else's now, or later).
 async fn write(exec: &Executor, t: Transition) -> bool {
+    let t0 = now_ms();
+    let r = write_inner(exec, t.clone()).await;
+    if now_ms() - t0 > 1000.0 {
+        tracing::debug!(id = %t.id, ms = now_ms() - t0, ok = r, "slow transition write");
+    }
+    r
+}
+
+async fn write_inner(exec: &Executor, t: Transition) -> bool {
     loop {
         match exec.writer.write(t.clone()).await {
             Ok(()) => return true,

@@ -161,7 +161,7 @@ impl Executor {
         };
         let payload: Value = serde_json::from_str(&c.payload).unwrap_or(Value::Null);
         let headers = job::parse_headers(c.headers.as_bytes());
-        if c.status == "NEW" {
+        if c.status == "NEW" && c.current_step_id == 0 {
             return Ok(Job {
                 id: c.id,
                 next: wf.main.first().copied(),
@@ -268,6 +268,9 @@ impl Executor {
         };
         self.unreserve(want - claimed.len());
         let n = claimed.len();
+        if n > 0 {
+            tracing::debug!(n, first = %claimed[0].id, status = %claimed[0].status, "claimed");
+        }
         self.app.metrics.leases_claimed.inc_by(n as u64);
         for c in claimed {
             let id = c.id;
@@ -293,7 +296,7 @@ impl Executor {
         Ok(n)
     }
 
-    /// Keeps running requests' leases fresh; stops those whose lease was taken.
+    /// Keeps running requests' leases fresh; stops those whose lease another instance took.
     pub async fn renew(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         let lease = self.app.config.lease;
         let every = lease / 3;
@@ -314,10 +317,12 @@ impl Executor {
             }
             .await;
             match renewed {
-                Ok(renewed) => {
-                    let renewed: std::collections::HashSet<Uuid> = renewed.into_iter().collect();
-                    for id in ids.iter().filter(|id| !renewed.contains(id)) {
-                        // Finished meanwhile (its lease released) or taken by another instance.
+                Ok(lost) => {
+                    if !lost.is_empty() {
+                        tracing::debug!(n = lost.len(), first = %lost[0], "leases lost");
+                    }
+                    for id in &lost {
+                        // Another instance holds it now: stop working on it.
                         let handle = self.running.lock().get(id).cloned();
                         if let Some(h) = handle {
                             h.abort();

@@ -36,7 +36,8 @@ pub struct StepRecord {
 #[derive(Debug, Clone)]
 pub struct Transition {
     pub id: Uuid,
-    /// IN_PROGRESS, PAUSED, COMPLETED or FAILED.
+    /// IN_PROGRESS (between steps: the stored status is left as it is), PAUSED,
+    /// COMPLETED or FAILED.
     pub status: &'static str,
     pub next_step: u32,
     pub next_request: Option<String>,
@@ -87,7 +88,11 @@ WITH input AS (
              step_id, step_name, step_status, step_request, step_response, started_ms, finished_ms, step_reason)
 ), fenced AS (
     UPDATE service_requests s SET
-        status = i.status, current_step_id = i.next_step, step_request = i.next_request,
+        -- Between steps the stored status stays NEW (or RESUMED): status is in the claim
+        -- index's predicate, so leaving it alone lets the update be HOT (no index writes).
+        -- Reads show such a request as IN_PROGRESS.
+        status = CASE WHEN i.status = 'IN_PROGRESS' THEN s.status ELSE i.status END,
+        current_step_id = i.next_step, step_request = i.next_request,
         failed_step_id = i.failed_step, reason = i.reason, updated_at = now(),
         finished_at = CASE WHEN i.status IN ('COMPLETED', 'FAILED') THEN now() END,
         lease_owner = CASE WHEN i.release THEN NULL ELSE s.lease_owner END,
@@ -143,12 +148,14 @@ async fn run(
         let metrics = metrics.clone();
         tokio::spawn(async move {
             let result = write(&pool, &batch, owner).await;
+            let batch_len = batch.len();
             match result {
                 Ok(applied) => {
                     for p in batch {
                         let ok = applied.contains(&p.t.id);
                         if !ok {
                             metrics.leases_lost.inc();
+                            tracing::debug!(id = %p.t.id, status = p.t.status, n = batch_len, "transition refused: lease not held");
                         }
                         let _ = p.ack.send(if ok {
                             Ok(())

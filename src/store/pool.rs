@@ -15,10 +15,8 @@ pub struct PgConn {
     pub insert_requests: Statement,
     /// The same insert, one row at a time (to isolate a bad row of a failed batch).
     pub insert_request: Statement,
-    /// One service request's head row.
-    pub get_request: Statement,
-    /// One service request's step attempts, oldest first.
-    pub get_steps: Statement,
+    /// One service request with its step attempts.
+    pub get_status: Statement,
     /// Other statements, prepared on first use on this connection.
     cache: parking_lot::Mutex<std::collections::HashMap<&'static str, Statement>>,
 }
@@ -47,15 +45,18 @@ pub mod sql {
     pub const INSERT_REQUEST: &str = "INSERT INTO service_requests \
         (id, workflow_name, payload, headers, lease_owner, lease_until) \
         VALUES ($1, $2, $3, $4, $5::uuid, CASE WHEN $5::uuid IS NULL THEN '-infinity' ELSE now() + $6::float8 * interval '1 millisecond' END)";
-    pub const GET_REQUEST: &str = "SELECT workflow_name, \
-        CASE WHEN status = 'NEW' AND lease_until > now() THEN 'IN_PROGRESS' ELSE status END AS status, \
-        current_step_id, reason, \
-        to_json(created_at) #>> '{}' AS created_at FROM service_requests WHERE id = $1";
-    pub const GET_STEPS: &str =
-        "SELECT step_id, step_name, status, request, response, time_taken_ms, reason, \
-        extract(epoch FROM started_at)::float8 * 1000 AS started_ms, \
-        extract(epoch FROM finished_at)::float8 * 1000 AS finished_ms \
-        FROM steps_status WHERE service_request_id = $1 ORDER BY id";
+    /// One service request and its step attempts (oldest first), in one statement:
+    /// status polls are frequent, and Postgres's cost is mostly per statement.
+    pub const GET_STATUS: &str = "SELECT r.workflow_name, \
+        CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR r.lease_until > now()) THEN 'IN_PROGRESS' \
+             ELSE r.status END AS status, \
+        r.current_step_id, r.reason, to_json(r.created_at) #>> '{}' AS created_at, \
+        st.step_id, st.step_name, st.status AS step_status, st.request, st.response, st.time_taken_ms, \
+        st.reason AS step_reason, \
+        extract(epoch FROM st.started_at)::float8 * 1000 AS started_ms, \
+        extract(epoch FROM st.finished_at)::float8 * 1000 AS finished_ms \
+        FROM service_requests r LEFT JOIN steps_status st ON st.service_request_id = r.id \
+        WHERE r.id = $1 ORDER BY st.id";
 }
 
 /// Opens connections with the server's session settings and prepares the hot statements.
@@ -71,14 +72,12 @@ impl bb8::ManageConnection for PgManager {
         let client = self.inner.connect().await?;
         let insert_requests = client.prepare(sql::INSERT_REQUESTS).await?;
         let insert_request = client.prepare(sql::INSERT_REQUEST).await?;
-        let get_request = client.prepare(sql::GET_REQUEST).await?;
-        let get_steps = client.prepare(sql::GET_STEPS).await?;
+        let get_status = client.prepare(sql::GET_STATUS).await?;
         Ok(PgConn {
             client,
             insert_requests,
             insert_request,
-            get_request,
-            get_steps,
+            get_status,
             cache: Default::default(),
         })
     }

@@ -95,17 +95,20 @@ pub async fn workflows_page(
 
 /// `GET /serviceRequest/{id}`: the request and its step entries, or None.
 pub async fn service_request_status(conn: &PgConn, id: Uuid) -> Result<Option<Value>, StoreError> {
-    let (head, steps) = futures_util::future::try_join(
-        conn.client.query_opt(&conn.get_request, &[&id]),
-        conn.client.query(&conn.get_steps, &[&id]),
-    )
-    .await?;
-    let Some(head) = head else { return Ok(None) };
+    let rows = conn.client.query(&conn.get_status, &[&id]).await?;
+    let Some(head) = rows.first() else {
+        return Ok(None);
+    };
     let status: &str = head.get("status");
+    // Without steps the LEFT JOIN gives one row with NULL step columns.
+    let steps: Vec<_> = rows
+        .iter()
+        .filter(|r| r.get::<_, Option<i32>>("step_id").is_some())
+        .collect();
     let mut entries = Vec::with_capacity(steps.len() * 2);
     let mut first_start: Option<f64> = None;
     let mut last_end: Option<f64> = None;
-    for r in &steps {
+    for r in steps {
         let step_id: i32 = r.get("step_id");
         let name: &str = r.get("step_name");
         let request = parse_opt(r.get("request"));
@@ -118,7 +121,7 @@ pub async fn service_request_status(conn: &PgConn, id: Uuid) -> Result<Option<Va
             "id": step_id, "name": name, "status": "STARTED", "time_taken": 0,
             "payload": {"request": request.clone().unwrap_or(Value::Null), "response": Value::Null},
         }));
-        let final_status: &str = r.get("status");
+        let final_status: &str = r.get("step_status");
         if final_status != "STARTED" {
             if let Some(f) = finished {
                 last_end = Some(last_end.map_or(f, |l: f64| l.max(f)));
@@ -128,7 +131,7 @@ pub async fn service_request_status(conn: &PgConn, id: Uuid) -> Result<Option<Va
                 "time_taken": r.get::<_, Option<i64>>("time_taken_ms").unwrap_or(0),
                 "payload": {"request": request.unwrap_or(Value::Null), "response": response.unwrap_or(Value::Null)},
             });
-            if let Some(reason) = r.get::<_, Option<&str>>("reason") {
+            if let Some(reason) = r.get::<_, Option<&str>>("step_reason") {
                 entry["reason"] = Value::String(reason.to_string());
             }
             entries.push(entry);
@@ -172,7 +175,10 @@ pub async fn service_requests_page(
     let rows = conn
         .client
         .query(
-            "SELECT id, workflow_name, status, to_json(created_at) #>> '{}' AS created_at, payload, \
+            "SELECT id, workflow_name, \
+                    CASE WHEN status = 'NEW' AND (current_step_id > 0 OR lease_until > now()) \
+                         THEN 'IN_PROGRESS' ELSE status END AS status, \
+                    to_json(created_at) #>> '{}' AS created_at, payload, \
                     current_step_id, reason \
              FROM service_requests WHERE workflow_name = $1 ORDER BY id DESC LIMIT $2 OFFSET $3",
             &[&workflow, &page_size, &offset],
