@@ -120,3 +120,134 @@ fn unreachable_server_exits_1_with_connect_errors() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["errors"]["connect"].as_u64().unwrap() > 0);
 }
+
+/// A real clamp server (in-process, port 0) on a database of its own, and a direct
+/// connection to that database to check what the scenarios stored.
+struct RealServer {
+    rt: tokio::runtime::Runtime,
+    server: Option<clamp::Server>,
+    url: String,
+    db: String,
+    client: tokio_postgres::Client,
+}
+
+fn pg_base() -> String {
+    std::env::var("CLAMP_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+}
+
+impl RealServer {
+    fn start() -> Self {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let db = format!(
+            "clamp_bench_it_{}_{}",
+            std::process::id(),
+            fastrand::u32(..)
+        );
+        let db_url = format!("{}/{db}", pg_base());
+        let server = rt
+            .block_on(clamp::start(clamp::config::Config::for_tests(&db_url)))
+            .expect("server starts");
+        let url = format!("http://{}", server.local_addr());
+        let client = rt.block_on(async {
+            let (c, conn) = tokio_postgres::connect(&db_url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            c
+        });
+        Self {
+            rt,
+            server: Some(server),
+            url,
+            db,
+            client,
+        }
+    }
+
+    fn count(&self, sql: &str) -> i64 {
+        self.rt
+            .block_on(self.client.query_one(sql, &[]))
+            .unwrap()
+            .get(0)
+    }
+}
+
+impl Drop for RealServer {
+    fn drop(&mut self) {
+        if let Some(s) = self.server.take() {
+            self.rt.block_on(s.shutdown());
+        }
+        let db = self.db.clone();
+        self.rt.block_on(async {
+            if let Ok((c, conn)) =
+                tokio_postgres::connect(&format!("{}/postgres", pg_base()), tokio_postgres::NoTls)
+                    .await
+            {
+                tokio::spawn(conn);
+                let _ = c
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"))
+                    .await;
+            }
+        });
+    }
+}
+
+#[test]
+fn every_scenario_against_the_real_server_adds_up() {
+    let s = RealServer::start();
+    let mock = Mock::start();
+    let url = s.url.as_str();
+    let window = ["-c", "4", "-d", "1s", "--warmup", "0s"];
+    let with = |scenario: &str, extra: &[&str]| {
+        let mut args = vec![scenario, "--url", url];
+        args.extend_from_slice(&window);
+        args.extend_from_slice(extra);
+        run_json(&args)
+    };
+
+    let h = with("health", &[]);
+    assert!(h["ok"].as_u64().unwrap() > 100, "{h}");
+    assert_eq!(h["ok"], h["requests"]);
+    assert_eq!(h["errors"], serde_json::json!({}));
+
+    let before = s.count("SELECT count(*) FROM service_requests");
+    let c = with("create", &["--downstream", &mock.url]);
+    let stored = s.count("SELECT count(*) FROM service_requests") - before;
+    assert_eq!(c["errors"], serde_json::json!({}), "{c}");
+    assert!(c["ok"].as_i64().unwrap() > 50, "{c}");
+    // Every acknowledged create is a stored row (ack=commit), and nothing else was stored.
+    assert_eq!(stored, c["ok"].as_i64().unwrap(), "{c}");
+
+    let before = s.count("SELECT count(*) FROM service_requests");
+    let m = with("mixed", &["--downstream", &mock.url, "--read-ratio", "0.5"]);
+    let stored = s.count("SELECT count(*) FROM service_requests") - before;
+    assert_eq!(m["errors"], serde_json::json!({}), "{m}");
+    assert_eq!(stored, m["mixed"]["creates"].as_i64().unwrap(), "{m}");
+    assert_eq!(
+        m["mixed"]["creates"].as_u64().unwrap() + m["mixed"]["reads"].as_u64().unwrap(),
+        m["ok"].as_u64().unwrap(),
+        "{m}"
+    );
+
+    let before = s.count("SELECT count(*) FROM service_requests WHERE status = 'COMPLETED'");
+    let e = with(
+        "e2e",
+        &["--downstream", &mock.url, "--poll-interval", "5ms"],
+    );
+    assert_eq!(e["errors"], serde_json::json!({}), "{e}");
+    let completed = e["e2e"]["completed"].as_i64().unwrap();
+    assert!(completed > 10, "{e}");
+    assert_eq!(e["e2e"]["failed"], 0);
+    // The server finished at least what the generator saw finish (and the creates and
+    // mixed rows above keep completing in the background, so only a lower bound holds).
+    let done = s.count("SELECT count(*) FROM service_requests WHERE status = 'COMPLETED'") - before;
+    assert!(
+        done >= completed,
+        "server completed {done}, generator saw {completed}"
+    );
+    let steps = &e["e2e"]["downstream_calls"];
+    if !steps.is_null() {
+        assert!(steps["step1"].as_i64().unwrap() >= completed, "{e}");
+        assert!(steps["step2"].as_i64().unwrap() >= completed, "{e}");
+    }
+}
