@@ -167,3 +167,133 @@ async fn a_hung_connection_answers_503_within_the_bound() {
     assert_eq!(r.status, 200, "did not recover: {}", r.text());
     s.shutdown().await;
 }
+
+/// A throwaway cluster from `scripts/dev-postgres.sh`, stopped and removed on drop.
+struct DevCluster {
+    dir: String,
+}
+
+impl DevCluster {
+    fn script() -> String {
+        format!("{}/scripts/dev-postgres.sh", env!("CARGO_MANIFEST_DIR"))
+    }
+
+    fn start(dir: &str, port: u16) -> String {
+        let out = std::process::Command::new(Self::script())
+            .args(["start", dir, &port.to_string()])
+            .output()
+            .expect("dev-postgres.sh runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    fn stop(&self) {
+        let out = std::process::Command::new(Self::script())
+            .args(["stop", &self.dir])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+    }
+}
+
+impl Drop for DevCluster {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_stopped_mid_run_answers_503_and_loses_nothing() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = format!("/tmp/clamp-it-pg-{}-{port}", std::process::id());
+    let url = DevCluster::start(&dir, port);
+    let cluster = DevCluster {
+        dir: dir.clone(),
+        port,
+    };
+    let mut cfg = config(&url);
+    cfg.max_running = 0;
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&simple_workflow("wf")).await;
+
+    let acked = std::sync::Arc::new(parking_lot::Mutex::new(Vec::<Uuid>::new()));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let (acked, stop, addr) = (acked.clone(), stop.clone(), s.addr);
+        clients.push(tokio::spawn(async move {
+            let mut n_503 = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let r = send(
+                    addr,
+                    hyper::Method::POST,
+                    "/serviceRequest/wf",
+                    Some(b"{}".to_vec()),
+                    &[],
+                )
+                .await;
+                match r.status.as_u16() {
+                    200 => acked.lock().push(
+                        Uuid::parse_str(r.json()["serviceRequestId"].as_str().unwrap()).unwrap(),
+                    ),
+                    503 => n_503 += 1,
+                    other => panic!("unexpected {other}: {}", r.text()),
+                }
+            }
+            n_503
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.stop();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // While Postgres is down every create is a quick 503.
+    for _ in 0..3 {
+        let started = Instant::now();
+        let r = s.post("/serviceRequest/wf", "{}").await;
+        r.expect_error(503);
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "503 took {:?}",
+            started.elapsed()
+        );
+    }
+    DevCluster::start(&dir, port);
+    let r = post_until(&s, Duration::from_secs(15), |r| r.status == 200).await;
+    assert_eq!(r.status, 200, "no recovery: {}", r.text());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut n_503 = 0;
+    for c in clients {
+        n_503 += c.await.unwrap();
+    }
+    assert!(n_503 > 0, "the outage was not seen");
+    let acked: Vec<Uuid> = acked.lock().clone();
+    s.shutdown().await;
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let stored: i64 = client
+        .query_one(
+            "SELECT count(*) FROM service_requests WHERE id = ANY($1)",
+            &[&acked],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        stored as usize,
+        acked.len(),
+        "acknowledged requests were lost"
+    );
+    drop(client);
+    drop(cluster);
+}
