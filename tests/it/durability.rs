@@ -216,10 +216,7 @@ async fn postgres_stopped_mid_run_answers_503_and_loses_nothing() {
         .port();
     let dir = format!("/tmp/clamp-it-pg-{}-{port}", std::process::id());
     let url = DevCluster::start(&dir, port);
-    let cluster = DevCluster {
-        dir: dir.clone(),
-        port,
-    };
+    let cluster = DevCluster { dir: dir.clone() };
     let mut cfg = config(&url);
     cfg.max_running = 0;
     let s = TestServer::start(cfg).await;
