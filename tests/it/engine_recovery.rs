@@ -288,3 +288,56 @@ async fn an_instance_that_lost_its_lease_writes_nothing() {
     assert!(s.server.as_ref().unwrap().app().metrics.leases_lost.get() >= 1);
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn graceful_shutdown_finishes_running_steps_or_releases_their_leases() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    // A deadline long enough for the step: the request completes during shutdown.
+    let mut cfg = config(&db.url);
+    cfg.shutdown_timeout = Duration::from_secs(5);
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&json!({"name": "drain", "steps": [
+        {"name": "slow", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/slow/400")}},
+        {"name": "after", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]}))
+        .await;
+    let id = Uuid::parse_str(&create_request(&s, "drain", &json!({})).await).unwrap();
+    while d.received("/slow/400").is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    s.shutdown().await;
+    let c = db.client().await;
+    let status: String = c
+        .query_one("SELECT status FROM service_requests WHERE id = $1", &[&id])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "COMPLETED");
+
+    // A deadline shorter than the step: the lease is given back for another instance.
+    let mut cfg = config(&db.url);
+    cfg.shutdown_timeout = Duration::from_millis(100);
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&json!({"name": "cut", "steps": [
+        {"name": "slow", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/slow/3000")}}]}))
+        .await;
+    let id = Uuid::parse_str(&create_request(&s, "cut", &json!({})).await).unwrap();
+    while d.received("/slow/3000").is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let started = Instant::now();
+    s.shutdown().await;
+    assert!(started.elapsed() < Duration::from_secs(2), "shutdown took {:?}", started.elapsed());
+    let row = c
+        .query_one("SELECT status, lease_owner, lease_until < now() FROM service_requests WHERE id = $1", &[&id])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "NEW");
+    assert_eq!(row.get::<_, Option<Uuid>>(1), None, "the lease was not released");
+    assert!(row.get::<_, bool>(2));
+    // Another instance picks it up at once and finishes it.
+    let s2 = TestServer::start(config(&db.url)).await;
+    let v = wait_status(&s2, &id.to_string(), &["COMPLETED", "FAILED"], Duration::from_secs(10)).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    s2.shutdown().await;
+}
