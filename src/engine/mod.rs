@@ -15,7 +15,7 @@ pub mod writer;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -39,7 +39,9 @@ pub struct Executor {
     pub writer: StepWriter,
     capacity: usize,
     in_use: AtomicUsize,
-    running: Mutex<HashMap<Uuid, AbortHandle>>,
+    /// Running requests: their task, and when their lease runs out (as far as this
+    /// process knows; renewals move it).
+    running: Mutex<HashMap<Uuid, (AbortHandle, Instant)>>,
     stopping: AtomicBool,
     /// Wakes the sweeper early (a request was resumed).
     wake: tokio::sync::Notify,
@@ -126,7 +128,9 @@ impl Executor {
             job::run(&exec, job).await;
             exec.forget(id);
         });
-        running.insert(id, handle.abort_handle());
+        // The lease was taken (by the insert or the claim) just before: it lasts until about now + lease.
+        let expires = Instant::now() + self.app.config.lease;
+        running.insert(id, (handle.abort_handle(), expires));
     }
 
     /// Drops a finished (or lost) request and frees its slot, once.
@@ -305,10 +309,20 @@ impl Executor {
                 _ = stop.changed() => return,
                 _ = tokio::time::sleep(every) => {}
             }
-            let ids: Vec<Uuid> = self.running.lock().keys().copied().collect();
+            // Only leases that would run out before the next pass or the one after need
+            // renewing: most requests finish long before their first renewal is due.
+            let horizon = Instant::now() + every * 2;
+            let ids: Vec<Uuid> = self
+                .running
+                .lock()
+                .iter()
+                .filter(|(_, (_, expires))| *expires <= horizon)
+                .map(|(id, _)| *id)
+                .collect();
             if ids.is_empty() {
                 continue;
             }
+            let renewed_at = Instant::now();
             let renewed = async {
                 let conn = self.pool.get().await.map_err(|e| e.to_string())?;
                 claim::renew(&conn, self.app.instance_id, lease, &ids)
@@ -318,12 +332,20 @@ impl Executor {
             .await;
             match renewed {
                 Ok(lost) => {
+                    {
+                        let mut running = self.running.lock();
+                        for id in &ids {
+                            if let Some(entry) = running.get_mut(id) {
+                                entry.1 = renewed_at + lease;
+                            }
+                        }
+                    }
                     if !lost.is_empty() {
                         tracing::debug!(n = lost.len(), first = %lost[0], "leases lost");
                     }
                     for id in &lost {
                         // Another instance holds it now: stop working on it.
-                        let handle = self.running.lock().get(id).cloned();
+                        let handle = self.running.lock().get(id).map(|e| e.0.clone());
                         if let Some(h) = handle {
                             h.abort();
                             self.forget(*id);
@@ -344,7 +366,12 @@ impl Executor {
         while self.n_running() > 0 && tokio::time::Instant::now() < until {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let left: Vec<(Uuid, AbortHandle)> = self.running.lock().drain().collect();
+        let left: Vec<(Uuid, AbortHandle)> = self
+            .running
+            .lock()
+            .drain()
+            .map(|(id, (h, _))| (id, h))
+            .collect();
         if left.is_empty() {
             return;
         }

@@ -33,8 +33,11 @@ pub async fn handle(core: Arc<Core>, req: Request<Incoming>) -> Resp {
 }
 
 async fn dispatch(core: &Core, req: Request<Incoming>) -> (Route, Resp) {
+    // The Uri clone shares its bytes (no allocation), so path segments can be borrowed
+    // while the request itself moves into a handler.
+    let uri = req.uri().clone();
     // Split the path once; every route has at most two segments.
-    let path = req.uri().path();
+    let path = uri.path();
     let trimmed = path.strip_prefix('/').unwrap_or(path);
     let (first, rest) = match trimmed.split_once('/') {
         Some((a, b)) => (a, Some(b)),
@@ -74,7 +77,7 @@ async fn dispatch(core: &Core, req: Request<Incoming>) -> (Route, Resp) {
         ("workflow", Some(arg))
             if !arg.is_empty() && !arg.contains('/') && method == Method::GET =>
         {
-            let name = decode(arg).into_owned();
+            let name = decode(arg);
             (Route::GetWorkflow, workflows::get(core, &name).await)
         }
         ("workflows", None) if method == Method::GET => (

@@ -327,17 +327,34 @@ async fn graceful_shutdown_finishes_running_steps_or_releases_their_leases() {
     }
     let started = Instant::now();
     s.shutdown().await;
-    assert!(started.elapsed() < Duration::from_secs(2), "shutdown took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
     let row = c
-        .query_one("SELECT status, lease_owner, lease_until < now() FROM service_requests WHERE id = $1", &[&id])
+        .query_one(
+            "SELECT status, lease_owner, lease_until < now() FROM service_requests WHERE id = $1",
+            &[&id],
+        )
         .await
         .unwrap();
     assert_eq!(row.get::<_, String>(0), "NEW");
-    assert_eq!(row.get::<_, Option<Uuid>>(1), None, "the lease was not released");
+    assert_eq!(
+        row.get::<_, Option<Uuid>>(1),
+        None,
+        "the lease was not released"
+    );
     assert!(row.get::<_, bool>(2));
     // Another instance picks it up at once and finishes it.
     let s2 = TestServer::start(config(&db.url)).await;
-    let v = wait_status(&s2, &id.to_string(), &["COMPLETED", "FAILED"], Duration::from_secs(10)).await;
+    let v = wait_status(
+        &s2,
+        &id.to_string(),
+        &["COMPLETED", "FAILED"],
+        Duration::from_secs(10),
+    )
+    .await;
     assert_eq!(v["status"], "COMPLETED", "{v}");
     s2.shutdown().await;
 }

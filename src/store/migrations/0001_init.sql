@@ -51,7 +51,7 @@ CREATE INDEX IF NOT EXISTS service_requests_by_workflow
 -- lists a STARTED and a final entry per step from half the writes. An ASYNC step's row
 -- says STARTED until its response arrives.
 CREATE TABLE IF NOT EXISTS steps_status (
-    id                 bigserial PRIMARY KEY,
+    id                 bigserial,
     service_request_id uuid NOT NULL,
     step_id            integer NOT NULL,
     step_name          text NOT NULL,
@@ -61,6 +61,8 @@ CREATE TABLE IF NOT EXISTS steps_status (
     started_at         timestamptz NOT NULL,
     finished_at        timestamptz,
     time_taken_ms      bigint,
-    reason             text
+    reason             text,
+    -- One index serves every read (a request's attempts, oldest first) and keeps rows
+    -- unique: a separate primary key on id alone would be a second index to maintain.
+    PRIMARY KEY (service_request_id, id)
 );
-CREATE INDEX IF NOT EXISTS steps_status_by_request ON steps_status (service_request_id, id);
