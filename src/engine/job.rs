@@ -98,8 +98,8 @@ pub async fn run(exec: &Executor, mut job: Job) {
             return;
         };
         let Some(step) = job.wf.step(step_id).cloned() else {
-            let t = final_failure(
-                &job,
+            let t = Transition::failed(
+                job.id,
                 format!("step {step_id} is not part of workflow {}", job.wf.def.name),
             );
             if write(exec, t).await {
@@ -126,11 +126,7 @@ pub async fn run(exec: &Executor, mut job: Job) {
                         Some(text.clone()),
                         record(&step, "SKIPPED", &text, Some(&text), started, None),
                     );
-                    if !write(exec, t.clone()).await {
-                        return;
-                    }
-                    if t.status != "IN_PROGRESS" {
-                        exec.count_finished(t.status);
+                    if !advance(exec, t).await {
                         return;
                     }
                     job.next = next;
@@ -188,11 +184,7 @@ pub async fn run(exec: &Executor, mut job: Job) {
                     None => (job.wf.next_main(step_id), response),
                 };
                 let t = transition(&job, next, Some(next_request.to_string()), rec);
-                if !write(exec, t.clone()).await {
-                    return;
-                }
-                if t.status != "IN_PROGRESS" {
-                    exec.count_finished(t.status);
+                if !advance(exec, t).await {
                     return;
                 }
                 job.next = next;
@@ -225,11 +217,7 @@ pub async fn run(exec: &Executor, mut job: Job) {
                     }
                 };
                 let t = transition(&job, next, Some(job.request.to_string()), rec);
-                if !write(exec, t.clone()).await {
-                    return;
-                }
-                if t.status != "IN_PROGRESS" {
-                    exec.count_finished(t.status);
+                if !advance(exec, t).await {
                     return;
                 }
                 job.next = next;
@@ -304,17 +292,18 @@ fn transition(
     }
 }
 
-fn final_failure(job: &Job, reason: String) -> Transition {
-    Transition {
-        id: job.id,
-        status: "FAILED",
-        next_step: 0,
-        next_request: None,
-        failed_step: None,
-        reason: Some(reason),
-        release: true,
-        step: None,
+/// Writes a step's transition; true when the request goes on to another step (false when
+/// it finished, paused, or is no longer this instance's to run).
+async fn advance(exec: &Executor, t: Transition) -> bool {
+    let status = t.status;
+    if !write(exec, t).await {
+        return false;
     }
+    if status != "IN_PROGRESS" {
+        exec.count_finished(status);
+        return false;
+    }
+    true
 }
 
 /// Writes a transition, retrying while the database is away; false when the lease is

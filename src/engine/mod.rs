@@ -282,16 +282,7 @@ impl Executor {
                 Ok(job) => self.spawn(job),
                 Err(reason) => {
                     tracing::error!(%id, %reason, "claimed request cannot run; marking it FAILED");
-                    let t = writer::Transition {
-                        id,
-                        status: "FAILED",
-                        next_step: 0,
-                        next_request: None,
-                        failed_step: None,
-                        reason: Some(reason),
-                        release: true,
-                        step: None,
-                    };
+                    let t = writer::Transition::failed(id, reason);
                     let _ = self.writer.write(t).await;
                     self.unreserve(1);
                 }

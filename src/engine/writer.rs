@@ -48,6 +48,22 @@ pub struct Transition {
     pub step: Option<StepRecord>,
 }
 
+impl Transition {
+    /// The request failed outright (no step record), and its lease is given up.
+    pub fn failed(id: Uuid, reason: String) -> Transition {
+        Transition {
+            id,
+            status: "FAILED",
+            next_step: 0,
+            next_request: None,
+            failed_step: None,
+            reason: Some(reason),
+            release: true,
+            step: None,
+        }
+    }
+}
+
 /// Why a transition was not applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteError {
