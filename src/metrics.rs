@@ -177,7 +177,6 @@ pub struct Metrics {
     pub steps_executed: Counter,
     pub leases_claimed: Counter,
     pub leases_lost: Counter,
-    pub broker_messages: Family<StatusLabel, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -241,7 +240,6 @@ impl Metrics {
             steps_executed: Counter::default(),
             leases_claimed: Counter::default(),
             leases_lost: Counter::default(),
-            broker_messages: Family::default(),
             registry: Mutex::new(Registry::default()),
         };
         registry.register(
@@ -288,11 +286,6 @@ impl Metrics {
             "clamp_leases_lost",
             "Writes refused because another instance holds the lease",
             m.leases_lost.clone(),
-        );
-        registry.register(
-            "clamp_broker_messages",
-            "Step responses consumed from brokers, by outcome",
-            m.broker_messages.clone(),
         );
         *m.registry.lock() = registry;
         m
