@@ -278,6 +278,13 @@ impl Executor {
         self.app.metrics.leases_claimed.inc_by(n as u64);
         for c in claimed {
             let id = c.id;
+            // This process's own lease ran out while its job still runs (renewals failed
+            // for a while): the claim renewed it, and a second job must not start.
+            if let Some(entry) = self.running.lock().get_mut(&id) {
+                entry.1 = Instant::now() + self.app.config.lease;
+                self.unreserve(1);
+                continue;
+            }
             match self.job_for(c).await {
                 Ok(job) => self.spawn(job),
                 Err(reason) => {

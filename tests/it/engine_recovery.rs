@@ -358,3 +358,42 @@ async fn graceful_shutdown_finishes_running_steps_or_releases_their_leases() {
     assert_eq!(v["status"], "COMPLETED", "{v}");
     s2.shutdown().await;
 }
+
+#[tokio::test]
+async fn reclaiming_its_own_expired_lease_does_not_start_a_second_run() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let mut cfg = config(&db.url);
+    cfg.sweep_interval = Duration::from_millis(50);
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&json!({"name": "once", "steps": [
+        {"name": "slow", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/slow/1200")}}]}))
+        .await;
+    let id = create_request(&s, "once", &json!({})).await;
+    while d.received("/slow/1200").is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // As if renewals had failed for a while: the lease has run out under the running job.
+    let c = db.client().await;
+    c.execute(
+        "UPDATE service_requests SET lease_until = now() - interval '1 second' WHERE id = $1",
+        &[&Uuid::parse_str(&id).unwrap()],
+    )
+    .await
+    .unwrap();
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(10)).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    assert!(
+        s.server
+            .as_ref()
+            .unwrap()
+            .app()
+            .metrics
+            .leases_claimed
+            .get()
+            >= 1,
+        "the sweeper did not re-claim it"
+    );
+    assert_eq!(d.received("/slow/1200").len(), 1, "the step ran twice");
+    s.shutdown().await;
+}
