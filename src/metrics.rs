@@ -299,12 +299,6 @@ impl Metrics {
         self.latency[r].observe_duration(elapsed);
     }
 
-    /// Requests answered for `route` with a status in `class` ("2xx", "4xx", "5xx").
-    pub fn requests(&self, route: Route, class: &str) -> u64 {
-        let i = CLASSES.iter().position(|c| *c == class).unwrap_or(3);
-        self.requests[route as usize][i].get()
-    }
-
     /// The Prometheus text exposition.
     pub fn encode(&self) -> String {
         let mut out = String::with_capacity(16 * 1024);

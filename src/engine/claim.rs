@@ -20,6 +20,8 @@ pub struct Claimed {
     pub current_step_id: u32,
     pub step_request: Option<String>,
     pub failed_step_id: Option<u32>,
+    /// Why the request is failing, while its onFailure steps run.
+    pub reason: Option<String>,
 }
 
 /// Claims up to `limit` runnable requests whose lease is free or expired. One statement:
@@ -34,7 +36,7 @@ WHERE s.id IN (
     LIMIT $3
     FOR UPDATE SKIP LOCKED)
 RETURNING s.id, s.workflow_name, s.status, s.payload, s.headers, s.current_step_id,
-          s.step_request, s.failed_step_id";
+          s.step_request, s.failed_step_id, s.reason";
 
 pub async fn claim(
     conn: &PgConn,
@@ -72,6 +74,7 @@ pub async fn claim(
             current_step_id: r.get::<_, i32>(5).max(0) as u32,
             step_request: r.get(6),
             failed_step_id: r.get::<_, Option<i32>>(7).map(|s| s.max(0) as u32),
+            reason: r.get(8),
         })
         .collect())
 }

@@ -309,15 +309,6 @@ async fn advance(exec: &Executor, t: Transition) -> bool {
 /// Writes a transition, retrying while the database is away; false when the lease is
 /// lost or the executor is stopping (the request is someone else's now, or later).
 async fn write(exec: &Executor, t: Transition) -> bool {
-    let t0 = now_ms();
-    let r = write_inner(exec, t.clone()).await;
-    if now_ms() - t0 > 1000.0 {
-        tracing::debug!(id = %t.id, ms = now_ms() - t0, ok = r, "slow transition write");
-    }
-    r
-}
-
-async fn write_inner(exec: &Executor, t: Transition) -> bool {
     loop {
         match exec.writer.write(t.clone()).await {
             Ok(()) => return true,

@@ -184,11 +184,10 @@ impl Executor {
             Some(t) => serde_json::from_str(&t).unwrap_or(Value::Null),
             None => payload,
         };
-        let failing = c.failed_step_id.map(|s| (s, String::new()));
-        let failing = match failing {
-            Some((s, _)) => Some((s, self.failure_reason(c.id).await)),
-            None => None,
-        };
+        let reason = c.reason.filter(|r| !r.is_empty());
+        let failing = c
+            .failed_step_id
+            .map(|s| (s, reason.unwrap_or_else(|| "a step failed".into())));
         Ok(Job {
             id: c.id,
             wf,
@@ -198,20 +197,6 @@ impl Executor {
             failing,
             context,
         })
-    }
-
-    async fn failure_reason(&self, id: Uuid) -> String {
-        let Ok(conn) = self.pool.get().await else {
-            return "a step failed".into();
-        };
-        conn.client
-            .query_opt("SELECT reason FROM service_requests WHERE id = $1", &[&id])
-            .await
-            .ok()
-            .flatten()
-            .and_then(|r| r.get::<_, Option<String>>(0))
-            .filter(|r| !r.is_empty())
-            .unwrap_or_else(|| "a step failed".into())
     }
 
     /// Claims runnable rows while there is room; runs until `stop` fires.

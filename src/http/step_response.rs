@@ -39,6 +39,15 @@ pub struct StepResponse {
     pub error: Option<StepError>,
 }
 
+impl StepResponse {
+    /// The error form, when one was posted (an all-empty `error` object counts as none).
+    pub fn failure(&self) -> Option<&StepError> {
+        self.error
+            .as_ref()
+            .filter(|e| e.code != 0 || !e.message.is_empty())
+    }
+}
+
 /// What applying a step response did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Applied {
@@ -74,10 +83,7 @@ pub fn parse(body: &[u8]) -> Result<(Uuid, u32, StepResponse), String> {
         .ok()
         .filter(|s| *s > 0)
         .ok_or("stepId must be a positive integer")?;
-    let has_error = r
-        .error
-        .as_ref()
-        .is_some_and(|e| e.code != 0 || !e.message.is_empty());
+    let has_error = r.failure().is_some();
     if r.response.is_none() && !has_error {
         return Err("a step response needs a response or an error".into());
     }
@@ -118,10 +124,7 @@ pub async fn apply(
             "workflow {wf_name} has no step {step_id}"
         )));
     };
-    let failure = r
-        .error
-        .as_ref()
-        .filter(|e| e.code != 0 || !e.message.is_empty());
+    let failure = r.failure();
     let (next, next_request, failed_step, reason, rec_status, rec_response, rec_reason) =
         match failure {
             None => {

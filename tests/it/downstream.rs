@@ -73,6 +73,14 @@ impl Downstream {
             .collect()
     }
 
+    /// Waits (up to 5 s) until a request for `path` has arrived.
+    pub async fn wait_for(&self, path: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while self.received(path).is_empty() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     pub fn max_calls_per_key(&self) -> usize {
         self.log.lock().by_key.values().copied().max().unwrap_or(0)
     }

@@ -245,10 +245,7 @@ async fn an_instance_that_lost_its_lease_writes_nothing() {
         .await;
     let id = create_request(&s, "fenced", &json!({})).await;
     let uid = Uuid::parse_str(&id).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while d.received("/slow/1500").is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    d.wait_for("/slow/1500").await;
     assert_eq!(d.received("/slow/1500").len(), 1);
     // Another instance takes the lease while this one is mid-step (as after a long pause).
     let thief = Uuid::now_v7();
@@ -302,9 +299,7 @@ async fn graceful_shutdown_finishes_running_steps_or_releases_their_leases() {
         {"name": "after", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]}))
         .await;
     let id = Uuid::parse_str(&create_request(&s, "drain", &json!({})).await).unwrap();
-    while d.received("/slow/400").is_empty() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    d.wait_for("/slow/400").await;
     s.shutdown().await;
     let c = db.client().await;
     let status: String = c
@@ -322,9 +317,7 @@ async fn graceful_shutdown_finishes_running_steps_or_releases_their_leases() {
         {"name": "slow", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/slow/3000")}}]}))
         .await;
     let id = Uuid::parse_str(&create_request(&s, "cut", &json!({})).await).unwrap();
-    while d.received("/slow/3000").is_empty() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    d.wait_for("/slow/3000").await;
     let started = Instant::now();
     s.shutdown().await;
     assert!(
@@ -370,9 +363,7 @@ async fn reclaiming_its_own_expired_lease_does_not_start_a_second_run() {
         {"name": "slow", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/slow/1200")}}]}))
         .await;
     let id = create_request(&s, "once", &json!({})).await;
-    while d.received("/slow/1200").is_empty() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    d.wait_for("/slow/1200").await;
     // As if renewals had failed for a while: the lease has run out under the running job.
     let c = db.client().await;
     c.execute(
