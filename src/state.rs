@@ -20,6 +20,10 @@ pub struct App {
     pub header_denylist: Vec<&'static str>,
     /// Write buffers of every runtime, for the depth gauge.
     pub buffers: parking_lot::Mutex<Vec<WriteBuffer>>,
+    /// Requests running on any runtime of this process. Every runtime's sweeper claims
+    /// with the same lease owner, so one runtime may re-claim a request whose lease ran
+    /// out while another runtime still runs it; this set is how it knows not to start it.
+    pub running_here: parking_lot::Mutex<std::collections::HashSet<Uuid>>,
 }
 
 /// One runtime's own resources: the hot path touches nothing shared but `App`'s map and counters.
@@ -65,6 +69,7 @@ impl App {
             instance_id: Uuid::now_v7(),
             header_denylist,
             buffers: parking_lot::Mutex::new(Vec::new()),
+            running_here: parking_lot::Mutex::new(Default::default()),
         }
     }
 }

@@ -131,11 +131,13 @@ impl Executor {
         // The lease was taken (by the insert or the claim) just before: it lasts until about now + lease.
         let expires = Instant::now() + self.app.config.lease;
         running.insert(id, (handle.abort_handle(), expires));
+        self.app.running_here.lock().insert(id);
     }
 
     /// Drops a finished (or lost) request and frees its slot, once.
     fn forget(&self, id: Uuid) {
         if self.running.lock().remove(&id).is_some() {
+            self.app.running_here.lock().remove(&id);
             self.unreserve(1);
         }
     }
@@ -270,6 +272,12 @@ impl Executor {
                 self.unreserve(1);
                 continue;
             }
+            // Another runtime of this process runs it: the claim renewed the lease for it
+            // (same owner), and that runtime's renewer keeps it from here.
+            if self.app.running_here.lock().contains(&id) {
+                self.unreserve(1);
+                continue;
+            }
             match self.job_for(c).await {
                 Ok(job) => self.spawn(job),
                 Err(reason) => {
@@ -357,6 +365,12 @@ impl Executor {
             .collect();
         if left.is_empty() {
             return;
+        }
+        {
+            let mut here = self.app.running_here.lock();
+            for (id, _) in &left {
+                here.remove(id);
+            }
         }
         for (_, h) in &left {
             h.abort();
