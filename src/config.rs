@@ -18,6 +18,12 @@ pub mod env {
     pub const CLAMP_THREADS: &str = "CLAMP_THREADS";
     pub const CLAMP_ACK: &str = "CLAMP_ACK";
     pub const CLAMP_RUNTIME: &str = "CLAMP_RUNTIME";
+    pub const ENABLE_AMQP_INTEGRATION: &str = "ENABLE_AMQP_INTEGRATION";
+    pub const CLAMP_QUEUE_CONNECTION_STR: &str = "CLAMP_QUEUE_CONNECTION_STR";
+    pub const CLAMP_QUEUE_NAME: &str = "CLAMP_QUEUE_NAME";
+    pub const ENABLE_KAFKA_INTEGRATION: &str = "ENABLE_KAFKA_INTEGRATION";
+    pub const CLAMP_KAFKA_CONNECTION_STR: &str = "CLAMP_KAFKA_CONNECTION_STR";
+    pub const CLAMP_KAFKA_TOPIC_NAME: &str = "CLAMP_KAFKA_TOPIC_NAME";
 }
 
 /// When a `POST /serviceRequest` is answered.
@@ -154,9 +160,49 @@ pub struct Args {
     #[arg(long, env = "CLAMP_FORWARD_HEADERS", value_delimiter = ',')]
     pub forward_headers: Vec<String>,
 
+    /// Consume step responses from the AMQP queue `--amqp-response-queue`.
+    #[arg(long, env = env::ENABLE_AMQP_INTEGRATION, default_value_t = false, action = clap::ArgAction::Set)]
+    pub enable_amqp: bool,
+
+    /// The broker step responses are consumed from.
+    #[arg(long, env = env::CLAMP_QUEUE_CONNECTION_STR, default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    pub amqp_url: String,
+
+    /// The queue step responses arrive on; also every AMQP step's default `reply_to`.
+    #[arg(long, env = env::CLAMP_QUEUE_NAME, default_value = "clamp_steps_response")]
+    pub amqp_response_queue: String,
+
+    /// Responses applied concurrently per runtime (the consumer's prefetch).
+    #[arg(long, env = "CLAMP_AMQP_PREFETCH", default_value_t = 256)]
+    pub amqp_prefetch: u16,
+
+    /// Consume step responses from the Kafka topic `--kafka-response-topic`.
+    #[arg(long, env = env::ENABLE_KAFKA_INTEGRATION, default_value_t = false, action = clap::ArgAction::Set)]
+    pub enable_kafka: bool,
+
+    /// Kafka bootstrap brokers (`host:port`, comma-separated) responses are consumed from.
+    #[arg(long, env = env::CLAMP_KAFKA_CONNECTION_STR, default_value = "127.0.0.1:9092")]
+    pub kafka_brokers: String,
+
+    /// The topic step responses arrive on; also every Kafka step's default `reply_to`.
+    #[arg(long, env = env::CLAMP_KAFKA_TOPIC_NAME, default_value = "clamp_steps_response")]
+    pub kafka_response_topic: String,
+
     /// Log filter (error, warn, info, debug, trace, or a tracing directive).
     #[arg(long, env = env::LOG_LEVEL, default_value = "info")]
     pub log_level: String,
+}
+
+/// Where step responses are consumed from, and the default `reply_to` of broker steps.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub amqp_enabled: bool,
+    pub amqp_url: String,
+    pub amqp_response_queue: String,
+    pub amqp_prefetch: u16,
+    pub kafka_enabled: bool,
+    pub kafka_brokers: String,
+    pub kafka_response_topic: String,
 }
 
 /// A configuration error: printed as one line and exits non-zero.
@@ -190,6 +236,7 @@ pub struct Config {
     pub http: crate::engine::http_step::HttpSettings,
     /// Lower-cased names that are forwarded although hop-by-hop or sensitive by default.
     pub forward_headers_extra: Vec<String>,
+    pub brokers: BrokerConfig,
     pub log_level: String,
 }
 
@@ -251,6 +298,22 @@ impl Config {
         if a.header_timeout_ms == 0 || a.flush_timeout_ms == 0 || a.step_timeout_ms == 0 {
             return Err(ConfigError("timeouts must be at least 1 ms".into()));
         }
+        if !(a.amqp_url.starts_with("amqp://") || a.amqp_url.starts_with("amqps://")) {
+            return Err(ConfigError(
+                "CLAMP_QUEUE_CONNECTION_STR must be an amqp:// or amqps:// URL".into(),
+            ));
+        }
+        if a.amqp_response_queue.is_empty() || a.kafka_response_topic.is_empty() {
+            return Err(ConfigError(
+                "the response queue and topic names cannot be empty".into(),
+            ));
+        }
+        positive(a.amqp_prefetch as usize, "--amqp-prefetch")?;
+        if a.kafka_brokers.split(',').any(|b| b.trim().is_empty()) {
+            return Err(ConfigError(
+                "CLAMP_KAFKA_CONNECTION_STR must be host:port[,host:port…]".into(),
+            ));
+        }
         Ok(Config {
             listen: SocketAddr::new(a.bind, a.port),
             database_url,
@@ -284,6 +347,15 @@ impl Config {
                 .map(|h| h.trim().to_ascii_lowercase())
                 .filter(|h| !h.is_empty())
                 .collect(),
+            brokers: BrokerConfig {
+                amqp_enabled: a.enable_amqp,
+                amqp_url: a.amqp_url,
+                amqp_response_queue: a.amqp_response_queue,
+                amqp_prefetch: a.amqp_prefetch,
+                kafka_enabled: a.enable_kafka,
+                kafka_brokers: a.kafka_brokers,
+                kafka_response_topic: a.kafka_response_topic,
+            },
             log_level: a.log_level,
         })
     }
@@ -299,6 +371,8 @@ impl Config {
         args.pool_size = 6;
         let mut c = Config::from_args(args).expect("test config is valid");
         c.forward_headers_extra.clear();
+        c.brokers.amqp_enabled = false;
+        c.brokers.kafka_enabled = false;
         c
     }
 }

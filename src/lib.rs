@@ -5,6 +5,7 @@
 //! the runtimes; the binary only parses configuration and waits for a signal, and tests
 //! start it in-process on port 0.
 
+pub mod broker;
 pub mod config;
 pub mod engine;
 pub mod http;

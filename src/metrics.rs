@@ -73,6 +73,13 @@ pub struct StatusLabel {
     pub status: &'static str,
 }
 
+/// Broker traffic labels: which broker, and what happened.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BrokerLabel {
+    pub broker: &'static str,
+    pub outcome: &'static str,
+}
+
 const CLASSES: [&str; 4] = ["2xx", "4xx", "5xx", "other"];
 
 fn class_idx(status: u16) -> usize {
@@ -177,6 +184,10 @@ pub struct Metrics {
     pub steps_executed: Counter,
     pub leases_claimed: Counter,
     pub leases_lost: Counter,
+    /// Step responses consumed from brokers, by outcome.
+    pub broker_replies: Family<BrokerLabel, Counter>,
+    /// Step messages published to brokers, by outcome (sent, failed).
+    pub broker_published: Family<BrokerLabel, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -240,6 +251,8 @@ impl Metrics {
             steps_executed: Counter::default(),
             leases_claimed: Counter::default(),
             leases_lost: Counter::default(),
+            broker_replies: Family::default(),
+            broker_published: Family::default(),
             registry: Mutex::new(Registry::default()),
         };
         registry.register(
@@ -287,6 +300,17 @@ impl Metrics {
             "Writes refused because another instance holds the lease",
             m.leases_lost.clone(),
         );
+        registry.register(
+            "clamp_broker_replies",
+            "Step responses consumed from a broker, by broker and outcome \
+             (resumed, duplicate, malformed, rejected, unavailable)",
+            m.broker_replies.clone(),
+        );
+        registry.register(
+            "clamp_broker_published",
+            "Step messages published to a broker, by broker and outcome (sent, failed)",
+            m.broker_published.clone(),
+        );
         *m.registry.lock() = registry;
         m
     }
@@ -297,6 +321,21 @@ impl Metrics {
         let r = route as usize;
         self.requests[r][class_idx(status)].inc();
         self.latency[r].observe_duration(elapsed);
+    }
+
+    /// Counts one consumed step response (label values are a fixed set).
+    pub fn count_broker_reply(&self, broker: &'static str, outcome: &'static str) {
+        self.broker_replies
+            .get_or_create(&BrokerLabel { broker, outcome })
+            .inc();
+    }
+
+    /// Counts one step message published (or not).
+    pub fn count_broker_publish(&self, broker: &'static str, ok: bool) {
+        let outcome = if ok { "sent" } else { "failed" };
+        self.broker_published
+            .get_or_create(&BrokerLabel { broker, outcome })
+            .inc();
     }
 
     /// The Prometheus text exposition.

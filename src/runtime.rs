@@ -61,6 +61,7 @@ fn is_resource_exhaustion(e: &std::io::Error) -> bool {
 /// Serves one core until `shutdown` turns true, then drains it: stop accepting, finish
 /// in-flight requests (bounded by the shutdown timeout), then flush the write buffer.
 pub async fn serve_core(
+    index: usize,
     app: Arc<App>,
     listener: std::net::TcpListener,
     mut shutdown: watch::Receiver<bool>,
@@ -94,6 +95,22 @@ pub async fn serve_core(
         buffer,
         executor: executor.clone(),
     });
+    // Step responses over the brokers: AMQP on every runtime (the broker spreads the
+    // deliveries), Kafka on the first (partitions are read by one consumer per instance).
+    let (stop_consumers, consumers_stop) = watch::channel(false);
+    let mut consumers = Vec::new();
+    if cfg.brokers.amqp_enabled {
+        consumers.push(tokio::spawn(crate::broker::amqp::consume(
+            core.clone(),
+            consumers_stop.clone(),
+        )));
+    }
+    if cfg.brokers.kafka_enabled && index == 0 {
+        consumers.push(tokio::spawn(crate::broker::kafka::consume(
+            core.clone(),
+            consumers_stop.clone(),
+        )));
+    }
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -144,6 +161,10 @@ pub async fn serve_core(
     {
         tracing::warn!("shutdown timeout: closing connections with requests still in flight");
     }
+    let _ = stop_consumers.send(true);
+    for c in consumers {
+        let _ = c.await;
+    }
     drop(core);
     let _ = close_tx.send(());
     let _ = flusher.await;
@@ -173,7 +194,7 @@ pub fn spawn(
                 std::thread::Builder::new()
                     .name(format!("clamp-core-{i}"))
                     .spawn(move || {
-                        rt.block_on(serve_core(app, listener, shutdown));
+                        rt.block_on(serve_core(i, app, listener, shutdown));
                         let _ = tx.send(());
                     })?;
                 done.push(rx);
@@ -192,7 +213,10 @@ pub fn spawn(
                     rt.block_on(async move {
                         let tasks: Vec<_> = listeners
                             .into_iter()
-                            .map(|l| tokio::spawn(serve_core(app.clone(), l, shutdown.clone())))
+                            .enumerate()
+                            .map(|(i, l)| {
+                                tokio::spawn(serve_core(i, app.clone(), l, shutdown.clone()))
+                            })
                             .collect();
                         for t in tasks {
                             let _ = t.await;

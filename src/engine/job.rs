@@ -240,11 +240,50 @@ async fn execute(
             Ok(v) => Outcome::Done(v),
             Err(reason) => Outcome::Failed(reason),
         },
+        (Val::Amqp(val), Mode::Amqp) => {
+            let msg = step_message(exec, job, step, body);
+            match exec.amqp.publish(val, &msg).await {
+                Ok(()) => sent_or_done(is_async),
+                Err(reason) => Outcome::Failed(reason),
+            }
+        }
+        (Val::Kafka(val), Mode::Kafka) => {
+            let msg = step_message(exec, job, step, body);
+            match exec.kafka.produce(val, &msg).await {
+                Ok(()) => sent_or_done(is_async),
+                Err(reason) => Outcome::Failed(reason),
+            }
+        }
         (_, mode) => Outcome::Failed(format!(
-            "{} steps cannot run: this server has no {} broker support enabled",
-            mode.as_str(),
+            "step {} has a val that does not fit its mode {}",
+            step.id,
             mode.as_str()
         )),
+    }
+}
+
+fn step_message<'a>(
+    exec: &Executor,
+    job: &'a Job,
+    step: &CompiledStep,
+    body: &Value,
+) -> crate::broker::StepMessage<'a> {
+    crate::broker::StepMessage {
+        service_request_id: job.id,
+        step_id: step.id,
+        body: body.to_string().into_bytes(),
+        headers: &job.headers,
+        timeout: exec.app.config.http.timeout,
+    }
+}
+
+/// A broker step's message is out: the request waits for the answer. (An onFailure step
+/// is not waited for: it was sent, and that is all it can do.)
+fn sent_or_done(is_async: bool) -> Outcome {
+    if is_async {
+        Outcome::Sent
+    } else {
+        Outcome::Done(json!({"sent": true}))
     }
 }
 

@@ -36,6 +36,8 @@ pub struct Executor {
     pub app: Arc<App>,
     pub pool: Pool,
     pub http: HttpClient,
+    pub amqp: crate::broker::amqp::AmqpPublisher,
+    pub kafka: crate::broker::kafka::KafkaProducer,
     pub writer: StepWriter,
     capacity: usize,
     in_use: AtomicUsize,
@@ -61,6 +63,8 @@ impl Executor {
         );
         Arc::new(Executor {
             capacity: cfg.max_running,
+            amqp: crate::broker::amqp::AmqpPublisher::new(app.metrics.clone()),
+            kafka: crate::broker::kafka::KafkaProducer::new(app.metrics.clone()),
             app,
             pool,
             http,

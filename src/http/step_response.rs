@@ -6,6 +6,8 @@
 //! A response for a step already answered is a harmless duplicate (200, "duplicate
 //! ignored"); one for a step the request is not waiting on is 409; an unknown request 404.
 
+use std::time::Duration;
+
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 use serde::Deserialize;
@@ -53,9 +55,15 @@ impl StepResponse {
 pub enum Applied {
     Resumed,
     Duplicate,
+    /// The request is at this ASYNC step but its pause is not written yet: the answer
+    /// came back while the step was still being sent. Worth retrying shortly.
+    NotYet(String),
     NotWaiting(String),
     Unknown,
 }
+
+/// How often a response that came too early is tried again.
+const NOT_YET_RETRY: Duration = Duration::from_millis(20);
 
 const RESUME: &str = "\
 WITH resumed AS (
@@ -191,10 +199,42 @@ pub async fn apply(
     if answered && step.step_type == crate::workflow::StepType::Async {
         return Ok(Applied::Duplicate);
     }
-    Ok(Applied::NotWaiting(format!(
+    let msg = format!(
         "service request is {status} at step {current}, not waiting for a response to step {step_id}"
-    )))
+    );
+    let sending = current == step_id as i32
+        && step.step_type == crate::workflow::StepType::Async
+        && !matches!(status.as_str(), "PAUSED" | "COMPLETED" | "FAILED");
+    Ok(if sending {
+        Applied::NotYet(msg)
+    } else {
+        Applied::NotWaiting(msg)
+    })
 }
+
+/// Applies a step response, trying again for up to `patience` while it came back before
+/// the step's pause was written (a fast service answers before the send returns).
+pub async fn apply_when_ready(
+    core: &Core,
+    id: Uuid,
+    step_id: u32,
+    r: &StepResponse,
+    patience: Duration,
+) -> Result<Applied, StoreError> {
+    let until = tokio::time::Instant::now() + patience;
+    loop {
+        match apply(core, id, step_id, r).await? {
+            Applied::NotYet(msg) if tokio::time::Instant::now() >= until => {
+                return Ok(Applied::NotWaiting(msg))
+            }
+            Applied::NotYet(_) => tokio::time::sleep(NOT_YET_RETRY).await,
+            done => return Ok(done),
+        }
+    }
+}
+
+/// How long `POST /stepResponse` waits for a pause still being written before it says 409.
+const HTTP_PATIENCE: Duration = Duration::from_secs(2);
 
 /// `POST /stepResponse`.
 pub async fn post(core: &Core, req: Request<Incoming>) -> Resp {
@@ -207,10 +247,10 @@ pub async fn post(core: &Core, req: Request<Incoming>) -> Resp {
         Ok(x) => x,
         Err(msg) => return error(StatusCode::BAD_REQUEST, &msg),
     };
-    match apply(core, id, step_id, &r).await {
+    match apply_when_ready(core, id, step_id, &r, HTTP_PATIENCE).await {
         Ok(Applied::Resumed) => ok("success"),
         Ok(Applied::Duplicate) => ok("duplicate response ignored"),
-        Ok(Applied::NotWaiting(msg)) => error(StatusCode::CONFLICT, &msg),
+        Ok(Applied::NotWaiting(msg) | Applied::NotYet(msg)) => error(StatusCode::CONFLICT, &msg),
         Ok(Applied::Unknown) => error(StatusCode::NOT_FOUND, "no service request with this id"),
         Err(e) => store_error(e, "step response"),
     }

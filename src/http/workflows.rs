@@ -12,7 +12,7 @@ use super::service_requests::{find_workflow, page_param, MAX_PAGE_SIZE};
 use crate::state::Core;
 use crate::store::queries::{self, WorkflowSort};
 use crate::store::StoreError;
-use crate::workflow::{compile, WorkflowDef};
+use crate::workflow::{compile, set_default_reply_to, WorkflowDef};
 
 /// `POST /workflow`: validate, compile, store, cache.
 pub async fn create(core: &Core, req: Request<Incoming>) -> Resp {
@@ -44,6 +44,9 @@ pub async fn create(core: &Core, req: Request<Incoming>) -> Resp {
             )
         }
     };
+    let mut def = def;
+    let b = &app.config.brokers;
+    set_default_reply_to(&mut def, &b.amqp_response_queue, &b.kafka_response_topic);
     let mut wf = match compile(def) {
         Ok(wf) => wf,
         Err(e) => return error(StatusCode::BAD_REQUEST, &e.0),

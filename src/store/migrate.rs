@@ -5,7 +5,10 @@
 use tokio_postgres::{Client, NoTls};
 
 /// Every migration, in order. A version is never edited once released; add a new one.
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("migrations/0001_init.sql"))];
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("migrations/0001_init.sql")),
+    (2, include_str!("migrations/0002_kafka_offsets.sql")),
+];
 
 /// An arbitrary constant identifying this server's migration lock.
 const MIGRATION_LOCK_KEY: i64 = 0x636c_616d_7000_0001;

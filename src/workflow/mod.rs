@@ -9,4 +9,4 @@ pub mod validate;
 pub use model::{
     AmqpVal, CompiledStep, HttpVal, KafkaVal, Mode, Step, StepType, Val, Workflow, WorkflowDef,
 };
-pub use validate::{compile, ValidationError};
+pub use validate::{compile, set_default_reply_to, ValidationError};

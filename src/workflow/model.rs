@@ -125,13 +125,18 @@ pub struct AmqpVal {
     pub exchange_name: String,
     pub routing_key: String,
     pub content_type: String,
+    /// Where the service should send its answer (set at creation when not given).
+    pub reply_to: String,
 }
 
 /// A Kafka step's target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KafkaVal {
+    /// Bootstrap brokers, `host:port[,host:port…]`.
     pub connection_url: String,
     pub topic_name: String,
+    /// Where the service should send its answer (set at creation when not given).
+    pub reply_to: String,
 }
 
 /// A validated `val`.

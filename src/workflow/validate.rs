@@ -248,20 +248,75 @@ fn compile_val(mode: Mode, val: &Value, at: &str) -> Result<Val, ValidationError
                     .unwrap_or_default()
                     .to_string(),
                 content_type: str_field(val, "content_type")
+                    .filter(|c| !c.is_empty())
                     .unwrap_or("application/json")
                     .to_string(),
+                reply_to: str_field(val, "reply_to").unwrap_or_default().to_string(),
             }))
         }
         Mode::Kafka => {
             let connection_url = str_field(val, "connection_url")
                 .ok_or_else(|| ValidationError(format!("{at}.val.connection_url is required")))?;
             let topic_name = str_field(val, "topic_name")
+                .filter(|t| !t.is_empty())
                 .ok_or_else(|| ValidationError(format!("{at}.val.topic_name is required")))?;
+            if !valid_topic(topic_name) {
+                return err(format!(
+                    "{at}.val.topic_name may hold only letters, digits, '.', '_' and '-' (at most 249)"
+                ));
+            }
+            let brokers: Vec<&str> = connection_url.split(',').map(str::trim).collect();
+            if brokers.iter().any(|b| {
+                b.rsplit_once(':')
+                    .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
+            }) {
+                return err(format!(
+                    "{at}.val.connection_url must be host:port[,host:port…] (Kafka bootstrap brokers)"
+                ));
+            }
             Ok(Val::Kafka(KafkaVal {
-                connection_url: connection_url.to_string(),
+                connection_url: brokers.join(","),
                 topic_name: topic_name.to_string(),
+                reply_to: str_field(val, "reply_to").unwrap_or_default().to_string(),
             }))
         }
+    }
+}
+
+/// Kafka's own rule for topic names.
+fn valid_topic(t: &str) -> bool {
+    !t.is_empty()
+        && t.len() <= 249
+        && t != "."
+        && t != ".."
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Gives every AMQP and Kafka step without a `reply_to` the configured response queue or
+/// topic, so the stored workflow says where answers go (as the services read it).
+pub fn set_default_reply_to(def: &mut WorkflowDef, amqp_queue: &str, kafka_topic: &str) {
+    fn visit(s: &mut Step, amqp_queue: &str, kafka_topic: &str) {
+        let default = match s.mode.as_str() {
+            "AMQP" => amqp_queue,
+            "KAFKA" => kafka_topic,
+            _ => "",
+        };
+        if let (false, Some(val)) = (default.is_empty(), s.val.as_object_mut()) {
+            let missing = val
+                .get("reply_to")
+                .and_then(|v| v.as_str())
+                .is_none_or(str::is_empty);
+            if missing {
+                val.insert("reply_to".into(), default.into());
+            }
+        }
+        for f in &mut s.on_failure {
+            visit(f, amqp_queue, kafka_topic);
+        }
+    }
+    for s in &mut def.steps {
+        visit(s, amqp_queue, kafka_topic);
     }
 }
 

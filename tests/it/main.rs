@@ -3,6 +3,7 @@
 
 mod api_service_requests;
 mod api_workflows;
+mod broker_amqp;
 mod downstream;
 mod durability;
 mod engine;

@@ -258,8 +258,8 @@ impl Conn {
     }
 }
 
-/// A TCP proxy in front of Postgres that a test can cut (refuse and reset every
-/// connection, like a dead server) or stall (keep connections open, forward nothing).
+/// A TCP proxy in front of Postgres (or any server) that a test can cut (refuse and reset
+/// every connection, like a dead server) or stall (keep connections open, forward nothing).
 pub struct PgProxy {
     pub addr: SocketAddr,
     cut: Arc<AtomicBool>,
@@ -269,12 +269,16 @@ pub struct PgProxy {
 
 impl PgProxy {
     pub async fn start() -> PgProxy {
+        PgProxy::start_to("127.0.0.1:5432".parse().unwrap()).await
+    }
+
+    /// A proxy in front of `upstream`.
+    pub async fn start_to(upstream: SocketAddr) -> PgProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let cut = Arc::new(AtomicBool::new(false));
         let stalled = Arc::new(AtomicBool::new(false));
         let generation = Arc::new(AtomicU64::new(0));
-        let upstream: SocketAddr = "127.0.0.1:5432".parse().unwrap();
         let (c, s, g) = (cut.clone(), stalled.clone(), generation.clone());
         tokio::spawn(async move {
             loop {

@@ -1,0 +1,402 @@
+//! AMQP steps and step responses against the RabbitMQ on the machine: every test uses
+//! queues of its own and deletes them.
+
+use std::time::Duration;
+
+use lapin::options::{
+    BasicGetOptions, BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::downstream::Downstream;
+use crate::support::*;
+
+pub const RABBIT: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// A channel to the test broker, and queue names no other test uses.
+pub struct Rabbit {
+    _conn: Connection,
+    pub ch: Channel,
+    pub tag: String,
+    declared: Vec<String>,
+}
+
+impl Rabbit {
+    pub async fn connect() -> Rabbit {
+        let conn = Connection::connect(RABBIT, ConnectionProperties::default())
+            .await
+            .expect("RabbitMQ must run on 127.0.0.1:5672 (scripts/services.sh starts it)");
+        let ch = conn.create_channel().await.unwrap();
+        Rabbit {
+            _conn: conn,
+            ch,
+            tag: Uuid::new_v4().simple().to_string()[..12].to_string(),
+            declared: Vec::new(),
+        }
+    }
+
+    /// `clamp_t_<tag>_<what>`.
+    pub fn name(&self, what: &str) -> String {
+        format!("clamp_t_{}_{what}", self.tag)
+    }
+
+    pub async fn declare(&mut self, queue: &str) {
+        self.ch
+            .queue_declare(
+                queue.into(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        self.declared.push(queue.to_string());
+    }
+
+    /// Takes the next message of `queue`, waiting up to 10 s.
+    pub async fn next(&self, queue: &str) -> lapin::message::Delivery {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let got = self
+                .ch
+                .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+                .await
+                .unwrap();
+            if let Some(m) = got {
+                return m.delivery;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no message on {queue}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Messages waiting in `queue`.
+    pub async fn depth(&self, queue: &str) -> u32 {
+        self.ch
+            .queue_declare(
+                queue.into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap()
+            .message_count()
+    }
+
+    pub async fn publish(&self, queue: &str, body: &[u8]) {
+        self.ch
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions::default(),
+                body,
+                BasicProperties::default(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+
+    pub async fn cleanup(self) {
+        for q in &self.declared {
+            let _ = self
+                .ch
+                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                .await;
+        }
+    }
+}
+
+/// A server consuming step responses from `response_queue`.
+fn amqp_config(db: &TestDb, response_queue: &str) -> clamp::config::Config {
+    let mut cfg = config(&db.url);
+    cfg.brokers.amqp_enabled = true;
+    cfg.brokers.amqp_url = RABBIT.into();
+    cfg.brokers.amqp_response_queue = response_queue.into();
+    cfg
+}
+
+fn header<'a>(d: &'a lapin::message::Delivery, name: &str) -> Option<&'a AMQPValue> {
+    d.properties
+        .headers()
+        .as_ref()?
+        .inner()
+        .iter()
+        .find(|(k, _)| k.as_str() == name)
+        .map(|(_, v)| v)
+}
+
+/// An AMQP step then an HTTP step that receives the AMQP step's answer.
+fn amqp_then_http(name: &str, queue: &str, d: &Downstream) -> Value {
+    json!({"name": name, "steps": [
+        {"name": "ask", "mode": "AMQP", "val": {"connection_url": RABBIT, "queue_name": queue}},
+        {"name": "use", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]})
+}
+
+#[tokio::test]
+async fn amqp_step_publishes_and_a_reply_on_the_response_queue_completes_it() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let mut r = Rabbit::connect().await;
+    let (steps, responses) = (r.name("steps"), r.name("responses"));
+    r.declare(&steps).await;
+    r.declare(&format!("{responses}.dead")).await;
+    r.declare(&responses).await;
+    let s = TestServer::start(amqp_config(&db, &responses)).await;
+    let wf = s
+        .create_workflow(&amqp_then_http("amqp1", &steps, &d))
+        .await;
+    // The reply queue is set at creation and shown with the workflow.
+    assert_eq!(
+        wf["steps"][0]["val"]["reply_to"],
+        responses.as_str(),
+        "{wf}"
+    );
+
+    let r1 = s
+        .post("/serviceRequest/amqp1", r#"{"claim": 7}"#)
+        .await
+        .json();
+    let id = r1["serviceRequestId"].as_str().unwrap().to_string();
+    let m = r.next(&steps).await;
+    let body: Value = serde_json::from_slice(&m.data).unwrap();
+    assert_eq!(body, json!({"claim": 7}));
+    let p = &m.properties;
+    assert_eq!(p.reply_to().as_ref().unwrap().as_str(), responses);
+    assert_eq!(p.correlation_id().as_ref().unwrap().as_str(), id);
+    assert_eq!(p.message_id().as_ref().unwrap().as_str(), format!("{id}:1"));
+    assert_eq!(p.delivery_mode(), &Some(2), "not persistent");
+    assert_eq!(
+        p.content_type().as_ref().unwrap().as_str(),
+        "application/json"
+    );
+    assert!(matches!(
+        header(&m, "stepId"),
+        Some(AMQPValue::LongLongInt(1))
+    ));
+    assert!(
+        matches!(header(&m, "serviceRequestId"), Some(AMQPValue::LongString(s)) if s.to_string() == id)
+    );
+    let v = wait_status(&s, &id, &["PAUSED"], Duration::from_secs(5)).await;
+    assert_eq!(v["status"], "PAUSED", "{v}");
+
+    let reply = json!({"serviceRequestId": id, "stepId": 1, "response": {"approved": true}});
+    r.publish(&responses, reply.to_string().as_bytes()).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(10)).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    // The answer is the next step's request.
+    let got = d.received("/api/echo");
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].body, json!({"approved": true}));
+    assert_eq!(
+        v["steps"][1]["payload"]["response"],
+        json!({"approved": true})
+    );
+    // Acknowledged after the resume committed: nothing is left on the queue.
+    assert_eq!(r.depth(&responses).await, 0);
+    s.shutdown().await;
+    r.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_reply_sent_while_the_server_is_stopped_is_applied_when_it_starts_again() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let mut r = Rabbit::connect().await;
+    let (steps, responses) = (r.name("steps"), r.name("responses"));
+    r.declare(&steps).await;
+    r.declare(&format!("{responses}.dead")).await;
+    r.declare(&responses).await;
+    let s = TestServer::start(amqp_config(&db, &responses)).await;
+    s.create_workflow(&amqp_then_http("amqp2", &steps, &d))
+        .await;
+    let id = create_request(&s, "amqp2", &json!({"n": 1})).await;
+    r.next(&steps).await;
+    wait_status(&s, &id, &["PAUSED"], Duration::from_secs(5)).await;
+    s.shutdown().await;
+
+    let reply = json!({"serviceRequestId": id, "stepId": 1, "response": {"later": true}});
+    r.publish(&responses, reply.to_string().as_bytes()).await;
+
+    let s = TestServer::start(amqp_config(&db, &responses)).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(10)).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    assert_eq!(d.received("/api/echo")[0].body, json!({"later": true}));
+    s.shutdown().await;
+    r.cleanup().await;
+}
+
+#[tokio::test]
+async fn malformed_and_unknown_replies_are_dead_lettered_and_later_ones_still_apply() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let mut r = Rabbit::connect().await;
+    let (steps, responses) = (r.name("steps"), r.name("responses"));
+    let dead = format!("{responses}.dead");
+    r.declare(&steps).await;
+    r.declare(&dead).await;
+    r.declare(&responses).await;
+    let s = TestServer::start(amqp_config(&db, &responses)).await;
+    s.create_workflow(&amqp_then_http("amqp3", &steps, &d))
+        .await;
+    let id = create_request(&s, "amqp3", &json!({})).await;
+    r.next(&steps).await;
+    wait_status(&s, &id, &["PAUSED"], Duration::from_secs(5)).await;
+
+    r.publish(&responses, b"this is not json").await;
+    r.publish(
+        &responses,
+        br#"{"serviceRequestId": "nope", "stepId": 1, "response": {}}"#,
+    )
+    .await;
+    let stranger =
+        json!({"serviceRequestId": Uuid::now_v7().to_string(), "stepId": 1, "response": {}});
+    r.publish(&responses, stranger.to_string().as_bytes()).await;
+    let reply = json!({"serviceRequestId": id, "stepId": 1, "response": {"ok": 1}});
+    r.publish(&responses, reply.to_string().as_bytes()).await;
+    // A redelivered or repeated answer changes nothing.
+    r.publish(&responses, reply.to_string().as_bytes()).await;
+
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(10)).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while r.depth(&dead).await < 3 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        r.depth(&dead).await,
+        3,
+        "malformed and unknown replies are parked"
+    );
+    let parked = r.next(&dead).await;
+    assert_eq!(parked.data, b"this is not json");
+    assert!(header(&parked, "x-clamp-reason").is_some());
+    let m = s.get("/metrics").await.text();
+    assert!(
+        m.contains(r#"clamp_broker_replies_total{broker="amqp",outcome="malformed"} 2"#),
+        "{m}"
+    );
+    assert!(m.contains(r#"clamp_broker_replies_total{broker="amqp",outcome="rejected"} 1"#));
+    assert!(m.contains(r#"clamp_broker_replies_total{broker="amqp",outcome="resumed"} 1"#));
+    // The duplicate is acknowledged, not parked, and nothing ran twice.
+    assert!(m.contains(r#"clamp_broker_replies_total{broker="amqp",outcome="duplicate"} 1"#));
+    assert_eq!(d.received("/api/echo").len(), 1);
+    s.shutdown().await;
+    r.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_error_reply_fails_the_request_through_its_on_failure_steps() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let mut r = Rabbit::connect().await;
+    let (steps, responses) = (r.name("steps"), r.name("responses"));
+    r.declare(&steps).await;
+    r.declare(&format!("{responses}.dead")).await;
+    r.declare(&responses).await;
+    let s = TestServer::start(amqp_config(&db, &responses)).await;
+    s.create_workflow(&json!({"name": "amqp4", "steps": [
+        {"name": "ask", "mode": "AMQP", "val": {"connection_url": RABBIT, "queue_name": steps},
+         "onFailure": [{"name": "undo", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]}]}))
+    .await;
+    let id = create_request(&s, "amqp4", &json!({"x": 1})).await;
+    r.next(&steps).await;
+    wait_status(&s, &id, &["PAUSED"], Duration::from_secs(5)).await;
+    let reply =
+        json!({"serviceRequestId": id, "stepId": 1, "error": {"code": 422, "message": "declined"}});
+    r.publish(&responses, reply.to_string().as_bytes()).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(10)).await;
+    assert_eq!(v["status"], "FAILED", "{v}");
+    assert!(v["reason"].as_str().unwrap().contains("declined"), "{v}");
+    assert_eq!(d.received("/api/echo")[0].body, json!({"x": 1}));
+    s.shutdown().await;
+    r.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_unroutable_step_or_an_unreachable_broker_fails_with_the_reason() {
+    let db = TestDb::new();
+    let r = Rabbit::connect().await;
+    let mut cfg = config(&db.url);
+    cfg.http.timeout = Duration::from_millis(800);
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&json!({"name": "nowhere", "steps": [
+        {"name": "ask", "mode": "AMQP", "val": {"connection_url": RABBIT, "queue_name": r.name("missing")}}]}))
+    .await;
+    s.create_workflow(&json!({"name": "down", "steps": [
+        {"name": "ask", "mode": "AMQP", "val": {"connection_url": "amqp://guest:guest@127.0.0.1:1/%2f", "queue_name": "q"}}]}))
+    .await;
+    let a = create_request(&s, "nowhere", &json!({})).await;
+    let b = create_request(&s, "down", &json!({})).await;
+    let v = wait_status(&s, &a, &["FAILED", "PAUSED"], Duration::from_secs(10)).await;
+    assert_eq!(v["status"], "FAILED", "{v}");
+    assert!(v["reason"].as_str().unwrap().contains("unroutable"), "{v}");
+    let v = wait_status(&s, &b, &["FAILED", "PAUSED"], Duration::from_secs(10)).await;
+    assert_eq!(v["status"], "FAILED", "{v}");
+    let reason = v["reason"].as_str().unwrap();
+    assert!(reason.contains("failed within 800 ms"), "{v}");
+    assert!(
+        !reason.contains("guest:guest"),
+        "credentials leak: {reason}"
+    );
+    s.shutdown().await;
+    r.cleanup().await;
+}
+
+#[tokio::test]
+async fn consumer_and_publisher_reconnect_after_the_broker_connection_is_cut() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let mut r = Rabbit::connect().await;
+    let (steps, responses) = (r.name("steps"), r.name("responses"));
+    r.declare(&steps).await;
+    r.declare(&format!("{responses}.dead")).await;
+    r.declare(&responses).await;
+    let proxy = PgProxy::start_to("127.0.0.1:5672".parse().unwrap()).await;
+    let mut cfg = amqp_config(&db, &responses);
+    let via_proxy = format!("amqp://guest:guest@{}/%2f", proxy.addr);
+    cfg.brokers.amqp_url = via_proxy.clone();
+    let s = TestServer::start(cfg).await;
+    let mut wf = amqp_then_http("amqp6", &steps, &d);
+    wf["steps"][0]["val"]["connection_url"] = via_proxy.into();
+    s.create_workflow(&wf).await;
+    let id = create_request(&s, "amqp6", &json!({})).await;
+    r.next(&steps).await;
+    wait_status(&s, &id, &["PAUSED"], Duration::from_secs(5)).await;
+    // The broker goes away for a while; a reply is sent meanwhile.
+    proxy.cut();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let reply = json!({"serviceRequestId": id, "stepId": 1, "response": {"back": true}});
+    r.publish(&responses, reply.to_string().as_bytes()).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        s.get(&format!("/serviceRequest/{id}")).await.json()["status"],
+        "PAUSED"
+    );
+    proxy.restore();
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(15)).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    // The publisher's cached connection died with the cut: the next step opens a new one.
+    let id2 = create_request(&s, "amqp6", &json!({"second": true})).await;
+    let m = r.next(&steps).await;
+    assert_eq!(
+        serde_json::from_slice::<Value>(&m.data).unwrap(),
+        json!({"second": true})
+    );
+    let v = wait_status(&s, &id2, &["PAUSED", "FAILED"], Duration::from_secs(10)).await;
+    assert_eq!(v["status"], "PAUSED", "{v}");
+    s.shutdown().await;
+    r.cleanup().await;
+}
