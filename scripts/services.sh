@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Makes sure the services the tests need are installed and running on this machine:
-# PostgreSQL on 127.0.0.1:5432 (trust auth for local TCP) and RabbitMQ on 127.0.0.1:5672.
-# Safe to run again; installs only what is missing (Debian packages).
+# PostgreSQL on 127.0.0.1:5432 (trust auth for local TCP), RabbitMQ on 127.0.0.1:5672,
+# and the `tansu` Kafka-protocol broker binary (the Kafka tests start their own broker
+# from it; no Kafka broker comes from Debian). Safe to run again; installs only what is
+# missing (Debian packages, and tansu from crates.io).
 set -euo pipefail
 
 log() { echo "services: $*" >&2; }
@@ -58,10 +60,21 @@ ensure_rabbitmq() {
   rabbit_up || { log "RabbitMQ did not come up on 127.0.0.1:5672"; return 1; }
 }
 
+# The version the Kafka tests were written against; memory storage needs `dynostore`.
+TANSU_VERSION=0.6.0
+
+ensure_tansu() {
+  local bin="${CARGO_HOME:-$HOME/.cargo}/bin/tansu"
+  if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -q "$TANSU_VERSION"; then return 0; fi
+  log "installing the tansu Kafka broker $TANSU_VERSION (cargo install; a few minutes, once)"
+  cargo install --quiet --locked tansu --version "$TANSU_VERSION" \
+    --no-default-features --features dynostore
+}
+
 case "${1:-all}" in
   postgres) ensure_postgres ;;
   rabbitmq) ensure_rabbitmq ;;
-  # No test needs the broker yet, so a broker that will not start is reported, not fatal.
-  all) ensure_postgres; ensure_rabbitmq || log "continuing without RabbitMQ" ;;
-  *) echo "usage: $0 [postgres|rabbitmq|all]" >&2; exit 2 ;;
+  tansu) ensure_tansu ;;
+  all) ensure_postgres; ensure_rabbitmq; ensure_tansu ;;
+  *) echo "usage: $0 [postgres|rabbitmq|tansu|all]" >&2; exit 2 ;;
 esac

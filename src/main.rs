@@ -14,7 +14,14 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
+    // The broker clients narrate every connection at info; a bare level keeps them to
+    // warnings (a full directive such as `info,rskafka=info` is taken as given).
+    let directive = if config.log_level.contains(['=', ',']) {
+        config.log_level.clone()
+    } else {
+        format!("{},rskafka=warn,lapin=warn", config.log_level)
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&directive)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -59,6 +59,18 @@ pub enum Command {
         #[arg(long, default_value_t = 0.5)]
         read_ratio: f64,
     },
+    /// Answer AMQP step messages from a queue on their `reply_to` (the service behind
+    /// an AMQP step, for end-to-end runs of workflows with one).
+    AmqpResponder {
+        #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+        amqp_url: String,
+        /// Queue the workflow's AMQP step publishes to (declared durable).
+        #[arg(long)]
+        queue: String,
+        /// Unacknowledged messages at once.
+        #[arg(long, default_value_t = 1000)]
+        prefetch: u16,
+    },
     /// Run the downstream mock server in the foreground.
     Mock {
         #[arg(long, default_value = "127.0.0.1")]

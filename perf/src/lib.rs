@@ -54,6 +54,7 @@ pub mod mock;
 pub mod progress;
 pub mod recorder;
 pub mod report;
+pub mod responder;
 pub mod runner;
 pub mod scenario;
 pub mod schedule;

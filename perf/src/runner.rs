@@ -19,6 +19,17 @@ use std::sync::Arc;
 /// Entry point shared by the binary: returns the process exit status.
 pub fn execute(cmd: Command) -> anyhow::Result<ExitCode> {
     let (name, load, setup) = match cmd {
+        Command::AmqpResponder {
+            amqp_url,
+            queue,
+            prefetch,
+        } => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(crate::responder::run(&amqp_url, &queue, prefetch))?;
+            return Ok(ExitCode::SUCCESS);
+        }
         Command::Mock {
             host,
             port,

@@ -218,6 +218,9 @@ fn murmur2(data: &[u8]) -> u32 {
     h
 }
 
+/// The shortest a round of fetches that found nothing may take.
+const MIN_EMPTY_ROUND: Duration = Duration::from_millis(20);
+
 /// Records applied concurrently from one fetch.
 const APPLY_CONCURRENCY: usize = 64;
 
@@ -305,6 +308,7 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
                         .await
                         .map_err(|e| e.to_string())?;
                     let next = start_offset(core, &client, topic, p).await?;
+                    tracing::debug!(topic, partition = p, next, "reading a response partition");
                     owned.insert(p, Owned { client, next });
                 }
             }
@@ -318,7 +322,9 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
             }
             continue;
         }
+        // Long-polling: the broker answers as soon as records arrive, or after the wait.
         let wait_ms = (400 / owned.len() as i32).max(20);
+        let round = Instant::now();
         let mut progressed = false;
         for (&p, o) in owned.iter_mut() {
             let fetched = tokio::select! {
@@ -326,7 +332,17 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
                 f = o.client.fetch_records(o.next, 1..(1 << 20), wait_ms) => f,
             };
             let records = match fetched {
-                Ok((records, _high_watermark)) => records,
+                Ok((records, high_watermark)) => {
+                    tracing::trace!(
+                        topic,
+                        partition = p,
+                        from = o.next,
+                        n = records.len(),
+                        high_watermark,
+                        "fetched"
+                    );
+                    records
+                }
                 Err(KafkaError::ServerError {
                     protocol_error: ProtocolError::OffsetOutOfRange,
                     ..
@@ -371,8 +387,13 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
             o.next = last + 1;
             progressed = true;
         }
-        if !progressed {
-            tokio::task::yield_now().await;
+        // A broker that answers an empty fetch at once (not honouring the wait) must not
+        // turn this loop into a busy one.
+        if !progressed && round.elapsed() < MIN_EMPTY_ROUND {
+            tokio::select! {
+                _ = stop.changed() => {}
+                _ = tokio::time::sleep(MIN_EMPTY_ROUND) => {}
+            }
         }
     };
     lock_task.abort();

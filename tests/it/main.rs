@@ -4,6 +4,7 @@
 mod api_service_requests;
 mod api_workflows;
 mod broker_amqp;
+mod broker_kafka;
 mod downstream;
 mod durability;
 mod engine;

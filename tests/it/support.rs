@@ -102,6 +102,13 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start(config: clamp::config::Config) -> TestServer {
+        // CLAMP_TEST_LOG=debug shows the servers' logs (off by default: tests print nothing).
+        if let Ok(filter) = std::env::var("CLAMP_TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_test_writer()
+                .try_init();
+        }
         let server = clamp::start(config).await.expect("server starts");
         let addr = server.local_addr();
         TestServer {

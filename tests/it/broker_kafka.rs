@@ -1,0 +1,333 @@
+//! Kafka steps and step responses against a real Kafka-protocol broker: `tansu` (memory
+//! storage), started once for this test process on a free port and stopped with it.
+//! `scripts/services.sh` installs the binary.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use rskafka::client::partition::{Compression, PartitionClient, UnknownTopicHandling};
+use rskafka::client::{Client, ClientBuilder};
+use rskafka::record::Record;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::downstream::Downstream;
+use crate::support::*;
+
+/// The broker binary: `$TANSU`, else cargo's bin directory, else `PATH`.
+fn tansu_bin() -> String {
+    if let Ok(p) = std::env::var("TANSU") {
+        return p;
+    }
+    let home = std::env::var("CARGO_HOME")
+        .unwrap_or_else(|_| format!("{}/.cargo", std::env::var("HOME").unwrap_or_default()));
+    let p = format!("{home}/bin/tansu");
+    if std::path::Path::new(&p).exists() {
+        p
+    } else {
+        "tansu".into()
+    }
+}
+
+/// The broker's address, starting it on first use.
+fn broker() -> SocketAddr {
+    static BROKER: OnceLock<SocketAddr> = OnceLock::new();
+    *BROKER.get_or_init(|| {
+        // A broker already running (to watch its log, say) instead of starting one.
+        if let Ok(addr) = std::env::var("CLAMP_TEST_KAFKA") {
+            return addr.parse().expect("CLAMP_TEST_KAFKA is host:port");
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let mut cmd = std::process::Command::new(tansu_bin());
+        cmd.args([
+            "broker",
+            "--listener-url",
+            &url,
+            "--advertised-listener-url",
+            &url,
+            "--storage-engine",
+            "memory://tansu/",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+        // The broker dies with this test process, however it ends. The death signal follows
+        // the thread that started the child, so that thread must live as long as the process.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            unsafe {
+                use std::os::unix::process::CommandExt;
+                cmd.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    Ok(())
+                });
+            }
+            let _ = tx.send(cmd.spawn().map(|_| ()));
+            loop {
+                std::thread::park();
+            }
+        });
+        rx.recv().unwrap().unwrap_or_else(|e| {
+            panic!("cannot start the tansu Kafka broker ({e}); scripts/services.sh installs it")
+        });
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(addr).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "tansu did not listen on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        addr
+    })
+}
+
+struct Kafka {
+    client: Client,
+    tag: String,
+}
+
+impl Kafka {
+    async fn connect() -> Kafka {
+        let client = ClientBuilder::new(vec![broker().to_string()])
+            .build()
+            .await
+            .unwrap();
+        Kafka {
+            client,
+            tag: Uuid::new_v4().simple().to_string()[..12].to_string(),
+        }
+    }
+
+    fn name(&self, what: &str) -> String {
+        format!("clamp_t_{}_{what}", self.tag)
+    }
+
+    async fn create_topic(&self, topic: &str) {
+        self.client
+            .controller_client()
+            .unwrap()
+            .create_topic(topic, 1, 1, 5_000)
+            .await
+            .unwrap();
+    }
+
+    async fn partition(&self, topic: &str) -> PartitionClient {
+        self.client
+            .partition_client(topic, 0, UnknownTopicHandling::Retry)
+            .await
+            .unwrap()
+    }
+
+    async fn produce(&self, topic: &str, value: &[u8]) {
+        let p = self.partition(topic).await;
+        p.produce(
+            vec![Record {
+                key: None,
+                value: Some(value.to_vec()),
+                headers: BTreeMap::new(),
+                timestamp: chrono::Utc::now(),
+            }],
+            Compression::NoCompression,
+        )
+        .await
+        .unwrap();
+    }
+
+    /// Every record of `topic` from offset 0, waiting until there are `n`.
+    async fn records(&self, topic: &str, n: usize) -> Vec<Record> {
+        let p = self.partition(topic).await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let (got, _) = p.fetch_records(0, 1..1_000_000, 200).await.unwrap();
+            if got.len() >= n {
+                return got.into_iter().map(|r| r.record).collect();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} of {n} records on {topic}",
+                got.len()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn kafka_config(db: &TestDb, response_topic: &str) -> clamp::config::Config {
+    let mut cfg = config(&db.url);
+    cfg.brokers.kafka_enabled = true;
+    cfg.brokers.kafka_brokers = broker().to_string();
+    cfg.brokers.kafka_response_topic = response_topic.into();
+    cfg
+}
+
+fn kafka_then_http(name: &str, topic: &str, d: &Downstream) -> Value {
+    json!({"name": name, "steps": [
+        {"name": "ask", "mode": "KAFKA", "val": {"connection_url": broker().to_string(), "topic_name": topic}},
+        {"name": "use", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]})
+}
+
+#[tokio::test]
+async fn kafka_step_produces_and_a_reply_on_the_response_topic_completes_it() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let k = Kafka::connect().await;
+    let (steps, responses) = (k.name("steps"), k.name("responses"));
+    k.create_topic(&steps).await;
+    let s = TestServer::start(kafka_config(&db, &responses)).await;
+    let wf = s
+        .create_workflow(&kafka_then_http("kafka1", &steps, &d))
+        .await;
+    assert_eq!(
+        wf["steps"][0]["val"]["reply_to"],
+        responses.as_str(),
+        "{wf}"
+    );
+    let id = create_request(&s, "kafka1", &json!({"claim": 9})).await;
+
+    let r = k.records(&steps, 1).await.remove(0);
+    assert_eq!(
+        r.key.as_deref(),
+        Some(id.as_bytes()),
+        "keyed by the request id"
+    );
+    assert_eq!(
+        serde_json::from_slice::<Value>(r.value.as_deref().unwrap()).unwrap(),
+        json!({"claim": 9})
+    );
+    assert_eq!(r.headers["reply_to"], responses.as_bytes());
+    assert_eq!(r.headers["stepId"], b"1");
+    assert_eq!(r.headers["Idempotency-Key"], format!("{id}:1").as_bytes());
+    let v = wait_status(&s, &id, &["PAUSED"], Duration::from_secs(5)).await;
+    assert_eq!(v["status"], "PAUSED", "{v}");
+
+    let reply = json!({"serviceRequestId": id, "stepId": 1, "response": {"approved": true}});
+    k.produce(&responses, reply.to_string().as_bytes()).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(15)).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    assert_eq!(d.received("/api/echo")[0].body, json!({"approved": true}));
+    // The position is stored after the resume committed.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let sql = format!(
+        "SELECT coalesce(max(next_offset), 0) FROM kafka_offsets WHERE topic = '{responses}'"
+    );
+    while db.count(&sql).await < 1 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(db.count(&sql).await, 1);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_reply_sent_while_no_server_runs_is_applied_when_one_starts() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let k = Kafka::connect().await;
+    let (steps, responses) = (k.name("steps"), k.name("responses"));
+    k.create_topic(&steps).await;
+    // Without Kafka consuming, so no position is stored yet: the next start must read
+    // from the oldest record, not the newest (Clamp lost these).
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&kafka_then_http("kafka2", &steps, &d))
+        .await;
+    let id = create_request(&s, "kafka2", &json!({})).await;
+    k.records(&steps, 1).await;
+    wait_status(&s, &id, &["PAUSED"], Duration::from_secs(5)).await;
+    s.shutdown().await;
+
+    k.create_topic(&responses).await;
+    let reply = json!({"serviceRequestId": id, "stepId": 1, "response": {"later": true}});
+    k.produce(&responses, reply.to_string().as_bytes()).await;
+
+    let s = TestServer::start(kafka_config(&db, &responses)).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(15)).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    assert_eq!(d.received("/api/echo")[0].body, json!({"later": true}));
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn malformed_unknown_and_duplicate_replies_do_not_stop_later_ones() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let k = Kafka::connect().await;
+    let (steps, responses) = (k.name("steps"), k.name("responses"));
+    k.create_topic(&steps).await;
+    let s = TestServer::start(kafka_config(&db, &responses)).await;
+    s.create_workflow(&kafka_then_http("kafka3", &steps, &d))
+        .await;
+    let id = create_request(&s, "kafka3", &json!({})).await;
+    k.records(&steps, 1).await;
+    wait_status(&s, &id, &["PAUSED"], Duration::from_secs(5)).await;
+
+    k.produce(&responses, b"{not json").await;
+    let stranger =
+        json!({"serviceRequestId": Uuid::now_v7().to_string(), "stepId": 1, "response": {}});
+    k.produce(&responses, stranger.to_string().as_bytes()).await;
+    let reply = json!({"serviceRequestId": id, "stepId": 1, "response": {"ok": 1}});
+    k.produce(&responses, reply.to_string().as_bytes()).await;
+    k.produce(&responses, reply.to_string().as_bytes()).await;
+
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(15)).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let m = loop {
+        let m = s.get("/metrics").await.text();
+        if m.contains(r#"clamp_broker_replies_total{broker="kafka",outcome="duplicate"} 1"#)
+            || std::time::Instant::now() > deadline
+        {
+            break m;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for outcome in ["malformed", "rejected", "resumed", "duplicate"] {
+        assert!(
+            m.contains(&format!(
+                r#"clamp_broker_replies_total{{broker="kafka",outcome="{outcome}"}} 1"#
+            )),
+            "{outcome}: {m}"
+        );
+    }
+    assert_eq!(d.received("/api/echo").len(), 1);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_missing_topic_or_an_unreachable_cluster_fails_the_step_with_the_reason() {
+    let db = TestDb::new();
+    let k = Kafka::connect().await;
+    let mut cfg = config(&db.url);
+    cfg.http.timeout = Duration::from_millis(800);
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&json!({"name": "nowhere", "steps": [
+        {"name": "ask", "mode": "KAFKA", "val": {"connection_url": broker().to_string(), "topic_name": k.name("missing")}}]}))
+    .await;
+    s.create_workflow(&json!({"name": "down", "steps": [
+        {"name": "ask", "mode": "KAFKA", "val": {"connection_url": "127.0.0.1:1", "topic_name": "t"}}]}))
+    .await;
+    let a = create_request(&s, "nowhere", &json!({})).await;
+    let b = create_request(&s, "down", &json!({})).await;
+    let v = wait_status(&s, &a, &["FAILED", "PAUSED"], Duration::from_secs(10)).await;
+    assert_eq!(v["status"], "FAILED", "{v}");
+    assert!(
+        v["reason"].as_str().unwrap().contains("does not exist"),
+        "{v}"
+    );
+    let v = wait_status(&s, &b, &["FAILED", "PAUSED"], Duration::from_secs(10)).await;
+    assert_eq!(v["status"], "FAILED", "{v}");
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .contains("failed within 800 ms"),
+        "{v}"
+    );
+    s.shutdown().await;
+}
