@@ -62,6 +62,9 @@ pub enum Applied {
     Unknown,
 }
 
+/// How often a response for a request still running in this process looks again.
+const LOCAL_RETRY: Duration = Duration::from_millis(2);
+
 /// How often a response that came too early is tried again.
 const NOT_YET_RETRY: Duration = Duration::from_millis(20);
 
@@ -202,9 +205,12 @@ pub async fn apply(
     let msg = format!(
         "service request is {status} at step {current}, not waiting for a response to step {step_id}"
     );
-    let sending = current == step_id as i32
-        && step.step_type == crate::workflow::StepType::Async
-        && !matches!(status.as_str(), "PAUSED" | "COMPLETED" | "FAILED");
+    // Running (not paused, not finished) and not yet past this ASYNC step: it is being
+    // sent now, or about to be. The stored step lags: a request handed to the executor
+    // at insert still says step 0 until its first step is written.
+    let sending = step.step_type == crate::workflow::StepType::Async
+        && !matches!(status.as_str(), "PAUSED" | "COMPLETED" | "FAILED")
+        && current <= step_id as i32;
     Ok(if sending {
         Applied::NotYet(msg)
     } else {
@@ -223,6 +229,11 @@ pub async fn apply_when_ready(
 ) -> Result<Applied, StoreError> {
     let until = tokio::time::Instant::now() + patience;
     loop {
+        // Still running in this process (its pause not yet written): wait for that in
+        // memory rather than asking Postgres again and again.
+        while core.app.running_here.lock().contains(&id) && tokio::time::Instant::now() < until {
+            tokio::time::sleep(LOCAL_RETRY).await;
+        }
         match apply(core, id, step_id, r).await? {
             Applied::NotYet(msg) if tokio::time::Instant::now() >= until => {
                 return Ok(Applied::NotWaiting(msg))
