@@ -31,7 +31,53 @@ fn tansu_bin() -> String {
     }
 }
 
-/// The broker's address, starting it on first use.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts a tansu broker with memory storage on `port` and waits until it listens.
+/// The broker gets SIGKILL when the thread that started it ends.
+fn start_tansu(port: u16) -> std::process::Child {
+    let url = format!("tcp://127.0.0.1:{port}");
+    let mut cmd = std::process::Command::new(tansu_bin());
+    cmd.args([
+        "broker",
+        "--listener-url",
+        &url,
+        "--advertised-listener-url",
+        &url,
+        "--storage-engine",
+        "memory://tansu/",
+    ])
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null());
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().unwrap_or_else(|e| {
+        panic!("cannot start the tansu Kafka broker ({e}); scripts/services.sh installs it")
+    });
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "tansu did not listen on {addr}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
+/// The shared broker's address, starting it on first use.
 fn broker() -> SocketAddr {
     static BROKER: OnceLock<SocketAddr> = OnceLock::new();
     *BROKER.get_or_init(|| {
@@ -39,54 +85,31 @@ fn broker() -> SocketAddr {
         if let Ok(addr) = std::env::var("CLAMP_TEST_KAFKA") {
             return addr.parse().expect("CLAMP_TEST_KAFKA is host:port");
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let url = format!("tcp://127.0.0.1:{port}");
-        let mut cmd = std::process::Command::new(tansu_bin());
-        cmd.args([
-            "broker",
-            "--listener-url",
-            &url,
-            "--advertised-listener-url",
-            &url,
-            "--storage-engine",
-            "memory://tansu/",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-        // The broker dies with this test process, however it ends. The death signal follows
-        // the thread that started the child, so that thread must live as long as the process.
+        let port = free_port();
+        // It must live as long as the test process, so it is started from a thread that
+        // does (the death signal follows the thread that started the child).
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            unsafe {
-                use std::os::unix::process::CommandExt;
-                cmd.pre_exec(|| {
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                    Ok(())
-                });
-            }
-            let _ = tx.send(cmd.spawn().map(|_| ()));
+            let child = start_tansu(port);
+            let _ = tx.send(());
+            let _keep = child;
             loop {
                 std::thread::park();
             }
         });
-        rx.recv().unwrap().unwrap_or_else(|e| {
-            panic!("cannot start the tansu Kafka broker ({e}); scripts/services.sh installs it")
-        });
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(addr).is_err() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "tansu did not listen on {addr}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        addr
+        rx.recv().expect("the broker thread panicked");
+        format!("127.0.0.1:{port}").parse().unwrap()
     })
+}
+
+/// Kills a broker when dropped, also when a test fails.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 struct Kafka {
@@ -330,4 +353,88 @@ async fn a_missing_topic_or_an_unreachable_cluster_fails_the_step_with_the_reaso
         "{v}"
     );
     s.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_consumer_reconnects_after_the_broker_restarts() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    // A broker of its own: this test stops it.
+    let port = free_port();
+    let mut own = Killed(start_tansu(port));
+    let addr = format!("127.0.0.1:{port}");
+    let tag = &Uuid::new_v4().simple().to_string()[..12];
+    let (steps, responses) = (
+        format!("clamp_t_{tag}_steps"),
+        format!("clamp_t_{tag}_responses"),
+    );
+    let admin = ClientBuilder::new(vec![addr.clone()])
+        .build()
+        .await
+        .unwrap();
+    admin
+        .controller_client()
+        .unwrap()
+        .create_topic(steps.as_str(), 1, 1, 5_000)
+        .await
+        .unwrap();
+    let mut cfg = config(&db.url);
+    cfg.brokers.kafka_enabled = true;
+    cfg.brokers.kafka_brokers = addr.clone();
+    cfg.brokers.kafka_response_topic = responses.clone();
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&json!({"name": "kafka5", "steps": [
+        {"name": "ask", "mode": "KAFKA", "val": {"connection_url": addr, "topic_name": steps}},
+        {"name": "use", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]}))
+        .await;
+    let id = create_request(&s, "kafka5", &json!({})).await;
+    wait_status(&s, &id, &["PAUSED"], Duration::from_secs(5)).await;
+
+    // The broker goes away for a while and comes back empty (memory storage).
+    drop(admin);
+    own = {
+        drop(own);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        Killed(start_tansu(port))
+    };
+    // The consumer reconnects and creates its response topic again.
+    let admin = ClientBuilder::new(vec![addr.clone()])
+        .build()
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !admin
+        .list_topics()
+        .await
+        .unwrap()
+        .iter()
+        .any(|t| t.name == responses)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the consumer did not come back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let reply = json!({"serviceRequestId": id, "stepId": 1, "response": {"back": true}});
+    admin
+        .partition_client(responses.as_str(), 0, UnknownTopicHandling::Retry)
+        .await
+        .unwrap()
+        .produce(
+            vec![Record {
+                key: None,
+                value: Some(reply.to_string().into_bytes()),
+                headers: BTreeMap::new(),
+                timestamp: chrono::Utc::now(),
+            }],
+            Compression::NoCompression,
+        )
+        .await
+        .unwrap();
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(15)).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    assert_eq!(d.received("/api/echo")[0].body, json!({"back": true}));
+    s.shutdown().await;
+    drop(own);
 }
