@@ -161,7 +161,7 @@ pub struct Args {
     pub forward_headers: Vec<String>,
 
     /// Consume step responses from the AMQP queue `--amqp-response-queue`.
-    #[arg(long, env = env::ENABLE_AMQP_INTEGRATION, default_value_t = false, action = clap::ArgAction::Set)]
+    #[arg(long, env = env::ENABLE_AMQP_INTEGRATION, default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub enable_amqp: bool,
 
     /// The broker step responses are consumed from.
@@ -177,7 +177,7 @@ pub struct Args {
     pub amqp_prefetch: u16,
 
     /// Consume step responses from the Kafka topic `--kafka-response-topic`.
-    #[arg(long, env = env::ENABLE_KAFKA_INTEGRATION, default_value_t = false, action = clap::ArgAction::Set)]
+    #[arg(long, env = env::ENABLE_KAFKA_INTEGRATION, default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub enable_kafka: bool,
 
     /// Kafka bootstrap brokers (`host:port`, comma-separated) responses are consumed from.
@@ -491,6 +491,30 @@ mod tests {
             "postgres://u:***@h:1/d"
         );
         assert_eq!(redact_url("postgres://u@h/d"), "postgres://u@h/d");
+    }
+
+    #[test]
+    fn broker_settings() {
+        let c = Config::from_args(Args::parse_from([
+            "clamp",
+            "--enable-amqp",
+            "1",
+            "--enable-kafka",
+            "true",
+            "--kafka-brokers",
+            "k1:9092,k2:9092",
+        ]))
+        .unwrap();
+        assert!(c.brokers.amqp_enabled && c.brokers.kafka_enabled);
+        assert_eq!(c.brokers.amqp_response_queue, "clamp_steps_response");
+        let bad = |args: &[&str]| {
+            let mut all = vec!["clamp"];
+            all.extend_from_slice(args);
+            Config::from_args(Args::parse_from(all)).unwrap_err().0
+        };
+        assert!(bad(&["--amqp-url", "http://x"]).contains("amqp://"));
+        assert!(bad(&["--kafka-brokers", "a:1,"]).contains("host:port"));
+        assert!(bad(&["--amqp-response-queue", ""]).contains("cannot be empty"));
     }
 
     #[test]

@@ -21,6 +21,9 @@ use crate::store::pool;
 /// Pending connections the kernel queues per listener.
 const LISTEN_BACKLOG: i32 = 4096;
 
+/// How long broker consumers get to stop at shutdown before they are aborted.
+const CONSUMER_STOP_TIMEOUT: Duration = Duration::from_secs(6);
+
 /// How long the accept loop pauses when the process is out of file descriptors.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 
@@ -161,9 +164,17 @@ pub async fn serve_core(
     {
         tracing::warn!("shutdown timeout: closing connections with requests still in flight");
     }
+    // A consumer stuck connecting to a broker that does not answer must not hold up
+    // shutdown: what it had not acknowledged is redelivered anyway.
     let _ = stop_consumers.send(true);
     for c in consumers {
-        let _ = c.await;
+        let abort = c.abort_handle();
+        if tokio::time::timeout(CONSUMER_STOP_TIMEOUT, c)
+            .await
+            .is_err()
+        {
+            abort.abort();
+        }
     }
     drop(core);
     let _ = close_tx.send(());

@@ -374,6 +374,60 @@ mod tests {
     }
 
     #[test]
+    fn broker_steps_get_the_default_reply_to_unless_given() {
+        let mut d = def(json!({"name": "w", "steps": [
+            {"name": "a", "mode": "AMQP", "val": {"connection_url": "amqp://h", "queue_name": "q"},
+             "onFailure": [{"name": "k", "mode": "KAFKA", "val": {"connection_url": "h:9092", "topic_name": "t"}}]},
+            {"name": "b", "mode": "AMQP", "val": {"connection_url": "amqp://h", "queue_name": "q", "reply_to": "mine"}},
+            {"name": "c", "mode": "HTTP", "val": {"method": "GET", "url": "http://h/"}}]}));
+        set_default_reply_to(&mut d, "answers", "answers_topic");
+        assert_eq!(d.steps[0].val["reply_to"], "answers");
+        assert_eq!(d.steps[0].on_failure[0].val["reply_to"], "answers_topic");
+        assert_eq!(d.steps[1].val["reply_to"], "mine");
+        assert!(d.steps[2].val.get("reply_to").is_none());
+        let w = compile(d).unwrap();
+        match &w.step(1).unwrap().val {
+            Val::Amqp(v) => assert_eq!(v.reply_to, "answers"),
+            other => panic!("{other:?}"),
+        }
+        match &w.step(2).unwrap().val {
+            Val::Kafka(v) => {
+                assert_eq!(v.reply_to, "answers_topic");
+                assert_eq!(v.connection_url, "h:9092");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn kafka_vals_are_checked() {
+        let kafka = |val: Value| {
+            compile(def(
+                json!({"name": "w", "steps": [{"name": "a", "mode": "KAFKA", "val": val}]}),
+            ))
+        };
+        assert!(kafka(json!({"connection_url": "a:1, b:2", "topic_name": "t.x-1_y"})).is_ok());
+        for (val, needle) in [
+            (
+                json!({"connection_url": "nohost", "topic_name": "t"}),
+                "host:port",
+            ),
+            (
+                json!({"connection_url": "h:notaport", "topic_name": "t"}),
+                "host:port",
+            ),
+            (json!({"connection_url": "h:1"}), "topic_name is required"),
+            (
+                json!({"connection_url": "h:1", "topic_name": "bad topic"}),
+                "may hold only",
+            ),
+        ] {
+            let e = kafka(val.clone()).unwrap_err();
+            assert!(e.0.contains(needle), "{val}: {e}");
+        }
+    }
+
+    #[test]
     fn rejects_what_clamp_rejects_and_more() {
         let bad = |v: Value, needle: &str| {
             let e = compile(def(v.clone())).unwrap_err();
