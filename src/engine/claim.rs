@@ -63,9 +63,14 @@ pub async fn claim(
         }
     };
     conn.client.batch_execute("COMMIT").await?;
-    Ok(rows
-        .iter()
-        .map(|r| Claimed {
+    Ok(rows.iter().map(Claimed::from_row).collect())
+}
+
+impl Claimed {
+    /// Reads a row returning `id, workflow_name, status, payload, headers, current_step_id,
+    /// step_request, failed_step_id, reason`, in that order.
+    pub fn from_row(r: &tokio_postgres::Row) -> Claimed {
+        Claimed {
             id: r.get(0),
             workflow_name: r.get(1),
             status: r.get(2),
@@ -75,8 +80,8 @@ pub async fn claim(
             step_request: r.get(6),
             failed_step_id: r.get::<_, Option<i32>>(7).map(|s| s.max(0) as u32),
             reason: r.get(8),
-        })
-        .collect())
+        }
+    }
 }
 
 /// Extends the leases of `ids` still held by `owner`; returns the ids another instance

@@ -282,17 +282,35 @@ impl Executor {
                 self.unreserve(1);
                 continue;
             }
-            match self.job_for(c).await {
-                Ok(job) => self.spawn(job),
-                Err(reason) => {
-                    tracing::error!(%id, %reason, "claimed request cannot run; marking it FAILED");
-                    let t = writer::Transition::failed(id, reason);
-                    let _ = self.writer.write(t).await;
-                    self.unreserve(1);
-                }
-            }
+            self.run_claimed(c).await;
         }
         Ok(n)
+    }
+
+    /// Starts a request this instance holds the lease of, in a slot reserved for it.
+    async fn run_claimed(self: &Arc<Self>, c: claim::Claimed) {
+        let id = c.id;
+        match self.job_for(c).await {
+            Ok(job) => self.spawn(job),
+            Err(reason) => {
+                tracing::error!(%id, %reason, "claimed request cannot run; marking it FAILED");
+                let t = writer::Transition::failed(id, reason);
+                let _ = self.writer.write(t).await;
+                self.unreserve(1);
+            }
+        }
+    }
+
+    /// Continues a request that a step response resumed *and leased to this instance* in
+    /// the same statement (a slot was reserved for it): no sweep, no second update.
+    pub fn start_resumed(self: &Arc<Self>, c: claim::Claimed) {
+        let me = self.clone();
+        tokio::spawn(async move { me.run_claimed(c).await });
+    }
+
+    /// Gives back a slot reserved for a resume that did not happen.
+    pub fn release_slot(&self) {
+        self.unreserve(1);
     }
 
     /// Keeps running requests' leases fresh; stops those whose lease another instance took.

@@ -2,7 +2,9 @@
 //!
 //! The response is durable before the 200: one statement records it on the step and
 //! marks the request RESUMED with its next step and that step's request, and only if the
-//! request is PAUSED at exactly this step. The local sweeper is woken to continue it.
+//! request is PAUSED at exactly this step. When the local executor has room, the same
+//! statement leases the request to this instance and it continues at once (no sweep, no
+//! second update); otherwise it is left unleased and the sweeper is woken.
 //! A response for a step already answered is a harmless duplicate (200, "duplicate
 //! ignored"); one for a step the request is not waiting on is 409; an unknown request 404.
 
@@ -73,16 +75,22 @@ WITH resumed AS (
     UPDATE service_requests SET status = 'RESUMED', current_step_id = $3,
         step_request = COALESCE($4, (SELECT request FROM steps_status
                                      WHERE service_request_id = $1 AND step_id = $2 ORDER BY id DESC LIMIT 1)),
-        failed_step_id = $5, reason = $6, lease_owner = NULL, lease_until = '-infinity', updated_at = now()
+        failed_step_id = $5, reason = $6, updated_at = now(),
+        -- Leased to this instance when it has room to continue the request at once;
+        -- otherwise free for any sweeper.
+        lease_owner = $10,
+        lease_until = CASE WHEN $10::uuid IS NULL THEN '-infinity'::timestamptz
+                           ELSE now() + $11::float8 * interval '1 millisecond' END
     WHERE id = $1 AND status = 'PAUSED' AND current_step_id = $2
-    RETURNING id
+    RETURNING id, workflow_name, status, payload, headers, current_step_id, step_request,
+              failed_step_id, reason
 ), answered AS (
     UPDATE steps_status SET status = $7, response = $8, reason = $9, finished_at = now(),
         time_taken_ms = round(extract(epoch FROM now() - started_at) * 1000)::bigint
     WHERE service_request_id = $1 AND step_id = $2 AND status = 'STARTED'
       AND EXISTS (SELECT 1 FROM resumed)
 )
-SELECT count(*) FROM resumed";
+SELECT * FROM resumed";
 
 /// Parses and checks a step response body.
 pub fn parse(body: &[u8]) -> Result<(Uuid, u32, StepResponse), String> {
@@ -167,9 +175,12 @@ pub async fn apply(
             }
         };
     let stmt = conn.stmt(RESUME).await?;
-    let n: i64 = conn
+    let exec = &core.executor;
+    let owner = (exec.try_reserve(1) == 1).then_some(core.app.instance_id);
+    let lease_ms = core.app.config.lease.as_secs_f64() * 1000.0;
+    let resumed = conn
         .client
-        .query_one(
+        .query_opt(
             &stmt,
             &[
                 &id,
@@ -181,13 +192,31 @@ pub async fn apply(
                 &rec_status,
                 &rec_response,
                 &rec_reason,
+                &owner,
+                &lease_ms,
             ],
         )
-        .await?
-        .get(0);
-    if n == 1 {
-        core.executor.wake();
-        return Ok(Applied::Resumed);
+        .await;
+    let resumed = match resumed {
+        Ok(r) => r,
+        Err(e) => {
+            if owner.is_some() {
+                exec.release_slot();
+            }
+            return Err(e.into());
+        }
+    };
+    match (resumed, owner) {
+        (Some(row), Some(_)) => {
+            exec.start_resumed(crate::engine::claim::Claimed::from_row(&row));
+            return Ok(Applied::Resumed);
+        }
+        (Some(_), None) => {
+            exec.wake();
+            return Ok(Applied::Resumed);
+        }
+        (None, Some(_)) => exec.release_slot(),
+        (None, None) => {}
     }
     // Not applied: a duplicate of an answer already recorded, or not the paused step.
     let answered: bool = conn

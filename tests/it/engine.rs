@@ -301,3 +301,37 @@ async fn lists_requests_with_their_current_status() {
     assert_eq!(list["serviceRequests"][0]["status"], "COMPLETED");
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_step_response_hands_the_request_straight_to_the_executor() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    let mut a = step("ask", "POST", d.url("/api/accepted"));
+    a["type"] = json!("ASYNC");
+    let b = step("use answer", "POST", d.url("/api/echo"));
+    s.create_workflow(&json!({"name": "handoff", "steps": [a, b]}))
+        .await;
+    let id = create_request(&s, "handoff", &json!({})).await;
+    wait_status(&s, &id, &["PAUSED"], WAIT).await;
+    let r = s
+        .post_json(
+            "/stepResponse",
+            &json!({"serviceRequestId": id, "stepId": 1, "response": {"ok": true}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    // Inserted leased, resumed leased: the sweeper never had to claim it.
+    let claimed = s
+        .server
+        .as_ref()
+        .unwrap()
+        .app()
+        .metrics
+        .leases_claimed
+        .get();
+    assert_eq!(claimed, 0);
+    s.shutdown().await;
+}
