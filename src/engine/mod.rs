@@ -182,10 +182,14 @@ impl Executor {
                 context: Default::default(),
             });
         }
-        let conn = self.pool.get().await.map_err(|e| e.to_string())?;
-        let context = claim::load_context(&conn, c.id)
-            .await
-            .map_err(|e| e.to_string())?;
+        let context = if wf.uses_context {
+            let conn = self.pool.get().await.map_err(|e| e.to_string())?;
+            claim::load_context(&conn, c.id)
+                .await
+                .map_err(|e| e.to_string())?
+        } else {
+            Default::default()
+        };
         let request = match c.step_request {
             Some(t) => serde_json::from_str(&t).unwrap_or(Value::Null),
             None => payload,

@@ -174,6 +174,9 @@ pub struct Workflow {
     pub steps: Vec<CompiledStep>,
     /// Ids of the main sequence, in order.
     pub main: Vec<u32>,
+    /// Whether any step reads earlier steps (a `when` or a transform); if none does, a
+    /// request continuing after a pause or a crash need not reload what they did.
+    pub uses_context: bool,
 }
 
 impl Workflow {

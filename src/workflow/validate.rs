@@ -74,13 +74,17 @@ pub fn compile(mut def: WorkflowDef) -> Result<Workflow, ValidationError> {
         steps.push((id, compiled));
     }
     steps.sort_by_key(|(id, _)| *id);
-    let steps = steps.into_iter().map(|(_, c)| c).collect();
+    let steps: Vec<CompiledStep> = steps.into_iter().map(|(_, c)| c).collect();
     let json = Bytes::from(serde_json::to_vec(&def).expect("a workflow always serializes"));
+    let uses_context = steps
+        .iter()
+        .any(|s| s.when.is_some() || s.transform.is_some());
     Ok(Workflow {
         def,
         json,
         steps,
         main,
+        uses_context,
     })
 }
 

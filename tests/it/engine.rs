@@ -335,3 +335,40 @@ async fn a_step_response_hands_the_request_straight_to_the_executor() {
     assert_eq!(claimed, 0);
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn conditions_and_transforms_after_a_pause_see_the_steps_before_it() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    let first = step("login", "GET", d.url("/api/step1"));
+    let mut wait = step("approve", "POST", d.url("/api/accepted"));
+    wait["type"] = json!("ASYNC");
+    let mut skipped = step("never", "POST", d.url("/api/echo"));
+    skipped["when"] = json!("login.response.user.id == 8");
+    let mut used = step("use", "POST", d.url("/api/echo"));
+    used["when"] = json!("login.response.user.id == 7");
+    used["transform"] = json!(true);
+    used["requestTransform"] =
+        json!({"spec": {"user": "login.response.user.id", "decision": "approve.response.ok"}});
+    s.create_workflow(&json!({"name": "ctx", "steps": [first, wait, skipped, used]}))
+        .await;
+    let id = create_request(&s, "ctx", &json!({})).await;
+    wait_status(&s, &id, &["PAUSED"], WAIT).await;
+    // The request continues in a fresh server: what it knew of earlier steps is reloaded.
+    s.shutdown().await;
+    let s = TestServer::start(config(&db.url)).await;
+    let r = s
+        .post_json(
+            "/stepResponse",
+            &json!({"serviceRequestId": id, "stepId": 2, "response": {"ok": "yes"}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let echoed = d.received("/api/echo");
+    assert_eq!(echoed.len(), 1, "the false condition did not skip");
+    assert_eq!(echoed[0].body, json!({"user": 7, "decision": "yes"}));
+    s.shutdown().await;
+}
