@@ -160,6 +160,11 @@ pub struct Args {
     #[arg(long, env = "CLAMP_FORWARD_HEADERS", value_delimiter = ',')]
     pub forward_headers: Vec<String>,
 
+    /// Delete finished service requests (and their step records) this many days after they
+    /// finished; 0 keeps them forever.
+    #[arg(long, env = "CLAMP_RETENTION_DAYS", default_value_t = 0.0)]
+    pub retention_days: f64,
+
     /// Consume step responses from the AMQP queue `--amqp-response-queue`.
     #[arg(long, env = env::ENABLE_AMQP_INTEGRATION, default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub enable_amqp: bool,
@@ -237,6 +242,9 @@ pub struct Config {
     /// Lower-cased names that are forwarded although hop-by-hop or sensitive by default.
     pub forward_headers_extra: Vec<String>,
     pub brokers: BrokerConfig,
+    /// How long finished requests are kept (None: forever), and how often that is enforced.
+    pub retention: Option<Duration>,
+    pub retention_interval: Duration,
     pub log_level: String,
 }
 
@@ -309,6 +317,11 @@ impl Config {
             ));
         }
         positive(a.amqp_prefetch as usize, "--amqp-prefetch")?;
+        if !(a.retention_days >= 0.0 && a.retention_days.is_finite()) {
+            return Err(ConfigError(
+                "--retention-days must be 0 (keep forever) or more".into(),
+            ));
+        }
         if a.kafka_brokers.split(',').any(|b| b.trim().is_empty()) {
             return Err(ConfigError(
                 "CLAMP_KAFKA_CONNECTION_STR must be host:port[,host:port…]".into(),
@@ -356,6 +369,9 @@ impl Config {
                 kafka_brokers: a.kafka_brokers,
                 kafka_response_topic: a.kafka_response_topic,
             },
+            retention: (a.retention_days > 0.0)
+                .then(|| Duration::from_secs_f64(a.retention_days * 86_400.0)),
+            retention_interval: Duration::from_secs(60),
             log_level: a.log_level,
         })
     }
@@ -515,6 +531,9 @@ mod tests {
         assert!(bad(&["--amqp-url", "http://x"]).contains("amqp://"));
         assert!(bad(&["--kafka-brokers", "a:1,"]).contains("host:port"));
         assert!(bad(&["--amqp-response-queue", ""]).contains("cannot be empty"));
+        assert!(bad(&["--retention-days=-1"]).contains("retention"));
+        let c = Config::from_args(Args::parse_from(["clamp", "--retention-days", "0.5"])).unwrap();
+        assert_eq!(c.retention, Some(Duration::from_secs(43_200)));
     }
 
     #[test]

@@ -184,6 +184,8 @@ pub struct Metrics {
     pub steps_executed: Counter,
     pub leases_claimed: Counter,
     pub leases_lost: Counter,
+    /// Finished service requests deleted by the retention policy.
+    pub retention_deleted: Counter,
     /// Step responses consumed from brokers, by outcome.
     pub broker_replies: Family<BrokerLabel, Counter>,
     /// Step messages published to brokers, by outcome (sent, failed).
@@ -251,6 +253,7 @@ impl Metrics {
             steps_executed: Counter::default(),
             leases_claimed: Counter::default(),
             leases_lost: Counter::default(),
+            retention_deleted: Counter::default(),
             broker_replies: Family::default(),
             broker_published: Family::default(),
             registry: Mutex::new(Registry::default()),
@@ -299,6 +302,11 @@ impl Metrics {
             "clamp_leases_lost",
             "Writes refused because another instance holds the lease",
             m.leases_lost.clone(),
+        );
+        registry.register(
+            "clamp_retention_deleted",
+            "Finished service requests deleted by the retention policy",
+            m.retention_deleted.clone(),
         );
         registry.register(
             "clamp_broker_replies",

@@ -108,6 +108,16 @@ pub async fn serve_core(
             consumers_stop.clone(),
         )));
     }
+    // Retention is one task per instance (several instances share the work safely).
+    if let (Some(keep), 0) = (cfg.retention, index) {
+        consumers.push(tokio::spawn(crate::store::retention::run(
+            core.pool.clone(),
+            keep,
+            cfg.retention_interval,
+            app.metrics.clone(),
+            consumers_stop.clone(),
+        )));
+    }
     if cfg.brokers.kafka_enabled && index == 0 {
         consumers.push(tokio::spawn(crate::broker::kafka::consume(
             core.clone(),
@@ -165,7 +175,8 @@ pub async fn serve_core(
         tracing::warn!("shutdown timeout: closing connections with requests still in flight");
     }
     // A consumer stuck connecting to a broker that does not answer must not hold up
-    // shutdown: what it had not acknowledged is redelivered anyway.
+    // shutdown: what it had not acknowledged is redelivered anyway. (The retention task
+    // stops with them.)
     let _ = stop_consumers.send(true);
     for c in consumers {
         let abort = c.abort_handle();

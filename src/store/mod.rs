@@ -6,6 +6,7 @@ pub mod migrate;
 pub mod pool;
 pub mod queries;
 pub mod raw_json;
+pub mod retention;
 
 pub use buffer::{AckError, PendingRow, WriteBuffer};
 pub use pool::{PgConn, Pool};

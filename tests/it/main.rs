@@ -10,4 +10,5 @@ mod durability;
 mod engine;
 mod engine_recovery;
 mod hardening;
+mod retention;
 mod support;

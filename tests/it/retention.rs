@@ -1,0 +1,87 @@
+//! Retention: finished requests past the configured age go, with their step records;
+//! everything else stays.
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::downstream::Downstream;
+use crate::support::*;
+
+/// A UUIDv7 made `ago` in the past.
+fn id_from(ago: Duration) -> Uuid {
+    let mut b = *clamp::store::retention::v7_floor(SystemTime::now() - ago).as_bytes();
+    b[9..].copy_from_slice(&Uuid::new_v4().as_bytes()[9..]);
+    Uuid::from_bytes(b)
+}
+
+#[tokio::test]
+async fn finished_requests_past_the_retention_are_deleted_and_nothing_else() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let mut cfg = config(&db.url);
+    cfg.retention = Some(Duration::from_secs(3600));
+    cfg.retention_interval = Duration::from_millis(100);
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&json!({"name": "kept", "steps": [
+        {"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]}))
+        .await;
+    let fresh = create_request(&s, "kept", &json!({})).await;
+    wait_status(&s, &fresh, &["COMPLETED"], Duration::from_secs(10)).await;
+
+    let c = db.client().await;
+    let two_hours = Duration::from_secs(7200);
+    let rows = [
+        // (created, status, finished minutes ago, expected to survive)
+        (id_from(two_hours), "COMPLETED", Some(120), false),
+        (id_from(two_hours), "FAILED", Some(120), false),
+        // Created long ago but finished recently (it waited on a step): kept.
+        (id_from(two_hours), "COMPLETED", Some(10), true),
+        // Never finished: kept, however old.
+        (id_from(two_hours), "PAUSED", None, true),
+    ];
+    for (id, status, finished, _) in &rows {
+        let finished = finished.map(|m: i32| format!("now() - interval '{m} minutes'"));
+        c.execute(
+            &format!(
+                "INSERT INTO service_requests (id, workflow_name, status, payload, finished_at) \
+                 VALUES ($1, 'kept', $2, '{{}}', {})",
+                finished.as_deref().unwrap_or("NULL")
+            ),
+            &[id, status],
+        )
+        .await
+        .unwrap();
+        c.execute(
+            "INSERT INTO steps_status (service_request_id, step_id, step_name, status, started_at) \
+             VALUES ($1, 1, 'a', 'COMPLETED', now())",
+            &[id],
+        )
+        .await
+        .unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while db.count("SELECT count(*) FROM service_requests").await > 3
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (id, status, _, survives) in &rows {
+        let left = c
+            .query_one(
+                "SELECT (SELECT count(*) FROM service_requests WHERE id = $1) + \
+                        (SELECT count(*) FROM steps_status WHERE service_request_id = $1)",
+                &[id],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0);
+        assert_eq!(left, if *survives { 2 } else { 0 }, "{status} {id}");
+    }
+    let v = s.get(&format!("/serviceRequest/{fresh}")).await.json();
+    assert_eq!(v["status"], "COMPLETED", "a fresh request was deleted: {v}");
+    let m = s.get("/metrics").await.text();
+    assert!(m.contains("clamp_retention_deleted_total 2"), "{m}");
+    s.shutdown().await;
+}
