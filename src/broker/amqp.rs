@@ -18,7 +18,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::reply::{self, Handled};
-use super::{StepMessage, FIRST_BACKOFF, MAX_BACKOFF, MAX_RECONNECT_BACKOFF};
+use super::{StepMessage, FIRST_BACKOFF, MAX_BACKOFF};
 use crate::metrics::Metrics;
 use crate::state::Core;
 use crate::workflow::AmqpVal;
@@ -211,30 +211,12 @@ fn properties(val: &AmqpVal, msg: &StepMessage<'_>) -> BasicProperties {
 
 /// Consumes step responses from the configured queue until `stop` turns true,
 /// reconnecting with backoff whenever the broker goes away.
-pub async fn consume(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
-    let mut backoff = FIRST_BACKOFF;
-    let mut last_error = String::new();
-    loop {
-        let began = Instant::now();
-        match session(&core, &mut stop).await {
-            Ok(()) => return,
-            Err(e) => {
-                // Said once per distinct failure, not once per retry.
-                if e != last_error {
-                    tracing::warn!(error = %e, "AMQP response consumer disconnected; reconnecting");
-                    last_error = e;
-                }
-            }
-        }
-        if began.elapsed() > Duration::from_secs(30) {
-            backoff = FIRST_BACKOFF;
-        }
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tokio::time::sleep(backoff) => {}
-        }
-        backoff = (backoff * 2).min(MAX_RECONNECT_BACKOFF);
-    }
+pub async fn consume(core: Arc<Core>, stop: watch::Receiver<bool>) {
+    super::keep_consuming("AMQP", stop, |mut stop| {
+        let core = core.clone();
+        async move { session(&core, &mut stop).await }
+    })
+    .await
 }
 
 /// One connection's worth of consuming; Ok when stopped, Err when the broker went away.

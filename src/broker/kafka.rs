@@ -20,7 +20,7 @@ use tokio::sync::{watch, OnceCell};
 use tokio::time::Instant;
 
 use super::reply::{self, Handled};
-use super::{StepMessage, FIRST_BACKOFF, MAX_BACKOFF, MAX_RECONNECT_BACKOFF};
+use super::{StepMessage, FIRST_BACKOFF, MAX_BACKOFF};
 use crate::metrics::Metrics;
 use crate::state::Core;
 use crate::workflow::KafkaVal;
@@ -226,29 +226,12 @@ const APPLY_CONCURRENCY: usize = 64;
 
 /// Consumes step responses from the configured topic until `stop` turns true,
 /// reconnecting with backoff whenever the cluster or the database goes away.
-pub async fn consume(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
-    let mut backoff = FIRST_BACKOFF;
-    let mut last_error = String::new();
-    loop {
-        let began = Instant::now();
-        match session(&core, &mut stop).await {
-            Ok(()) => return,
-            Err(e) => {
-                if e != last_error {
-                    tracing::warn!(error = %e, "Kafka response consumer disconnected; reconnecting");
-                    last_error = e;
-                }
-            }
-        }
-        if began.elapsed() > Duration::from_secs(30) {
-            backoff = FIRST_BACKOFF;
-        }
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tokio::time::sleep(backoff) => {}
-        }
-        backoff = (backoff * 2).min(MAX_RECONNECT_BACKOFF);
-    }
+pub async fn consume(core: Arc<Core>, stop: watch::Receiver<bool>) {
+    super::keep_consuming("Kafka", stop, |mut stop| {
+        let core = core.clone();
+        async move { session(&core, &mut stop).await }
+    })
+    .await
 }
 
 /// One partition this instance reads.

@@ -14,8 +14,11 @@ pub mod amqp;
 pub mod kafka;
 pub mod reply;
 
+use std::future::Future;
 use std::time::Duration;
 
+use tokio::sync::watch;
+use tokio::time::Instant;
 use uuid::Uuid;
 
 /// A step message as both brokers carry it: the step's request as the body, and who it
@@ -43,3 +46,36 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Consumers wait this long at most between reconnection attempts.
 const MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Runs consumer sessions until one ends because `stop` fired (Ok), starting a new one
+/// with backoff after each that ended because the broker or the database went away (Err).
+/// A failure is logged once per distinct message, not once per attempt.
+async fn keep_consuming<F, Fut>(what: &'static str, mut stop: watch::Receiver<bool>, mut session: F)
+where
+    F: FnMut(watch::Receiver<bool>) -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let mut backoff = FIRST_BACKOFF;
+    let mut last_error = String::new();
+    loop {
+        let began = Instant::now();
+        match session(stop.clone()).await {
+            Ok(()) => return,
+            Err(e) => {
+                if e != last_error {
+                    tracing::warn!(error = %e, broker = what, "response consumer disconnected; reconnecting");
+                    last_error = e;
+                }
+            }
+        }
+        // A session that ran for a while was healthy: start the backoff over.
+        if began.elapsed() > Duration::from_secs(30) {
+            backoff = FIRST_BACKOFF;
+        }
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(MAX_RECONNECT_BACKOFF);
+    }
+}

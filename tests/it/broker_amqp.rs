@@ -38,6 +38,17 @@ impl Rabbit {
         }
     }
 
+    /// A connection with a step queue, a response queue and its dead-letter queue of
+    /// this test's own (all deleted by `cleanup`).
+    pub async fn with_queues() -> (Rabbit, String, String) {
+        let mut r = Rabbit::connect().await;
+        let (steps, responses) = (r.name("steps"), r.name("responses"));
+        r.declare(&steps).await;
+        r.declare(&format!("{responses}.dead")).await;
+        r.declare(&responses).await;
+        (r, steps, responses)
+    }
+
     /// `clamp_t_<tag>_<what>`.
     pub fn name(&self, what: &str) -> String {
         format!("clamp_t_{}_{what}", self.tag)
@@ -149,11 +160,7 @@ fn amqp_then_http(name: &str, queue: &str, d: &Downstream) -> Value {
 async fn amqp_step_publishes_and_a_reply_on_the_response_queue_completes_it() {
     let db = TestDb::new();
     let d = Downstream::start().await;
-    let mut r = Rabbit::connect().await;
-    let (steps, responses) = (r.name("steps"), r.name("responses"));
-    r.declare(&steps).await;
-    r.declare(&format!("{responses}.dead")).await;
-    r.declare(&responses).await;
+    let (r, steps, responses) = Rabbit::with_queues().await;
     let s = TestServer::start(amqp_config(&db, &responses)).await;
     let wf = s
         .create_workflow(&amqp_then_http("amqp1", &steps, &d))
@@ -214,11 +221,7 @@ async fn amqp_step_publishes_and_a_reply_on_the_response_queue_completes_it() {
 async fn a_reply_sent_while_the_server_is_stopped_is_applied_when_it_starts_again() {
     let db = TestDb::new();
     let d = Downstream::start().await;
-    let mut r = Rabbit::connect().await;
-    let (steps, responses) = (r.name("steps"), r.name("responses"));
-    r.declare(&steps).await;
-    r.declare(&format!("{responses}.dead")).await;
-    r.declare(&responses).await;
+    let (r, steps, responses) = Rabbit::with_queues().await;
     let s = TestServer::start(amqp_config(&db, &responses)).await;
     s.create_workflow(&amqp_then_http("amqp2", &steps, &d))
         .await;
@@ -242,12 +245,8 @@ async fn a_reply_sent_while_the_server_is_stopped_is_applied_when_it_starts_agai
 async fn malformed_and_unknown_replies_are_dead_lettered_and_later_ones_still_apply() {
     let db = TestDb::new();
     let d = Downstream::start().await;
-    let mut r = Rabbit::connect().await;
-    let (steps, responses) = (r.name("steps"), r.name("responses"));
+    let (r, steps, responses) = Rabbit::with_queues().await;
     let dead = format!("{responses}.dead");
-    r.declare(&steps).await;
-    r.declare(&dead).await;
-    r.declare(&responses).await;
     let s = TestServer::start(amqp_config(&db, &responses)).await;
     s.create_workflow(&amqp_then_http("amqp3", &steps, &d))
         .await;
@@ -306,11 +305,7 @@ async fn malformed_and_unknown_replies_are_dead_lettered_and_later_ones_still_ap
 async fn an_error_reply_fails_the_request_through_its_on_failure_steps() {
     let db = TestDb::new();
     let d = Downstream::start().await;
-    let mut r = Rabbit::connect().await;
-    let (steps, responses) = (r.name("steps"), r.name("responses"));
-    r.declare(&steps).await;
-    r.declare(&format!("{responses}.dead")).await;
-    r.declare(&responses).await;
+    let (r, steps, responses) = Rabbit::with_queues().await;
     let s = TestServer::start(amqp_config(&db, &responses)).await;
     s.create_workflow(&json!({"name": "amqp4", "steps": [
         {"name": "ask", "mode": "AMQP", "val": {"connection_url": RABBIT, "queue_name": steps},
@@ -364,11 +359,7 @@ async fn an_unroutable_step_or_an_unreachable_broker_fails_with_the_reason() {
 async fn consumer_and_publisher_reconnect_after_the_broker_connection_is_cut() {
     let db = TestDb::new();
     let d = Downstream::start().await;
-    let mut r = Rabbit::connect().await;
-    let (steps, responses) = (r.name("steps"), r.name("responses"));
-    r.declare(&steps).await;
-    r.declare(&format!("{responses}.dead")).await;
-    r.declare(&responses).await;
+    let (r, steps, responses) = Rabbit::with_queues().await;
     let proxy = PgProxy::start_to("127.0.0.1:5672".parse().unwrap()).await;
     let mut cfg = amqp_config(&db, &responses);
     let via_proxy = format!("amqp://guest:guest@{}/%2f", proxy.addr);
@@ -411,11 +402,7 @@ async fn replies_that_race_the_pause_are_applied_not_rejected() {
     use futures_util::StreamExt;
     use lapin::options::{BasicAckOptions, BasicConsumeOptions};
     let db = TestDb::new();
-    let mut r = Rabbit::connect().await;
-    let (steps, responses) = (r.name("steps"), r.name("responses"));
-    r.declare(&steps).await;
-    r.declare(&format!("{responses}.dead")).await;
-    r.declare(&responses).await;
+    let (r, steps, responses) = Rabbit::with_queues().await;
     let s = TestServer::start(amqp_config(&db, &responses)).await;
     s.create_workflow(&json!({"name": "race", "steps": [
         {"name": "ask", "mode": "AMQP", "val": {"connection_url": RABBIT, "queue_name": steps}}]}))

@@ -129,6 +129,15 @@ impl Kafka {
         }
     }
 
+    /// A client, a step topic of this test's own, and the name of its response topic
+    /// (created by the server's consumer, or by the test).
+    async fn with_step_topic() -> (Kafka, String, String) {
+        let k = Kafka::connect().await;
+        let (steps, responses) = (k.name("steps"), k.name("responses"));
+        k.create_topic(&steps).await;
+        (k, steps, responses)
+    }
+
     fn name(&self, what: &str) -> String {
         format!("clamp_t_{}_{what}", self.tag)
     }
@@ -201,9 +210,7 @@ fn kafka_then_http(name: &str, topic: &str, d: &Downstream) -> Value {
 async fn kafka_step_produces_and_a_reply_on_the_response_topic_completes_it() {
     let db = TestDb::new();
     let d = Downstream::start().await;
-    let k = Kafka::connect().await;
-    let (steps, responses) = (k.name("steps"), k.name("responses"));
-    k.create_topic(&steps).await;
+    let (k, steps, responses) = Kafka::with_step_topic().await;
     let s = TestServer::start(kafka_config(&db, &responses)).await;
     let wf = s
         .create_workflow(&kafka_then_http("kafka1", &steps, &d))
@@ -252,9 +259,7 @@ async fn kafka_step_produces_and_a_reply_on_the_response_topic_completes_it() {
 async fn a_reply_sent_while_no_server_runs_is_applied_when_one_starts() {
     let db = TestDb::new();
     let d = Downstream::start().await;
-    let k = Kafka::connect().await;
-    let (steps, responses) = (k.name("steps"), k.name("responses"));
-    k.create_topic(&steps).await;
+    let (k, steps, responses) = Kafka::with_step_topic().await;
     // Without Kafka consuming, so no position is stored yet: the next start must read
     // from the oldest record, not the newest (Clamp lost these).
     let s = TestServer::start(config(&db.url)).await;
@@ -280,9 +285,7 @@ async fn a_reply_sent_while_no_server_runs_is_applied_when_one_starts() {
 async fn malformed_unknown_and_duplicate_replies_do_not_stop_later_ones() {
     let db = TestDb::new();
     let d = Downstream::start().await;
-    let k = Kafka::connect().await;
-    let (steps, responses) = (k.name("steps"), k.name("responses"));
-    k.create_topic(&steps).await;
+    let (k, steps, responses) = Kafka::with_step_topic().await;
     let s = TestServer::start(kafka_config(&db, &responses)).await;
     s.create_workflow(&kafka_then_http("kafka3", &steps, &d))
         .await;
