@@ -45,24 +45,12 @@ pub async fn claim(
     limit: i64,
 ) -> Result<Vec<Claimed>, StoreError> {
     let stmt = conn.stmt(CLAIM).await?;
-    // The partial index holds only runnable rows, but while statistics lag behind a
-    // fast-changing table the planner may prefer a sequential scan of every row; the claim
-    // runs often, so it is pinned to the index.
-    conn.client
-        .batch_execute("BEGIN; SET LOCAL enable_seqscan = off")
-        .await?;
-    let rows = match conn
+    // Pinned to the claim index like every statement (the pool's sessions run with
+    // enable_seqscan = off; see `store::pool::pg_config`).
+    let rows = conn
         .client
         .query(&stmt, &[&owner, &(lease.as_secs_f64() * 1000.0), &limit])
-        .await
-    {
-        Ok(rows) => rows,
-        Err(e) => {
-            let _ = conn.client.batch_execute("ROLLBACK").await;
-            return Err(e.into());
-        }
-    };
-    conn.client.batch_execute("COMMIT").await?;
+        .await?;
     Ok(rows.iter().map(Claimed::from_row).collect())
 }
 

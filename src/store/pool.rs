@@ -105,8 +105,14 @@ pub fn pg_config(config: &Config) -> tokio_postgres::Config {
     pg.application_name("clamp")
         .connect_timeout(config.db_connect_timeout)
         .keepalives_idle(Duration::from_secs(30))
+        // enable_seqscan = off: every statement of ours is a key lookup or an index range,
+        // but prepared statements keep a generic plan made while the tables were small,
+        // and those joined the batch inputs to whole-table scans: 1,207 sequential scans
+        // reading 25M rows in 20 s at 3,000 requests/s, until the next ANALYZE. Off, the
+        // planner takes the index whenever there is one (perf/runs/2026-11-30-vm/seqscan.md).
         .options(format!(
-            "-c statement_timeout={timeout_ms} -c idle_in_transaction_session_timeout={}",
+            "-c statement_timeout={timeout_ms} -c idle_in_transaction_session_timeout={} \
+             -c enable_seqscan=off",
             timeout_ms * 2
         ));
     pg

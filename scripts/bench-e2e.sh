@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# End-to-end throughput without polling: service requests of a two-step HTTP workflow,
+# created open-loop at RATE per second for DURATION against the built-in mock downstream,
+# executed by the same server; completions are read from the server's own counter
+# (completed_service_request_handler_counter_total) every 5 s. Writes
+# perf/runs/<date>-<host>/e2e-open-<rate>.{json,md}.
+#
+#   RATE=8000 DURATION=60s scripts/bench-e2e.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RATE=${RATE:-8000}
+DURATION=${DURATION:-60s}
+CONNS=${CONNS:-256}
+scripts/services.sh postgres
+cargo build --release --workspace --bins
+bin=${BIN:-target/release}
+out=perf/runs/$(date -u +%Y-%m-%d)-$(hostname)
+mkdir -p "$out"
+base=postgres://postgres@127.0.0.1:5432
+db=clamp_bench_e2e
+port=18400
+mock_port=18401
+tag=${TAG:-e2e-open-$RATE}
+psql "$base/postgres" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
+"$bin/clamp-bench" mock --port $mock_port --threads 1 >/dev/null 2>&1 &
+mock_pid=$!
+server_cmd="$bin/clamp --port $port --bind 127.0.0.1 --database-url $base/$db"
+$server_cmd > "$out/$tag-server.log" 2>&1 &
+server_pid=$!
+trap 'kill $mock_pid $server_pid 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do curl -sf "localhost:$port/health" >/dev/null && break; sleep 0.1; done
+# CPU ticks (1/100 s) of every Postgres process: backends live as long as the pool does.
+pg_ticks() { local t=0 p; for p in $(pgrep -x postgres); do t=$((t + $(awk '{print $14+$15}' /proc/$p/stat 2>/dev/null || echo 0))); done; echo $t; }
+server_ticks() { awk '{print $14+$15}' /proc/$server_pid/stat; }
+completed() { curl -s "localhost:$port/metrics" | awk '/^completed_service_request_handler_counter_total/ {print $2}'; }
+gen_cmd="$bin/clamp-bench create --url http://127.0.0.1:$port -c $CONNS -r $RATE -d $DURATION --warmup 2s -q --downstream http://127.0.0.1:$mock_port --json $out/$tag.json"
+$gen_cmd > /dev/null &
+gen_pid=$!
+samples=()
+t0=$(date +%s.%N); c0=$(completed); pg0=$(pg_ticks); sv0=$(server_ticks)
+while kill -0 $gen_pid 2>/dev/null; do
+  sleep 5
+  samples+=("$(date +%s.%N) $(completed)")
+done
+wait $gen_pid || true
+t1=$(date +%s.%N); pg1=$(pg_ticks); sv1=$(server_ticks)
+# Let the executor finish what was created, then count.
+for _ in $(seq 1 60); do
+  left=$(psql "$base/$db" -Atc "select count(*) from service_requests where status not in ('COMPLETED','FAILED')")
+  [ "$left" = 0 ] && break; sleep 1
+done
+final=$(psql "$base/$db" -Atc "select count(*) filter (where status = 'COMPLETED'), count(*) filter (where status = 'FAILED'), count(*) from service_requests")
+scans=$(psql "$base/$db" -Atc "select string_agg(format('%s: %s sequential scans reading %s rows, %s index scans', relname, seq_scan, seq_tup_read, idx_scan), '; ') from pg_stat_user_tables where relname in ('service_requests', 'steps_status')")
+{
+  echo "# End to end, open loop: $RATE/s offered for $DURATION"
+  echo
+  echo "- date: $(date -u +%FT%TZ), host $(hostname), nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+  echo "- git: $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+  echo "- server: \`$server_cmd\`"
+  echo "- generator: \`$gen_cmd\`"
+  echo "- mock: \`$bin/clamp-bench mock --port $mock_port --threads 1\`"
+  echo "- everything (server, Postgres 15 with default settings, mock, generator) shares the machine"
+  echo
+  echo "Completed per second, from the server's counter, per 5 s interval (warm-up included):"
+  echo
+  prev_t=$t0; prev_c=$c0
+  for s in "${samples[@]}"; do
+    t=${s% *}; c=${s#* }
+    echo "- $(python3 -c "print(f'{($c - $prev_c) / ($t - $prev_t):,.0f}/s')")"
+    prev_t=$t; prev_c=$c
+  done
+  echo
+  python3 - "$out/$tag.json" "$final" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+done, failed, total = map(int, sys.argv[2].split("|"))
+lat = j["latency_us"]
+print(f"Creates: {j['ok']:,} ok of {j['requests']:,} due in the measured window, achieved {j['achieved_rate']:,.0f}/s, "
+      f"errors {sum(j.get('errors', {}).values())}; create latency p50 {lat['p50']/1000:.1f} ms, p99 {lat['p99']/1000:.1f} ms, max {lat['max']/1000:.1f} ms.")
+print(f"\nAfter the run: {total:,} requests stored, {done:,} COMPLETED, {failed:,} FAILED.")
+PY
+  echo
+  echo "Table scans over the run (pg_stat_user_tables): $scans"
+  echo
+  echo "CPU over the generator's run (warm-up included), in cores: server $(python3 -c "print(f'{($sv1 - $sv0) / 100 / ($t1 - $t0):.2f}')"), Postgres $(python3 -c "print(f'{($pg1 - $pg0) / 100 / ($t1 - $t0):.2f}')")"
+} | tee "$out/$tag.md"
