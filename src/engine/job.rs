@@ -61,6 +61,18 @@ impl Job {
         list.get(pos + 1).copied()
     }
 
+    /// Records what a step received and answered, for the conditions and transforms of
+    /// later steps; skipped when the workflow has none (copying every step's request and
+    /// response would be work nobody reads).
+    fn remember(&mut self, step: &CompiledStep, request: &Value, response: &Value) {
+        if self.wf.uses_context {
+            self.context.insert(
+                step.context_name.clone(),
+                json!({"request": request, "response": response}),
+            );
+        }
+    }
+
     /// The context as a condition or transform of `step` sees it: the steps so far, plus
     /// this step with its request.
     fn context_for(&self, step: &CompiledStep, request: &Value) -> Map<String, Value> {
@@ -116,10 +128,7 @@ pub async fn run(exec: &Executor, mut job: Job) {
                 if !cond.eval(&job.context_for(&step, &request)) {
                     let next = job.wf.next_main(step_id);
                     let text = request.to_string();
-                    job.context.insert(
-                        step.context_name.clone(),
-                        json!({"request": request, "response": request}),
-                    );
+                    job.remember(&step, &request, &request);
                     let t = transition(
                         &job,
                         next,
@@ -172,10 +181,7 @@ pub async fn run(exec: &Executor, mut job: Job) {
                     started,
                     Some(finished),
                 );
-                job.context.insert(
-                    step.context_name.clone(),
-                    json!({"request": body, "response": response}),
-                );
+                job.remember(&step, &body, &response);
                 let (next, next_request) = match &job.failing {
                     // onFailure steps all receive the failed step's request.
                     Some((parent, _)) => {
@@ -203,10 +209,7 @@ pub async fn run(exec: &Executor, mut job: Job) {
                         Some(finished),
                     )
                 };
-                job.context.insert(
-                    step.context_name.clone(),
-                    json!({"request": body, "response": error}),
-                );
+                job.remember(&step, &body, &error);
                 let next = match &job.failing {
                     Some((parent, _)) => job.next_on_failure(*parent, step_id),
                     None => {
