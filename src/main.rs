@@ -23,9 +23,12 @@ fn main() {
     };
     let filter = tracing_subscriber::EnvFilter::try_new(&directive)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only on a terminal: log files and `docker logs` get plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
+        .with_ansi(ansi)
         .init();
     match clamp::runtime::raise_nofile_limit() {
         Ok((old, new)) => tracing::info!(old, new, "RLIMIT_NOFILE soft limit"),
