@@ -257,7 +257,9 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
         tokio_postgres::connect(&core.app.config.database_url, tokio_postgres::NoTls)
             .await
             .map_err(|e| format!("cannot reach Postgres for the partition locks: {e}"))?;
-    let lock_task = tokio::spawn(lock_conn);
+    // Dropped however the session ends (an error returned mid-loop included), which closes
+    // the connection and so releases the locks for the next session or another instance.
+    let lock_task = AbortOnDrop(tokio::spawn(lock_conn));
     let mut owned: BTreeMap<i32, Owned> = BTreeMap::new();
     let mut next_lock_try = Instant::now();
     tracing::info!(
@@ -269,7 +271,7 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
         if *stop.borrow() {
             break Ok(());
         }
-        if lock_task.is_finished() {
+        if lock_task.0.is_finished() {
             break Err("lost the Postgres connection holding the partition locks".into());
         }
         if owned.len() < partitions.len() && Instant::now() >= next_lock_try {
@@ -379,8 +381,17 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
             }
         }
     };
-    lock_task.abort();
+    drop(lock_task);
     outcome
+}
+
+/// A task that is aborted when this handle is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Applies one record; false when stopping before it could be applied.

@@ -359,7 +359,18 @@ async fn a_missing_topic_or_an_unreachable_cluster_fails_the_step_with_the_reaso
 }
 
 #[tokio::test]
-async fn the_consumer_reconnects_after_the_broker_restarts() {
+async fn responses_arrive_after_a_short_broker_restart() {
+    broker_restart(Duration::from_millis(1500)).await;
+}
+
+/// Longer than the client's own retries (10 s): the consumer's session fails and a new one
+/// must take the partition again (its lock is released with the old session).
+#[tokio::test]
+async fn responses_arrive_after_a_broker_outage_longer_than_the_client_retries() {
+    broker_restart(Duration::from_secs(13)).await;
+}
+
+async fn broker_restart(downtime: Duration) {
     let db = TestDb::new();
     let d = Downstream::start().await;
     // A broker of its own: this test stops it.
@@ -397,7 +408,7 @@ async fn the_consumer_reconnects_after_the_broker_restarts() {
     drop(admin);
     own = {
         drop(own);
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        tokio::time::sleep(downtime).await;
         Killed(start_tansu(port))
     };
     // The consumer reconnects and creates its response topic again.
