@@ -18,7 +18,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::reply::{self, Handled};
-use super::{StepMessage, FIRST_BACKOFF, MAX_BACKOFF};
+use super::{Attempt, StepMessage, FIRST_BACKOFF, MAX_BACKOFF};
 use crate::metrics::Metrics;
 use crate::state::Core;
 use crate::workflow::AmqpVal;
@@ -34,14 +34,6 @@ struct Slot {
 pub struct AmqpPublisher {
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     metrics: Arc<Metrics>,
-}
-
-/// Why one publish attempt did not succeed.
-enum Attempt {
-    /// The broker is away or dropped the channel: worth retrying.
-    Retry(String),
-    /// The broker answered, and the answer is no (unroutable): retrying changes nothing.
-    Refused(String),
 }
 
 async fn open_channel(url: &str) -> Result<(Connection, Channel), lapin::Error> {

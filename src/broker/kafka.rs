@@ -20,7 +20,7 @@ use tokio::sync::{watch, OnceCell};
 use tokio::time::Instant;
 
 use super::reply::{self, Handled};
-use super::{StepMessage, FIRST_BACKOFF, MAX_BACKOFF};
+use super::{Attempt, StepMessage, FIRST_BACKOFF, MAX_BACKOFF};
 use crate::metrics::Metrics;
 use crate::state::Core;
 use crate::workflow::KafkaVal;
@@ -53,24 +53,27 @@ async fn client(brokers: &str, deadline: Duration) -> Result<Client, KafkaError>
         .await
 }
 
-async fn open_topic(brokers: &str, topic: &str) -> Result<TopicWriter, String> {
+async fn open_topic(brokers: &str, topic: &str) -> Result<TopicWriter, Attempt> {
+    let retry = |e: KafkaError| Attempt::Retry(e.to_string());
     let c = client(brokers, Duration::from_secs(5))
         .await
-        .map_err(|e| format!("cannot connect: {e}"))?;
-    let topics = c.list_topics().await.map_err(|e| e.to_string())?;
+        .map_err(|e| Attempt::Retry(format!("cannot connect: {e}")))?;
+    let topics = c.list_topics().await.map_err(retry)?;
     let Some(t) = topics.into_iter().find(|t| t.name == topic) else {
-        return Err(format!("topic '{topic}' does not exist"));
+        return Err(Attempt::Refused(format!("topic '{topic}' does not exist")));
     };
     let mut partitions = Vec::with_capacity(t.partitions.len());
     for p in t.partitions {
         partitions.push(
             c.partition_client(topic, p, UnknownTopicHandling::Retry)
                 .await
-                .map_err(|e| e.to_string())?,
+                .map_err(retry)?,
         );
     }
     if partitions.is_empty() {
-        return Err(format!("topic '{topic}' has no partitions"));
+        return Err(Attempt::Refused(format!(
+            "topic '{topic}' has no partitions"
+        )));
     }
     Ok(TopicWriter { partitions })
 }
@@ -97,7 +100,14 @@ impl KafkaProducer {
                     self.metrics.count_broker_publish("kafka", true);
                     return Ok(());
                 }
-                Ok(Err(why)) => why,
+                Ok(Err(Attempt::Refused(why))) => {
+                    self.metrics.count_broker_publish("kafka", false);
+                    return Err(format!(
+                        "Kafka produce to topic '{}' refused: {why}",
+                        val.topic_name
+                    ));
+                }
+                Ok(Err(Attempt::Retry(why))) => why,
                 Err(_) => "no acknowledgement from the broker".to_string(),
             };
             if Instant::now() + backoff >= deadline {
@@ -118,7 +128,7 @@ impl KafkaProducer {
         val: &KafkaVal,
         msg: &StepMessage<'_>,
         key: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), Attempt> {
         let slot_key = (val.connection_url.clone(), val.topic_name.clone());
         let slot = self
             .topics
@@ -149,7 +159,7 @@ impl KafkaProducer {
             Ok(_) => Ok(()),
             Err(e) => {
                 self.forget(&slot_key, &slot);
-                Err(e.to_string())
+                Err(Attempt::Retry(e.to_string()))
             }
         }
     }

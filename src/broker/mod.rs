@@ -40,6 +40,15 @@ impl StepMessage<'_> {
     }
 }
 
+/// Why one publish attempt did not succeed.
+enum Attempt {
+    /// The broker is away or dropped the connection: worth retrying.
+    Retry(String),
+    /// The broker answered, and the answer is no (unroutable, no such topic): retrying
+    /// changes nothing, so the step fails at once.
+    Refused(String),
+}
+
 /// First retry delay after a broker refused or was away; doubles up to `MAX_BACKOFF`.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);

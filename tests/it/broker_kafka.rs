@@ -342,10 +342,13 @@ async fn a_missing_topic_or_an_unreachable_cluster_fails_the_step_with_the_reaso
     let b = create_request(&s, "down", &json!({})).await;
     let v = wait_status(&s, &a, &["FAILED", "PAUSED"], Duration::from_secs(10)).await;
     assert_eq!(v["status"], "FAILED", "{v}");
+    let reason = v["reason"].as_str().unwrap();
     assert!(
-        v["reason"].as_str().unwrap().contains("does not exist"),
+        reason.contains("refused: topic") && reason.contains("does not exist"),
         "{v}"
     );
+    // Refused, not retried until the step timeout (800 ms here).
+    assert!(v["steps"][0]["time_taken"].as_i64().unwrap() < 600, "{v}");
     let v = wait_status(&s, &b, &["FAILED", "PAUSED"], Duration::from_secs(10)).await;
     assert_eq!(v["status"], "FAILED", "{v}");
     assert!(
