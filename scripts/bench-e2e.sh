@@ -6,6 +6,7 @@
 # perf/runs/<date>-<host>/e2e-open-<rate>.{json,md}.
 #
 #   RATE=8000 DURATION=60s scripts/bench-e2e.sh
+#   SERVER_FLAGS="--step-write-concurrency 1" TAG=name scripts/bench-e2e.sh   # a variant
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RATE=${RATE:-8000}
@@ -24,7 +25,7 @@ tag=${TAG:-e2e-open-$RATE}
 psql "$base/postgres" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
 "$bin/clamp-bench" mock --port $mock_port --threads 1 >/dev/null 2>&1 &
 mock_pid=$!
-server_cmd="$bin/clamp --port $port --bind 127.0.0.1 --database-url $base/$db"
+server_cmd="$bin/clamp --port $port --bind 127.0.0.1 --database-url $base/$db ${SERVER_FLAGS:-}"
 $server_cmd > "$out/$tag-server.log" 2>&1 &
 server_pid=$!
 trap 'kill $mock_pid $server_pid 2>/dev/null || true' EXIT

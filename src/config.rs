@@ -160,6 +160,11 @@ pub struct Args {
     #[arg(long, env = "CLAMP_FORWARD_HEADERS", value_delimiter = ',')]
     pub forward_headers: Vec<String>,
 
+    /// Step-transition batches in flight per thread (fewer means larger batches and fewer
+    /// commits; more means lower latency when the database is idle).
+    #[arg(long, env = "CLAMP_STEP_WRITE_CONCURRENCY", default_value_t = 2)]
+    pub step_write_concurrency: usize,
+
     /// Delete finished service requests (and their step records) this many days after they
     /// finished; 0 keeps them forever.
     #[arg(long, env = "CLAMP_RETENTION_DAYS", default_value_t = 0.0)]
@@ -242,6 +247,7 @@ pub struct Config {
     /// Lower-cased names that are forwarded although hop-by-hop or sensitive by default.
     pub forward_headers_extra: Vec<String>,
     pub brokers: BrokerConfig,
+    pub step_write_concurrency: usize,
     /// How long finished requests are kept (None: forever), and how often that is enforced.
     pub retention: Option<Duration>,
     pub retention_interval: Duration,
@@ -317,6 +323,7 @@ impl Config {
             ));
         }
         positive(a.amqp_prefetch as usize, "--amqp-prefetch")?;
+        positive(a.step_write_concurrency, "--step-write-concurrency")?;
         if !(a.retention_days >= 0.0 && a.retention_days.is_finite()) {
             return Err(ConfigError(
                 "--retention-days must be 0 (keep forever) or more".into(),
@@ -369,6 +376,7 @@ impl Config {
                 kafka_brokers: a.kafka_brokers,
                 kafka_response_topic: a.kafka_response_topic,
             },
+            step_write_concurrency: a.step_write_concurrency,
             retention: (a.retention_days > 0.0)
                 .then(|| Duration::from_secs_f64(a.retention_days * 86_400.0)),
             retention_interval: Duration::from_secs(60),

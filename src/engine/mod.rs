@@ -59,7 +59,7 @@ impl Executor {
             app.instance_id,
             app.metrics.clone(),
             cfg.max_running,
-            2,
+            cfg.step_write_concurrency,
         );
         Arc::new(Executor {
             capacity: cfg.max_running,
