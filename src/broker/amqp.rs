@@ -221,16 +221,8 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
         .map_err(|e| format!("cannot connect: {e}"))?;
     let e = |e: lapin::Error| e.to_string();
     let ch = conn.create_channel().await.map_err(e)?;
-    let durable = QueueDeclareOptions {
-        durable: true,
-        ..Default::default()
-    };
-    ch.queue_declare(queue.into(), durable, FieldTable::default())
-        .await
-        .map_err(e)?;
-    ch.queue_declare(dead.as_str().into(), durable, FieldTable::default())
-        .await
-        .map_err(e)?;
+    ensure_queue(&conn, queue).await?;
+    ensure_queue(&conn, &dead).await?;
     let dead_ch = conn.create_channel().await.map_err(e)?;
     dead_ch
         .confirm_select(ConfirmSelectOptions::default())
@@ -275,6 +267,35 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
     .await;
     let _ = conn.close(200, "shutting down".into()).await;
     outcome
+}
+
+/// Uses the queue as it is when it exists (whatever arguments or policies it was made
+/// with: declaring it again with others would be refused), else declares it durable.
+async fn ensure_queue(conn: &Connection, queue: &str) -> Result<(), String> {
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    // A failed passive declare closes its channel, so each check gets its own.
+    let probe = conn.create_channel().await.map_err(|e| e.to_string())?;
+    if probe
+        .queue_declare(queue.into(), passive, FieldTable::default())
+        .await
+        .is_ok()
+    {
+        let _ = probe.close(200, "OK".into()).await;
+        return Ok(());
+    }
+    let ch = conn.create_channel().await.map_err(|e| e.to_string())?;
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    ch.queue_declare(queue.into(), durable, FieldTable::default())
+        .await
+        .map_err(|e| format!("cannot declare queue '{queue}': {e}"))?;
+    let _ = ch.close(200, "OK".into()).await;
+    Ok(())
 }
 
 async fn handle_delivery(

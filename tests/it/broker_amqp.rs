@@ -69,6 +69,11 @@ impl Rabbit {
         self.declared.push(queue.to_string());
     }
 
+    /// Deletes `queue` at cleanup (one made some other way).
+    pub fn track(&mut self, queue: &str) {
+        self.declared.push(queue.to_string());
+    }
+
     /// Takes the next message of `queue`, waiting up to 10 s.
     pub async fn next(&self, queue: &str) -> lapin::message::Delivery {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -305,7 +310,26 @@ async fn malformed_and_unknown_replies_are_dead_lettered_and_later_ones_still_ap
 async fn an_error_reply_fails_the_request_through_its_on_failure_steps() {
     let db = TestDb::new();
     let d = Downstream::start().await;
-    let (r, steps, responses) = Rabbit::with_queues().await;
+    let mut r = Rabbit::connect().await;
+    let (steps, responses) = (r.name("steps"), r.name("responses"));
+    r.declare(&steps).await;
+    // The response queue exists already, made with arguments of its operator's choosing
+    // (declaring it again without them would be refused); its dead-letter queue does not
+    // exist yet, and the server creates it.
+    let mut args = FieldTable::default();
+    args.insert("x-max-length".into(), AMQPValue::LongLongInt(100_000));
+    r.ch.queue_declare(
+        responses.as_str().into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        args,
+    )
+    .await
+    .unwrap();
+    r.track(&responses);
+    r.track(&format!("{responses}.dead"));
     let s = TestServer::start(amqp_config(&db, &responses)).await;
     s.create_workflow(&json!({"name": "amqp4", "steps": [
         {"name": "ask", "mode": "AMQP", "val": {"connection_url": RABBIT, "queue_name": steps},
