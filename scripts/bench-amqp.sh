@@ -49,7 +49,10 @@ rabbitmqctl delete_queue "$responses_q" >/dev/null 2>&1 || true
 
 "$bin/clamp-bench" mock --port $mock_port --threads 1 >/dev/null 2>&1 &
 mock_pid=$!
-run "$bin/clamp-bench" amqp-responder --amqp-url "$amqp" --queue $steps_q > "$out/amqp-responder.log" 2>&1 &
+# Started directly, not through `run` (a backgrounded function is a subshell, and killing
+# it would leave the responder running).
+echo "$bin/clamp-bench amqp-responder --amqp-url $amqp --queue $steps_q" >> "$cmds"
+"$bin/clamp-bench" amqp-responder --amqp-url "$amqp" --queue $steps_q > "$out/amqp-responder.log" 2>&1 &
 responder_pid=$!
 echo "ENABLE_AMQP_INTEGRATION=true CLAMP_QUEUE_NAME=$responses_q $bin/clamp --port $port --bind 127.0.0.1 --database-url $base/$db" >> "$cmds"
 ENABLE_AMQP_INTEGRATION=true CLAMP_QUEUE_NAME=$responses_q \

@@ -55,6 +55,9 @@ impl Rabbit {
     }
 
     pub async fn declare(&mut self, queue: &str) {
+        // A test that fails before `cleanup` leaves its queues behind: they expire unused.
+        let mut args = FieldTable::default();
+        args.insert("x-expires".into(), AMQPValue::LongLongInt(600_000));
         self.ch
             .queue_declare(
                 queue.into(),
@@ -62,7 +65,7 @@ impl Rabbit {
                     durable: true,
                     ..Default::default()
                 },
-                FieldTable::default(),
+                args,
             )
             .await
             .unwrap();
@@ -318,6 +321,7 @@ async fn an_error_reply_fails_the_request_through_its_on_failure_steps() {
     // exist yet, and the server creates it.
     let mut args = FieldTable::default();
     args.insert("x-max-length".into(), AMQPValue::LongLongInt(100_000));
+    args.insert("x-expires".into(), AMQPValue::LongLongInt(600_000));
     r.ch.queue_declare(
         responses.as_str().into(),
         QueueDeclareOptions {
