@@ -21,7 +21,7 @@ use crate::store::pool;
 /// Pending connections the kernel queues per listener.
 const LISTEN_BACKLOG: i32 = 4096;
 
-/// How long broker consumers get to stop at shutdown before they are aborted.
+/// How long background tasks (broker consumers, retention) get to stop at shutdown.
 const CONSUMER_STOP_TIMEOUT: Duration = Duration::from_secs(6);
 
 /// How long the accept loop pauses when the process is out of file descriptors.
@@ -100,28 +100,28 @@ pub async fn serve_core(
     });
     // Step responses over the brokers: AMQP on every runtime (the broker spreads the
     // deliveries), Kafka on the first (partitions are read by one consumer per instance).
-    let (stop_consumers, consumers_stop) = watch::channel(false);
-    let mut consumers = Vec::new();
+    let (stop_background, background_stop) = watch::channel(false);
+    let mut background = Vec::new();
     if cfg.brokers.amqp_enabled {
-        consumers.push(tokio::spawn(crate::broker::amqp::consume(
+        background.push(tokio::spawn(crate::broker::amqp::consume(
             core.clone(),
-            consumers_stop.clone(),
+            background_stop.clone(),
         )));
     }
     // Retention is one task per instance (several instances share the work safely).
     if let (Some(keep), 0) = (cfg.retention, index) {
-        consumers.push(tokio::spawn(crate::store::retention::run(
+        background.push(tokio::spawn(crate::store::retention::run(
             core.pool.clone(),
             keep,
             cfg.retention_interval,
             app.metrics.clone(),
-            consumers_stop.clone(),
+            background_stop.clone(),
         )));
     }
     if cfg.brokers.kafka_enabled && index == 0 {
-        consumers.push(tokio::spawn(crate::broker::kafka::consume(
+        background.push(tokio::spawn(crate::broker::kafka::consume(
             core.clone(),
-            consumers_stop.clone(),
+            background_stop.clone(),
         )));
     }
     let listener = match TcpListener::from_std(listener) {
@@ -174,11 +174,11 @@ pub async fn serve_core(
     {
         tracing::warn!("shutdown timeout: closing connections with requests still in flight");
     }
-    // A consumer stuck connecting to a broker that does not answer must not hold up
-    // shutdown: what it had not acknowledged is redelivered anyway. (The retention task
-    // stops with them.)
-    let _ = stop_consumers.send(true);
-    for c in consumers {
+    // The broker consumers and the retention task. A consumer stuck connecting to a broker
+    // that does not answer must not hold up shutdown: what it had not acknowledged is
+    // redelivered anyway.
+    let _ = stop_background.send(true);
+    for c in background {
         let abort = c.abort_handle();
         if tokio::time::timeout(CONSUMER_STOP_TIMEOUT, c)
             .await

@@ -15,10 +15,9 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use parking_lot::Mutex;
 use tokio::sync::{watch, OnceCell};
 use tokio::task::JoinSet;
-use tokio::time::Instant;
 
 use super::reply::{self, Handled};
-use super::{Attempt, StepMessage, FIRST_BACKOFF, MAX_BACKOFF};
+use super::{Attempt, StepMessage};
 use crate::metrics::Metrics;
 use crate::state::Core;
 use crate::workflow::AmqpVal;
@@ -65,42 +64,15 @@ impl AmqpPublisher {
             format!("exchange '{exchange}' (routing key '{routing_key}')")
         };
         let props = properties(val, msg);
-        let deadline = Instant::now() + msg.timeout;
-        let mut backoff = FIRST_BACKOFF;
-        loop {
-            let attempt = tokio::time::timeout_at(
-                deadline,
-                self.publish_once(
-                    &val.connection_url,
-                    exchange,
-                    routing_key,
-                    &msg.body,
-                    &props,
-                ),
-            )
-            .await;
-            let why = match attempt {
-                Ok(Ok(())) => {
-                    self.metrics.count_broker_publish("amqp", true);
-                    return Ok(());
-                }
-                Ok(Err(Attempt::Refused(why))) => {
-                    self.metrics.count_broker_publish("amqp", false);
-                    return Err(format!("AMQP publish to {target} refused: {why}"));
-                }
-                Ok(Err(Attempt::Retry(why))) => why,
-                Err(_) => "no confirm from the broker".to_string(),
-            };
-            if Instant::now() + backoff >= deadline {
-                self.metrics.count_broker_publish("amqp", false);
-                return Err(format!(
-                    "AMQP publish to {target} failed within {} ms: {why}",
-                    msg.timeout.as_millis()
-                ));
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(MAX_BACKOFF);
-        }
+        super::publish_with_retries(
+            &self.metrics,
+            "amqp",
+            &format!("AMQP publish to {target}"),
+            "no confirm from the broker",
+            msg.timeout,
+            || self.publish_once(&val.connection_url, exchange, routing_key, msg.body, &props),
+        )
+        .await
     }
 
     async fn publish_once(

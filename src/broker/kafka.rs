@@ -20,7 +20,7 @@ use tokio::sync::{watch, OnceCell};
 use tokio::time::Instant;
 
 use super::reply::{self, Handled};
-use super::{Attempt, StepMessage, FIRST_BACKOFF, MAX_BACKOFF};
+use super::{Attempt, StepMessage};
 use crate::metrics::Metrics;
 use crate::state::Core;
 use crate::workflow::KafkaVal;
@@ -89,38 +89,16 @@ impl KafkaProducer {
     /// Produces a step's request keyed by its service request id and waits for the
     /// broker's acknowledgement, retrying until `msg.timeout` has passed.
     pub async fn produce(&self, val: &KafkaVal, msg: &StepMessage<'_>) -> Result<(), String> {
-        let deadline = Instant::now() + msg.timeout;
         let key = msg.service_request_id.to_string().into_bytes();
-        let mut backoff = FIRST_BACKOFF;
-        loop {
-            let attempt =
-                tokio::time::timeout_at(deadline, self.produce_once(val, msg, &key)).await;
-            let why = match attempt {
-                Ok(Ok(())) => {
-                    self.metrics.count_broker_publish("kafka", true);
-                    return Ok(());
-                }
-                Ok(Err(Attempt::Refused(why))) => {
-                    self.metrics.count_broker_publish("kafka", false);
-                    return Err(format!(
-                        "Kafka produce to topic '{}' refused: {why}",
-                        val.topic_name
-                    ));
-                }
-                Ok(Err(Attempt::Retry(why))) => why,
-                Err(_) => "no acknowledgement from the broker".to_string(),
-            };
-            if Instant::now() + backoff >= deadline {
-                self.metrics.count_broker_publish("kafka", false);
-                return Err(format!(
-                    "Kafka produce to topic '{}' failed within {} ms: {why}",
-                    val.topic_name,
-                    msg.timeout.as_millis()
-                ));
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(MAX_BACKOFF);
-        }
+        super::publish_with_retries(
+            &self.metrics,
+            "kafka",
+            &format!("Kafka produce to topic '{}'", val.topic_name),
+            "no acknowledgement from the broker",
+            msg.timeout,
+            || self.produce_once(val, msg, &key),
+        )
+        .await
     }
 
     async fn produce_once(
@@ -185,7 +163,7 @@ fn record(val: &KafkaVal, msg: &StepMessage<'_>, key: &[u8]) -> Record {
     }
     Record {
         key: Some(key.to_vec()),
-        value: Some(msg.body.clone()),
+        value: Some(msg.body.to_vec()),
         headers,
         timestamp: chrono::Utc::now(),
     }
@@ -267,9 +245,9 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
         tokio_postgres::connect(&core.app.config.database_url, tokio_postgres::NoTls)
             .await
             .map_err(|e| format!("cannot reach Postgres for the partition locks: {e}"))?;
-    // Dropped however the session ends (an error returned mid-loop included), which closes
-    // the connection and so releases the locks for the next session or another instance.
-    let lock_task = AbortOnDrop(tokio::spawn(lock_conn));
+    // The connection closes when `locks` is dropped, however the session ends, which
+    // releases the locks for the next session or another instance.
+    let lock_task = tokio::spawn(lock_conn);
     let mut owned: BTreeMap<i32, Owned> = BTreeMap::new();
     let mut next_lock_try = Instant::now();
     tracing::info!(
@@ -281,7 +259,7 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
         if *stop.borrow() {
             break Ok(());
         }
-        if lock_task.0.is_finished() {
+        if lock_task.is_finished() {
             break Err("lost the Postgres connection holding the partition locks".into());
         }
         if owned.len() < partitions.len() && Instant::now() >= next_lock_try {
@@ -391,17 +369,7 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
             }
         }
     };
-    drop(lock_task);
     outcome
-}
-
-/// A task that is aborted when this handle is dropped.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// Applies one record; false when stopping before it could be applied.

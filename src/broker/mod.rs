@@ -18,6 +18,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use tokio::sync::watch;
+
+use crate::metrics::Metrics;
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -26,7 +28,8 @@ use uuid::Uuid;
 pub struct StepMessage<'a> {
     pub service_request_id: Uuid,
     pub step_id: u32,
-    pub body: Vec<u8>,
+    /// The step's request, serialized once for both the record and the message.
+    pub body: &'a [u8],
     /// The service request's forwardable headers.
     pub headers: &'a [(String, String)],
     /// How long the publish may take, retries included.
@@ -47,6 +50,48 @@ enum Attempt {
     /// The broker answered, and the answer is no (unroutable, no such topic): retrying
     /// changes nothing, so the step fails at once.
     Refused(String),
+}
+
+/// Runs publish attempts with backoff until one is confirmed, one is refused, or
+/// `timeout` has passed; counts the outcome. `what` names the publish in reasons
+/// ("AMQP publish to queue 'q'"); `silent` is the reason when an attempt got no answer.
+async fn publish_with_retries<F, Fut>(
+    metrics: &Metrics,
+    broker: &'static str,
+    what: &str,
+    silent: &str,
+    timeout: Duration,
+    mut attempt: F,
+) -> Result<(), String>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), Attempt>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let why = match tokio::time::timeout_at(deadline, attempt()).await {
+            Ok(Ok(())) => {
+                metrics.count_broker_publish(broker, true);
+                return Ok(());
+            }
+            Ok(Err(Attempt::Refused(why))) => {
+                metrics.count_broker_publish(broker, false);
+                return Err(format!("{what} refused: {why}"));
+            }
+            Ok(Err(Attempt::Retry(why))) => why,
+            Err(_) => silent.to_string(),
+        };
+        if Instant::now() + backoff >= deadline {
+            metrics.count_broker_publish(broker, false);
+            return Err(format!(
+                "{what} failed within {} ms: {why}",
+                timeout.as_millis()
+            ));
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
 }
 
 /// First retry delay after a broker refused or was away; doubles up to `MAX_BACKOFF`.

@@ -57,7 +57,7 @@ impl HttpClient {
     pub async fn call(
         &self,
         val: &HttpVal,
-        body: &Value,
+        body: &str,
         forwarded: &[(String, String)],
         idempotency_key: &str,
     ) -> Result<Value, String> {
@@ -82,7 +82,7 @@ impl HttpClient {
             Bytes::new()
         } else {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            Bytes::from(serde_json::to_vec(body).expect("values serialize"))
+            Bytes::copy_from_slice(body.as_bytes())
         };
         let req = req
             .body(Full::new(payload))

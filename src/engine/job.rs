@@ -150,7 +150,7 @@ pub async fn run(exec: &Executor, mut job: Job) {
         };
         let body_text = body.to_string();
         let is_async = step.step_type == StepType::Async && job.failing.is_none();
-        let outcome = execute(exec, &job, &step, &body, is_async).await;
+        let outcome = execute(exec, &job, &step, &body_text, is_async).await;
         exec.app.metrics.steps_executed.inc();
         let finished = now_ms();
         if finished - started > 1000.0 {
@@ -233,7 +233,7 @@ async fn execute(
     exec: &Executor,
     job: &Job,
     step: &CompiledStep,
-    body: &Value,
+    body: &str,
     is_async: bool,
 ) -> Outcome {
     let key = format!("{}:{}", job.id, step.id);
@@ -269,12 +269,12 @@ fn step_message<'a>(
     exec: &Executor,
     job: &'a Job,
     step: &CompiledStep,
-    body: &Value,
+    body: &'a str,
 ) -> crate::broker::StepMessage<'a> {
     crate::broker::StepMessage {
         service_request_id: job.id,
         step_id: step.id,
-        body: body.to_string().into_bytes(),
+        body: body.as_bytes(),
         headers: &job.headers,
         timeout: exec.app.config.http.timeout,
     }

@@ -118,7 +118,8 @@ impl Executor {
         }
     }
 
-    fn unreserve(&self, n: usize) {
+    /// Gives back slots reserved with `try_reserve` that were not used.
+    pub fn unreserve(&self, n: usize) {
         self.in_use.fetch_sub(n, Ordering::AcqRel);
     }
 
@@ -273,15 +274,9 @@ impl Executor {
         self.app.metrics.leases_claimed.inc_by(n as u64);
         for c in claimed {
             let id = c.id;
-            // This process's own lease ran out while its job still runs (renewals failed
-            // for a while): the claim renewed it, and a second job must not start.
-            if let Some(entry) = self.running.lock().get_mut(&id) {
-                entry.1 = Instant::now() + self.app.config.lease;
-                self.unreserve(1);
-                continue;
-            }
-            // Another runtime of this process runs it: the claim renewed the lease for it
-            // (same owner), and that runtime's renewer keeps it from here.
+            // This process's lease ran out while one of its runtimes still runs the job
+            // (renewals failed for a while): the claim renewed it (same owner), a second
+            // job must not start, and that runtime's renewer keeps the lease from here.
             if self.app.running_here.lock().contains(&id) {
                 self.unreserve(1);
                 continue;
@@ -310,11 +305,6 @@ impl Executor {
     pub fn start_resumed(self: &Arc<Self>, c: claim::Claimed) {
         let me = self.clone();
         tokio::spawn(async move { me.run_claimed(c).await });
-    }
-
-    /// Gives back a slot reserved for a resume that did not happen.
-    pub fn release_slot(&self) {
-        self.unreserve(1);
     }
 
     /// Keeps running requests' leases fresh; stops those whose lease another instance took.

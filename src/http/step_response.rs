@@ -201,7 +201,7 @@ pub async fn apply(
         Ok(r) => r,
         Err(e) => {
             if owner.is_some() {
-                exec.release_slot();
+                exec.unreserve(1);
             }
             return Err(e.into());
         }
@@ -215,7 +215,7 @@ pub async fn apply(
             exec.wake();
             return Ok(Applied::Resumed);
         }
-        (None, Some(_)) => exec.release_slot(),
+        (None, Some(_)) => exec.unreserve(1),
         (None, None) => {}
     }
     // Not applied: a duplicate of an answer already recorded, or not the paused step.
