@@ -97,6 +97,12 @@ impl Rabbit {
         }
     }
 
+    /// Waits until the step message of request `id` is on `steps` and the request paused.
+    pub async fn paused(&self, s: &TestServer, id: &str, steps: &str) {
+        self.next(steps).await;
+        wait_status(s, id, &["PAUSED"], Duration::from_secs(5)).await;
+    }
+
     /// Messages waiting in `queue`.
     pub async fn depth(&self, queue: &str) -> u32 {
         self.ch
@@ -207,8 +213,8 @@ async fn amqp_step_publishes_and_a_reply_on_the_response_queue_completes_it() {
     let v = wait_status(&s, &id, &["PAUSED"], Duration::from_secs(5)).await;
     assert_eq!(v["status"], "PAUSED", "{v}");
 
-    let reply = json!({"serviceRequestId": id, "stepId": 1, "response": {"approved": true}});
-    r.publish(&responses, reply.to_string().as_bytes()).await;
+    let reply = step_reply(&id, json!({"approved": true}));
+    r.publish(&responses, &reply).await;
     let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(10)).await;
     assert_eq!(v["status"], "COMPLETED", "{v}");
     // The answer is the next step's request.
@@ -234,12 +240,11 @@ async fn a_reply_sent_while_the_server_is_stopped_is_applied_when_it_starts_agai
     s.create_workflow(&amqp_then_http("amqp2", &steps, &d))
         .await;
     let id = create_request(&s, "amqp2", &json!({"n": 1})).await;
-    r.next(&steps).await;
-    wait_status(&s, &id, &["PAUSED"], Duration::from_secs(5)).await;
+    r.paused(&s, &id, &steps).await;
     s.shutdown().await;
 
-    let reply = json!({"serviceRequestId": id, "stepId": 1, "response": {"later": true}});
-    r.publish(&responses, reply.to_string().as_bytes()).await;
+    let reply = step_reply(&id, json!({"later": true}));
+    r.publish(&responses, &reply).await;
 
     let s = TestServer::start(amqp_config(&db, &responses)).await;
     let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(10)).await;
@@ -259,8 +264,7 @@ async fn malformed_and_unknown_replies_are_dead_lettered_and_later_ones_still_ap
     s.create_workflow(&amqp_then_http("amqp3", &steps, &d))
         .await;
     let id = create_request(&s, "amqp3", &json!({})).await;
-    r.next(&steps).await;
-    wait_status(&s, &id, &["PAUSED"], Duration::from_secs(5)).await;
+    r.paused(&s, &id, &steps).await;
 
     r.publish(&responses, b"this is not json").await;
     r.publish(
@@ -271,10 +275,10 @@ async fn malformed_and_unknown_replies_are_dead_lettered_and_later_ones_still_ap
     let stranger =
         json!({"serviceRequestId": Uuid::now_v7().to_string(), "stepId": 1, "response": {}});
     r.publish(&responses, stranger.to_string().as_bytes()).await;
-    let reply = json!({"serviceRequestId": id, "stepId": 1, "response": {"ok": 1}});
-    r.publish(&responses, reply.to_string().as_bytes()).await;
+    let reply = step_reply(&id, json!({"ok": 1}));
+    r.publish(&responses, &reply).await;
     // A redelivered or repeated answer changes nothing.
-    r.publish(&responses, reply.to_string().as_bytes()).await;
+    r.publish(&responses, &reply).await;
 
     let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(10)).await;
     assert_eq!(v["status"], "COMPLETED", "{v}");
@@ -340,8 +344,7 @@ async fn an_error_reply_fails_the_request_through_its_on_failure_steps() {
          "onFailure": [{"name": "undo", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]}]}))
     .await;
     let id = create_request(&s, "amqp4", &json!({"x": 1})).await;
-    r.next(&steps).await;
-    wait_status(&s, &id, &["PAUSED"], Duration::from_secs(5)).await;
+    r.paused(&s, &id, &steps).await;
     let reply =
         json!({"serviceRequestId": id, "stepId": 1, "error": {"code": 422, "message": "declined"}});
     r.publish(&responses, reply.to_string().as_bytes()).await;
@@ -397,13 +400,12 @@ async fn consumer_and_publisher_reconnect_after_the_broker_connection_is_cut() {
     wf["steps"][0]["val"]["connection_url"] = via_proxy.into();
     s.create_workflow(&wf).await;
     let id = create_request(&s, "amqp6", &json!({})).await;
-    r.next(&steps).await;
-    wait_status(&s, &id, &["PAUSED"], Duration::from_secs(5)).await;
+    r.paused(&s, &id, &steps).await;
     // The broker goes away for a while; a reply is sent meanwhile.
     proxy.cut();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let reply = json!({"serviceRequestId": id, "stepId": 1, "response": {"back": true}});
-    r.publish(&responses, reply.to_string().as_bytes()).await;
+    let reply = step_reply(&id, json!({"back": true}));
+    r.publish(&responses, &reply).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         s.get(&format!("/serviceRequest/{id}")).await.json()["status"],
@@ -451,12 +453,12 @@ async fn replies_that_race_the_pause_are_applied_not_rejected() {
     let responder = tokio::spawn(async move {
         while let Some(Ok(d)) = consumer.next().await {
             let id = d.properties.correlation_id().as_ref().unwrap().to_string();
-            let reply = json!({"serviceRequestId": id, "stepId": 1, "response": {"fast": true}});
+            let reply = step_reply(&id, json!({"fast": true}));
             ch.basic_publish(
                 "".into(),
                 reply_q.as_str().into(),
                 BasicPublishOptions::default(),
-                reply.to_string().as_bytes(),
+                &reply,
                 BasicProperties::default(),
             )
             .await

@@ -138,6 +138,12 @@ impl Kafka {
         (k, steps, responses)
     }
 
+    /// Waits until the step record of a request is on `steps` and the request `id` paused.
+    async fn paused(&self, s: &TestServer, id: &str, steps: &str) {
+        self.records(steps, 1).await;
+        wait_status(s, id, &["PAUSED"], Duration::from_secs(5)).await;
+    }
+
     fn name(&self, what: &str) -> String {
         format!("clamp_t_{}_{what}", self.tag)
     }
@@ -238,8 +244,8 @@ async fn kafka_step_produces_and_a_reply_on_the_response_topic_completes_it() {
     let v = wait_status(&s, &id, &["PAUSED"], Duration::from_secs(5)).await;
     assert_eq!(v["status"], "PAUSED", "{v}");
 
-    let reply = json!({"serviceRequestId": id, "stepId": 1, "response": {"approved": true}});
-    k.produce(&responses, reply.to_string().as_bytes()).await;
+    let reply = step_reply(&id, json!({"approved": true}));
+    k.produce(&responses, &reply).await;
     let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(15)).await;
     assert_eq!(v["status"], "COMPLETED", "{v}");
     assert_eq!(d.received("/api/echo")[0].body, json!({"approved": true}));
@@ -266,13 +272,12 @@ async fn a_reply_sent_while_no_server_runs_is_applied_when_one_starts() {
     s.create_workflow(&kafka_then_http("kafka2", &steps, &d))
         .await;
     let id = create_request(&s, "kafka2", &json!({})).await;
-    k.records(&steps, 1).await;
-    wait_status(&s, &id, &["PAUSED"], Duration::from_secs(5)).await;
+    k.paused(&s, &id, &steps).await;
     s.shutdown().await;
 
     k.create_topic(&responses).await;
-    let reply = json!({"serviceRequestId": id, "stepId": 1, "response": {"later": true}});
-    k.produce(&responses, reply.to_string().as_bytes()).await;
+    let reply = step_reply(&id, json!({"later": true}));
+    k.produce(&responses, &reply).await;
 
     let s = TestServer::start(kafka_config(&db, &responses)).await;
     let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(15)).await;
@@ -290,16 +295,15 @@ async fn malformed_unknown_and_duplicate_replies_do_not_stop_later_ones() {
     s.create_workflow(&kafka_then_http("kafka3", &steps, &d))
         .await;
     let id = create_request(&s, "kafka3", &json!({})).await;
-    k.records(&steps, 1).await;
-    wait_status(&s, &id, &["PAUSED"], Duration::from_secs(5)).await;
+    k.paused(&s, &id, &steps).await;
 
     k.produce(&responses, b"{not json").await;
     let stranger =
         json!({"serviceRequestId": Uuid::now_v7().to_string(), "stepId": 1, "response": {}});
     k.produce(&responses, stranger.to_string().as_bytes()).await;
-    let reply = json!({"serviceRequestId": id, "stepId": 1, "response": {"ok": 1}});
-    k.produce(&responses, reply.to_string().as_bytes()).await;
-    k.produce(&responses, reply.to_string().as_bytes()).await;
+    let reply = step_reply(&id, json!({"ok": 1}));
+    k.produce(&responses, &reply).await;
+    k.produce(&responses, &reply).await;
 
     let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(15)).await;
     assert_eq!(v["status"], "COMPLETED", "{v}");
@@ -433,7 +437,7 @@ async fn broker_restart(downtime: Duration) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let reply = json!({"serviceRequestId": id, "stepId": 1, "response": {"back": true}});
+    let reply = step_reply(&id, json!({"back": true}));
     admin
         .partition_client(responses.as_str(), 0, UnknownTopicHandling::Retry)
         .await
@@ -441,7 +445,7 @@ async fn broker_restart(downtime: Duration) {
         .produce(
             vec![Record {
                 key: None,
-                value: Some(reply.to_string().into_bytes()),
+                value: Some(reply),
                 headers: BTreeMap::new(),
                 timestamp: chrono::Utc::now(),
             }],

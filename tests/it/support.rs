@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::header::HeaderValue;
 use hyper::{Method, Request, StatusCode};
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_postgres::NoTls;
@@ -391,4 +391,11 @@ pub async fn create_request(s: &TestServer, workflow: &str, payload: &Value) -> 
         .await;
     assert_eq!(r.status, 200, "{}", r.text());
     r.json()["serviceRequestId"].as_str().unwrap().to_string()
+}
+
+/// A step response as the brokers carry it: `response` answers step 1 of request `id`.
+pub fn step_reply(id: &str, response: Value) -> Vec<u8> {
+    json!({"serviceRequestId": id, "stepId": 1, "response": response})
+        .to_string()
+        .into_bytes()
 }
