@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::doc::Doc;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE};
@@ -10,7 +11,6 @@ use hyper::Request;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use serde_json::Value;
 
 use crate::workflow::HttpVal;
 
@@ -51,16 +51,16 @@ impl HttpClient {
         }
     }
 
-    /// Calls the step. Any 2xx is success; the response body is parsed as JSON (a body
-    /// that is not JSON is kept as a string, an empty one is `null`). Errors are the
-    /// reason the step failed, as recorded.
+    /// Calls the step. Any 2xx is success; the response body is kept as it came when it is
+    /// JSON (a body that is not JSON becomes a JSON string, an empty one `null`). Errors
+    /// are the reason the step failed, as recorded.
     pub async fn call(
         &self,
         val: &HttpVal,
         body: &str,
         forwarded: &[(String, String)],
         idempotency_key: &str,
-    ) -> Result<Value, String> {
+    ) -> Result<Doc, String> {
         let mut req = Request::builder()
             .method(val.method.clone())
             .uri(val.url.clone());
@@ -107,9 +107,8 @@ impl HttpClient {
         let (status, bytes) = tokio::time::timeout(timeout, call)
             .await
             .map_err(|_| format!("timed out after {} ms", timeout.as_millis()))??;
-        let value = parse_body(&bytes);
         if status.is_success() {
-            Ok(value)
+            Ok(Doc::from_response(bytes))
         } else {
             let snippet = String::from_utf8_lossy(&bytes[..bytes.len().min(256)]).into_owned();
             Err(format!(
@@ -121,14 +120,6 @@ impl HttpClient {
             ))
         }
     }
-}
-
-fn parse_body(b: &[u8]) -> Value {
-    if b.iter().all(u8::is_ascii_whitespace) {
-        return Value::Null;
-    }
-    serde_json::from_slice(b)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(b).into_owned()))
 }
 
 /// A one-line reason for a client error, with its cause (connection refused, …).

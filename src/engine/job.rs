@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
+use super::doc::Doc;
 use super::writer::{StepRecord, Transition, WriteError};
 use super::Executor;
 use crate::workflow::{transform, CompiledStep, Mode, StepType, Val, Workflow};
@@ -21,7 +22,7 @@ pub struct Job {
     /// The step to run next; None when no step is left.
     pub next: Option<u32>,
     /// The request the next step receives.
-    pub request: Value,
+    pub request: Doc,
     /// The failed step whose onFailure steps are running, and why it failed.
     pub failing: Option<(u32, String)>,
     /// `{step_context_name: {request, response}}` of the steps run so far.
@@ -41,7 +42,7 @@ pub fn parse_headers(text: &[u8]) -> Vec<(String, String)> {
 }
 
 enum Outcome {
-    Done(Value),
+    Done(Doc),
     Failed(String),
     /// An ASYNC step was sent; the request waits for its response.
     Sent,
@@ -64,22 +65,22 @@ impl Job {
     /// Records what a step received and answered, for the conditions and transforms of
     /// later steps; skipped when the workflow has none (copying every step's request and
     /// response would be work nobody reads).
-    fn remember(&mut self, step: &CompiledStep, request: &Value, response: &Value) {
+    fn remember(&mut self, step: &CompiledStep, request: &Doc, response: &Doc) {
         if self.wf.uses_context {
             self.context.insert(
                 step.context_name.clone(),
-                json!({"request": request, "response": response}),
+                json!({"request": request.value(), "response": response.value()}),
             );
         }
     }
 
     /// The context as a condition or transform of `step` sees it: the steps so far, plus
     /// this step with its request.
-    fn context_for(&self, step: &CompiledStep, request: &Value) -> Map<String, Value> {
+    fn context_for(&self, step: &CompiledStep, request: &Doc) -> Map<String, Value> {
         let mut ctx = self.context.clone();
         ctx.insert(
             step.context_name.clone(),
-            json!({"request": request, "response": Value::Null}),
+            json!({"request": request.value(), "response": Value::Null}),
         );
         ctx
     }
@@ -127,14 +128,14 @@ pub async fn run(exec: &Executor, mut job: Job) {
             if let Some(cond) = &step.when {
                 if !cond.eval(&job.context_for(&step, &request)) {
                     let next = job.wf.next_main(step_id);
-                    let text = request.to_string();
-                    job.remember(&step, &request, &request);
+                    let text = request.as_str();
                     let t = transition(
                         &job,
                         next,
-                        Some(text.clone()),
-                        record(&step, "SKIPPED", &text, Some(&text), started, None),
+                        Some(text.to_string()),
+                        record(&step, "SKIPPED", text, Some(text), started, None),
                     );
+                    job.remember(&step, &request, &request);
                     if !advance(exec, t).await {
                         return;
                     }
@@ -145,12 +146,15 @@ pub async fn run(exec: &Executor, mut job: Job) {
         }
 
         let body = match &step.transform {
-            Some(spec) => transform::shift(spec, &Value::Object(job.context_for(&step, &request))),
+            Some(spec) => Doc::from_value(&transform::shift(
+                spec,
+                &Value::Object(job.context_for(&step, &request)),
+            )),
             None => request,
         };
-        let body_text = body.to_string();
+        let body_text = body.as_str();
         let is_async = step.step_type == StepType::Async && job.failing.is_none();
-        let outcome = execute(exec, &job, &step, &body_text, is_async).await;
+        let outcome = execute(exec, &job, &step, body_text, is_async).await;
         exec.app.metrics.steps_executed.inc();
         let finished = now_ms();
         if finished - started > 1000.0 {
@@ -166,18 +170,17 @@ pub async fn run(exec: &Executor, mut job: Job) {
                     failed_step: None,
                     reason: None,
                     release: true,
-                    step: Some(record(&step, "STARTED", &body_text, None, started, None)),
+                    step: Some(record(&step, "STARTED", body_text, None, started, None)),
                 };
                 write(exec, t).await;
                 return;
             }
             Outcome::Done(response) => {
-                let resp_text = response.to_string();
                 let rec = record(
                     &step,
                     "COMPLETED",
-                    &body_text,
-                    Some(&resp_text),
+                    body_text,
+                    Some(response.as_str()),
                     started,
                     Some(finished),
                 );
@@ -189,7 +192,7 @@ pub async fn run(exec: &Executor, mut job: Job) {
                     }
                     None => (job.wf.next_main(step_id), response),
                 };
-                let t = transition(&job, next, Some(next_request.to_string()), rec);
+                let t = transition(&job, next, Some(next_request.as_str().to_string()), rec);
                 if !advance(exec, t).await {
                     return;
                 }
@@ -197,14 +200,14 @@ pub async fn run(exec: &Executor, mut job: Job) {
                 job.request = next_request;
             }
             Outcome::Failed(reason) => {
-                let error = json!({"errors": {"code": 500, "message": reason}});
+                let error = Doc::from_value(&json!({"errors": {"code": 500, "message": reason}}));
                 let rec = StepRecord {
                     reason: Some(reason.clone()),
                     ..record(
                         &step,
                         "FAILED",
-                        &body_text,
-                        Some(&error.to_string()),
+                        body_text,
+                        Some(error.as_str()),
                         started,
                         Some(finished),
                     )
@@ -219,7 +222,7 @@ pub async fn run(exec: &Executor, mut job: Job) {
                         job.next_on_failure(step_id, step_id)
                     }
                 };
-                let t = transition(&job, next, Some(job.request.to_string()), rec);
+                let t = transition(&job, next, Some(job.request.as_str().to_string()), rec);
                 if !advance(exec, t).await {
                     return;
                 }
@@ -286,7 +289,7 @@ fn sent_or_done(is_async: bool) -> Outcome {
     if is_async {
         Outcome::Sent
     } else {
-        Outcome::Done(json!({"sent": true}))
+        Outcome::Done(Doc::trusted(&b"{\"sent\":true}"[..]))
     }
 }
 

@@ -8,6 +8,7 @@
 //! requests fresh and stops any request whose lease another instance took.
 
 pub mod claim;
+pub mod doc;
 pub mod http_step;
 pub mod job;
 pub mod writer;
@@ -18,8 +19,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use doc::Doc;
 use parking_lot::Mutex;
-use serde_json::Value;
 use tokio::task::AbortHandle;
 use uuid::Uuid;
 
@@ -170,7 +171,7 @@ impl Executor {
                 wf
             }
         };
-        let payload: Value = serde_json::from_str(&c.payload).unwrap_or(Value::Null);
+        let payload = Doc::trusted(c.payload);
         let headers = job::parse_headers(c.headers.as_bytes());
         if c.status == "NEW" && c.current_step_id == 0 {
             return Ok(Job {
@@ -192,7 +193,7 @@ impl Executor {
             Default::default()
         };
         let request = match c.step_request {
-            Some(t) => serde_json::from_str(&t).unwrap_or(Value::Null),
+            Some(t) => Doc::trusted(t),
             None => payload,
         };
         let reason = c.reason.filter(|r| !r.is_empty());
@@ -421,7 +422,7 @@ impl Handoff for Executor {
     fn start(self: Arc<Self>, rows: Vec<(Uuid, Arc<Workflow>, Bytes, Bytes)>) {
         let me = self;
         for (id, wf, payload, headers) in rows {
-            let request = serde_json::from_slice(&payload).unwrap_or(Value::Null);
+            let request = Doc::trusted(payload);
             me.spawn(Job {
                 id,
                 next: wf.main.first().copied(),

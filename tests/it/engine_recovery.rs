@@ -390,3 +390,51 @@ async fn reclaiming_its_own_expired_lease_does_not_start_a_second_run() {
     assert_eq!(d.received("/slow/1200").len(), 1, "the step ran twice");
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn new_rows_are_leased_to_a_local_executor_with_room_or_left_free() {
+    // A row inserted leased must carry the whole lease on the database's clock (every
+    // instance compares leases with the database's now()), or another instance could take
+    // a request that is still running here; a row nobody here will run must be free.
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let mut cfg = config(&db.url);
+    cfg.lease = Duration::from_secs(60);
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&json!({"name": "held", "steps": [
+        {"name": "slow", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/slow/1500")}}]}))
+        .await;
+    let id = create_request(&s, "held", &json!({})).await;
+    let uid = Uuid::parse_str(&id).unwrap();
+    let c = db.client().await;
+    let row = c
+        .query_one(
+            "SELECT lease_owner, extract(epoch FROM lease_until - now())::float8 FROM service_requests WHERE id = $1",
+            &[&uid],
+        )
+        .await
+        .unwrap();
+    let owner: Option<Uuid> = row.get(0);
+    let left: f64 = row.get(1);
+    assert_eq!(owner, Some(s.server.as_ref().unwrap().app().instance_id));
+    assert!(
+        (58.0..=60.5).contains(&left),
+        "lease ends {left:.3} s from the database's now(), not about 60 s"
+    );
+    s.shutdown().await;
+    // Free rows (nobody here to run them) are claimable at once.
+    let mut cfg = config(&db.url);
+    cfg.max_running = 0;
+    let api_only = TestServer::start(cfg).await;
+    let free = Uuid::parse_str(&create_request(&api_only, "held", &json!({})).await).unwrap();
+    let row = c
+        .query_one(
+            "SELECT lease_owner, lease_until = '-infinity' FROM service_requests WHERE id = $1",
+            &[&free],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, Option<Uuid>>(0), None);
+    assert!(row.get::<_, bool>(1));
+    api_only.shutdown().await;
+}
