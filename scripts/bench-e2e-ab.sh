@@ -39,7 +39,7 @@ for round in $(seq 1 "$ROUNDS"); do
     server_pid=$!
     for _ in $(seq 1 100); do curl -sf "localhost:$port/health" >/dev/null && break; sleep 0.1; done
     "$bin/clamp-bench" create --url "http://127.0.0.1:$port" -c "$CONNS" -r "$RATE" -d "${DURATION}s" --warmup 2s -q \
-      --downstream "http://127.0.0.1:$mock_port" --json "/tmp/$tag-$which.json" >/dev/null &
+      --downstream "http://127.0.0.1:$mock_port" --json "/tmp/$tag-$round-$which.json" >/dev/null &
     gen_pid=$!
     sleep 5
     t1=$(awk '{print $14+$15}' /proc/$server_pid/stat); c1=$(completed)
@@ -47,7 +47,7 @@ for round in $(seq 1 "$ROUNDS"); do
     t2=$(awk '{print $14+$15}' /proc/$server_pid/stat); c2=$(completed)
     wait $gen_pid
     kill $server_pid; wait $server_pid 2>/dev/null || true
-    rows+=("$round $which $((t2 - t1)) $(python3 -c "print(int(float('$c2') - float('$c1')))") /tmp/$tag-$which.json")
+    rows+=("$round $which $((t2 - t1)) $(python3 -c "print(int(float('$c2') - float('$c1')))") /tmp/$tag-$round-$which.json")
   done
 done
 

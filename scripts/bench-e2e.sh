@@ -7,6 +7,8 @@
 #
 #   RATE=8000 DURATION=60s scripts/bench-e2e.sh
 #   SERVER_FLAGS="--step-write-concurrency 1" TAG=name scripts/bench-e2e.sh   # a variant
+#   PG=dev scripts/bench-e2e.sh    # against a throwaway cluster started by scripts/dev-postgres.sh
+#                                  # (the README's recommended settings) instead of the machine's
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RATE=${RATE:-8000}
@@ -18,6 +20,10 @@ bin=${BIN:-target/release}
 out=perf/runs/$(date -u +%Y-%m-%d)-$(hostname)
 mkdir -p "$out"
 base=postgres://postgres@127.0.0.1:5432
+if [ "${PG:-}" = dev ]; then
+  pg_dir=/tmp/clamp-bench-pg
+  base=$(scripts/dev-postgres.sh start $pg_dir 55499); base=${base%/clamp}
+fi
 db=clamp_bench_e2e
 port=18400
 mock_port=18401
@@ -28,7 +34,7 @@ mock_pid=$!
 server_cmd="$bin/clamp --port $port --bind 127.0.0.1 --database-url $base/$db ${SERVER_FLAGS:-}"
 $server_cmd > "$out/$tag-server.log" 2>&1 &
 server_pid=$!
-trap 'kill $mock_pid $server_pid 2>/dev/null || true' EXIT
+trap 'kill $mock_pid $server_pid 2>/dev/null || true; [ -z "${pg_dir:-}" ] || scripts/dev-postgres.sh stop $pg_dir >/dev/null' EXIT
 for _ in $(seq 1 100); do curl -sf "localhost:$port/health" >/dev/null && break; sleep 0.1; done
 # CPU ticks (1/100 s) of every Postgres process: backends live as long as the pool does.
 pg_ticks() { local t=0 p; for p in $(pgrep -x postgres); do t=$((t + $(awk '{print $14+$15}' /proc/$p/stat 2>/dev/null || echo 0))); done; echo $t; }
@@ -37,6 +43,10 @@ completed() { curl -s "localhost:$port/metrics" | awk '/^completed_service_reque
 gen_cmd="$bin/clamp-bench create --url http://127.0.0.1:$port -c $CONNS -r $RATE -d $DURATION --warmup 2s -q --downstream http://127.0.0.1:$mock_port --json $out/$tag.json"
 $gen_cmd > /dev/null &
 gen_pid=$!
+# Checkpoints Postgres started (by time or by WAL volume) while the generator ran.
+checkpoints() { psql "$base/postgres" -Atc "select checkpoints_timed + checkpoints_req from pg_stat_bgwriter"; }
+pg_settings=$(psql "$base/postgres" -Atc "select string_agg(name || '=' || current_setting(name), ', ' order by name) from pg_settings where name in ('max_wal_size', 'checkpoint_timeout', 'shared_buffers', 'synchronous_commit', 'fsync', 'wal_compression')")
+ckpt0=$(checkpoints)
 samples=()
 t0=$(date +%s.%N); c0=$(completed); pg0=$(pg_ticks); sv0=$(server_ticks)
 while kill -0 $gen_pid 2>/dev/null; do
@@ -44,7 +54,7 @@ while kill -0 $gen_pid 2>/dev/null; do
   samples+=("$(date +%s.%N) $(completed)")
 done
 wait $gen_pid || true
-t1=$(date +%s.%N); pg1=$(pg_ticks); sv1=$(server_ticks)
+t1=$(date +%s.%N); pg1=$(pg_ticks); sv1=$(server_ticks); ckpt1=$(checkpoints)
 # Let the executor finish what was created, then count.
 for _ in $(seq 1 60); do
   left=$(psql "$base/$db" -Atc "select count(*) from service_requests where status not in ('COMPLETED','FAILED')")
@@ -60,7 +70,8 @@ scans=$(psql "$base/$db" -Atc "select string_agg(format('%s: %s sequential scans
   echo "- server: \`$server_cmd\`"
   echo "- generator: \`$gen_cmd\`"
   echo "- mock: \`$bin/clamp-bench mock --port $mock_port --threads 1\`"
-  echo "- everything (server, Postgres 15 with default settings, mock, generator) shares the machine"
+  echo "- everything (server, Postgres, mock, generator) shares the machine"
+  echo "- Postgres: $pg_settings; $((ckpt1 - ckpt0)) checkpoint(s) started during the run"
   echo
   echo "Completed per second, from the server's counter, per 5 s interval (warm-up included):"
   echo

@@ -39,7 +39,7 @@ case "$cmd" in
     fi
     if ! "${as[@]}" "$bin/pg_ctl" -D "$dir" status >/dev/null 2>&1; then
       "${as[@]}" "$bin/pg_ctl" -D "$dir" -l "$dir/server.log" -w -t 30 \
-        -o "-p $port -c listen_addresses=127.0.0.1 -k $dir -c max_connections=200" start >/dev/null
+        -o "-p $port -c listen_addresses=127.0.0.1 -k $dir -c max_connections=200 -c max_wal_size=8GB -c checkpoint_timeout=15min" start >/dev/null
     fi
     echo "postgres://postgres@127.0.0.1:$port/clamp"
     ;;
