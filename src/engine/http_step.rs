@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use super::doc::Doc;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE};
@@ -12,6 +11,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
+use super::doc::Doc;
 use crate::workflow::HttpVal;
 
 /// The pooled client a runtime's steps share.
