@@ -82,8 +82,17 @@ impl bb8::ManageConnection for PgManager {
         })
     }
 
+    /// Run at every checkout, so it makes no round trip: a connection the database or the
+    /// network closed is known here already (its task has ended), and only such a one is
+    /// refused (querying it fails at once, with the reason). Without this, after an outage
+    /// the pool handed out its dead idle connections one by one, each failing a request
+    /// (a batch answered 503) after the database was back.
     async fn is_valid(&self, conn: &mut PgConn) -> Result<(), Self::Error> {
-        conn.client.simple_query("").await.map(|_| ())
+        if conn.client.is_closed() {
+            conn.client.simple_query("").await.map(|_| ())
+        } else {
+            Ok(())
+        }
     }
 
     fn has_broken(&self, conn: &mut PgConn) -> bool {
@@ -127,9 +136,8 @@ pub fn build(config: &Config, size: u32) -> Pool {
     bb8::Pool::builder()
         .max_size(size)
         .min_idle(Some(1))
-        // A checkout test would add a round trip to every batch; broken connections are
-        // detected by `has_broken` and by the statement failing instead.
-        .test_on_check_out(false)
+        // `is_valid` is a local check (no round trip), so every checkout can afford it.
+        .test_on_check_out(true)
         .connection_timeout(config.db_connect_timeout)
         .retry_connection(false)
         .build_unchecked(manager)
