@@ -43,6 +43,11 @@ impl Doc {
         &self.0
     }
 
+    /// The text as a shared buffer (a reference count, not a copy), e.g. as a request body.
+    pub fn to_bytes(&self) -> Bytes {
+        self.0.clone()
+    }
+
     pub fn as_str(&self) -> &str {
         // Only ever built from validated JSON (UTF-8) or serde's output.
         std::str::from_utf8(&self.0).unwrap_or("null")

@@ -57,7 +57,7 @@ impl HttpClient {
     pub async fn call(
         &self,
         val: &HttpVal,
-        body: &str,
+        body: &Doc,
         forwarded: &[(String, String)],
         idempotency_key: &str,
     ) -> Result<Doc, String> {
@@ -82,7 +82,7 @@ impl HttpClient {
             Bytes::new()
         } else {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            Bytes::copy_from_slice(body.as_bytes())
+            body.to_bytes()
         };
         let req = req
             .body(Full::new(payload))

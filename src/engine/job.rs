@@ -154,7 +154,7 @@ pub async fn run(exec: &Executor, mut job: Job) {
         };
         let body_text = body.as_str();
         let is_async = step.step_type == StepType::Async && job.failing.is_none();
-        let outcome = execute(exec, &job, &step, body_text, is_async).await;
+        let outcome = execute(exec, &job, &step, &body, is_async).await;
         exec.app.metrics.steps_executed.inc();
         let finished = now_ms();
         if finished - started > 1000.0 {
@@ -236,7 +236,7 @@ async fn execute(
     exec: &Executor,
     job: &Job,
     step: &CompiledStep,
-    body: &str,
+    body: &Doc,
     is_async: bool,
 ) -> Outcome {
     let key = format!("{}:{}", job.id, step.id);
@@ -272,7 +272,7 @@ fn step_message<'a>(
     exec: &Executor,
     job: &'a Job,
     step: &CompiledStep,
-    body: &'a str,
+    body: &'a Doc,
 ) -> crate::broker::StepMessage<'a> {
     crate::broker::StepMessage {
         service_request_id: job.id,

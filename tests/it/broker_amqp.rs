@@ -55,8 +55,12 @@ impl Rabbit {
     }
 
     pub async fn declare(&mut self, queue: &str) {
+        self.declare_with(queue, FieldTable::default()).await;
+    }
+
+    /// Declares `queue` durable with `args` (and an expiry), deleted at cleanup.
+    pub async fn declare_with(&mut self, queue: &str, mut args: FieldTable) {
         // A test that fails before `cleanup` leaves its queues behind: they expire unused.
-        let mut args = FieldTable::default();
         args.insert("x-expires".into(), AMQPValue::LongLongInt(600_000));
         self.ch
             .queue_declare(
@@ -325,18 +329,7 @@ async fn an_error_reply_fails_the_request_through_its_on_failure_steps() {
     // exist yet, and the server creates it.
     let mut args = FieldTable::default();
     args.insert("x-max-length".into(), AMQPValue::LongLongInt(100_000));
-    args.insert("x-expires".into(), AMQPValue::LongLongInt(600_000));
-    r.ch.queue_declare(
-        responses.as_str().into(),
-        QueueDeclareOptions {
-            durable: true,
-            ..Default::default()
-        },
-        args,
-    )
-    .await
-    .unwrap();
-    r.track(&responses);
+    r.declare_with(&responses, args).await;
     r.track(&format!("{responses}.dead"));
     let s = TestServer::start(amqp_config(&db, &responses)).await;
     s.create_workflow(&json!({"name": "amqp4", "steps": [
