@@ -155,6 +155,43 @@ pub struct Args {
     #[arg(long, env = "CLAMP_STEP_MAX_RESPONSE", default_value_t = 4 << 20)]
     pub step_max_response: usize,
 
+    /// Attempts a step's call gets in all, unless its `retry` says otherwise (1: none retried).
+    #[arg(long, env = "CLAMP_STEP_RETRY_MAX_ATTEMPTS", default_value_t = 3)]
+    pub step_retry_max_attempts: u32,
+
+    /// Wait before a step's second attempt, in milliseconds (unless its `retry` says otherwise).
+    #[arg(
+        long,
+        env = "CLAMP_STEP_RETRY_INITIAL_INTERVAL_MS",
+        default_value_t = 200
+    )]
+    pub step_retry_initial_interval_ms: u64,
+
+    /// Factor each further wait between attempts grows by.
+    #[arg(
+        long,
+        env = "CLAMP_STEP_RETRY_BACKOFF_COEFFICIENT",
+        default_value_t = 2.0
+    )]
+    pub step_retry_backoff_coefficient: f64,
+
+    /// Longest wait between attempts, in milliseconds; also the most a `Retry-After` is honoured for.
+    #[arg(long, env = "CLAMP_STEP_RETRY_MAX_INTERVAL_MS", default_value_t = 2000)]
+    pub step_retry_max_interval_ms: u64,
+
+    /// Step calls in flight at once to one downstream host (scheme, host, port), per instance.
+    #[arg(long, env = "CLAMP_DOWNSTREAM_MAX_IN_FLIGHT", default_value_t = 256)]
+    pub downstream_max_in_flight: usize,
+
+    /// How long a step call may wait for a free slot to its host before the attempt counts
+    /// as timed out (and is retried by the step's policy), in milliseconds.
+    #[arg(
+        long,
+        env = "CLAMP_DOWNSTREAM_QUEUE_TIMEOUT_MS",
+        default_value_t = 60_000
+    )]
+    pub downstream_queue_timeout_ms: u64,
+
     /// Request headers to persist and forward beyond the default set, comma-separated
     /// (e.g. `authorization,cookie`, which are never forwarded otherwise).
     #[arg(long, env = "CLAMP_FORWARD_HEADERS", value_delimiter = ',')]
@@ -244,6 +281,12 @@ pub struct Config {
     pub sweep_interval: Duration,
     pub claim_batch: usize,
     pub http: crate::engine::http_step::HttpSettings,
+    /// The retry policy of steps that do not give their own (and what theirs leave out).
+    pub retry: crate::workflow::RetryPolicy,
+    /// Step calls in flight at once to one downstream host, per instance.
+    pub downstream_limit: usize,
+    /// Longest wait for a free slot to a downstream host.
+    pub downstream_wait: Duration,
     /// Lower-cased names that are forwarded although hop-by-hop or sensitive by default.
     pub forward_headers_extra: Vec<String>,
     pub brokers: BrokerConfig,
@@ -312,6 +355,18 @@ impl Config {
         if a.header_timeout_ms == 0 || a.flush_timeout_ms == 0 || a.step_timeout_ms == 0 {
             return Err(ConfigError("timeouts must be at least 1 ms".into()));
         }
+        let retry = crate::workflow::RetrySpec {
+            max_attempts: Some(a.step_retry_max_attempts),
+            initial_interval_ms: Some(a.step_retry_initial_interval_ms),
+            backoff_coefficient: Some(a.step_retry_backoff_coefficient),
+            max_interval_ms: Some(a.step_retry_max_interval_ms),
+            retryable_status_codes: None,
+        };
+        retry
+            .check("--step")
+            .map_err(|e| ConfigError(e.replace("--step.retry.", "--step-retry: ")))?;
+        let retry = retry.over(&crate::workflow::RetryPolicy::default());
+        positive(a.downstream_max_in_flight, "--downstream-max-in-flight")?;
         if !(a.amqp_url.starts_with("amqp://") || a.amqp_url.starts_with("amqps://")) {
             return Err(ConfigError(
                 "CLAMP_QUEUE_CONNECTION_STR must be an amqp:// or amqps:// URL".into(),
@@ -359,8 +414,12 @@ impl Config {
                 connect_timeout: Duration::from_millis(a.step_connect_timeout_ms.max(1)),
                 timeout: Duration::from_millis(a.step_timeout_ms),
                 max_response_bytes: a.step_max_response.max(1),
-                max_idle_per_host: 256,
+                // Idle connections kept per host: as many as may be busy at once.
+                max_idle_per_host: a.downstream_max_in_flight,
             },
+            retry,
+            downstream_limit: a.downstream_max_in_flight,
+            downstream_wait: Duration::from_millis(a.downstream_queue_timeout_ms.max(1)),
             forward_headers_extra: a
                 .forward_headers
                 .iter()
@@ -540,6 +599,9 @@ mod tests {
         assert!(bad(&["--kafka-brokers", "a:1,"]).contains("host:port"));
         assert!(bad(&["--amqp-response-queue", ""]).contains("cannot be empty"));
         assert!(bad(&["--retention-days=-1"]).contains("retention"));
+        assert!(bad(&["--step-retry-max-attempts", "0"]).contains("maxAttempts"));
+        assert!(bad(&["--step-retry-backoff-coefficient", "0.5"]).contains("backoffCoefficient"));
+        assert!(bad(&["--downstream-max-in-flight", "0"]).contains("at least 1"));
         let c = Config::from_args(Args::parse_from(["clamp", "--retention-days", "0.5"])).unwrap();
         assert_eq!(c.retention, Some(Duration::from_secs(43_200)));
     }
@@ -549,6 +611,8 @@ mod tests {
         let c = Config::from_args(Args::parse_from(["clamp"])).unwrap();
         assert_eq!(c.listen.port(), 8080);
         assert_eq!(c.ack, AckMode::Commit);
+        assert_eq!(c.retry, crate::workflow::RetryPolicy::default());
+        assert!(c.downstream_limit <= 1024);
         assert!(c.threads >= 1);
     }
 

@@ -5,6 +5,7 @@
 //! the runtimes; the binary only parses configuration and waits for a signal, and tests
 //! start it in-process on port 0.
 
+pub mod backoff;
 pub mod broker;
 pub mod config;
 pub mod engine;
@@ -15,7 +16,6 @@ pub mod runtime;
 pub mod state;
 pub mod store;
 pub mod workflow;
-pub mod workflow_map;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

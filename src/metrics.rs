@@ -80,6 +80,12 @@ pub struct BrokerLabel {
     pub outcome: &'static str,
 }
 
+/// Why a step's call is tried again.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CauseLabel {
+    pub cause: &'static str,
+}
+
 const CLASSES: [&str; 4] = ["2xx", "4xx", "5xx", "other"];
 
 fn class_idx(status: u16) -> usize {
@@ -190,6 +196,17 @@ pub struct Metrics {
     pub broker_replies: Family<BrokerLabel, Counter>,
     /// Step messages published to brokers, by outcome (sent, failed).
     pub broker_published: Family<BrokerLabel, Counter>,
+    /// Step calls scheduled to be tried again, by the cause of the failed attempt.
+    pub step_retries: Family<CauseLabel, Counter>,
+    /// Steps that failed after using up their attempts.
+    pub step_retries_exhausted: Counter,
+    /// Requests set aside because the engine's own infrastructure (Postgres) failed
+    /// transiently; they are continued later, here or elsewhere.
+    pub requests_released: Counter,
+    /// Step calls waiting for a free slot to their downstream host.
+    pub downstream_waiting: Gauge,
+    /// Step calls in flight to downstream hosts.
+    pub downstream_in_flight: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -256,6 +273,11 @@ impl Metrics {
             retention_deleted: Counter::default(),
             broker_replies: Family::default(),
             broker_published: Family::default(),
+            step_retries: Family::default(),
+            step_retries_exhausted: Counter::default(),
+            requests_released: Counter::default(),
+            downstream_waiting: Gauge::default(),
+            downstream_in_flight: Gauge::default(),
             registry: Mutex::new(Registry::default()),
         };
         registry.register(
@@ -319,6 +341,32 @@ impl Metrics {
             "Step messages published to a broker, by broker and outcome (sent, failed)",
             m.broker_published.clone(),
         );
+        registry.register(
+            "clamp_step_retries",
+            "Step calls scheduled to be tried again, by the cause of the failed attempt \
+             (connect, broken, timeout, queued, status, broker)",
+            m.step_retries.clone(),
+        );
+        registry.register(
+            "clamp_step_retries_exhausted",
+            "Steps that failed after using up their attempts",
+            m.step_retries_exhausted.clone(),
+        );
+        registry.register(
+            "clamp_requests_released",
+            "Requests set aside after a transient database error, to be continued later",
+            m.requests_released.clone(),
+        );
+        registry.register(
+            "clamp_downstream_waiting",
+            "Step calls waiting for a free slot to their downstream host",
+            m.downstream_waiting.clone(),
+        );
+        registry.register(
+            "clamp_downstream_in_flight",
+            "Step calls in flight to downstream hosts",
+            m.downstream_in_flight.clone(),
+        );
         *m.registry.lock() = registry;
         m
     }
@@ -344,6 +392,11 @@ impl Metrics {
         self.broker_published
             .get_or_create(&BrokerLabel { broker, outcome })
             .inc();
+    }
+
+    /// Counts one retry of a step's call (`cause` is one of a fixed set).
+    pub fn count_retry(&self, cause: &'static str) {
+        self.step_retries.get_or_create(&CauseLabel { cause }).inc();
     }
 
     /// The Prometheus text exposition.

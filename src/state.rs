@@ -6,8 +6,8 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
+use crate::store::WorkflowMap;
 use crate::store::{Pool, WriteBuffer};
-use crate::workflow_map::WorkflowMap;
 
 /// State shared by all runtimes: read-mostly, so the hot path only takes read locks.
 pub struct App {
@@ -20,10 +20,10 @@ pub struct App {
     pub header_denylist: Vec<&'static str>,
     /// Write buffers of every runtime, for the depth gauge.
     pub buffers: parking_lot::Mutex<Vec<WriteBuffer>>,
-    /// Requests running on any runtime of this process. Every runtime's sweeper claims
-    /// with the same lease owner, so one runtime may re-claim a request whose lease ran
-    /// out while another runtime still runs it; this set is how it knows not to start it.
-    pub running_here: parking_lot::Mutex<std::collections::HashSet<Uuid>>,
+    /// Requests running on any runtime of this process.
+    pub running: crate::engine::running::Running,
+    /// Step calls in flight per downstream host, for the whole process.
+    pub downstream: crate::engine::limits::HostLimits,
 }
 
 /// One runtime's own resources: the hot path touches nothing shared but `App`'s map and counters.
@@ -62,6 +62,11 @@ impl App {
             .copied()
             .filter(|h| !config.forward_headers_extra.iter().any(|x| x == h))
             .collect();
+        let downstream = crate::engine::limits::HostLimits::new(
+            config.downstream_limit,
+            config.downstream_wait,
+            metrics.clone(),
+        );
         App {
             config,
             workflows: WorkflowMap::default(),
@@ -69,7 +74,8 @@ impl App {
             instance_id: Uuid::now_v7(),
             header_denylist,
             buffers: parking_lot::Mutex::new(Vec::new()),
-            running_here: parking_lot::Mutex::new(Default::default()),
+            running: Default::default(),
+            downstream,
         }
     }
 }

@@ -18,6 +18,7 @@ use tokio::task::JoinSet;
 
 use super::reply::{self, Handled};
 use super::{Attempt, StepMessage};
+use crate::engine::call::CallError;
 use crate::metrics::Metrics;
 use crate::state::Core;
 use crate::workflow::AmqpVal;
@@ -50,9 +51,9 @@ impl AmqpPublisher {
         }
     }
 
-    /// Publishes a step's request and waits for the broker's confirm, retrying while the
-    /// broker is unreachable until `msg.timeout` has passed.
-    pub async fn publish(&self, val: &AmqpVal, msg: &StepMessage<'_>) -> Result<(), String> {
+    /// Publishes a step's request and waits for the broker's confirm (one attempt,
+    /// bounded by `msg.timeout`).
+    pub async fn publish(&self, val: &AmqpVal, msg: &StepMessage<'_>) -> Result<(), CallError> {
         let (exchange, routing_key) = if val.exchange_name.is_empty() {
             ("", val.queue_name.as_str())
         } else {
@@ -64,13 +65,13 @@ impl AmqpPublisher {
             format!("exchange '{exchange}' (routing key '{routing_key}')")
         };
         let props = properties(val, msg);
-        super::publish_with_retries(
+        super::publish_attempt(
             &self.metrics,
             "amqp",
             &format!("AMQP publish to {target}"),
             "no confirm from the broker",
             msg.timeout,
-            || self.publish_once(&val.connection_url, exchange, routing_key, msg.body, &props),
+            self.publish_once(&val.connection_url, exchange, routing_key, msg.body, &props),
         )
         .await
     }

@@ -21,8 +21,11 @@ use tokio::time::Instant;
 
 use super::reply::{self, Handled};
 use super::{Attempt, StepMessage};
+use crate::backoff::Backoff;
+use crate::engine::call::CallError;
 use crate::metrics::Metrics;
 use crate::state::Core;
+use crate::store::{dead_letters, StoreError};
 use crate::workflow::KafkaVal;
 
 /// A topic's partitions, ready to produce to.
@@ -87,16 +90,16 @@ impl KafkaProducer {
     }
 
     /// Produces a step's request keyed by its service request id and waits for the
-    /// broker's acknowledgement, retrying until `msg.timeout` has passed.
-    pub async fn produce(&self, val: &KafkaVal, msg: &StepMessage<'_>) -> Result<(), String> {
+    /// broker's acknowledgement (one attempt, bounded by `msg.timeout`).
+    pub async fn produce(&self, val: &KafkaVal, msg: &StepMessage<'_>) -> Result<(), CallError> {
         let key = msg.service_request_id.to_string().into_bytes();
-        super::publish_with_retries(
+        super::publish_attempt(
             &self.metrics,
             "kafka",
             &format!("Kafka produce to topic '{}'", val.topic_name),
             "no acknowledgement from the broker",
             msg.timeout,
-            || self.produce_once(val, msg, &key),
+            self.produce_once(val, msg, &key),
         )
         .await
     }
@@ -372,7 +375,8 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
     outcome
 }
 
-/// Applies one record; false when stopping before it could be applied.
+/// Applies one record; false when stopping before it could be applied (or, for a record
+/// that can never apply, before it was kept in `dead_letters`).
 async fn apply_record(
     core: &Core,
     topic: &str,
@@ -381,13 +385,33 @@ async fn apply_record(
     body: &[u8],
     stop: &watch::Receiver<bool>,
 ) -> bool {
-    match reply::handle_until_final(core, "kafka", body, stop).await {
-        None => false,
-        Some(Handled::Malformed(why) | Handled::Rejected(why)) => {
-            tracing::warn!(topic, partition, offset, reason = %why, "skipping a step response that cannot apply");
-            true
+    let why = match reply::handle_until_final(core, "kafka", body, stop).await {
+        None => return false,
+        Some(Handled::Malformed(why) | Handled::Rejected(why)) => why,
+        Some(_) => return true,
+    };
+    tracing::warn!(topic, partition, offset, reason = %why, "dead-lettering a step response that cannot apply");
+    let origin = dead_letters::Origin {
+        source: "kafka",
+        topic,
+        partition: Some(partition),
+        offset: Some(offset),
+    };
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+    loop {
+        let kept = async {
+            let conn = core.pool.get().await.map_err(StoreError::from)?;
+            dead_letters::insert(&conn, &origin, body, &why).await
         }
-        Some(_) => true,
+        .await;
+        match kept {
+            Ok(()) => return true,
+            Err(_) if *stop.borrow() => return false,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot keep a dead letter yet; retrying");
+                backoff.wait().await;
+            }
+        }
     }
 }
 

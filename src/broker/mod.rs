@@ -3,12 +3,13 @@
 //!
 //! Publishing: one reused connection per broker URL and runtime, a publish counts only
 //! once the broker confirmed it (AMQP publisher confirms, Kafka acks from all in-sync
-//! replicas), and a broker that is away is retried with backoff within the step's timeout;
-//! after that the step fails with the reason.
+//! replicas). One publish is one attempt of the step's call: a broker that is away fails
+//! it with a transient error, which the step's retry policy tries again.
 //!
 //! Consuming: a message is acknowledged (AMQP) or its offset stored (Kafka) only after
 //! the resume it carries is committed in Postgres; a message that can never apply is
-//! dead-lettered (AMQP) or skipped (Kafka), counted, and logged once.
+//! dead-lettered (AMQP: `<queue>.dead`; Kafka: the `dead_letters` table), counted, and
+//! logged once, and the consumer goes on.
 
 pub mod amqp;
 pub mod kafka;
@@ -19,6 +20,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::engine::call::{CallError, CallErrorKind};
 use crate::metrics::Metrics;
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -52,51 +54,41 @@ enum Attempt {
     Refused(String),
 }
 
-/// Runs publish attempts with backoff until one is confirmed, one is refused, or
-/// `timeout` has passed; counts the outcome. `what` names the publish in reasons
-/// ("AMQP publish to queue 'q'"); `silent` is the reason when an attempt got no answer.
-async fn publish_with_retries<F, Fut>(
+/// Runs one publish attempt, bounded by `timeout`, and counts its outcome. `what` names
+/// the publish in reasons ("AMQP publish to queue 'q'"); `silent` is the reason when the
+/// attempt got no answer. Trying again is the step's retry policy's decision.
+async fn publish_attempt<Fut>(
     metrics: &Metrics,
     broker: &'static str,
     what: &str,
     silent: &str,
     timeout: Duration,
-    mut attempt: F,
-) -> Result<(), String>
+    attempt: Fut,
+) -> Result<(), CallError>
 where
-    F: FnMut() -> Fut,
     Fut: Future<Output = Result<(), Attempt>>,
 {
-    let deadline = Instant::now() + timeout;
-    let mut backoff = FIRST_BACKOFF;
-    loop {
-        let why = match tokio::time::timeout_at(deadline, attempt()).await {
-            Ok(Ok(())) => {
-                metrics.count_broker_publish(broker, true);
-                return Ok(());
-            }
-            Ok(Err(Attempt::Refused(why))) => {
-                metrics.count_broker_publish(broker, false);
-                return Err(format!("{what} refused: {why}"));
-            }
-            Ok(Err(Attempt::Retry(why))) => why,
-            Err(_) => silent.to_string(),
-        };
-        if Instant::now() + backoff >= deadline {
-            metrics.count_broker_publish(broker, false);
-            return Err(format!(
-                "{what} failed within {} ms: {why}",
-                timeout.as_millis()
-            ));
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
-    }
+    let result = match tokio::time::timeout(timeout, attempt).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(Attempt::Refused(why))) => Err(CallError::new(
+            CallErrorKind::Refused,
+            format!("{what} refused: {why}"),
+        )),
+        Ok(Err(Attempt::Retry(why))) => Err(CallError::new(
+            CallErrorKind::BrokerAway,
+            format!("{what} failed: {why}"),
+        )),
+        Err(_) => Err(CallError::new(
+            CallErrorKind::Timeout,
+            format!("{what} failed within {} ms: {silent}", timeout.as_millis()),
+        )),
+    };
+    metrics.count_broker_publish(broker, result.is_ok());
+    result
 }
 
-/// First retry delay after a broker refused or was away; doubles up to `MAX_BACKOFF`.
+/// First delay before a consumer reconnects; doubles up to `MAX_RECONNECT_BACKOFF`.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Consumers wait this long at most between reconnection attempts.
 const MAX_RECONNECT_BACKOFF: Duration = Duration::from_secs(5);

@@ -1,10 +1,11 @@
-//! A step response that arrived over a broker: parsed and applied exactly as
-//! `POST /stepResponse` applies it, with the answer the consumer needs to decide whether
-//! to acknowledge the message.
+//! A step response that arrived over a broker: parsed and applied by the engine exactly as
+//! `POST /stepResponse` is, with the answer the consumer needs to decide whether to
+//! acknowledge the message, dead-letter it, or try it again later.
 
 use std::time::Duration;
 
-use crate::http::step_response::{self, Applied};
+use crate::backoff::Backoff;
+use crate::engine::resume::{self, Applied};
 use crate::state::Core;
 
 /// What became of one broker message.
@@ -16,7 +17,8 @@ pub enum Handled {
     Duplicate,
     /// Not a step response at all; it can never apply.
     Malformed(String),
-    /// A well-formed response no request waits for (unknown id, wrong step).
+    /// A well-formed response that can never apply: no request waits for it (unknown id,
+    /// wrong step), or its request's workflow is gone or no longer validates.
     Rejected(String),
     /// Postgres could not be reached: try the same message again later.
     Unavailable(String),
@@ -46,16 +48,17 @@ const PATIENCE: Duration = Duration::from_secs(10);
 
 /// Applies one message body.
 pub async fn handle(core: &Core, body: &[u8]) -> Handled {
-    let (id, step, r) = match step_response::parse(body) {
-        Ok(x) => x,
-        Err(why) => return Handled::Malformed(why),
+    let answer = match resume::parse(body) {
+        Ok(a) => a,
+        Err(e) => return Handled::Malformed(e.to_string()),
     };
-    match step_response::apply_when_ready(core, id, step, &r, PATIENCE).await {
+    match core.executor.apply_response(&answer, PATIENCE).await {
         Ok(Applied::Resumed) => Handled::Resumed,
         Ok(Applied::Duplicate) => Handled::Duplicate,
         Ok(Applied::NotWaiting(msg) | Applied::NotYet(msg)) => Handled::Rejected(msg),
-        Ok(Applied::Unknown) => Handled::Rejected(format!("no service request {id}")),
-        Err(e) => Handled::Unavailable(e.to_string()),
+        Ok(Applied::Unknown) => Handled::Rejected(format!("no service request {}", answer.id)),
+        Err(e) if e.is_transient() => Handled::Unavailable(e.to_string()),
+        Err(e) => Handled::Rejected(e.to_string()),
     }
 }
 
@@ -67,7 +70,7 @@ pub async fn handle_until_final(
     body: &[u8],
     stop: &tokio::sync::watch::Receiver<bool>,
 ) -> Option<Handled> {
-    let mut wait = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     loop {
         let h = handle(core, body).await;
         core.app.metrics.count_broker_reply(broker, h.label());
@@ -77,7 +80,6 @@ pub async fn handle_until_final(
         if *stop.borrow() {
             return None;
         }
-        tokio::time::sleep(wait).await;
-        wait = (wait * 2).min(Duration::from_secs(2));
+        backoff.wait().await;
     }
 }

@@ -1,16 +1,17 @@
 //! Running an HTTP step: one pooled hyper client per runtime, connect and total timeouts,
 //! a response size cap, and the headers a step sends.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use hyper::Request;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
+use super::call::{parse_retry_after, CallError, CallErrorKind};
 use super::doc::Doc;
 use crate::workflow::HttpVal;
 
@@ -51,16 +52,16 @@ impl HttpClient {
         }
     }
 
-    /// Calls the step. Any 2xx is success; the response body is kept as it came when it is
-    /// JSON (a body that is not JSON becomes a JSON string, an empty one `null`). Errors
-    /// are the reason the step failed, as recorded.
+    /// Calls the step once. Any 2xx is success; the response body is kept as it came
+    /// when it is JSON (a body that is not JSON becomes a JSON string, an empty one
+    /// `null`). A failure says what kind it was, for the step's retry policy, and why.
     pub async fn call(
         &self,
         val: &HttpVal,
         body: &Doc,
         forwarded: &[(String, String)],
         idempotency_key: &str,
-    ) -> Result<Doc, String> {
+    ) -> Result<Doc, CallError> {
         let mut req = Request::builder()
             .method(val.method.clone())
             .uri(val.url.clone());
@@ -84,56 +85,84 @@ impl HttpClient {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             body.to_bytes()
         };
-        let req = req
-            .body(Full::new(payload))
-            .map_err(|e| format!("cannot build request: {e}"))?;
+        let req = req.body(Full::new(payload)).map_err(|e| {
+            CallError::new(CallErrorKind::Other, format!("cannot build request: {e}"))
+        })?;
         let timeout = val.timeout_ms.map_or(self.timeout, Duration::from_millis);
         let call = async {
             let resp = self.client.request(req).await.map_err(|e| describe(&e))?;
             let status = resp.status();
+            let retry_after = resp
+                .headers()
+                .get(RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| parse_retry_after(v, SystemTime::now()));
             let bytes = Limited::new(resp.into_body(), self.max_response)
                 .collect()
                 .await
                 .map_err(|e| {
                     if e.is::<http_body_util::LengthLimitError>() {
-                        format!("response larger than {} bytes", self.max_response)
+                        CallError::new(
+                            CallErrorKind::Other,
+                            format!("response larger than {} bytes", self.max_response),
+                        )
                     } else {
-                        format!("reading response: {e}")
+                        CallError::new(CallErrorKind::Broken, format!("reading response: {e}"))
                     }
                 })?
                 .to_bytes();
-            Ok::<_, String>((status, bytes))
+            Ok::<_, CallError>((status, retry_after, bytes))
         };
-        let (status, bytes) = tokio::time::timeout(timeout, call)
-            .await
-            .map_err(|_| format!("timed out after {} ms", timeout.as_millis()))??;
+        let (status, retry_after, bytes) =
+            tokio::time::timeout(timeout, call).await.map_err(|_| {
+                CallError::new(
+                    CallErrorKind::Timeout,
+                    format!("timed out after {} ms", timeout.as_millis()),
+                )
+            })??;
         if status.is_success() {
             Ok(Doc::from_response(bytes))
         } else {
             let snippet = String::from_utf8_lossy(&bytes[..bytes.len().min(256)]).into_owned();
-            Err(format!(
-                "HTTP {} {} answered {}: {}",
-                val.method,
-                val.url,
-                status.as_u16(),
-                snippet
-            ))
+            Err(CallError {
+                kind: CallErrorKind::Status(status.as_u16()),
+                message: format!(
+                    "HTTP {} {} answered {}: {}",
+                    val.method,
+                    val.url,
+                    status.as_u16(),
+                    snippet
+                ),
+                retry_after,
+            })
         }
     }
 }
 
-/// A one-line reason for a client error, with its cause (connection refused, …).
-fn describe(e: &hyper_util::client::legacy::Error) -> String {
-    let mut s = if e.is_connect() {
+/// A client error as a failed attempt: a connection that could not be made, one that
+/// broke during the exchange, or an answer that was not HTTP (the only kind retrying
+/// cannot fix); the reason carries the whole cause (connection refused, …).
+fn describe(e: &hyper_util::client::legacy::Error) -> CallError {
+    let mut message = if e.is_connect() {
         "connection failed".to_string()
     } else {
         "request failed".to_string()
     };
+    let mut kind = if e.is_connect() {
+        CallErrorKind::Connect
+    } else {
+        CallErrorKind::Broken
+    };
     let mut cur: Option<&dyn std::error::Error> = std::error::Error::source(e);
     while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
+        if let Some(h) = c.downcast_ref::<hyper::Error>() {
+            if h.is_parse() || h.is_parse_status() || h.is_parse_too_large() {
+                kind = CallErrorKind::Other;
+            }
+        }
+        message.push_str(": ");
+        message.push_str(&c.to_string());
         cur = c.source();
     }
-    s
+    CallError::new(kind, message)
 }

@@ -8,10 +8,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
+use super::call::{CallError, CallErrorKind};
 use super::doc::Doc;
 use super::writer::{StepRecord, Transition, WriteError};
 use super::Executor;
-use crate::workflow::{transform, CompiledStep, Mode, StepType, Val, Workflow};
+use crate::backoff::Backoff;
+use crate::workflow::{transform, CompiledStep, Mode, RetryPolicy, StepType, Val, Workflow};
 
 /// What a request needs to continue.
 pub struct Job {
@@ -27,6 +29,8 @@ pub struct Job {
     pub failing: Option<(u32, String)>,
     /// `{step_context_name: {request, response}}` of the steps run so far.
     pub context: Map<String, Value>,
+    /// Attempts the next step has had already (a retry continues the count).
+    pub attempts: u32,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -43,13 +47,14 @@ pub fn parse_headers(text: &[u8]) -> Vec<(String, String)> {
 
 enum Outcome {
     Done(Doc),
-    Failed(String),
+    Failed(CallError),
     /// An ASYNC step was sent; the request waits for its response.
     Sent,
 }
 
-/// How long to wait before retrying a write the database did not take.
-const WRITE_RETRY: Duration = Duration::from_millis(200);
+/// How long to wait before retrying a write the database did not take, at first and at most.
+const WRITE_RETRY: Duration = Duration::from_millis(100);
+const MAX_WRITE_RETRY: Duration = Duration::from_secs(2);
 
 impl Job {
     /// The onFailure sibling after `step_id` while handling `parent`'s failure.
@@ -87,7 +92,7 @@ impl Job {
 }
 
 /// Runs `job` to completion, to a pause, or until its lease is lost.
-pub async fn run(exec: &Executor, mut job: Job) {
+pub async fn run(exec: &Arc<Executor>, mut job: Job) {
     loop {
         let Some(step_id) = job.next else {
             // Reached only when a request resumes with no step left (e.g. a final ASYNC step).
@@ -104,6 +109,9 @@ pub async fn run(exec: &Executor, mut job: Job) {
                 reason,
                 release: true,
                 step: None,
+                attempts: 0,
+                retry_in_ms: None,
+                last_error: None,
             };
             if write(exec, t).await {
                 exec.count_finished(status);
@@ -123,10 +131,16 @@ pub async fn run(exec: &Executor, mut job: Job) {
         let started = now_ms();
         let request = job.request.clone();
 
-        // A false condition skips the step and passes its request on.
+        // A false condition skips the step and passes its request on; one that cannot be
+        // evaluated to a boolean fails the step.
+        let mut condition_error = None;
         if job.failing.is_none() {
             if let Some(cond) = &step.when {
-                if !cond.eval(&job.context_for(&step, &request)) {
+                let verdict = cond.eval(&job.context_for(&step, &request));
+                if let Err(why) = &verdict {
+                    condition_error = Some(CallError::new(CallErrorKind::Other, why.clone()));
+                }
+                if verdict == Ok(false) {
                     let next = job.wf.next_main(step_id);
                     let text = request.as_str();
                     let t = transition(
@@ -154,8 +168,15 @@ pub async fn run(exec: &Executor, mut job: Job) {
         };
         let body_text = body.as_str();
         let is_async = step.step_type == StepType::Async && job.failing.is_none();
-        let outcome = execute(exec, &job, &step, &body, is_async).await;
-        exec.app.metrics.steps_executed.inc();
+        let outcome = match condition_error {
+            Some(e) => Outcome::Failed(e),
+            None => {
+                let outcome = execute(exec, &job, &step, &body, is_async).await;
+                exec.app.metrics.steps_executed.inc();
+                outcome
+            }
+        };
+        let attempts = job.attempts + 1;
         let finished = now_ms();
         if finished - started > 1000.0 {
             tracing::debug!(id = %job.id, step = step_id, ms = finished - started, "slow step");
@@ -170,20 +191,29 @@ pub async fn run(exec: &Executor, mut job: Job) {
                     failed_step: None,
                     reason: None,
                     release: true,
-                    step: Some(record(&step, "STARTED", body_text, None, started, None)),
+                    step: Some(StepRecord {
+                        attempts,
+                        ..record(&step, "STARTED", body_text, None, started, None)
+                    }),
+                    attempts: 0,
+                    retry_in_ms: None,
+                    last_error: None,
                 };
                 write(exec, t).await;
                 return;
             }
             Outcome::Done(response) => {
-                let rec = record(
-                    &step,
-                    "COMPLETED",
-                    body_text,
-                    Some(response.as_str()),
-                    started,
-                    Some(finished),
-                );
+                let rec = StepRecord {
+                    attempts,
+                    ..record(
+                        &step,
+                        "COMPLETED",
+                        body_text,
+                        Some(response.as_str()),
+                        started,
+                        Some(finished),
+                    )
+                };
                 job.remember(&step, &body, &response);
                 let (next, next_request) = match &job.failing {
                     // onFailure steps all receive the failed step's request.
@@ -198,10 +228,27 @@ pub async fn run(exec: &Executor, mut job: Job) {
                 }
                 job.next = next;
                 job.request = next_request;
+                job.attempts = 0;
             }
-            Outcome::Failed(reason) => {
+            Outcome::Failed(e) => {
+                let policy = policy(exec, &step);
+                if e.retryable(&policy) && attempts < policy.max_attempts {
+                    if !retry(exec, &mut job, step_id, attempts, &policy, &e).await {
+                        return;
+                    }
+                    continue;
+                }
+                if attempts > 1 {
+                    exec.app.metrics.step_retries_exhausted.inc();
+                }
+                let reason = if attempts > 1 {
+                    format!("after {attempts} attempts: {}", e.message)
+                } else {
+                    e.message
+                };
                 let error = Doc::from_value(&json!({"errors": {"code": 500, "message": reason}}));
                 let rec = StepRecord {
+                    attempts,
                     reason: Some(reason.clone()),
                     ..record(
                         &step,
@@ -216,8 +263,12 @@ pub async fn run(exec: &Executor, mut job: Job) {
                 let next = match &job.failing {
                     Some((parent, _)) => job.next_on_failure(*parent, step_id),
                     None => {
-                        job.failing =
-                            Some((step_id, format!("step '{}' failed: {reason}", step.name)));
+                        let why = if attempts > 1 {
+                            format!("step '{}' failed {reason}", step.name)
+                        } else {
+                            format!("step '{}' failed: {reason}", step.name)
+                        };
+                        job.failing = Some((step_id, why));
                         job.request = body;
                         job.next_on_failure(step_id, step_id)
                     }
@@ -227,6 +278,7 @@ pub async fn run(exec: &Executor, mut job: Job) {
                     return;
                 }
                 job.next = next;
+                job.attempts = 0;
             }
         }
     }
@@ -241,11 +293,19 @@ async fn execute(
 ) -> Outcome {
     let key = format!("{}:{}", job.id, step.id);
     match (&step.val, step.mode) {
-        (Val::Http(val), Mode::Http) => match exec.http.call(val, body, &job.headers, &key).await {
-            Ok(_) if is_async => Outcome::Sent,
-            Ok(v) => Outcome::Done(v),
-            Err(reason) => Outcome::Failed(reason),
-        },
+        (Val::Http(val), Mode::Http) => {
+            // The turn at the host is taken before the call and given back after it; the
+            // wait for it does not count against the call's own timeout.
+            let called = match exec.app.downstream.acquire(&val.host_key).await {
+                Ok(_turn) => exec.http.call(val, body, &job.headers, &key).await,
+                Err(e) => Err(e),
+            };
+            match called {
+                Ok(_) if is_async => Outcome::Sent,
+                Ok(v) => Outcome::Done(v),
+                Err(e) => Outcome::Failed(e),
+            }
+        }
         (Val::Amqp(val), Mode::Amqp) => {
             let msg = step_message(exec, job, step, body);
             match exec.amqp.publish(val, &msg).await {
@@ -260,10 +320,13 @@ async fn execute(
                 Err(reason) => Outcome::Failed(reason),
             }
         }
-        (_, mode) => Outcome::Failed(format!(
-            "step {} has a val that does not fit its mode {}",
-            step.id,
-            mode.as_str()
+        (_, mode) => Outcome::Failed(CallError::new(
+            CallErrorKind::Other,
+            format!(
+                "step {} has a val that does not fit its mode {}",
+                step.id,
+                mode.as_str()
+            ),
         )),
     }
 }
@@ -310,7 +373,62 @@ fn record(
         started_ms: started,
         finished_ms: finished,
         reason: None,
+        attempts: 1,
     }
+}
+
+/// The step's retry policy: its own `retry` over the server default.
+fn policy<'a>(exec: &'a Executor, step: &CompiledStep) -> std::borrow::Cow<'a, RetryPolicy> {
+    let default = &exec.app.config.retry;
+    match &step.retry {
+        Some(spec) => std::borrow::Cow::Owned(spec.over(default)),
+        None => std::borrow::Cow::Borrowed(default),
+    }
+}
+
+/// Schedules the next attempt of `step_id` after `attempts` failed ones. The count and
+/// when the next attempt is due are written to the request row (so a restart neither
+/// loses nor repeats the retry); a wait gives the lease and the executor slot up, and
+/// the sweeper of any instance claims the row when it is due. An attempt that timed out
+/// already waited, so the next one follows at once, on this executor. False when the
+/// request is not this executor's to continue now.
+async fn retry(
+    exec: &Arc<Executor>,
+    job: &mut Job,
+    step_id: u32,
+    attempts: u32,
+    policy: &RetryPolicy,
+    e: &CallError,
+) -> bool {
+    exec.app.metrics.count_retry(e.cause());
+    let wait = if e.backs_off() {
+        policy.backoff(attempts, fastrand::f64(), e.retry_after)
+    } else {
+        Duration::ZERO
+    };
+    let at_once = wait.is_zero();
+    let t = Transition {
+        id: job.id,
+        status: "IN_PROGRESS",
+        next_step: step_id,
+        next_request: Some(job.request.as_str().to_string()),
+        failed_step: job.failing.as_ref().map(|f| f.0),
+        reason: job.failing.as_ref().map(|f| f.1.clone()),
+        release: !at_once,
+        step: None,
+        attempts,
+        retry_in_ms: (!at_once).then_some(wait.as_secs_f64() * 1000.0),
+        last_error: Some(format!("attempt {attempts} failed: {}", e.message)),
+    };
+    if !write(exec, t).await {
+        return false;
+    }
+    if at_once {
+        job.attempts = attempts;
+        return true;
+    }
+    exec.wake_after(wait);
+    false
 }
 
 /// The transition after a step: on to `next`, or finished when none is left.
@@ -334,6 +452,9 @@ fn transition(
         reason,
         release: next.is_none(),
         step: Some(rec),
+        attempts: 0,
+        retry_in_ms: None,
+        last_error: None,
     }
 }
 
@@ -351,9 +472,13 @@ async fn advance(exec: &Executor, t: Transition) -> bool {
     true
 }
 
-/// Writes a transition, retrying while the database is away; false when the lease is
-/// lost or the executor is stopping (the request is someone else's now, or later).
-async fn write(exec: &Executor, t: Transition) -> bool {
+/// Writes a transition, retrying while the database is away (the step's outcome is in
+/// memory only until then); false when the lease is lost or the executor is stopping
+/// (the request is someone else's now, or later: its lease runs out and it is continued
+/// from its last committed step). A transition Postgres refuses outright fails the
+/// request with the reason instead, and is false too.
+async fn write(exec: &Executor, mut t: Transition) -> bool {
+    let mut backoff = Backoff::new(WRITE_RETRY, MAX_WRITE_RETRY);
     loop {
         match exec.writer.write(t.clone()).await {
             Ok(()) => return true,
@@ -362,8 +487,31 @@ async fn write(exec: &Executor, t: Transition) -> bool {
                 if exec.is_stopping() {
                     return false;
                 }
-                tokio::time::sleep(WRITE_RETRY).await;
+                backoff.wait().await;
+            }
+            Err(WriteError::Rejected(why)) if t.step.is_some() || t.status != "FAILED" => {
+                tracing::error!(id = %t.id, error = %why, "a step transition was refused; failing the request");
+                t = Transition::failed(
+                    t.id,
+                    format!("the outcome of a step could not be stored: {why}"),
+                );
+                if write_failed(exec, t).await {
+                    exec.count_finished("FAILED");
+                }
+                return false;
+            }
+            Err(WriteError::Rejected(why)) => {
+                tracing::error!(id = %t.id, error = %why, "a request's failure could not be stored");
+                return false;
             }
         }
     }
+}
+
+/// `write` for a bare failure (boxed: `write` calls it, and it calls `write`).
+fn write_failed(
+    exec: &Executor,
+    t: Transition,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + '_>> {
+    Box::pin(write(exec, t))
 }

@@ -7,11 +7,17 @@
 //! one `UPDATE … FOR UPDATE SKIP LOCKED` statement; a renewer keeps the leases of running
 //! requests fresh and stops any request whose lease another instance took.
 
-pub mod claim;
+pub mod call;
 pub mod doc;
+pub mod error;
 pub mod http_step;
 pub mod job;
+pub mod limits;
+pub mod resume;
+pub mod running;
 pub mod writer;
+
+pub use error::{EngineError, Result};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -26,11 +32,15 @@ use uuid::Uuid;
 
 use crate::state::App;
 use crate::store::buffer::Handoff;
+use crate::store::leases::{self, Claimed};
 use crate::store::Pool;
 use crate::workflow::Workflow;
 use http_step::HttpClient;
 use job::Job;
 use writer::StepWriter;
+
+/// How long a request set aside after a transient failure waits before it is claimed again.
+const RELEASE_BACKOFF: Duration = Duration::from_millis(500);
 
 /// One runtime's executor.
 pub struct Executor {
@@ -137,13 +147,13 @@ impl Executor {
         // The lease was taken (by the insert or the claim) just before: it lasts until about now + lease.
         let expires = Instant::now() + self.app.config.lease;
         running.insert(id, (handle.abort_handle(), expires));
-        self.app.running_here.lock().insert(id);
+        self.app.running.insert(id);
     }
 
     /// Drops a finished (or lost) request and frees its slot, once.
     fn forget(&self, id: Uuid) {
         if self.running.lock().remove(&id).is_some() {
-            self.app.running_here.lock().remove(&id);
+            self.app.running.remove(&id);
             self.unreserve(1);
         }
     }
@@ -157,20 +167,13 @@ impl Executor {
     }
 
     /// Builds the job for a claimed row, loading the context of the steps already run.
-    async fn job_for(&self, c: claim::Claimed) -> Result<Job, String> {
-        let wf = match self.app.workflows.get(&c.workflow_name) {
-            Some(wf) => wf,
-            None => {
-                let conn = self.pool.get().await.map_err(|e| e.to_string())?;
-                let def = crate::store::queries::workflow_by_name(&conn, &c.workflow_name)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .ok_or_else(|| format!("workflow {} does not exist", c.workflow_name))?;
-                let wf = Arc::new(crate::workflow::compile(def).map_err(|e| e.0)?);
-                self.app.workflows.insert(wf.clone());
-                wf
-            }
-        };
+    async fn job_for(&self, c: Claimed) -> Result<Job> {
+        let wf = self
+            .app
+            .workflows
+            .get_or_load(&self.pool, &c.workflow_name)
+            .await?
+            .ok_or_else(|| EngineError::WorkflowMissing(c.workflow_name.clone()))?;
         let payload = Doc::trusted(c.payload);
         let headers = job::parse_headers(c.headers.as_bytes());
         if c.status == "NEW" && c.current_step_id == 0 {
@@ -182,13 +185,16 @@ impl Executor {
                 request: payload,
                 failing: None,
                 context: Default::default(),
+                attempts: 0,
             });
         }
         let context = if wf.uses_context {
-            let conn = self.pool.get().await.map_err(|e| e.to_string())?;
-            claim::load_context(&conn, c.id)
+            let conn = self
+                .pool
+                .get()
                 .await
-                .map_err(|e| e.to_string())?
+                .map_err(crate::store::StoreError::from)?;
+            leases::load_context(&conn, c.id).await?
         } else {
             Default::default()
         };
@@ -208,6 +214,7 @@ impl Executor {
             request,
             failing,
             context,
+            attempts: c.step_attempts,
         })
     }
 
@@ -243,28 +250,31 @@ impl Executor {
         }
     }
 
-    async fn sweep_once(self: &Arc<Self>) -> Result<usize, String> {
+    async fn sweep_once(self: &Arc<Self>) -> Result<usize> {
         let want = self.try_reserve(self.app.config.claim_batch);
         if want == 0 {
             return Ok(0);
         }
         let claimed = async {
-            let conn = self.pool.get().await.map_err(|e| e.to_string())?;
-            claim::claim(
+            let conn = self
+                .pool
+                .get()
+                .await
+                .map_err(crate::store::StoreError::from)?;
+            leases::claim(
                 &conn,
                 self.app.instance_id,
                 self.app.config.lease,
                 want as i64,
             )
             .await
-            .map_err(|e| e.to_string())
         }
         .await;
         let claimed = match claimed {
             Ok(c) => c,
             Err(e) => {
                 self.unreserve(want);
-                return Err(e);
+                return Err(e.into());
             }
         };
         self.unreserve(want - claimed.len());
@@ -278,7 +288,7 @@ impl Executor {
             // This process's lease ran out while one of its runtimes still runs the job
             // (renewals failed for a while): the claim renewed it (same owner), a second
             // job must not start, and that runtime's renewer keeps the lease from here.
-            if self.app.running_here.lock().contains(&id) {
+            if self.app.running.contains(&id) {
                 self.unreserve(1);
                 continue;
             }
@@ -288,14 +298,39 @@ impl Executor {
     }
 
     /// Starts a request this instance holds the lease of, in a slot reserved for it.
-    async fn run_claimed(self: &Arc<Self>, c: claim::Claimed) {
+    ///
+    /// If its workflow or context cannot be loaded because of a transient failure (a pool
+    /// timeout, a dropped connection), the request is set aside, not failed: its lease is
+    /// given up with a short back-off (or, when even that cannot be written, left to
+    /// expire), and it is continued later, here or on another instance. Only a permanent
+    /// failure (its workflow is gone or no longer validates) fails it.
+    async fn run_claimed(self: &Arc<Self>, c: Claimed) {
         let id = c.id;
         match self.job_for(c).await {
             Ok(job) => self.spawn(job),
-            Err(reason) => {
-                tracing::error!(%id, %reason, "claimed request cannot run; marking it FAILED");
-                let t = writer::Transition::failed(id, reason);
-                let _ = self.writer.write(t).await;
+            Err(e) if e.is_transient() => {
+                self.unreserve(1);
+                self.app.metrics.requests_released.inc();
+                tracing::warn!(%id, error = %e, "claimed request could not be loaded; continuing it later");
+                let released = async {
+                    let conn = self
+                        .pool
+                        .get()
+                        .await
+                        .map_err(crate::store::StoreError::from)?;
+                    leases::release(&conn, self.app.instance_id, &[id], RELEASE_BACKOFF).await
+                }
+                .await;
+                if released.is_ok() {
+                    self.wake_after(RELEASE_BACKOFF);
+                }
+            }
+            Err(e) => {
+                tracing::error!(%id, error = %e, "claimed request cannot run; marking it FAILED");
+                let t = writer::Transition::failed(id, e.to_string());
+                if self.writer.write(t).await.is_ok() {
+                    self.count_finished("FAILED");
+                }
                 self.unreserve(1);
             }
         }
@@ -303,9 +338,19 @@ impl Executor {
 
     /// Continues a request that a step response resumed *and leased to this instance* in
     /// the same statement (a slot was reserved for it): no sweep, no second update.
-    pub fn start_resumed(self: &Arc<Self>, c: claim::Claimed) {
+    pub fn start_resumed(self: &Arc<Self>, c: Claimed) {
         let me = self.clone();
         tokio::spawn(async move { me.run_claimed(c).await });
+    }
+
+    /// Wakes the sweeper once `delay` has passed (a retry or a set-aside request is due
+    /// then); the sweeper's own interval would find it too, only later.
+    pub fn wake_after(self: &Arc<Self>, delay: Duration) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            me.wake();
+        });
     }
 
     /// Keeps running requests' leases fresh; stops those whose lease another instance took.
@@ -332,10 +377,12 @@ impl Executor {
             }
             let renewed_at = Instant::now();
             let renewed = async {
-                let conn = self.pool.get().await.map_err(|e| e.to_string())?;
-                claim::renew(&conn, self.app.instance_id, lease, &ids)
+                let conn = self
+                    .pool
+                    .get()
                     .await
-                    .map_err(|e| e.to_string())
+                    .map_err(crate::store::StoreError::from)?;
+                leases::renew(&conn, self.app.instance_id, lease, &ids).await
             }
             .await;
             match renewed {
@@ -383,26 +430,13 @@ impl Executor {
         if left.is_empty() {
             return;
         }
-        {
-            let mut here = self.app.running_here.lock();
-            for (id, _) in &left {
-                here.remove(id);
-            }
-        }
-        for (_, h) in &left {
+        for (id, h) in &left {
             h.abort();
+            self.app.running.remove(id);
         }
         let ids: Vec<Uuid> = left.iter().map(|(id, _)| *id).collect();
         if let Ok(conn) = self.pool.get().await {
-            match conn
-                .client
-                .execute(
-                    "UPDATE service_requests SET lease_owner = NULL, lease_until = '-infinity' \
-                     WHERE lease_owner = $1 AND id = ANY($2)",
-                    &[&self.app.instance_id, &ids],
-                )
-                .await
-            {
+            match leases::release(&conn, self.app.instance_id, &ids, Duration::ZERO).await {
                 Ok(n) => tracing::info!(released = n, "released leases of unfinished requests"),
                 Err(e) => tracing::warn!(error = %e, "could not release leases; they will expire"),
             }
@@ -431,6 +465,7 @@ impl Handoff for Executor {
                 request,
                 failing: None,
                 context: Default::default(),
+                attempts: 0,
             });
         }
     }

@@ -30,6 +30,8 @@ pub struct StepRecord {
     pub started_ms: f64,
     pub finished_ms: Option<f64>,
     pub reason: Option<String>,
+    /// Attempts the step took (its final one included).
+    pub attempts: u32,
 }
 
 /// One change to a request row, with the record of the step that caused it.
@@ -46,6 +48,13 @@ pub struct Transition {
     /// Give the lease up (the request finished or paused).
     pub release: bool,
     pub step: Option<StepRecord>,
+    /// Attempts the next step has had already: 0, unless it is a retry of the same step.
+    pub attempts: u32,
+    /// A retry is due in this many milliseconds: the lease is given up and the row waits,
+    /// unowned, until then (`lease_until` is when the sweeper may claim it again).
+    pub retry_in_ms: Option<f64>,
+    /// Why the last attempt failed, while a retry is pending.
+    pub last_error: Option<String>,
 }
 
 impl Transition {
@@ -60,17 +69,23 @@ impl Transition {
             reason: Some(reason),
             release: true,
             step: None,
+            attempts: 0,
+            retry_in_ms: None,
+            last_error: None,
         }
     }
 }
 
 /// Why a transition was not applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WriteError {
     /// Another instance holds the lease now: stop working on this request.
     LeaseLost,
-    /// The database did not take the write; the caller retries.
+    /// The database did not take the write for now; the caller retries.
     Unavailable,
+    /// Postgres refused the write itself (its data, or the statement): writing the same
+    /// transition again cannot succeed.
+    Rejected(String),
 }
 
 struct Pending {
@@ -99,9 +114,11 @@ impl StepWriter {
 const WRITE_TRANSITIONS: &str = "\
 WITH input AS (
     SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::int[], $4::text[], $5::int[], $6::text[], $7::bool[],
-                         $8::int[], $9::text[], $10::text[], $11::text[], $12::text[], $13::float8[], $14::float8[], $15::text[])
+                         $8::int[], $9::text[], $10::text[], $11::text[], $12::text[], $13::float8[], $14::float8[], $15::text[],
+                         $16::int[], $17::int[], $18::float8[], $19::text[])
         AS t(id, status, next_step, next_request, failed_step, reason, release,
-             step_id, step_name, step_status, step_request, step_response, started_ms, finished_ms, step_reason)
+             step_id, step_name, step_status, step_request, step_response, started_ms, finished_ms, step_reason,
+             step_attempts, attempts, retry_in_ms, last_error)
 ), fenced AS (
     UPDATE service_requests s SET
         -- Between steps the stored status stays NEW (or RESUMED): status is in the claim
@@ -110,19 +127,23 @@ WITH input AS (
         status = CASE WHEN i.status = 'IN_PROGRESS' THEN s.status ELSE i.status END,
         current_step_id = i.next_step, step_request = i.next_request,
         failed_step_id = i.failed_step, reason = i.reason, updated_at = now(),
+        step_attempts = i.attempts, last_error = i.last_error,
         finished_at = CASE WHEN i.status IN ('COMPLETED', 'FAILED') THEN now() END,
         lease_owner = CASE WHEN i.release THEN NULL ELSE s.lease_owner END,
-        lease_until = CASE WHEN i.release THEN '-infinity'::timestamptz ELSE s.lease_until END
+        -- A pending retry waits unowned until it is due; the sweeper claims it then.
+        lease_until = CASE WHEN i.retry_in_ms IS NOT NULL
+                           THEN now() + i.retry_in_ms * interval '1 millisecond'
+                           WHEN i.release THEN '-infinity'::timestamptz ELSE s.lease_until END
     FROM input i
-    WHERE s.id = i.id AND s.lease_owner = $16
+    WHERE s.id = i.id AND s.lease_owner = $20
     RETURNING s.id
 ), records AS (
     INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
-                              started_at, finished_at, time_taken_ms, reason)
+                              started_at, finished_at, time_taken_ms, reason, attempts)
     SELECT i.id, i.step_id, i.step_name, i.step_status, i.step_request, i.step_response,
            to_timestamp(i.started_ms / 1000.0), to_timestamp(i.finished_ms / 1000.0),
            CASE WHEN i.finished_ms IS NULL THEN NULL ELSE round(i.finished_ms - i.started_ms)::bigint END,
-           i.step_reason
+           i.step_reason, i.step_attempts
     FROM input i JOIN fenced f ON f.id = i.id
     WHERE i.step_id > 0
 )
@@ -180,10 +201,24 @@ async fn run(
                         });
                     }
                 }
-                Err(e) => {
+                Err(e) if e.is_transient() => {
                     tracing::warn!(n = batch.len(), error = %e, "step transition write failed");
                     for p in batch {
                         let _ = p.ack.send(Err(WriteError::Unavailable));
+                    }
+                }
+                Err(e) => {
+                    // One bad transition must not hold up its neighbours: each is written
+                    // again on its own, and only those Postgres refuses are told so.
+                    tracing::warn!(n = batch.len(), error = %e, "step transitions refused; writing them one by one");
+                    for p in batch {
+                        let result = match write(&pool, std::slice::from_ref(&p), owner).await {
+                            Ok(applied) if applied.contains(&p.t.id) => Ok(()),
+                            Ok(_) => Err(WriteError::LeaseLost),
+                            Err(e) if e.is_transient() => Err(WriteError::Unavailable),
+                            Err(e) => Err(WriteError::Rejected(e.to_string())),
+                        };
+                        let _ = p.ack.send(result);
                     }
                 }
             }
@@ -211,6 +246,10 @@ async fn write(pool: &Pool, batch: &[Pending], owner: Uuid) -> Result<Vec<Uuid>,
     let mut started = Vec::with_capacity(n);
     let mut finished = Vec::with_capacity(n);
     let mut step_reason = Vec::with_capacity(n);
+    let mut step_attempts = Vec::with_capacity(n);
+    let mut attempts = Vec::with_capacity(n);
+    let mut retry_in = Vec::with_capacity(n);
+    let mut last_error = Vec::with_capacity(n);
     for p in batch {
         let t = &p.t;
         ids.push(t.id);
@@ -220,6 +259,9 @@ async fn write(pool: &Pool, batch: &[Pending], owner: Uuid) -> Result<Vec<Uuid>,
         failed_step.push(t.failed_step.map(|s| s as i32));
         reason.push(t.reason.as_deref());
         release.push(t.release);
+        attempts.push(t.attempts as i32);
+        retry_in.push(t.retry_in_ms);
+        last_error.push(t.last_error.as_deref());
         match &t.step {
             Some(s) => {
                 step_id.push(s.step_id as i32);
@@ -230,6 +272,7 @@ async fn write(pool: &Pool, batch: &[Pending], owner: Uuid) -> Result<Vec<Uuid>,
                 started.push(s.started_ms);
                 finished.push(s.finished_ms);
                 step_reason.push(s.reason.as_deref());
+                step_attempts.push(s.attempts as i32);
             }
             None => {
                 step_id.push(0);
@@ -240,10 +283,11 @@ async fn write(pool: &Pool, batch: &[Pending], owner: Uuid) -> Result<Vec<Uuid>,
                 started.push(0.0);
                 finished.push(None);
                 step_reason.push(None);
+                step_attempts.push(0);
             }
         }
     }
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 16] = [
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 20] = [
         &ids,
         &status,
         &next_step,
@@ -259,6 +303,10 @@ async fn write(pool: &Pool, batch: &[Pending], owner: Uuid) -> Result<Vec<Uuid>,
         &started,
         &finished,
         &step_reason,
+        &step_attempts,
+        &attempts,
+        &retry_in,
+        &last_error,
         &owner,
     ];
     let rows = tokio::time::timeout(Duration::from_secs(10), async {

@@ -6,6 +6,7 @@ use http_body_util::Full;
 use hyper::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Response, StatusCode};
 
+use crate::engine::EngineError;
 use crate::store::StoreError;
 
 /// Every response body is a single buffer.
@@ -58,6 +59,23 @@ pub fn store_error(e: StoreError, context: &'static str) -> Resp {
             tracing::warn!(%detail, "{context}: database unavailable");
             unavailable("database unavailable, retry later")
         }
+        StoreError::Internal(detail) => {
+            tracing::error!(%detail, "{context}: database error");
+            error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+        }
+    }
+}
+
+/// Maps an engine error to a response: bad input is 400; input that can never apply
+/// (its workflow is gone or no longer validates) is 422; the store's errors as above.
+pub fn engine_error(e: EngineError, context: &'static str) -> Resp {
+    match e {
+        EngineError::Store(e) => store_error(e, context),
+        EngineError::BadInput(msg) => error(StatusCode::BAD_REQUEST, &msg),
+        e @ (EngineError::WorkflowMissing(_) | EngineError::WorkflowInvalid { .. }) => error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &format!("this cannot be applied: {e}"),
+        ),
     }
 }
 

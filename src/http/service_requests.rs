@@ -20,7 +20,7 @@ use super::response::{error, json, json_bytes, store_error, unavailable, Resp};
 use crate::config::AckMode;
 use crate::state::Core;
 use crate::store::buffer::PushError;
-use crate::store::{queries, AckError, PendingRow};
+use crate::store::{queries, AckError, LoadError, PendingRow};
 use crate::workflow::Workflow;
 
 thread_local! {
@@ -85,37 +85,16 @@ pub fn forwardable_headers(deny: &[&str], headers: &HeaderMap) -> Bytes {
     Bytes::from(out)
 }
 
-/// Finds a workflow: the map first, then Postgres once (another instance may have made it).
+/// Finds a workflow: the map first, then Postgres once (another instance may have made
+/// it). A stored workflow that no longer validates is answered as unknown (and logged).
 pub async fn find_workflow(core: &Core, name: &str) -> Result<Option<Arc<Workflow>>, Resp> {
-    let app = &core.app;
-    if let Some(wf) = app.workflows.get(name) {
-        return Ok(Some(wf));
-    }
-    if app.workflows.recently_missed(name) || crate::workflow::validate::check_name(name).is_err() {
-        return Ok(None);
-    }
-    let conn = core
-        .pool
-        .get()
-        .await
-        .map_err(|e| store_error(e.into(), "workflow lookup"))?;
-    match queries::workflow_by_name(&conn, name).await {
-        Ok(Some(def)) => match crate::workflow::compile(def) {
-            Ok(wf) => {
-                let wf = Arc::new(wf);
-                app.workflows.insert(wf.clone());
-                Ok(Some(wf))
-            }
-            Err(e) => {
-                tracing::error!(workflow = name, error = %e, "stored workflow no longer validates");
-                Ok(None)
-            }
-        },
-        Ok(None) => {
-            app.workflows.remember_miss(name);
+    match core.app.workflows.get_or_load(&core.pool, name).await {
+        Ok(found) => Ok(found),
+        Err(LoadError::Invalid { reason, .. }) => {
+            tracing::error!(workflow = name, %reason, "stored workflow no longer validates");
             Ok(None)
         }
-        Err(e) => Err(store_error(e, "workflow lookup")),
+        Err(LoadError::Store(e)) => Err(store_error(e, "workflow lookup")),
     }
 }
 

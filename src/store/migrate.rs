@@ -8,6 +8,7 @@ use tokio_postgres::{Client, NoTls};
 const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("migrations/0001_init.sql")),
     (2, include_str!("migrations/0002_kafka_offsets.sql")),
+    (3, include_str!("migrations/0003_step_attempts.sql")),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.

@@ -2,19 +2,27 @@
 //! and its flusher, and the queries the HTTP handlers and the engine run.
 
 pub mod buffer;
+pub mod dead_letters;
+pub mod leases;
 pub mod migrate;
 pub mod pool;
 pub mod queries;
 pub mod raw_json;
 pub mod retention;
+pub mod step_responses;
+pub mod workflow_map;
 
 pub use buffer::{AckError, PendingRow, WriteBuffer};
 pub use pool::{PgConn, Pool};
+pub use workflow_map::{LoadError, WorkflowMap};
 
-/// A failure talking to Postgres, as the request path sees it.
-#[derive(Debug, thiserror::Error)]
+/// A failure talking to Postgres, as the request path and the engine see it. Every
+/// variant has a class: `Unavailable` is transient (the same work can succeed later);
+/// the others are permanent (trying again changes nothing).
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
-    /// Postgres is unreachable, too slow, or refused the work: the client should retry (503).
+    /// Postgres is unreachable, too slow, restarting, or gave up on the statement for a
+    /// reason of its own (timeout, serialization failure, deadlock): retry (503).
     #[error("database unavailable: {0}")]
     Unavailable(String),
     /// A unique constraint was violated (409).
@@ -23,6 +31,17 @@ pub enum StoreError {
     /// The data was refused by Postgres (400).
     #[error("invalid data: {0}")]
     Invalid(String),
+    /// Postgres refused the statement itself (a missing table, a bug): retrying the same
+    /// statement cannot help (500).
+    #[error("database error: {0}")]
+    Internal(String),
+}
+
+impl StoreError {
+    /// True when the same work may succeed if tried again later.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
 }
 
 impl From<tokio_postgres::Error> for StoreError {
@@ -42,17 +61,37 @@ impl<E: std::fmt::Display + std::fmt::Debug> From<bb8::RunError<E>> for StoreErr
     }
 }
 
-/// Maps a driver error to what it means for the client.
+/// SQLSTATE classes that mean "not now" rather than "never": connection exceptions (08),
+/// transaction rollbacks such as serialization failures and deadlocks (40), insufficient
+/// resources (53), operator intervention such as a cancelled or timed-out statement or a
+/// server shutting down or starting up (57), and system errors (58).
+const TRANSIENT_CLASSES: [&str; 5] = ["08", "40", "53", "57", "58"];
+
+/// SQLSTATEs outside those classes that are transient too: a lock not available (55P03),
+/// an idle transaction that timed out (25P03), an object in use (55006).
+const TRANSIENT_CODES: [&str; 3] = ["55P03", "25P03", "55006"];
+
+/// Maps a driver error to what it means: errors without a SQLSTATE are the connection's
+/// (closed, reset, timed out) and transient; the rest by their SQLSTATE.
 pub fn classify(e: &tokio_postgres::Error) -> StoreError {
     use tokio_postgres::error::SqlState;
-    match e.code() {
-        Some(c) if *c == SqlState::UNIQUE_VIOLATION => StoreError::Conflict,
-        // Class 22 is "data exception": the row itself is bad, retrying will not help.
-        Some(c) if c.code().starts_with("22") => StoreError::Invalid(
-            e.as_db_error()
-                .map(|d| d.message().to_string())
-                .unwrap_or_else(|| e.to_string()),
-        ),
-        _ => StoreError::Unavailable(e.to_string()),
+    let Some(code) = e.code() else {
+        return StoreError::Unavailable(e.to_string());
+    };
+    let message = || {
+        e.as_db_error()
+            .map(|d| d.message().to_string())
+            .unwrap_or_else(|| e.to_string())
+    };
+    let c = code.code();
+    if *code == SqlState::UNIQUE_VIOLATION {
+        StoreError::Conflict
+    } else if TRANSIENT_CLASSES.iter().any(|k| c.starts_with(k)) || TRANSIENT_CODES.contains(&c) {
+        StoreError::Unavailable(e.to_string())
+    } else if c.starts_with("22") || c.starts_with("23") {
+        // Data exceptions and integrity violations: the row itself is bad.
+        StoreError::Invalid(message())
+    } else {
+        StoreError::Internal(format!("{c}: {}", message()))
     }
 }

@@ -51,7 +51,10 @@ pub mod sql {
         CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR r.lease_until > now()) THEN 'IN_PROGRESS' \
              ELSE r.status END AS status, \
         r.current_step_id, r.reason, to_json(r.created_at) #>> '{}' AS created_at, \
+        r.step_attempts, r.last_error, \
+        CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() THEN to_json(r.lease_until) #>> '{}' END AS retry_at, \
         st.step_id, st.step_name, st.status AS step_status, st.request, st.response, st.time_taken_ms, \
+        st.attempts, \
         st.reason AS step_reason, \
         extract(epoch FROM st.started_at)::float8 * 1000 AS started_ms, \
         extract(epoch FROM st.finished_at)::float8 * 1000 AS finished_ms \

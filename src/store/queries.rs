@@ -115,11 +115,13 @@ pub async fn service_request_status(conn: &PgConn, id: Uuid) -> Result<Option<Va
         let response = parse_opt(r.get("response"));
         let started: f64 = r.get("started_ms");
         let finished: Option<f64> = r.get("finished_ms");
+        let attempts: i32 = r.get("attempts");
         first_start = Some(first_start.map_or(started, |f: f64| f.min(started)));
         last_end = Some(last_end.map_or(started, |l: f64| l.max(started)));
         entries.push(json!({
             "id": step_id, "name": name, "status": "STARTED", "time_taken": 0,
             "payload": {"request": request.clone().unwrap_or(Value::Null), "response": Value::Null},
+            "attempts": attempts,
         }));
         let final_status: &str = r.get("step_status");
         if final_status != "STARTED" {
@@ -130,6 +132,7 @@ pub async fn service_request_status(conn: &PgConn, id: Uuid) -> Result<Option<Va
                 "id": step_id, "name": name, "status": final_status,
                 "time_taken": r.get::<_, Option<i64>>("time_taken_ms").unwrap_or(0),
                 "payload": {"request": request.unwrap_or(Value::Null), "response": response.unwrap_or(Value::Null)},
+                "attempts": attempts,
             });
             if let Some(reason) = r.get::<_, Option<&str>>("step_reason") {
                 entry["reason"] = Value::String(reason.to_string());
@@ -162,6 +165,19 @@ pub async fn service_request_status(conn: &PgConn, id: Uuid) -> Result<Option<Va
         "created_at".into(),
         Value::String(head.get::<_, String>("created_at")),
     );
+    // Beyond Clamp: a step whose call failed and is to be tried again.
+    let step_attempts: i32 = head.get("step_attempts");
+    if step_attempts > 0 && !matches!(status, "COMPLETED" | "FAILED") {
+        out.insert(
+            "retrying".into(),
+            json!({
+                "step_id": head.get::<_, i32>("current_step_id"),
+                "attempts": step_attempts,
+                "last_error": head.get::<_, Option<&str>>("last_error").unwrap_or(""),
+                "next_attempt_at": head.get::<_, Option<&str>>("retry_at"),
+            }),
+        );
+    }
     Ok(Some(Value::Object(out)))
 }
 

@@ -43,6 +43,11 @@ impl Condition {
             .map(str::to_string)
             .collect();
         variables.sort();
+        if let Some(kind) = non_boolean(program.expression()) {
+            return Err(ConditionError(format!(
+                "is {kind}, not a boolean expression"
+            )));
+        }
         for v in &variables {
             if v != "context" && !known.iter().any(|k| k == v) {
                 return Err(ConditionError(format!(
@@ -64,9 +69,12 @@ impl Condition {
 
     /// Evaluates against `context` (`{step_context_name: {request, response}}`).
     ///
-    /// A missing field, a type mismatch or a non-boolean result counts as false: a
-    /// condition over data a step did not return must not crash the request.
-    pub fn eval(&self, context: &Map<String, Value>) -> bool {
+    /// A field the data does not have (a step that did not return it, a step not run yet)
+    /// counts as false: a condition over data a step did not return must not fail the
+    /// request. A result that is not a boolean, or an expression that cannot be evaluated
+    /// over the data it got (e.g. a string compared with a number), is an error: the step
+    /// fails with the reason rather than being skipped silently.
+    pub fn eval(&self, context: &Map<String, Value>) -> Result<bool, String> {
         let mut ctx = cel::Context::default();
         for v in &self.variables {
             let value = if v == "context" {
@@ -74,11 +82,84 @@ impl Condition {
             } else {
                 context.get(v).cloned().unwrap_or(Value::Null)
             };
-            if ctx.add_variable(v.as_str(), value).is_err() {
-                return false;
-            }
+            ctx.add_variable(v.as_str(), value)
+                .map_err(|e| format!("condition {:?}: cannot read {v}: {e}", self.source))?;
         }
-        matches!(self.program.execute(&ctx), Ok(cel::Value::Bool(true)))
+        match self.program.execute(&ctx) {
+            Ok(cel::Value::Bool(b)) => Ok(b),
+            Ok(other) => Err(format!(
+                "condition {:?} evaluated to {}, not a boolean",
+                self.source,
+                type_name(&other)
+            )),
+            Err(e) if is_missing_data(&e) => Ok(false),
+            Err(e) => Err(format!(
+                "condition {:?} cannot be evaluated: {}",
+                self.source,
+                one_line(&e.to_string())
+            )),
+        }
+    }
+}
+
+/// Errors that mean "the data has no such field": such a condition is false.
+fn is_missing_data(e: &cel::ExecutionError) -> bool {
+    use cel::ExecutionError as E;
+    match e {
+        E::NoSuchKey(_) | E::UndeclaredReference(_) => true,
+        // Selecting a field of null (a step that answered nothing, or not run yet).
+        E::UnsupportedTargetType { target } => matches!(target, cel::Value::Null),
+        E::NoSuchOverload(o) => {
+            o.function() == "_._" && o.argument_types().first().is_some_and(|t| t == "null_type")
+        }
+        _ => false,
+    }
+}
+
+fn type_name(v: &cel::Value) -> &'static str {
+    use cel::Value as V;
+    match v {
+        V::Int(_) | V::UInt(_) => "an integer",
+        V::Float(_) => "a number",
+        V::String(_) => "a string",
+        V::Bytes(_) => "bytes",
+        V::List(_) => "a list",
+        V::Map(_) => "a map",
+        V::Null => "null",
+        V::Bool(_) => "a boolean",
+        _ => "not a boolean",
+    }
+}
+
+/// What an expression is when its result is known, without data, not to be a boolean
+/// (a literal, arithmetic, a list or map, a conversion): such a `when` is refused when
+/// the workflow is created. None when it is, or may be, a boolean.
+fn non_boolean(e: &cel::IdedExpr) -> Option<&'static str> {
+    use cel::common::ast::{operators as op, Expr, LiteralValue};
+    match &e.expr {
+        Expr::Literal(LiteralValue::Boolean(_)) => None,
+        Expr::Literal(LiteralValue::Null) => Some("null"),
+        Expr::Literal(LiteralValue::String(_)) => Some("a string"),
+        Expr::Literal(LiteralValue::Bytes(_)) => Some("bytes"),
+        Expr::Literal(_) => Some("a number"),
+        Expr::List(_) => Some("a list"),
+        Expr::Map(_) | Expr::Struct(_) => Some("a map"),
+        Expr::Call(c) => match c.func_name.as_str() {
+            op::ADD | op::SUBSTRACT | op::MULTIPLY | op::DIVIDE | op::MODULO | op::NEGATE => {
+                Some("arithmetic")
+            }
+            "size" | "int" | "uint" | "double" => Some("a number"),
+            "string" => Some("a string"),
+            "bytes" => Some("bytes"),
+            "timestamp" | "duration" => Some("a time"),
+            op::CONDITIONAL => {
+                let a = non_boolean(c.args.get(1)?);
+                let b = non_boolean(c.args.get(2)?);
+                a.and(b)
+            }
+            _ => None,
+        },
+        _ => None,
     }
 }
 
@@ -116,7 +197,7 @@ mod tests {
     fn evaluates_conditions() {
         let check = |src: &str, expected: bool| {
             let c = Condition::compile(src, &known()).unwrap_or_else(|e| panic!("{src}: {e:?}"));
-            assert_eq!(c.eval(&ctx()), expected, "{src}");
+            assert_eq!(c.eval(&ctx()), Ok(expected), "{src}");
         };
         check(
             "user_authentication.request.claimDetails.claimType == 'MOTOR'",
@@ -141,8 +222,51 @@ mod tests {
         // Missing data is false, not an error.
         check("user_authentication.request.missing.deeper == 'x'", false);
         check("other.response.anything == 1", false);
-        // A non-boolean result is false.
-        check("user_authentication.request.claimDetails.amount", false);
+        check("context.nosuch.request == 1", false);
+    }
+
+    #[test]
+    fn a_non_boolean_result_is_an_error_not_false() {
+        let fails = |src: &str, why: &str| {
+            let c = Condition::compile(src, &known()).unwrap_or_else(|e| panic!("{src}: {e:?}"));
+            let e = c.eval(&ctx()).unwrap_err();
+            assert!(e.contains(why), "{src}: {e}");
+        };
+        fails(
+            "user_authentication.request.claimDetails.amount",
+            "an integer",
+        );
+        fails("user_authentication.request.claimDetails", "a map");
+        fails(
+            "user_authentication.request.claimDetails.claimType > 3",
+            "cannot be evaluated",
+        );
+    }
+
+    #[test]
+    fn refuses_conditions_known_not_to_be_boolean() {
+        for src in [
+            "1+2",
+            "'text'",
+            "42",
+            "[true]",
+            "size(user_authentication.response.items)",
+            "true ? 1 : 2",
+            "-user_authentication.request.x",
+        ] {
+            let e = Condition::compile(src, &known()).unwrap_err();
+            assert!(e.0.contains("not a boolean"), "{src}: {e:?}");
+        }
+        for src in [
+            "true",
+            "user_authentication.response.ok",
+            "true ? user_authentication.response.ok : 2",
+            "1 < 2",
+            "!user_authentication.response.ok",
+            "'a' in ['a']",
+        ] {
+            assert!(Condition::compile(src, &known()).is_ok(), "{src}");
+        }
     }
 
     #[test]

@@ -3,10 +3,12 @@
 
 pub mod expr;
 pub mod model;
+pub mod retry;
 pub mod transform;
 pub mod validate;
 
 pub use model::{
     AmqpVal, CompiledStep, HttpVal, KafkaVal, Mode, Step, StepType, Val, Workflow, WorkflowDef,
 };
+pub use retry::{RetryPolicy, RetrySpec};
 pub use validate::{compile, set_default_reply_to, ValidationError};

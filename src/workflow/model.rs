@@ -8,6 +8,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::expr::Condition;
+use super::retry::RetrySpec;
 
 /// A workflow as stored and returned: Clamp's field names.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -63,6 +64,10 @@ pub struct Step {
     pub when: String,
     #[serde(default, rename = "onFailure", skip_serializing_if = "Vec::is_empty")]
     pub on_failure: Vec<Step>,
+    /// Beyond Clamp: how a failing call of this step is retried (the server default
+    /// fills in what is left out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetrySpec>,
 }
 
 /// Clamp's `requestTransform`: a kazaam-style shift spec, output key ← dotted input path.
@@ -115,6 +120,9 @@ pub struct HttpVal {
     pub headers: Vec<(String, String)>,
     /// Per-step total timeout override, in milliseconds.
     pub timeout_ms: Option<u64>,
+    /// The downstream host as calls to it are limited: `scheme://host:port`, with the
+    /// default port filled in, so every step calling one host shares one limit.
+    pub host_key: Arc<str>,
 }
 
 /// An AMQP step's target.
@@ -162,6 +170,8 @@ pub struct CompiledStep {
     pub transform: Option<Vec<(String, String)>>,
     /// Ids of this step's `onFailure` steps, in order.
     pub on_failure: Vec<u32>,
+    /// The step's own retry settings, if it has any.
+    pub retry: Option<RetrySpec>,
 }
 
 /// A validated workflow: the definition, its JSON as served, and the steps compiled.

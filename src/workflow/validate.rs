@@ -158,8 +158,12 @@ fn compile_step(
     } else {
         None
     };
+    if let Some(r) = &s.retry {
+        r.check(at).map_err(ValidationError)?;
+    }
     Ok(CompiledStep {
         id,
+        retry: s.retry.clone(),
         name: s.name.clone(),
         context_name: context_name(&s.name),
         mode,
@@ -169,6 +173,16 @@ fn compile_step(
         transform,
         on_failure: Vec::new(),
     })
+}
+
+/// `scheme://host:port` of an absolute URL, the port defaulted from the scheme.
+fn host_key(uri: &hyper::Uri) -> Arc<str> {
+    let scheme = uri.scheme_str().unwrap_or("http");
+    let port = uri
+        .port_u16()
+        .unwrap_or(if scheme == "https" { 443 } else { 80 });
+    let host = uri.host().unwrap_or_default().to_ascii_lowercase();
+    format!("{scheme}://{host}:{port}").into()
 }
 
 fn str_field<'a>(val: &'a Value, key: &str) -> Option<&'a str> {
@@ -222,11 +236,13 @@ fn compile_val(mode: Mode, val: &Value, at: &str) -> Result<Val, ValidationError
                     _ => return err(format!("{at}.val.timeout_ms must be 1..=3600000")),
                 },
             };
+            let host_key = host_key(&uri);
             Ok(Val::Http(HttpVal {
                 method,
                 url: uri,
                 headers,
                 timeout_ms,
+                host_key,
             }))
         }
         Mode::Amqp => {

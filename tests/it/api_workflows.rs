@@ -220,8 +220,10 @@ async fn finds_workflows_created_by_another_instance() {
         .expect_error(404);
     a.create_workflow(&simple_workflow("shared")).await;
     // The miss is remembered briefly, then Postgres is asked again.
-    tokio::time::sleep(clamp::workflow_map::NEGATIVE_TTL + std::time::Duration::from_millis(100))
-        .await;
+    tokio::time::sleep(
+        clamp::store::workflow_map::NEGATIVE_TTL + std::time::Duration::from_millis(100),
+    )
+    .await;
     assert_eq!(b.post("/serviceRequest/shared", "{}").await.status, 200);
     assert_eq!(b.get("/workflow/shared").await.status, 200);
     // A restarted instance loads every workflow at startup.

@@ -31,14 +31,6 @@ fn tansu_bin() -> String {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Starts a tansu broker with memory storage on `port` and waits until it listens.
 /// The broker gets SIGKILL when the thread that started it ends.
 fn start_tansu(port: u16) -> std::process::Child {
@@ -355,11 +347,9 @@ async fn a_missing_topic_or_an_unreachable_cluster_fails_the_step_with_the_reaso
     assert!(v["steps"][0]["time_taken"].as_i64().unwrap() < 600, "{v}");
     let v = wait_status(&s, &b, &["FAILED", "PAUSED"], Duration::from_secs(10)).await;
     assert_eq!(v["status"], "FAILED", "{v}");
+    let reason = v["reason"].as_str().unwrap();
     assert!(
-        v["reason"]
-            .as_str()
-            .unwrap()
-            .contains("failed within 800 ms"),
+        reason.contains("failed within 800 ms") && reason.contains("after 3 attempts"),
         "{v}"
     );
     s.shutdown().await;
@@ -458,4 +448,45 @@ async fn broker_restart(downtime: Duration) {
     assert_eq!(d.received("/api/echo")[0].body, json!({"back": true}));
     s.shutdown().await;
     drop(own);
+}
+
+#[tokio::test]
+async fn a_reply_whose_workflow_no_longer_validates_is_dead_lettered_and_the_next_applies() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let (k, steps, responses) = Kafka::with_step_topic().await;
+    let s = TestServer::start(kafka_config(&db, &responses)).await;
+    s.create_workflow(&kafka_then_http("kafka7", &steps, &d))
+        .await;
+    s.create_workflow(&kafka_then_http("kafka7ok", &steps, &d))
+        .await;
+    let broken = create_request(&s, "kafka7", &json!({})).await;
+    k.paused(&s, &broken, &steps).await;
+    let fine = create_request(&s, "kafka7ok", &json!({})).await;
+    wait_status(&s, &fine, &["PAUSED"], Duration::from_secs(5)).await;
+    s.shutdown().await;
+    crate::broker_amqp::break_workflow(&db, "kafka7").await;
+
+    let s = TestServer::start(kafka_config(&db, &responses)).await;
+    k.produce(&responses, &step_reply(&broken, json!({"a": 1})))
+        .await;
+    k.produce(&responses, &step_reply(&fine, json!({"b": 2})))
+        .await;
+    // The one behind it on the same partition is applied: nothing blocks the partition.
+    let v = wait_status(&s, &fine, &["COMPLETED", "FAILED"], Duration::from_secs(15)).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let c = db.client().await;
+    let row = c
+        .query_one(
+            "SELECT source, topic, record_offset, convert_from(body, 'UTF8'), reason FROM dead_letters",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, &str>(0), "kafka");
+    assert_eq!(row.get::<_, &str>(1), responses);
+    assert_eq!(row.get::<_, i64>(2), 0);
+    assert!(row.get::<_, &str>(3).contains(&broken));
+    assert!(row.get::<_, &str>(4).contains("no longer validates"));
+    s.shutdown().await;
 }

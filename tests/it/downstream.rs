@@ -1,6 +1,7 @@
 //! A small downstream service for the steps to call: it records every request and
-//! answers by path (fixed JSON, echo, a status code, a delay), counting calls per
-//! Idempotency-Key so tests can prove no step ran twice.
+//! answers by path (fixed JSON, echo, a status code, a delay, a fault on the first call of
+//! each key), counting calls per Idempotency-Key so tests can prove no step ran twice, and
+//! the calls in flight at once.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -23,12 +24,15 @@ pub struct Received {
     pub path: String,
     pub headers: HashMap<String, String>,
     pub body: Value,
+    pub at: std::time::Instant,
 }
 
 #[derive(Default)]
 pub struct Log {
     pub requests: Vec<Received>,
     pub by_key: HashMap<String, usize>,
+    pub in_flight: usize,
+    pub peak_in_flight: usize,
 }
 
 pub struct Downstream {
@@ -88,6 +92,14 @@ impl Downstream {
     pub fn n_keys(&self) -> usize {
         self.log.lock().by_key.len()
     }
+
+    pub fn calls_for_key(&self, key: &str) -> usize {
+        self.log.lock().by_key.get(key).copied().unwrap_or(0)
+    }
+
+    pub fn peak_in_flight(&self) -> usize {
+        self.log.lock().peak_in_flight
+    }
 }
 
 async fn handle(
@@ -112,19 +124,46 @@ async fn handle(
     } else {
         serde_json::from_slice(&bytes).unwrap_or(Value::Null)
     };
+    let mut first_for_key = true;
     {
         let mut l = log.lock();
         if let Some(k) = headers.get("idempotency-key") {
-            *l.by_key.entry(k.clone()).or_default() += 1;
+            let n = l.by_key.entry(k.clone()).or_default();
+            *n += 1;
+            first_for_key = *n == 1;
         }
+        l.in_flight += 1;
+        l.peak_in_flight = l.peak_in_flight.max(l.in_flight);
         l.requests.push(Received {
             method,
             path: path.clone(),
             headers,
             body: body.clone(),
+            at: std::time::Instant::now(),
         });
     }
+    let mut retry_after = None;
     let (status, out) = match path.as_str() {
+        // The first call of each key answers this status; later ones succeed.
+        p if p.starts_with("/flaky/") => {
+            if first_for_key {
+                (
+                    p[7..].parse().unwrap_or(503),
+                    json!({"error": "first call fails"}),
+                )
+            } else {
+                (200, json!({"recovered": true}))
+            }
+        }
+        // The first call of each key answers 503 with `Retry-After: <secs>`.
+        p if p.starts_with("/flaky-retry-after/") => {
+            if first_for_key {
+                retry_after = Some(p[19..].to_string());
+                (503, json!({"error": "come back later"}))
+            } else {
+                (200, json!({"recovered": true}))
+            }
+        }
         "/api/step1" => (200, json!({"user": {"id": 7, "ok": true}, "step": 1})),
         "/api/echo" => (200, json!({"echo": body})),
         "/api/accepted" => (202, json!({"accepted": true})),
@@ -137,8 +176,12 @@ async fn handle(
         }
         _ => (404, json!({"error": "no such path"})),
     };
+    log.lock().in_flight -= 1;
     let mut r = Response::new(Full::new(Bytes::from(out.to_string())));
     *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+    if let Some(secs) = retry_after {
+        r.headers_mut().insert("retry-after", secs.parse().unwrap());
+    }
     r.headers_mut()
         .insert("content-type", "application/json".parse().unwrap());
     Ok(r)

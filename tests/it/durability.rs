@@ -172,45 +172,6 @@ async fn a_hung_connection_answers_503_within_the_bound() {
     s.shutdown().await;
 }
 
-/// A throwaway cluster from `scripts/dev-postgres.sh`, stopped and removed on drop.
-struct DevCluster {
-    dir: String,
-}
-
-impl DevCluster {
-    fn script() -> String {
-        format!("{}/scripts/dev-postgres.sh", env!("CARGO_MANIFEST_DIR"))
-    }
-
-    fn start(dir: &str, port: u16) -> String {
-        let out = std::process::Command::new(Self::script())
-            .args(["start", dir, &port.to_string()])
-            .output()
-            .expect("dev-postgres.sh runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
-    }
-
-    fn stop(&self) {
-        let out = std::process::Command::new(Self::script())
-            .args(["stop", &self.dir])
-            .output()
-            .unwrap();
-        assert!(out.status.success());
-    }
-}
-
-impl Drop for DevCluster {
-    fn drop(&mut self) {
-        self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_stopped_mid_run_answers_503_and_loses_nothing() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")

@@ -1,7 +1,6 @@
 //! Crashes, several instances, and lost leases: nothing acknowledged is lost, no step is
 //! run by two instances, and an instance that lost a lease changes nothing.
 
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,56 +10,6 @@ use uuid::Uuid;
 
 use crate::downstream::Downstream;
 use crate::support::*;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn spawn_binary(db_url: &str, port: u16) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_clamp"))
-        .args([
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--database-url",
-            db_url,
-        ])
-        .args([
-            "--threads",
-            "2",
-            "--lease-ms",
-            "1000",
-            "--sweep-interval-ms",
-            "100",
-        ])
-        .env("LOG_LEVEL", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("binary starts")
-}
-
-async fn wait_healthy(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let addr = format!("127.0.0.1:{port}").parse().unwrap();
-    while Instant::now() < deadline {
-        if tokio::net::TcpStream::connect(addr).await.is_ok()
-            && send(addr, hyper::Method::GET, "/health", None, &[])
-                .await
-                .status
-                == 200
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("server on {port} did not come up");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_under_load_loses_no_acknowledged_request() {

@@ -9,6 +9,7 @@ mod downstream;
 mod durability;
 mod engine;
 mod engine_recovery;
+mod faults;
 mod hardening;
 mod retention;
 mod support;

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -266,13 +267,18 @@ impl Conn {
 }
 
 /// A TCP proxy in front of Postgres (or any server) that a test can cut (refuse and reset
-/// every connection, like a dead server) or stall (keep connections open, forward nothing).
+/// every connection, like a dead server) or stall (keep connections open, forward nothing),
+/// or arm to drop the one connection that sends a given statement.
 pub struct PgProxy {
     pub addr: SocketAddr,
     cut: Arc<AtomicBool>,
     stalled: Arc<AtomicBool>,
     generation: Arc<AtomicU64>,
+    /// When set, the next connection whose client sends these bytes is dropped.
+    trigger: Trigger,
 }
+
+type Trigger = Arc<parking_lot::Mutex<Option<Vec<u8>>>>;
 
 impl PgProxy {
     pub async fn start() -> PgProxy {
@@ -286,7 +292,13 @@ impl PgProxy {
         let cut = Arc::new(AtomicBool::new(false));
         let stalled = Arc::new(AtomicBool::new(false));
         let generation = Arc::new(AtomicU64::new(0));
-        let (c, s, g) = (cut.clone(), stalled.clone(), generation.clone());
+        let trigger: Trigger = Arc::default();
+        let (c, s, g, t) = (
+            cut.clone(),
+            stalled.clone(),
+            generation.clone(),
+            trigger.clone(),
+        );
         tokio::spawn(async move {
             loop {
                 let Ok((mut client, _)) = listener.accept().await else {
@@ -296,20 +308,27 @@ impl PgProxy {
                     let _ = client.shutdown().await;
                     continue;
                 }
-                let (c, s, g) = (c.clone(), s.clone(), g.clone());
+                let (c, s, g, t) = (c.clone(), s.clone(), g.clone(), t.clone());
                 let born = g.load(Ordering::SeqCst);
+                let dropped = Arc::new(AtomicBool::new(false));
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(upstream).await else {
                         return;
                     };
                     let (mut cr, mut cw) = client.into_split();
                     let (mut sr, mut sw) = server.into_split();
-                    let alive =
-                        move || !c.load(Ordering::SeqCst) && g.load(Ordering::SeqCst) == born;
+                    let d = dropped.clone();
+                    let alive = move || {
+                        !c.load(Ordering::SeqCst)
+                            && g.load(Ordering::SeqCst) == born
+                            && !d.load(Ordering::SeqCst)
+                    };
                     let s2 = s.clone();
                     let alive2 = alive.clone();
-                    let up = tokio::spawn(async move { pump(&mut cr, &mut sw, &s2, alive2).await });
-                    pump(&mut sr, &mut cw, &s, alive).await;
+                    let up = tokio::spawn(async move {
+                        pump(&mut cr, &mut sw, &s2, alive2, Some((&t, &dropped))).await
+                    });
+                    pump(&mut sr, &mut cw, &s, alive, None).await;
                     up.abort();
                 });
             }
@@ -319,7 +338,19 @@ impl PgProxy {
             cut,
             stalled,
             generation,
+            trigger,
         }
+    }
+
+    /// Drops the next connection that sends a statement containing `sql` (once), as a
+    /// network failure or a restarting server would, in the middle of that statement.
+    pub fn drop_connection_on(&self, sql: &str) {
+        *self.trigger.lock() = Some(sql.as_bytes().to_vec());
+    }
+
+    /// True once an armed trigger has fired.
+    pub fn trigger_fired(&self) -> bool {
+        self.trigger.lock().is_none()
     }
 
     /// A database URL through the proxy.
@@ -344,8 +375,13 @@ impl PgProxy {
     }
 }
 
-async fn pump<R, W>(r: &mut R, w: &mut W, stalled: &AtomicBool, alive: impl Fn() -> bool)
-where
+async fn pump<R, W>(
+    r: &mut R,
+    w: &mut W,
+    stalled: &AtomicBool,
+    alive: impl Fn() -> bool,
+    trigger: Option<(&Trigger, &AtomicBool)>,
+) where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin,
 {
@@ -364,6 +400,17 @@ where
                 return;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if let Some((trigger, dropped)) = trigger {
+            let mut armed = trigger.lock();
+            let hit = armed
+                .as_deref()
+                .is_some_and(|p| buf[..n].windows(p.len()).any(|w| w == p));
+            if hit {
+                *armed = None;
+                dropped.store(true, Ordering::SeqCst);
+                return;
+            }
         }
         if !alive() || w.write_all(&buf[..n]).await.is_err() {
             return;
@@ -398,4 +445,122 @@ pub fn step_reply(id: &str, response: Value) -> Vec<u8> {
     json!({"serviceRequestId": id, "stepId": 1, "response": response})
         .to_string()
         .into_bytes()
+}
+
+/// A throwaway cluster from `scripts/dev-postgres.sh`, stopped and removed on drop.
+pub struct DevCluster {
+    pub dir: String,
+}
+
+impl DevCluster {
+    pub fn script() -> String {
+        format!("{}/scripts/dev-postgres.sh", env!("CARGO_MANIFEST_DIR"))
+    }
+
+    pub fn start(dir: &str, port: u16) -> String {
+        let out = std::process::Command::new(Self::script())
+            .args(["start", dir, &port.to_string()])
+            .output()
+            .expect("dev-postgres.sh runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    pub fn stop(&self) {
+        let out = std::process::Command::new(Self::script())
+            .args(["stop", &self.dir])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+    }
+}
+
+impl Drop for DevCluster {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The real binary as a child process, on `port`, with short leases (1 s) and sweeps.
+pub fn spawn_binary(db_url: &str, port: u16) -> Child {
+    spawn_binary_with(db_url, port, &[])
+}
+
+/// `spawn_binary` with more flags.
+pub fn spawn_binary_with(db_url: &str, port: u16, extra: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_clamp"))
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--database-url",
+            db_url,
+        ])
+        .args([
+            "--threads",
+            "2",
+            "--lease-ms",
+            "1000",
+            "--sweep-interval-ms",
+            "100",
+        ])
+        .args(extra)
+        .env("LOG_LEVEL", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("binary starts")
+}
+
+/// Waits (up to 20 s) until the server on `port` answers `/health`.
+pub async fn wait_healthy(port: u16) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    while std::time::Instant::now() < deadline {
+        if tokio::net::TcpStream::connect(addr).await.is_ok()
+            && send(addr, hyper::Method::GET, "/health", None, &[])
+                .await
+                .status
+                == 200
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("server on {port} did not come up");
+}
+
+/// Polls `check` until it returns `Some` or `within` passes (then panics, naming `what`):
+/// tests wait for the event they need, not for a fixed time.
+pub async fn wait_for<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -1,7 +1,8 @@
 //! The in-memory workflow map. Workflows are never deleted, so a cached definition never
 //! goes stale; a name missing here is looked up in Postgres once (another instance may
 //! have created it), and misses are remembered briefly so a flood of unknown names
-//! cannot turn into a flood of queries.
+//! cannot turn into a flood of queries. `get_or_load` is the one loader every caller
+//! (the create path, step responses, the executor) uses.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,7 +10,20 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 
+use super::{Pool, StoreError};
 use crate::workflow::Workflow;
+
+/// Why a workflow could not be loaded.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LoadError {
+    /// Postgres could not be asked (transient or not, as the store error says).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The stored definition no longer validates (e.g. an upgrade tightened validation):
+    /// permanent until the server changes again.
+    #[error("workflow {name} no longer validates: {reason}")]
+    Invalid { name: String, reason: String },
+}
 
 /// How long a name that Postgres did not know is answered 404 without asking again.
 pub const NEGATIVE_TTL: Duration = Duration::from_secs(1);
@@ -58,6 +72,40 @@ impl WorkflowMap {
             misses.clear();
         }
         misses.insert(name.into(), Instant::now());
+    }
+
+    /// The workflow named `name`: from memory, else from Postgres once (another instance
+    /// may have created it), compiled and cached. `None` when no such workflow exists
+    /// (remembered for `NEGATIVE_TTL`, and never asked for names that cannot exist).
+    pub async fn get_or_load(
+        &self,
+        pool: &Pool,
+        name: &str,
+    ) -> Result<Option<Arc<Workflow>>, LoadError> {
+        if let Some(wf) = self.get(name) {
+            return Ok(Some(wf));
+        }
+        if self.recently_missed(name) || crate::workflow::validate::check_name(name).is_err() {
+            return Ok(None);
+        }
+        let conn = pool.get().await.map_err(StoreError::from)?;
+        match super::queries::workflow_by_name(&conn, name).await? {
+            Some(def) => match crate::workflow::compile(def) {
+                Ok(wf) => {
+                    let wf = Arc::new(wf);
+                    self.insert(wf.clone());
+                    Ok(Some(wf))
+                }
+                Err(e) => Err(LoadError::Invalid {
+                    name: name.to_string(),
+                    reason: e.0,
+                }),
+            },
+            None => {
+                self.remember_miss(name);
+                Ok(None)
+            }
+        }
     }
 
     /// Number of cached workflows.

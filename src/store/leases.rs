@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::store::queries::parse_opt;
-use crate::store::{PgConn, StoreError};
+use super::queries::parse_opt;
+use super::{PgConn, StoreError};
 
 /// A request this instance just claimed.
 #[derive(Debug)]
@@ -22,6 +22,8 @@ pub struct Claimed {
     pub failed_step_id: Option<u32>,
     /// Why the request is failing, while its onFailure steps run.
     pub reason: Option<String>,
+    /// Attempts its current step has had already (a retry continues the count).
+    pub step_attempts: u32,
 }
 
 /// Claims up to `limit` runnable requests whose lease is free or expired. One statement:
@@ -36,7 +38,7 @@ WHERE s.id IN (
     LIMIT $3
     FOR UPDATE SKIP LOCKED)
 RETURNING s.id, s.workflow_name, s.status, s.payload, s.headers, s.current_step_id,
-          s.step_request, s.failed_step_id, s.reason";
+          s.step_request, s.failed_step_id, s.reason, s.step_attempts";
 
 pub async fn claim(
     conn: &PgConn,
@@ -56,7 +58,7 @@ pub async fn claim(
 
 impl Claimed {
     /// Reads a row returning `id, workflow_name, status, payload, headers, current_step_id,
-    /// step_request, failed_step_id, reason`, in that order.
+    /// step_request, failed_step_id, reason, step_attempts`, in that order.
     pub fn from_row(r: &tokio_postgres::Row) -> Claimed {
         Claimed {
             id: r.get(0),
@@ -68,6 +70,7 @@ impl Claimed {
             step_request: r.get(6),
             failed_step_id: r.get::<_, Option<i32>>(7).map(|s| s.max(0) as u32),
             reason: r.get(8),
+            step_attempts: r.get::<_, i32>(9).max(0) as u32,
         }
     }
 }
@@ -98,14 +101,25 @@ pub async fn renew(
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
-/// Gives up every lease `owner` holds, so another instance can continue at once.
-pub async fn release_all(conn: &PgConn, owner: Uuid) -> Result<u64, StoreError> {
+/// Gives up the leases `owner` holds on `ids`, so another instance can continue them
+/// after `delay` (zero: at once).
+pub async fn release(
+    conn: &PgConn,
+    owner: Uuid,
+    ids: &[Uuid],
+    delay: Duration,
+) -> Result<u64, StoreError> {
+    let stmt = conn
+        .stmt(
+            "UPDATE service_requests SET lease_owner = NULL, \
+             lease_until = CASE WHEN $3::float8 > 0 THEN now() + $3::float8 * interval '1 millisecond' \
+                                ELSE '-infinity' END \
+             WHERE lease_owner = $1 AND id = ANY($2)",
+        )
+        .await?;
     Ok(conn
         .client
-        .execute(
-            "UPDATE service_requests SET lease_owner = NULL, lease_until = '-infinity' WHERE lease_owner = $1",
-            &[&owner],
-        )
+        .execute(&stmt, &[&owner, &ids, &(delay.as_secs_f64() * 1000.0)])
         .await?)
 }
 

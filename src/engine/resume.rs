@@ -1,0 +1,264 @@
+//! Step responses: the answer to a paused ASYNC step, however it came (`POST
+//! /stepResponse`, the AMQP response queue, the Kafka response topic); those three are
+//! thin adapters over `Executor::apply_response`.
+//!
+//! The response is durable before it counts as applied: one statement records it on the
+//! step and marks the request RESUMED at its next step, only if the request is PAUSED at
+//! exactly this step. When the local executor has room, the same statement leases the
+//! request to this instance and it continues at once (no sweep, no second update);
+//! otherwise it is left unleased and the sweeper is woken. A response for a step already
+//! answered is a harmless duplicate; one for a step the request is not waiting on is
+//! refused; so is one for an unknown request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::{EngineError, Executor, Result};
+use crate::backoff::Backoff;
+use crate::store::step_responses::{self, Resume};
+use crate::store::StoreError;
+use crate::workflow::StepType;
+
+/// The error form of a step response.
+#[derive(Debug, Deserialize)]
+pub struct StepError {
+    #[serde(default)]
+    pub code: i64,
+    #[serde(default)]
+    pub message: String,
+}
+
+/// The body of `POST /stepResponse` (and of broker replies).
+#[derive(Debug, Deserialize)]
+pub struct StepResponse {
+    #[serde(rename = "serviceRequestId")]
+    pub service_request_id: String,
+    #[serde(rename = "stepId")]
+    pub step_id: i64,
+    #[serde(default)]
+    pub response: Option<Value>,
+    #[serde(default)]
+    pub error: Option<StepError>,
+}
+
+impl StepResponse {
+    /// The error form, when one was posted (an all-empty `error` object counts as none).
+    pub fn failure(&self) -> Option<&StepError> {
+        self.error
+            .as_ref()
+            .filter(|e| e.code != 0 || !e.message.is_empty())
+    }
+}
+
+/// A parsed, checked step response.
+#[derive(Debug)]
+pub struct Answer {
+    pub id: Uuid,
+    pub step_id: u32,
+    pub response: StepResponse,
+}
+
+/// Parses and checks a step response body; a body that can never apply is `BadInput`.
+pub fn parse(body: &[u8]) -> Result<Answer> {
+    let bad = |m: String| EngineError::BadInput(m);
+    let r: StepResponse =
+        serde_json::from_slice(body).map_err(|e| bad(format!("invalid step response: {e}")))?;
+    let id = Uuid::parse_str(&r.service_request_id)
+        .map_err(|_| bad("serviceRequestId is not a valid UUID".into()))?;
+    let step_id = u32::try_from(r.step_id)
+        .ok()
+        .filter(|s| *s > 0)
+        .ok_or_else(|| bad("stepId must be a positive integer".into()))?;
+    if r.response.is_none() && r.failure().is_none() {
+        return Err(bad("a step response needs a response or an error".into()));
+    }
+    Ok(Answer {
+        id,
+        step_id,
+        response: r,
+    })
+}
+
+/// What applying a step response did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Applied {
+    Resumed,
+    Duplicate,
+    /// The request is at this ASYNC step but its pause is not written yet: the answer
+    /// came back while the step was still being sent. Worth trying again shortly.
+    NotYet(String),
+    NotWaiting(String),
+    Unknown,
+}
+
+/// How often a response that came back before its pause was written, for a request
+/// running on another instance, looks again: no notification crosses instances, so this
+/// one wait is a poll, growing from the first to the longest pause.
+const REMOTE_FIRST_LOOK: Duration = Duration::from_millis(20);
+const REMOTE_LONGEST_LOOK: Duration = Duration::from_millis(500);
+
+impl Executor {
+    /// Applies a step response, waiting up to `patience` while it came back before the
+    /// step's pause was written (a fast service answers before the send returns). While
+    /// the request still runs in this process, the wait is for its job to stop (a
+    /// notification), not a poll of Postgres.
+    pub async fn apply_response(
+        self: &Arc<Self>,
+        a: &Answer,
+        patience: Duration,
+    ) -> Result<Applied> {
+        let deadline = Instant::now() + patience;
+        let mut remote = Backoff::new(REMOTE_FIRST_LOOK, REMOTE_LONGEST_LOOK);
+        loop {
+            self.app.running.wait_gone(a.id, deadline).await;
+            match self.apply_once(a).await? {
+                Applied::NotYet(msg) if Instant::now() >= deadline => {
+                    return Ok(Applied::NotWaiting(msg))
+                }
+                Applied::NotYet(_) if self.app.running.contains(&a.id) => {}
+                Applied::NotYet(_) => {
+                    let pause = remote.next_delay().min(deadline - Instant::now());
+                    tokio::time::sleep(pause).await;
+                }
+                done => return Ok(done),
+            }
+        }
+    }
+
+    /// Applies a step response once.
+    async fn apply_once(self: &Arc<Self>, a: &Answer) -> Result<Applied> {
+        let conn = self.pool.get().await.map_err(StoreError::from)?;
+        let Some(state) = step_responses::request_state(&conn, a.id).await? else {
+            return Ok(Applied::Unknown);
+        };
+        let wf = self
+            .app
+            .workflows
+            .get_or_load(&self.pool, &state.workflow_name)
+            .await?
+            .ok_or_else(|| EngineError::WorkflowMissing(state.workflow_name.clone()))?;
+        let Some(step) = wf.step(a.step_id) else {
+            return Ok(Applied::NotWaiting(format!(
+                "workflow {} has no step {}",
+                state.workflow_name, a.step_id
+            )));
+        };
+        let (response, next_request, failed_step, reason, step_status, step_reason);
+        let next_step;
+        match a.response.failure() {
+            None => {
+                response = a
+                    .response
+                    .response
+                    .clone()
+                    .unwrap_or(Value::Null)
+                    .to_string();
+                next_request = Some(response.as_str());
+                next_step = wf.next_main(a.step_id).unwrap_or(0);
+                (failed_step, reason, step_status, step_reason) = (None, None, "COMPLETED", None);
+            }
+            Some(e) => {
+                let why = format!("step '{}' failed: {} {}", step.name, e.code, e.message);
+                response = json!({"errors": {"code": e.code, "message": e.message}}).to_string();
+                next_request = None;
+                next_step = step.on_failure.first().copied().unwrap_or(0);
+                failed_step = Some(a.step_id);
+                reason = Some(why);
+                step_status = "FAILED";
+                step_reason = reason.clone();
+            }
+        }
+        let owner = (self.try_reserve(1) == 1).then_some(self.app.instance_id);
+        let resumed = step_responses::resume(
+            &conn,
+            &Resume {
+                id: a.id,
+                step_id: a.step_id,
+                next_step,
+                next_request,
+                failed_step,
+                reason: reason.as_deref(),
+                step_status,
+                step_response: &response,
+                step_reason: step_reason.as_deref(),
+                owner,
+                lease_ms: self.app.config.lease.as_secs_f64() * 1000.0,
+            },
+        )
+        .await;
+        let resumed = match resumed {
+            Ok(r) => r,
+            Err(e) => {
+                if owner.is_some() {
+                    self.unreserve(1);
+                }
+                return Err(e.into());
+            }
+        };
+        match (resumed, owner) {
+            (Some(claimed), Some(_)) => {
+                self.start_resumed(claimed);
+                return Ok(Applied::Resumed);
+            }
+            (Some(_), None) => {
+                self.wake();
+                return Ok(Applied::Resumed);
+            }
+            (None, Some(_)) => self.unreserve(1),
+            (None, None) => {}
+        }
+        // Not applied: a duplicate of an answer already recorded, or not the paused step.
+        let is_async = step.step_type == StepType::Async;
+        if is_async && step_responses::answered(&conn, a.id, a.step_id).await? {
+            return Ok(Applied::Duplicate);
+        }
+        let (status, current) = (state.status.as_str(), state.current_step_id);
+        let msg = format!(
+            "service request is {status} at step {current}, not waiting for a response to step {}",
+            a.step_id
+        );
+        // Running (not paused, not finished) and not yet past this ASYNC step: it is being
+        // sent now, or about to be. The stored step lags: a request handed to the executor
+        // at insert still says step 0 until its first step is written.
+        let sending = is_async
+            && !matches!(status, "PAUSED" | "COMPLETED" | "FAILED")
+            && current <= a.step_id as i32;
+        Ok(if sending {
+            Applied::NotYet(msg)
+        } else {
+            Applied::NotWaiting(msg)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_step_responses() {
+        let id = "0190b8a0-0000-7000-8000-000000000000";
+        let ok = |s: String| parse(s.as_bytes()).is_ok();
+        assert!(ok(format!(
+            r#"{{"serviceRequestId":"{id}","stepId":2,"response":{{"a":1}}}}"#
+        )));
+        assert!(ok(format!(
+            r#"{{"serviceRequestId":"{id}","stepId":2,"error":{{"code":500,"message":"x"}}}}"#
+        )));
+        let bad = |s: &str| match parse(s.as_bytes()) {
+            Err(e @ EngineError::BadInput(_)) => assert!(!e.is_transient()),
+            other => panic!("{s}: {other:?}"),
+        };
+        bad(&format!(r#"{{"serviceRequestId":"{id}","stepId":2}}"#));
+        bad(&format!(
+            r#"{{"serviceRequestId":"{id}","stepId":0,"response":{{}}}}"#
+        ));
+        bad(r#"{"serviceRequestId":"nope","stepId":1,"response":{}}"#);
+        bad("not json");
+    }
+}

@@ -1,0 +1,88 @@
+//! The requests running in this process, and a way to wait for one to stop running.
+//!
+//! Every runtime's sweeper claims with the same lease owner, so one runtime may re-claim a
+//! request whose lease ran out while another still runs it; this set is how it knows not
+//! to start it. A step response for a request still running here (its pause not written
+//! yet) waits on the request's notification instead of asking Postgres again and again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+/// Request id → who waits for it to stop running (made only when someone waits, so a
+/// request nobody waits on costs no allocation).
+#[derive(Default)]
+pub struct Running {
+    ids: Mutex<HashMap<Uuid, Option<Arc<Notify>>>>,
+}
+
+impl Running {
+    pub fn insert(&self, id: Uuid) {
+        self.ids.lock().insert(id, None);
+    }
+
+    /// Forgets `id` and wakes whoever waits for it.
+    pub fn remove(&self, id: &Uuid) {
+        if let Some(Some(n)) = self.ids.lock().remove(id) {
+            n.notify_waiters();
+        }
+    }
+
+    pub fn contains(&self, id: &Uuid) -> bool {
+        self.ids.lock().contains_key(id)
+    }
+
+    /// Waits until `id` is not running here, or until `deadline`; true when it is not.
+    pub async fn wait_gone(&self, id: Uuid, deadline: Instant) -> bool {
+        let notify = {
+            let mut ids = self.ids.lock();
+            match ids.get_mut(&id) {
+                None => return true,
+                Some(slot) => slot.get_or_insert_with(|| Arc::new(Notify::new())).clone(),
+            }
+        };
+        let notified = notify.notified();
+        tokio::pin!(notified);
+        // Registered before looking again, so a removal in between is not missed.
+        notified.as_mut().enable();
+        if !self.contains(&id) {
+            return true;
+        }
+        tokio::select! {
+            _ = notified => true,
+            _ = tokio::time::sleep_until(deadline) => !self.contains(&id),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_wakes_when_the_request_stops_running() {
+        let r = Arc::new(Running::default());
+        let id = Uuid::now_v7();
+        assert!(r.wait_gone(id, Instant::now()).await);
+        r.insert(id);
+        assert!(
+            !r.wait_gone(id, Instant::now() + Duration::from_millis(50))
+                .await
+        );
+        let waiter = tokio::spawn({
+            let r = r.clone();
+            async move {
+                r.wait_gone(id, Instant::now() + Duration::from_secs(3600))
+                    .await
+            }
+        });
+        tokio::task::yield_now().await;
+        r.remove(&id);
+        assert!(waiter.await.unwrap());
+    }
+}

@@ -1,0 +1,117 @@
+//! The statements that apply a step response: reading where a request stands, the one
+//! statement that records the answer and resumes the request, and whether a step was
+//! answered already.
+
+use uuid::Uuid;
+
+use super::leases::Claimed;
+use super::{PgConn, StoreError};
+
+/// Where a request stands, as a step response needs to know it.
+pub struct RequestState {
+    pub workflow_name: String,
+    pub status: String,
+    pub current_step_id: i32,
+}
+
+/// The request's workflow, stored status and current step, or None when there is no
+/// such request.
+pub async fn request_state(conn: &PgConn, id: Uuid) -> Result<Option<RequestState>, StoreError> {
+    let stmt = conn
+        .stmt("SELECT workflow_name, status, current_step_id FROM service_requests WHERE id = $1")
+        .await?;
+    Ok(conn
+        .client
+        .query_opt(&stmt, &[&id])
+        .await?
+        .map(|row| RequestState {
+            workflow_name: row.get(0),
+            status: row.get(1),
+            current_step_id: row.get(2),
+        }))
+}
+
+/// What resuming a paused request writes.
+pub struct Resume<'a> {
+    pub id: Uuid,
+    /// The ASYNC step being answered.
+    pub step_id: u32,
+    /// The step to run next (0: none left).
+    pub next_step: u32,
+    /// That step's request (None: the answered step's own request, for onFailure steps).
+    pub next_request: Option<&'a str>,
+    pub failed_step: Option<u32>,
+    pub reason: Option<&'a str>,
+    /// The answered step's final status, response and reason.
+    pub step_status: &'static str,
+    pub step_response: &'a str,
+    pub step_reason: Option<&'a str>,
+    /// Lease the request to this owner (its executor has a slot for it), or leave it free.
+    pub owner: Option<Uuid>,
+    pub lease_ms: f64,
+}
+
+/// Records the answer on the step and marks the request RESUMED at its next step, only if
+/// it is PAUSED at exactly this step; leased to `owner` in the same statement when given.
+const RESUME: &str = "\
+WITH resumed AS (
+    UPDATE service_requests SET status = 'RESUMED', current_step_id = $3,
+        step_request = COALESCE($4, (SELECT request FROM steps_status
+                                     WHERE service_request_id = $1 AND step_id = $2 ORDER BY id DESC LIMIT 1)),
+        failed_step_id = $5, reason = $6, updated_at = now(),
+        step_attempts = 0, last_error = NULL,
+        -- Leased to this instance when it has room to continue the request at once;
+        -- otherwise free for any sweeper.
+        lease_owner = $10,
+        lease_until = CASE WHEN $10::uuid IS NULL THEN '-infinity'::timestamptz
+                           ELSE now() + $11::float8 * interval '1 millisecond' END
+    WHERE id = $1 AND status = 'PAUSED' AND current_step_id = $2
+    RETURNING id, workflow_name, status, payload, headers, current_step_id, step_request,
+              failed_step_id, reason, step_attempts
+), answered AS (
+    UPDATE steps_status SET status = $7, response = $8, reason = $9, finished_at = now(),
+        time_taken_ms = round(extract(epoch FROM now() - started_at) * 1000)::bigint
+    WHERE service_request_id = $1 AND step_id = $2 AND status = 'STARTED'
+      AND EXISTS (SELECT 1 FROM resumed)
+)
+SELECT * FROM resumed";
+
+/// Applies `r`; the resumed request as claimed, or None when it was not paused at that step.
+pub async fn resume(conn: &PgConn, r: &Resume<'_>) -> Result<Option<Claimed>, StoreError> {
+    let stmt = conn.stmt(RESUME).await?;
+    let row = conn
+        .client
+        .query_opt(
+            &stmt,
+            &[
+                &r.id,
+                &(r.step_id as i32),
+                &(r.next_step as i32),
+                &r.next_request,
+                &r.failed_step.map(|s| s as i32),
+                &r.reason,
+                &r.step_status,
+                &r.step_response,
+                &r.step_reason,
+                &r.owner,
+                &r.lease_ms,
+            ],
+        )
+        .await?;
+    Ok(row.as_ref().map(Claimed::from_row))
+}
+
+/// Whether the step has a final answer recorded already.
+pub async fn answered(conn: &PgConn, id: Uuid, step_id: u32) -> Result<bool, StoreError> {
+    let stmt = conn
+        .stmt(
+            "SELECT EXISTS (SELECT 1 FROM steps_status WHERE service_request_id = $1 \
+             AND step_id = $2 AND status IN ('COMPLETED', 'FAILED'))",
+        )
+        .await?;
+    Ok(conn
+        .client
+        .query_one(&stmt, &[&id, &(step_id as i32)])
+        .await?
+        .get(0))
+}
