@@ -364,7 +364,7 @@ impl Config {
         };
         retry
             .check("--step")
-            .map_err(|e| ConfigError(e.replace("--step.retry.", "--step-retry: ")))?;
+            .map_err(|e| ConfigError(e.0.replace("--step.retry.", "--step-retry: ")))?;
         let retry = retry.over(&crate::workflow::RetryPolicy::default());
         positive(a.downstream_max_in_flight, "--downstream-max-in-flight")?;
         if !(a.amqp_url.starts_with("amqp://") || a.amqp_url.starts_with("amqps://")) {

@@ -17,7 +17,7 @@ use tokio::sync::{watch, OnceCell};
 use tokio::task::JoinSet;
 
 use super::reply::{self, Handled};
-use super::{Attempt, StepMessage};
+use super::{away, Attempt, ConsumerError, StepMessage};
 use crate::engine::call::CallError;
 use crate::metrics::Metrics;
 use crate::state::Core;
@@ -185,14 +185,14 @@ pub async fn consume(core: Arc<Core>, stop: watch::Receiver<bool>) {
 }
 
 /// One connection's worth of consuming; Ok when stopped, Err when the broker went away.
-async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(), String> {
+async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(), ConsumerError> {
     let b = &core.app.config.brokers;
     let queue = b.amqp_response_queue.as_str();
     let dead = format!("{queue}.dead");
     let conn = Connection::connect(&b.amqp_url, ConnectionProperties::default())
         .await
-        .map_err(|e| format!("cannot connect: {e}"))?;
-    let e = |e: lapin::Error| e.to_string();
+        .map_err(|e| ConsumerError::Away(format!("cannot connect: {e}")))?;
+    let e = away;
     let ch = conn.create_channel().await.map_err(e)?;
     ensure_queue(&conn, queue).await?;
     ensure_queue(&conn, &dead).await?;
@@ -220,8 +220,8 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
         tokio::select! {
             _ = stop.changed() => break Ok(()),
             d = consumer.next() => match d {
-                None => break Err("the broker ended the consumer".to_string()),
-                Some(Err(err)) => break Err(err.to_string()),
+                None => break Err(ConsumerError::Away("the broker ended the consumer".into())),
+                Some(Err(err)) => break Err(away(err)),
                 Some(Ok(delivery)) => {
                     let (core, dead_ch, dead, stop) =
                         (core.clone(), dead_ch.clone(), dead.clone(), stop.clone());
@@ -244,13 +244,13 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
 
 /// Uses the queue as it is when it exists (whatever arguments or policies it was made
 /// with: declaring it again with others would be refused), else declares it durable.
-async fn ensure_queue(conn: &Connection, queue: &str) -> Result<(), String> {
+async fn ensure_queue(conn: &Connection, queue: &str) -> Result<(), ConsumerError> {
     let passive = QueueDeclareOptions {
         passive: true,
         ..Default::default()
     };
     // A failed passive declare closes its channel, so each check gets its own.
-    let probe = conn.create_channel().await.map_err(|e| e.to_string())?;
+    let probe = conn.create_channel().await.map_err(away)?;
     if probe
         .queue_declare(queue.into(), passive, FieldTable::default())
         .await
@@ -259,14 +259,14 @@ async fn ensure_queue(conn: &Connection, queue: &str) -> Result<(), String> {
         let _ = probe.close(200, "OK".into()).await;
         return Ok(());
     }
-    let ch = conn.create_channel().await.map_err(|e| e.to_string())?;
+    let ch = conn.create_channel().await.map_err(away)?;
     let durable = QueueDeclareOptions {
         durable: true,
         ..Default::default()
     };
     ch.queue_declare(queue.into(), durable, FieldTable::default())
         .await
-        .map_err(|e| format!("cannot declare queue '{queue}': {e}"))?;
+        .map_err(|e| ConsumerError::Refused(format!("cannot declare queue '{queue}': {e}")))?;
     let _ = ch.close(200, "OK".into()).await;
     Ok(())
 }

@@ -20,12 +20,12 @@ use tokio::sync::{watch, OnceCell};
 use tokio::time::Instant;
 
 use super::reply::{self, Handled};
-use super::{Attempt, StepMessage};
+use super::{away, Attempt, ConsumerError, StepMessage};
 use crate::backoff::Backoff;
 use crate::engine::call::CallError;
 use crate::metrics::Metrics;
 use crate::state::Core;
-use crate::store::{dead_letters, StoreError};
+use crate::store::{dead_letters, kafka_offsets, StoreError};
 use crate::workflow::KafkaVal;
 
 /// A topic's partitions, ready to produce to.
@@ -236,18 +236,18 @@ fn lock_key(topic: &str) -> i32 {
     murmur2(format!("clamp:kafka:{topic}").as_bytes()) as i32
 }
 
-async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(), String> {
+async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(), ConsumerError> {
     let b = &core.app.config.brokers;
     let topic = b.kafka_response_topic.as_str();
     let c = client(&b.kafka_brokers, Duration::from_secs(10))
         .await
-        .map_err(|e| format!("cannot connect to {}: {e}", b.kafka_brokers))?;
+        .map_err(|e| ConsumerError::Away(format!("cannot connect to {}: {e}", b.kafka_brokers)))?;
     let partitions = ensure_topic(&c, topic).await?;
     // The partition locks live as long as this connection.
     let (locks, lock_conn) =
         tokio_postgres::connect(&core.app.config.database_url, tokio_postgres::NoTls)
             .await
-            .map_err(|e| format!("cannot reach Postgres for the partition locks: {e}"))?;
+            .map_err(StoreError::from)?;
     // The connection closes when `locks` is dropped, however the session ends, which
     // releases the locks for the next session or another instance.
     let lock_task = tokio::spawn(lock_conn);
@@ -263,7 +263,9 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
             break Ok(());
         }
         if lock_task.is_finished() {
-            break Err("lost the Postgres connection holding the partition locks".into());
+            break Err(ConsumerError::Store(StoreError::Unavailable(
+                "lost the Postgres connection holding the partition locks".into(),
+            )));
         }
         if owned.len() < partitions.len() && Instant::now() >= next_lock_try {
             for &p in &partitions {
@@ -276,13 +278,13 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
                         &[&lock_key(topic), &p],
                     )
                     .await
-                    .map_err(|e| e.to_string())?
+                    .map_err(StoreError::from)?
                     .get(0);
                 if got {
                     let client = c
                         .partition_client(topic, p, UnknownTopicHandling::Retry)
                         .await
-                        .map_err(|e| e.to_string())?;
+                        .map_err(away)?;
                     let next = start_offset(core, &client, topic, p).await?;
                     tracing::debug!(topic, partition = p, next, "reading a response partition");
                     owned.insert(p, Owned { client, next });
@@ -328,7 +330,7 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
                         .client
                         .get_offset(OffsetAt::Earliest)
                         .await
-                        .map_err(|e| e.to_string())?;
+                        .map_err(away)?;
                     tracing::warn!(
                         topic,
                         partition = p,
@@ -339,7 +341,7 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
                     o.next = earliest;
                     continue;
                 }
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(away(e)),
             };
             let records: Vec<_> = records.into_iter().filter(|r| r.offset >= o.next).collect();
             let Some(last) = records.last().map(|r| r.offset) else {
@@ -416,9 +418,9 @@ async fn apply_record(
 }
 
 /// Creates the response topic when it is missing; returns its partitions.
-async fn ensure_topic(c: &Client, topic: &str) -> Result<Vec<i32>, String> {
+async fn ensure_topic(c: &Client, topic: &str) -> Result<Vec<i32>, ConsumerError> {
     for _ in 0..10 {
-        let topics = c.list_topics().await.map_err(|e| e.to_string())?;
+        let topics = c.list_topics().await.map_err(away)?;
         if let Some(t) = topics.into_iter().find(|t| t.name == topic) {
             if !t.partitions.is_empty() {
                 return Ok(t.partitions.into_iter().collect());
@@ -426,7 +428,7 @@ async fn ensure_topic(c: &Client, topic: &str) -> Result<Vec<i32>, String> {
         } else {
             let created = c
                 .controller_client()
-                .map_err(|e| e.to_string())?
+                .map_err(away)?
                 .create_topic(topic, 1, 1, 5_000)
                 .await;
             match created {
@@ -435,12 +437,18 @@ async fn ensure_topic(c: &Client, topic: &str) -> Result<Vec<i32>, String> {
                     protocol_error: ProtocolError::TopicAlreadyExists,
                     ..
                 }) => {}
-                Err(e) => return Err(format!("cannot create topic '{topic}': {e}")),
+                Err(e) => {
+                    return Err(ConsumerError::Refused(format!(
+                        "cannot create topic '{topic}': {e}"
+                    )))
+                }
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    Err(format!("topic '{topic}' did not become available"))
+    Err(ConsumerError::Away(format!(
+        "topic '{topic}' did not become available"
+    )))
 }
 
 async fn start_offset(
@@ -448,38 +456,24 @@ async fn start_offset(
     client: &PartitionClient,
     topic: &str,
     partition: i32,
-) -> Result<i64, String> {
-    let conn = core.pool.get().await.map_err(|e| e.to_string())?;
-    let stored = conn
-        .client
-        .query_opt(
-            "SELECT next_offset FROM kafka_offsets WHERE topic = $1 AND partition = $2",
-            &[&topic, &partition],
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-    match stored {
-        Some(row) => Ok(row.get(0)),
+) -> Result<i64, ConsumerError> {
+    let conn = core.pool.get().await.map_err(StoreError::from)?;
+    match kafka_offsets::get(&conn, topic, partition).await? {
+        Some(next) => Ok(next),
         // Never read before: from the oldest record, not the newest (nothing sent while
         // no instance was up is skipped).
-        None => client
-            .get_offset(OffsetAt::Earliest)
-            .await
-            .map_err(|e| e.to_string()),
+        None => client.get_offset(OffsetAt::Earliest).await.map_err(away),
     }
 }
 
-async fn store_offset(core: &Core, topic: &str, partition: i32, next: i64) -> Result<(), String> {
-    let conn = core.pool.get().await.map_err(|e| e.to_string())?;
-    conn.client
-        .execute(
-            "INSERT INTO kafka_offsets (topic, partition, next_offset) VALUES ($1, $2, $3) \
-             ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset, \
-             updated_at = now()",
-            &[&topic, &partition, &next],
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+async fn store_offset(
+    core: &Core,
+    topic: &str,
+    partition: i32,
+    next: i64,
+) -> Result<(), ConsumerError> {
+    let conn = core.pool.get().await.map_err(StoreError::from)?;
+    kafka_offsets::set(&conn, topic, partition, next).await?;
     Ok(())
 }
 

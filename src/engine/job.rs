@@ -138,7 +138,7 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
             if let Some(cond) = &step.when {
                 let verdict = cond.eval(&job.context_for(&step, &request));
                 if let Err(why) = &verdict {
-                    condition_error = Some(CallError::new(CallErrorKind::Other, why.clone()));
+                    condition_error = Some(CallError::new(CallErrorKind::Other, why.0.clone()));
                 }
                 if verdict == Ok(false) {
                     let next = job.wf.next_main(step_id);

@@ -3,6 +3,7 @@
 
 pub mod buffer;
 pub mod dead_letters;
+pub mod kafka_offsets;
 pub mod leases;
 pub mod migrate;
 pub mod pool;

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use super::Pool;
+use super::{Pool, StoreError};
 use crate::metrics::Metrics;
 
 /// Rows deleted per statement: small enough to keep each transaction short.
@@ -68,17 +68,16 @@ pub async fn sweep(
     keep: Duration,
     metrics: &Metrics,
     stop: &watch::Receiver<bool>,
-) -> Result<u64, String> {
+) -> Result<u64, StoreError> {
     let floor = v7_floor(SystemTime::now() - keep);
     let keep_ms = keep.as_secs_f64() * 1000.0;
     let mut total = 0;
     loop {
-        let conn = pool.get().await.map_err(|e| e.to_string())?;
+        let conn = pool.get().await?;
         let n = conn
             .client
             .execute(DELETE_FINISHED, &[&floor, &keep_ms, &BATCH])
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         drop(conn);
         total += n;
         metrics.retention_deleted.inc_by(n);

@@ -25,8 +25,10 @@ impl fmt::Debug for Condition {
     }
 }
 
-/// Why a condition was rejected at workflow creation.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a condition was rejected at workflow creation, or could not be evaluated at run
+/// time (which fails its step).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct ConditionError(pub String);
 
 impl Condition {
@@ -74,7 +76,7 @@ impl Condition {
     /// request. A result that is not a boolean, or an expression that cannot be evaluated
     /// over the data it got (e.g. a string compared with a number), is an error: the step
     /// fails with the reason rather than being skipped silently.
-    pub fn eval(&self, context: &Map<String, Value>) -> Result<bool, String> {
+    pub fn eval(&self, context: &Map<String, Value>) -> Result<bool, ConditionError> {
         let mut ctx = cel::Context::default();
         for v in &self.variables {
             let value = if v == "context" {
@@ -82,22 +84,23 @@ impl Condition {
             } else {
                 context.get(v).cloned().unwrap_or(Value::Null)
             };
-            ctx.add_variable(v.as_str(), value)
-                .map_err(|e| format!("condition {:?}: cannot read {v}: {e}", self.source))?;
+            ctx.add_variable(v.as_str(), value).map_err(|e| {
+                ConditionError(format!("condition {:?}: cannot read {v}: {e}", self.source))
+            })?;
         }
         match self.program.execute(&ctx) {
             Ok(cel::Value::Bool(b)) => Ok(b),
-            Ok(other) => Err(format!(
+            Ok(other) => Err(ConditionError(format!(
                 "condition {:?} evaluated to {}, not a boolean",
                 self.source,
                 type_name(&other)
-            )),
+            ))),
             Err(e) if is_missing_data(&e) => Ok(false),
-            Err(e) => Err(format!(
+            Err(e) => Err(ConditionError(format!(
                 "condition {:?} cannot be evaluated: {}",
                 self.source,
                 one_line(&e.to_string())
-            )),
+            ))),
         }
     }
 }
@@ -230,7 +233,7 @@ mod tests {
         let fails = |src: &str, why: &str| {
             let c = Condition::compile(src, &known()).unwrap_or_else(|e| panic!("{src}: {e:?}"));
             let e = c.eval(&ctx()).unwrap_err();
-            assert!(e.contains(why), "{src}: {e}");
+            assert!(e.0.contains(why), "{src}: {e}");
         };
         fails(
             "user_authentication.request.claimDetails.amount",

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::ValidationError;
+
 /// A step's `retry` object as written in a workflow definition. Every field is optional:
 /// what is left out comes from the server's default policy.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -70,10 +72,11 @@ impl Default for RetryPolicy {
 
 impl RetrySpec {
     /// Checks the values; `at` names the step in the message.
-    pub fn check(&self, at: &str) -> Result<(), String> {
+    pub fn check(&self, at: &str) -> Result<(), ValidationError> {
+        let bad = |m: String| Err(ValidationError(m));
         if let Some(n) = self.max_attempts {
             if !(1..=MAX_ATTEMPTS_LIMIT).contains(&n) {
-                return Err(format!(
+                return bad(format!(
                     "{at}.retry.maxAttempts must be 1 to {MAX_ATTEMPTS_LIMIT}"
                 ));
             }
@@ -83,28 +86,28 @@ impl RetrySpec {
             ("maxIntervalMs", self.max_interval_ms),
         ] {
             if v.is_some_and(|v| v > MAX_INTERVAL_LIMIT_MS) {
-                return Err(format!(
+                return bad(format!(
                     "{at}.retry.{name} must be at most {MAX_INTERVAL_LIMIT_MS}"
                 ));
             }
         }
         if let Some(c) = self.backoff_coefficient {
             if !(1.0..=100.0).contains(&c) {
-                return Err(format!(
+                return bad(format!(
                     "{at}.retry.backoffCoefficient must be from 1 to 100"
                 ));
             }
         }
         if let (Some(i), Some(m)) = (self.initial_interval_ms, self.max_interval_ms) {
             if m < i {
-                return Err(format!(
+                return bad(format!(
                     "{at}.retry.maxIntervalMs must not be less than initialIntervalMs"
                 ));
             }
         }
         if let Some(codes) = &self.retryable_status_codes {
             if let Some(c) = codes.iter().find(|c| !(100..=599).contains(*c)) {
-                return Err(format!(
+                return bad(format!(
                     "{at}.retry.retryableStatusCodes: {c} is not an HTTP status"
                 ));
             }
@@ -212,6 +215,7 @@ mod tests {
                 .unwrap()
                 .check("steps[0]")
                 .unwrap_err()
+                .0
         };
         assert!(bad(r#"{"maxAttempts": 0}"#).contains("maxAttempts"));
         assert!(bad(r#"{"backoffCoefficient": 0.5}"#).contains("backoffCoefficient"));

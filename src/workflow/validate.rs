@@ -159,7 +159,7 @@ fn compile_step(
         None
     };
     if let Some(r) = &s.retry {
-        r.check(at).map_err(ValidationError)?;
+        r.check(at)?;
     }
     Ok(CompiledStep {
         id,
@@ -222,7 +222,7 @@ fn compile_val(mode: Mode, val: &Value, at: &str) -> Result<Val, ValidationError
             let headers = match val.get("headers") {
                 None | Some(Value::Null) => Vec::new(),
                 Some(Value::String(h)) => parse_headers(h)
-                    .map_err(|e| ValidationError(format!("{at}.val.headers: {e}")))?,
+                    .map_err(|e| ValidationError(format!("{at}.val.headers: {}", e.0)))?,
                 Some(_) => {
                     return err(format!(
                         "{at}.val.headers must be a string like \"K:v;K2:v2;\""
@@ -341,17 +341,18 @@ pub fn set_default_reply_to(def: &mut WorkflowDef, amqp_queue: &str, kafka_topic
 }
 
 /// Parses Clamp's header string `"K:v;K2:v2;"` into validated (name, value) pairs.
-pub fn parse_headers(s: &str) -> Result<Vec<(String, String)>, String> {
+pub fn parse_headers(s: &str) -> Result<Vec<(String, String)>, ValidationError> {
     let mut out = Vec::new();
     for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
         let (k, v) = part
             .split_once(':')
-            .ok_or_else(|| format!("{part:?} is not Name:value"))?;
+            .ok_or_else(|| ValidationError(format!("{part:?} is not Name:value")))?;
         let (k, v) = (k.trim(), v.trim());
         hyper::header::HeaderName::from_bytes(k.as_bytes())
-            .map_err(|_| format!("{k:?} is not a valid header name"))?;
-        hyper::header::HeaderValue::from_str(v)
-            .map_err(|_| format!("the value of {k:?} is not a valid header value"))?;
+            .map_err(|_| ValidationError(format!("{k:?} is not a valid header name")))?;
+        hyper::header::HeaderValue::from_str(v).map_err(|_| {
+            ValidationError(format!("the value of {k:?} is not a valid header value"))
+        })?;
         out.push((k.to_string(), v.to_string()));
     }
     Ok(out)
