@@ -83,6 +83,57 @@ pub enum Command {
         /// Artificial service time of /api/step1 and /api/step2.
         #[arg(long, default_value = "0ms", value_parser = duration::parse)]
         delay: Duration,
+        /// Answer 503 to the first step call of this percentage of distinct
+        /// Idempotency-Key values (chosen by a hash of the key); later calls
+        /// with the key answer normally.
+        #[arg(long, default_value_t = 0, value_name = "PCT",
+              value_parser = clap::value_parser!(u8).range(0..=100))]
+        fail_first_pct: u8,
+        /// Send `Retry-After: SECS` with each injected 503.
+        #[arg(long, value_name = "SECS")]
+        retry_after: Option<u64>,
+        /// Count calls per Idempotency-Key (for /stats `excess_calls`) even
+        /// without faults; off by default because it costs a map insert per call.
+        #[arg(long)]
+        count_keys: bool,
+    },
+    /// Create a fixed number of service requests, retrying every 503 until
+    /// acknowledged, wait until each acknowledged one is final, then read the
+    /// downstream mock's /stats: a run under faults, not a speed test.
+    Faults {
+        /// Base URL of the server under test.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        url: String,
+        #[command(flatten)]
+        wf: WorkflowArgs,
+        /// Service requests to create (each retried until acknowledged).
+        #[arg(long, default_value_t = 4000)]
+        requests: usize,
+        /// Closed-loop keep-alive connections creating at once.
+        #[arg(short, long, default_value_t = 16)]
+        connections: usize,
+        /// Status reads in flight at once while waiting for the outcomes.
+        #[arg(long, default_value_t = 16)]
+        read_concurrency: usize,
+        /// Stop waiting for outcomes (and stop retrying a create) after this long.
+        #[arg(long, default_value = "180s", value_parser = duration::parse)]
+        settle_timeout: Duration,
+        /// Per-request timeout (connect, and each HTTP exchange).
+        #[arg(long, default_value = "5s", value_parser = duration::parse)]
+        timeout: Duration,
+        /// Write the JSON result to FILE ("-" for stdout; the summary then goes to stderr).
+        #[arg(long, value_name = "FILE")]
+        json: Option<String>,
+        /// Exit 1 unless every request was acknowledged and COMPLETED and the
+        /// mock saw no excess step call (and the peak bound below held).
+        #[arg(long)]
+        check: bool,
+        /// With --check: the mock's peak_in_flight may not exceed N.
+        #[arg(long, value_name = "N")]
+        max_in_flight: Option<u64>,
+        /// No progress lines while waiting (the summary still prints).
+        #[arg(short, long)]
+        quiet: bool,
     },
 }
 
@@ -203,5 +254,66 @@ mod tests {
         assert_eq!(load.connections, 64);
         assert_eq!(load.slo_p99, Duration::from_millis(5));
         assert_eq!(poll_interval, Duration::from_millis(20));
+    }
+
+    #[test]
+    fn parses_a_faults_run_and_mock_faults() {
+        let cli = Cli::try_parse_from([
+            "clamp-bench",
+            "faults",
+            "--downstream",
+            "http://127.0.0.1:9000",
+            "--requests",
+            "300",
+            "-c",
+            "8",
+            "--settle-timeout",
+            "1m",
+            "--check",
+            "--max-in-flight",
+            "64",
+        ])
+        .unwrap();
+        let Command::Faults {
+            wf,
+            requests,
+            connections,
+            settle_timeout,
+            check,
+            max_in_flight,
+            ..
+        } = cli.command
+        else {
+            panic!("wrong subcommand")
+        };
+        assert_eq!(wf.downstream.as_deref(), Some("http://127.0.0.1:9000"));
+        assert_eq!((requests, connections), (300, 8));
+        assert_eq!(settle_timeout, Duration::from_secs(60));
+        assert!(check);
+        assert_eq!(max_in_flight, Some(64));
+
+        let cli = Cli::try_parse_from([
+            "clamp-bench",
+            "mock",
+            "--fail-first-pct",
+            "25",
+            "--retry-after",
+            "1",
+        ])
+        .unwrap();
+        let Command::Mock {
+            fail_first_pct,
+            retry_after,
+            count_keys,
+            ..
+        } = cli.command
+        else {
+            panic!("wrong subcommand")
+        };
+        assert_eq!(
+            (fail_first_pct, retry_after, count_keys),
+            (25, Some(1), false)
+        );
+        assert!(Cli::try_parse_from(["clamp-bench", "mock", "--fail-first-pct", "101"]).is_err());
     }
 }

@@ -25,6 +25,8 @@ pub struct Endpoint {
 pub struct Response {
     pub status: u16,
     pub body: Bytes,
+    /// `Retry-After` in seconds, if the server sent one.
+    pub retry_after: Option<u64>,
 }
 
 const INITIAL_READ_BUF: usize = 8 * 1024;
@@ -120,6 +122,7 @@ async fn exchange(
     let response = Response {
         status: head.status,
         body,
+        retry_after: head.retry_after,
     };
     Ok((response, head.keep_alive))
 }
@@ -257,7 +260,8 @@ mod tests {
         assert_eq!((r.status, &r.body[..]), (200, &b"{}"[..]));
         let r = c.post("/b", b"{\"x\":1}").await.unwrap();
         assert_eq!(&r.body[..], b"abc");
-        assert_eq!(c.get("/c").await.unwrap().status, 503);
+        let r = c.get("/c").await.unwrap();
+        assert_eq!((r.status, r.retry_after), (503, Some(1)));
     }
 
     #[tokio::test]

@@ -25,6 +25,9 @@ pub struct Head {
     pub len: usize,
     pub body: BodyKind,
     pub keep_alive: bool,
+    /// `Retry-After` in whole seconds, when given in that form (an HTTP date
+    /// is ignored: neither clamp nor the mock sends one).
+    pub retry_after: Option<u64>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -63,6 +66,7 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, Malformed> {
     let mut keep_alive = resp.version == Some(1);
     let mut length = None;
     let mut chunked = false;
+    let mut retry_after = None;
     for h in resp.headers.iter() {
         if h.name.eq_ignore_ascii_case("content-length") {
             let text = std::str::from_utf8(h.value).map_err(|_| Malformed)?;
@@ -70,6 +74,10 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, Malformed> {
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
             chunked = h.value.eq_ignore_ascii_case(b"chunked")
                 || h.value.to_ascii_lowercase().ends_with(b"chunked");
+        } else if h.name.eq_ignore_ascii_case("retry-after") {
+            retry_after = std::str::from_utf8(h.value)
+                .ok()
+                .and_then(|v| v.trim().parse().ok());
         } else if h.name.eq_ignore_ascii_case("connection") {
             let v = h.value.to_ascii_lowercase();
             if v.windows(5).any(|w| w == b"close") {
@@ -95,6 +103,7 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, Malformed> {
         len,
         body,
         keep_alive,
+        retry_after,
     }))
 }
 
@@ -165,13 +174,17 @@ mod tests {
         assert_eq!(h.body, BodyKind::Length(2));
         assert_eq!(h.len, r.len() - 2);
         assert!(h.keep_alive);
+        assert_eq!(h.retry_after, None);
     }
 
     #[test]
     fn connection_close_and_http10() {
         let r = b"HTTP/1.1 503 Busy\r\nConnection: close\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n";
         let h = parse_head(r).unwrap().unwrap();
-        assert_eq!((h.status, h.keep_alive), (503, false));
+        assert_eq!(
+            (h.status, h.keep_alive, h.retry_after),
+            (503, false, Some(1))
+        );
         let r = b"HTTP/1.0 200 OK\r\n\r\nbody";
         let h = parse_head(r).unwrap().unwrap();
         assert_eq!((h.body, h.keep_alive), (BodyKind::UntilClose, false));

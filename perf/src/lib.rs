@@ -32,7 +32,8 @@
 //!           "created_rate": r, "completed_rate": r,
 //!           "overhead_ms": {"p50", "p90", "p99", "p999", "max", "mean"},
 //!           "negative_overhead": n,     // samples clamped to 0
-//!           "downstream_calls": {"step1", "step2", "health", "other"} | null},
+//!           "downstream_calls": {"step1", "step2", "health", "other",
+//!                                "in_flight", "peak_in_flight"} | null},
 //!                                       // e2e only; calls seen by the in-process mock
 //!   "find_max": {"slo_p99_us": 10000, "max_rate": 12000.0 | null,
 //!                "steps": [{"offered_rate", "achieved_rate", "errors",
@@ -42,14 +43,37 @@
 //!
 //! For `e2e` one operation is a whole workflow run (create, then poll until
 //! COMPLETED/FAILED); `latency_us` is then the end-to-end latency.
+//!
+//! `faults` is not a timed load run and writes its own object
+//! (`faults::FaultsReport`):
+//!
+//! ```text
+//! {
+//!   "scenario": "faults", "workflow": "bench_...", "connections": 16,
+//!   "requests": 4000, "acknowledged": 4000,
+//!   "create_retries": {"status_503": 120, "connect": 3},  // attempts retried, by kind
+//!   "create_rejected": {},              // creates given up, by kind
+//!   "completed": 4000, "failed": 0, "pending": 0,
+//!   "missing": 0,                       // pending whose last read was 404
+//!   "read_errors": {"status_503": 40},  // status reads retried next round
+//!   "failed_sample": [{"id", "reason"}],           // up to 5
+//!   "create_s": 2.1, "create_rate": 1904.8,
+//!   "all_final_s": 3.4 | null,          // first create to all final
+//!   "completed_rate": 1176.5,
+//!   "mock": {...} | null,               // the mock's GET /stats, verbatim
+//!   "check_problems": [] | null         // --check only; empty = passed
+//! }
+//! ```
 
 pub mod cli;
 pub mod client;
 pub mod duration;
 pub mod engine;
+pub mod faults;
 pub mod findmax;
 pub mod histogram;
 pub mod http1;
+pub mod keys;
 pub mod mock;
 pub mod progress;
 pub mod recorder;

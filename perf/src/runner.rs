@@ -4,6 +4,7 @@
 use crate::cli::{Command, LoadArgs, WorkflowArgs};
 use crate::client::{Client, Endpoint};
 use crate::engine::{self, Plan};
+use crate::faults;
 use crate::findmax::{FindMax, SearchConfig, StepResult};
 use crate::mock::{self, MockConfig, MockStats};
 use crate::report::{self, FindMaxReport, Report};
@@ -35,6 +36,9 @@ pub fn execute(cmd: Command) -> anyhow::Result<ExitCode> {
             port,
             threads,
             delay,
+            fail_first_pct,
+            retry_after,
+            count_keys,
         } => {
             let addr = format!("{host}:{port}")
                 .parse()
@@ -42,11 +46,39 @@ pub fn execute(cmd: Command) -> anyhow::Result<ExitCode> {
             let threads = threads
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
             mock::run(MockConfig {
-                addr,
-                threads,
-                delay,
+                fail_first_pct,
+                retry_after,
+                count_keys,
+                ..MockConfig::plain(addr, threads, delay)
             })?;
             return Ok(ExitCode::SUCCESS);
+        }
+        Command::Faults {
+            url,
+            wf,
+            requests,
+            connections,
+            read_concurrency,
+            settle_timeout,
+            timeout,
+            json,
+            check,
+            max_in_flight,
+            quiet,
+        } => {
+            return faults::run(faults::FaultsConfig {
+                url,
+                wf,
+                requests,
+                connections,
+                read_concurrency,
+                settle_timeout,
+                timeout,
+                json,
+                check,
+                max_in_flight,
+                quiet,
+            });
         }
         Command::Health { load, path } => ("health", load, Setup::Get(path)),
         Command::Create { load, wf } => ("create", load, Setup::Create(wf)),
@@ -116,8 +148,58 @@ fn validate(load: &LoadArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Creates the workflow a scenario needs (starting the in-process mock as
-/// its downstream when none is given) and builds the per-operation work.
+/// The workflow a scenario creates service requests of.
+pub struct WorkflowSetup {
+    pub name: String,
+    /// Base URL its steps call; unknown when `--workflow` named an existing
+    /// one without `--downstream`.
+    pub downstream: Option<String>,
+    /// Counters of the in-process mock, when one was started.
+    pub mock: Option<Arc<MockStats>>,
+}
+
+/// Creates the two-step workflow (starting the in-process mock as its
+/// downstream when none is given), or takes the one `--workflow` names.
+pub fn setup_workflow(
+    target: &Target,
+    ep: &Arc<Endpoint>,
+    wf: &WorkflowArgs,
+) -> anyhow::Result<WorkflowSetup> {
+    if let Some(name) = &wf.workflow {
+        return Ok(WorkflowSetup {
+            name: name.clone(),
+            downstream: wf.downstream.clone(),
+            mock: None,
+        });
+    }
+    let (downstream, mock) = match &wf.downstream {
+        Some(url) => (url.clone(), None),
+        None => {
+            let bg = mock::spawn(MockConfig::plain(
+                "127.0.0.1:0".parse()?,
+                wf.mock_threads,
+                wf.mock_delay,
+            ))?;
+            (format!("http://{}", bg.addr), Some(bg.stats))
+        }
+    };
+    let name = scenario::unique_workflow_name();
+    let body = scenario::two_step_workflow(&name, &downstream);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let mut client = Client::new(ep.clone());
+        scenario::create_workflow(&mut client, &target.path("/workflow"), body).await
+    })?;
+    Ok(WorkflowSetup {
+        name,
+        downstream: Some(downstream),
+        mock,
+    })
+}
+
+/// Creates the workflow a scenario needs and builds the per-operation work.
 fn prepare(
     target: &Target,
     ep: &Arc<Endpoint>,
@@ -128,36 +210,9 @@ fn prepare(
             let path = target.path(path);
             return Ok((Arc::new(Workload::Get { path }), None));
         }
-        Setup::Create(wf) | Setup::Mixed(wf, _) | Setup::E2e(wf, ..) => wf.clone(),
+        Setup::Create(wf) | Setup::Mixed(wf, _) | Setup::E2e(wf, ..) => wf,
     };
-    let mut downstream_stats = None;
-    let name = match wf.workflow {
-        Some(name) => name,
-        None => {
-            let downstream = match wf.downstream {
-                Some(url) => url,
-                None => {
-                    let bg = mock::spawn(MockConfig {
-                        addr: "127.0.0.1:0".parse()?,
-                        threads: wf.mock_threads,
-                        delay: wf.mock_delay,
-                    })?;
-                    downstream_stats = Some(bg.stats);
-                    format!("http://{}", bg.addr)
-                }
-            };
-            let name = scenario::unique_workflow_name();
-            let body = scenario::two_step_workflow(&name, &downstream);
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(async {
-                let mut client = Client::new(ep.clone());
-                scenario::create_workflow(&mut client, &target.path("/workflow"), body).await
-            })?;
-            name
-        }
-    };
+    let WorkflowSetup { name, mock, .. } = setup_workflow(target, ep, wf)?;
     let create = target.path(&format!("/serviceRequest/{name}"));
     let body = Bytes::from_static(CLAIM_PAYLOAD.as_bytes());
     let read_prefix = target.path("/serviceRequest/");
@@ -178,7 +233,7 @@ fn prepare(
             workflow_timeout,
         },
     };
-    Ok((Arc::new(workload), downstream_stats))
+    Ok((Arc::new(workload), mock))
 }
 
 fn plan(name: &str, load: &LoadArgs, rate: Option<f64>) -> Plan {

@@ -57,6 +57,33 @@ pub fn progress(body: &[u8]) -> Option<Progress> {
     })
 }
 
+#[derive(Deserialize)]
+struct OutcomeView {
+    status: String,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// Whether a service request is final, with the server's `reason` if it failed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Running,
+    Completed,
+    Failed { reason: String },
+}
+
+/// Reads a status answer for its outcome only (the `faults` scenario).
+pub fn outcome(body: &[u8]) -> Option<Outcome> {
+    let v: OutcomeView = serde_json::from_slice(body).ok()?;
+    Some(match v.status.as_str() {
+        "COMPLETED" => Outcome::Completed,
+        "FAILED" => Outcome::Failed {
+            reason: v.reason.unwrap_or_default(),
+        },
+        _ => Outcome::Running,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,5 +124,25 @@ mod tests {
             })
         );
         assert_eq!(progress(b"{}"), None);
+    }
+
+    #[test]
+    fn outcome_with_reason() {
+        let b = br#"{"status":"FAILED","reason":"step1 answered 503","steps":[]}"#;
+        assert_eq!(
+            outcome(b),
+            Some(Outcome::Failed {
+                reason: "step1 answered 503".into()
+            })
+        );
+        assert_eq!(
+            outcome(br#"{"status":"COMPLETED"}"#),
+            Some(Outcome::Completed)
+        );
+        assert_eq!(
+            outcome(br#"{"status":"NEW","reason":null}"#),
+            Some(Outcome::Running)
+        );
+        assert_eq!(outcome(b"[]"), None);
     }
 }

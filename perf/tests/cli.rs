@@ -14,8 +14,13 @@ struct Mock {
 
 impl Mock {
     fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    fn start_with(extra: &[&str]) -> Self {
         let mut child = Command::new(BIN)
             .args(["mock", "--port", "0", "--threads", "1"])
+            .args(extra)
             .stderr(Stdio::piped())
             .spawn()
             .expect("start mock");
@@ -255,4 +260,46 @@ fn every_scenario_against_the_real_server_adds_up() {
         assert!(steps["step1"].as_i64().unwrap() >= completed, "{e}");
         assert!(steps["step2"].as_i64().unwrap() >= completed, "{e}");
     }
+}
+
+#[test]
+fn faults_accounts_for_every_request_and_every_step_call() {
+    let s = RealServer::start();
+    let mock = Mock::start_with(&["--fail-first-pct", "30"]);
+    let v = run_json(&[
+        "faults",
+        "--url",
+        &s.url,
+        "--downstream",
+        &mock.url,
+        "--requests",
+        "200",
+        "-c",
+        "4",
+        "--settle-timeout",
+        "60s",
+    ]);
+    assert_eq!(v["scenario"], "faults");
+    assert_eq!(v["acknowledged"], 200, "{v}");
+    assert_eq!(v["pending"], 0, "{v}");
+    let (completed, failed) = (
+        v["completed"].as_u64().unwrap(),
+        v["failed"].as_u64().unwrap(),
+    );
+    assert_eq!(completed + failed, 200, "{v}");
+    // Whether or not the server retries a faulted step, it must never call one twice
+    // without a fault asking for it.
+    let m = &v["mock"];
+    assert!(m["faults_injected"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(m["excess_calls"], 0, "{v}");
+    // A request fails only through a faulted step, so failures are bounded by the faults.
+    assert!(failed <= m["faults_injected"].as_u64().unwrap(), "{v}");
+    if failed > 0 {
+        assert!(
+            !v["failed_sample"][0]["reason"].as_str().unwrap().is_empty(),
+            "{v}"
+        );
+    }
+    let stored = s.count("SELECT count(*) FROM service_requests");
+    assert_eq!(stored, 200, "{v}");
 }

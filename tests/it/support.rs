@@ -496,35 +496,60 @@ pub fn free_port() -> u16 {
 }
 
 /// The real binary as a child process, on `port`, with short leases (1 s) and sweeps.
-pub fn spawn_binary(db_url: &str, port: u16) -> Child {
+pub fn spawn_binary(db_url: &str, port: u16) -> Spawned {
     spawn_binary_with(db_url, port, &[])
 }
 
+/// A child process killed when dropped, so a failing test leaves none behind.
+pub struct Spawned(pub Child);
+
+impl std::ops::Deref for Spawned {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Spawned {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `spawn_binary` with more flags.
-pub fn spawn_binary_with(db_url: &str, port: u16, extra: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_clamp"))
-        .args([
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--database-url",
-            db_url,
-        ])
-        .args([
-            "--threads",
-            "2",
-            "--lease-ms",
-            "1000",
-            "--sweep-interval-ms",
-            "100",
-        ])
-        .args(extra)
-        .env("LOG_LEVEL", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("binary starts")
+pub fn spawn_binary_with(db_url: &str, port: u16, extra: &[&str]) -> Spawned {
+    Spawned(
+        Command::new(env!("CARGO_BIN_EXE_clamp"))
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--database-url",
+                db_url,
+            ])
+            .args([
+                "--threads",
+                "2",
+                "--lease-ms",
+                "1000",
+                "--sweep-interval-ms",
+                "100",
+            ])
+            .args(extra)
+            .env("LOG_LEVEL", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("binary starts"),
+    )
 }
 
 /// Waits (up to 20 s) until the server on `port` answers `/health`.
