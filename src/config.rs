@@ -108,9 +108,31 @@ pub struct Args {
     #[arg(long, env = "CLAMP_MAX_HEADERS", default_value_t = 100)]
     pub max_headers: usize,
 
-    /// Time allowed to send a request's headers, and to sit idle between keep-alive requests, in milliseconds.
+    /// Time allowed to send a request's headers once they have started, and a request body, in milliseconds.
     #[arg(long, env = "CLAMP_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
     pub header_timeout_ms: u64,
+
+    /// How long a keep-alive connection may sit idle between requests, in milliseconds.
+    #[arg(long, env = "CLAMP_KEEP_ALIVE_TIMEOUT_MS", default_value_t = 75_000)]
+    pub keep_alive_timeout_ms: u64,
+
+    /// Bearer tokens, comma-separated (several, so they can be rotated). When set, every
+    /// route but /health and /ready (and /metrics with --metrics-open) needs one.
+    #[arg(
+        long,
+        env = "CLAMP_API_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub api_tokens: Vec<String>,
+
+    /// Serve /metrics without a token when tokens are on.
+    #[arg(long, env = "CLAMP_METRICS_OPEN", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    pub metrics_open: bool,
+
+    /// How long an Idempotency-Key of POST /serviceRequest/{workflow} is remembered, in hours.
+    #[arg(long, env = "CLAMP_IDEMPOTENCY_WINDOW_HOURS", default_value_t = 24.0)]
+    pub idempotency_window_hours: f64,
 
     /// Postgres connections per thread.
     #[arg(long, env = "CLAMP_POOL_SIZE", default_value_t = 8)]
@@ -273,6 +295,11 @@ pub struct Config {
     pub body_limit: usize,
     pub max_headers: usize,
     pub header_timeout: Duration,
+    pub keep_alive_timeout: Duration,
+    /// Accepted bearer tokens (none: authentication off). Never printed.
+    pub api_tokens: crate::http::auth::Tokens,
+    pub metrics_open: bool,
+    pub idempotency_window: Duration,
     pub pool_size: u32,
     pub db_connect_timeout: Duration,
     pub shutdown_timeout: Duration,
@@ -296,6 +323,9 @@ pub struct Config {
     pub retention_interval: Duration,
     pub log_level: String,
 }
+
+/// Shortest bearer token accepted: a guessable token is no protection.
+pub const MIN_TOKEN_LEN: usize = 16;
 
 /// The default database when nothing is configured.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/clamp";
@@ -352,7 +382,35 @@ impl Config {
         if a.lease_ms < 300 {
             return Err(ConfigError("--lease-ms must be at least 300".into()));
         }
-        if a.header_timeout_ms == 0 || a.flush_timeout_ms == 0 || a.step_timeout_ms == 0 {
+        let tokens: Vec<&str> = a
+            .api_tokens
+            .iter()
+            .map(|t| t.trim())
+            .filter(|t| !t.is_empty())
+            .collect();
+        if tokens.iter().any(|t| t.len() < MIN_TOKEN_LEN) {
+            return Err(ConfigError(format!(
+                "CLAMP_API_TOKENS: every token must be at least {MIN_TOKEN_LEN} characters"
+            )));
+        }
+        if tokens
+            .iter()
+            .any(|t| t.bytes().any(|b| !b.is_ascii_graphic()))
+        {
+            return Err(ConfigError(
+                "CLAMP_API_TOKENS: tokens are printable ASCII without spaces".into(),
+            ));
+        }
+        if !(a.idempotency_window_hours > 0.0 && a.idempotency_window_hours.is_finite()) {
+            return Err(ConfigError(
+                "--idempotency-window-hours must be more than 0".into(),
+            ));
+        }
+        if a.header_timeout_ms == 0
+            || a.flush_timeout_ms == 0
+            || a.step_timeout_ms == 0
+            || a.keep_alive_timeout_ms == 0
+        {
             return Err(ConfigError("timeouts must be at least 1 ms".into()));
         }
         let retry = crate::workflow::RetrySpec {
@@ -403,6 +461,10 @@ impl Config {
             body_limit: a.body_limit,
             max_headers: a.max_headers,
             header_timeout: Duration::from_millis(a.header_timeout_ms),
+            keep_alive_timeout: Duration::from_millis(a.keep_alive_timeout_ms),
+            api_tokens: crate::http::auth::Tokens::new(&tokens),
+            metrics_open: a.metrics_open,
+            idempotency_window: Duration::from_secs_f64(a.idempotency_window_hours * 3600.0),
             pool_size: a.pool_size,
             db_connect_timeout: Duration::from_millis(a.db_connect_timeout_ms.max(1)),
             shutdown_timeout: Duration::from_millis(a.shutdown_timeout_ms),
@@ -602,6 +664,17 @@ mod tests {
         assert!(bad(&["--step-retry-max-attempts", "0"]).contains("maxAttempts"));
         assert!(bad(&["--step-retry-backoff-coefficient", "0.5"]).contains("backoffCoefficient"));
         assert!(bad(&["--downstream-max-in-flight", "0"]).contains("at least 1"));
+        assert!(bad(&["--api-tokens", "short"]).contains("at least 16"));
+        assert!(bad(&["--api-tokens", "a valid length but spaces"]).contains("printable"));
+        assert!(bad(&["--idempotency-window-hours", "0"]).contains("idempotency"));
+        let c = Config::from_args(Args::parse_from([
+            "clamp",
+            "--api-tokens",
+            "0123456789abcdef, fedcba9876543210,",
+        ]))
+        .unwrap();
+        assert!(c.api_tokens.is_on());
+        assert!(!format!("{c:?}").contains("0123456789abcdef"));
         let c = Config::from_args(Args::parse_from(["clamp", "--retention-days", "0.5"])).unwrap();
         assert_eq!(c.retention, Some(Duration::from_secs(43_200)));
     }

@@ -26,26 +26,30 @@ pub enum Route {
     ListWorkflows,
     CreateServiceRequest,
     GetServiceRequest,
+    CancelServiceRequest,
     ListServiceRequests,
     StepResponse,
     Health,
     Ready,
     Metrics,
+    OpenApi,
     NotFound,
 }
 
 impl Route {
-    pub const ALL: [Route; 11] = [
+    pub const ALL: [Route; 13] = [
         Route::CreateWorkflow,
         Route::GetWorkflow,
         Route::ListWorkflows,
         Route::CreateServiceRequest,
         Route::GetServiceRequest,
+        Route::CancelServiceRequest,
         Route::ListServiceRequests,
         Route::StepResponse,
         Route::Health,
         Route::Ready,
         Route::Metrics,
+        Route::OpenApi,
         Route::NotFound,
     ];
 
@@ -57,11 +61,13 @@ impl Route {
             Route::ListWorkflows => "get_workflows_handler",
             Route::CreateServiceRequest => "create_service_request_handler",
             Route::GetServiceRequest => "get_service_request_handler_by_id",
+            Route::CancelServiceRequest => "cancel_service_request_handler",
             Route::ListServiceRequests => "get_service_requests_by_workflow_name_handler",
             Route::StepResponse => "resume_async_service_request_handler",
             Route::Health => "health_handler",
             Route::Ready => "ready_handler",
             Route::Metrics => "metrics_handler",
+            Route::OpenApi => "openapi_handler",
             Route::NotFound => "not_found_handler",
         }
     }
@@ -187,6 +193,7 @@ pub struct Metrics {
     pub buffer_depth: Gauge,
     pub completed: Counter,
     pub failed: Counter,
+    pub cancelled: Counter,
     pub steps_executed: Counter,
     pub leases_claimed: Counter,
     pub leases_lost: Counter,
@@ -267,6 +274,7 @@ impl Metrics {
             buffer_depth: Gauge::default(),
             completed: Counter::default(),
             failed: Counter::default(),
+            cancelled: Counter::default(),
             steps_executed: Counter::default(),
             leases_claimed: Counter::default(),
             leases_lost: Counter::default(),
@@ -309,6 +317,11 @@ impl Metrics {
             "failed_service_request_handler_counter",
             "Service requests failed",
             m.failed.clone(),
+        );
+        registry.register(
+            "cancelled_service_request_handler_counter",
+            "Service requests cancelled",
+            m.cancelled.clone(),
         );
         registry.register(
             "clamp_steps_executed",

@@ -14,6 +14,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
+use crate::http::conn::{ConnIo, ConnState, Timeouts};
 use crate::state::{App, Core};
 use crate::store::buffer::{self, FlusherConfig};
 use crate::store::pool;
@@ -87,6 +88,7 @@ pub async fn serve_core(
             max_batch: cfg.max_batch,
             concurrency: cfg.flush_concurrency,
             hard_timeout: cfg.flush_timeout + Duration::from_secs(2),
+            key_window: cfg.idempotency_window,
         },
         app.metrics.clone(),
         Some(executor.clone() as Arc<dyn buffer::Handoff>),
@@ -132,10 +134,17 @@ pub async fn serve_core(
         }
     };
     let mut builder = http1::Builder::new();
+    // The header-read and idle timeouts are `ConnIo`'s, apart from each other; hyper's
+    // own header timer would also close idle keep-alive connections.
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(cfg.header_timeout)
+        .header_read_timeout(None)
         .keep_alive(true);
+    let timeouts = Timeouts {
+        header: cfg.header_timeout,
+        idle: cfg.keep_alive_timeout,
+        body_limit: cfg.body_limit,
+    };
     // hyper keeps up to 100 headers on the stack; setting any limit moves them to the heap.
     if cfg.max_headers != 100 {
         builder.max_headers(cfg.max_headers);
@@ -149,11 +158,13 @@ pub async fn serve_core(
                 Ok((stream, _)) => {
                     let _ = stream.set_nodelay(true);
                     let core = core.clone();
+                    let state = Arc::new(ConnState::default());
+                    let io = TokioIo::new(ConnIo::new(stream, state.clone(), timeouts));
                     let service = service_fn(move |req| {
-                        let core = core.clone();
-                        async move { Ok::<_, std::convert::Infallible>(crate::http::handle(core, req).await) }
+                        let (core, state) = (core.clone(), state.clone());
+                        async move { Ok::<_, std::convert::Infallible>(crate::http::handle(core, state, req).await) }
                     });
-                    let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+                    let conn = graceful.watch(builder.serve_connection(io, service));
                     tokio::spawn(async move {
                         let _ = conn.await;
                     });

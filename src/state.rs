@@ -53,6 +53,8 @@ pub const DEFAULT_HEADER_DENYLIST: &[&str] = &[
     "expect",
     "authorization",
     "cookie",
+    // The client's key for an idempotent create; steps get their own.
+    "idempotency-key",
 ];
 
 impl App {

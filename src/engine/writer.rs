@@ -135,7 +135,8 @@ WITH input AS (
                            THEN now() + i.retry_in_ms * interval '1 millisecond'
                            WHEN i.release THEN '-infinity'::timestamptz ELSE s.lease_until END
     FROM input i
-    WHERE s.id = i.id AND s.lease_owner = $20
+    -- The fence: still leased to this instance, and not cancelled meanwhile.
+    WHERE s.id = i.id AND s.lease_owner = $20 AND s.status <> 'CANCELLED'
     RETURNING s.id
 ), records AS (
     INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
@@ -144,8 +145,12 @@ WITH input AS (
            to_timestamp(i.started_ms / 1000.0), to_timestamp(i.finished_ms / 1000.0),
            CASE WHEN i.finished_ms IS NULL THEN NULL ELSE round(i.finished_ms - i.started_ms)::bigint END,
            i.step_reason, i.step_attempts
-    FROM input i JOIN fenced f ON f.id = i.id
+    FROM input i LEFT JOIN fenced f ON f.id = i.id
+    -- A request cancelled while one of its steps was in flight still gets that step's
+    -- outcome as its entry (nothing after it starts); only unfenced rows are looked at.
     WHERE i.step_id > 0
+      AND (f.id IS NOT NULL
+           OR EXISTS (SELECT 1 FROM service_requests c WHERE c.id = i.id AND c.status = 'CANCELLED'))
 )
 SELECT id FROM fenced";
 

@@ -1,10 +1,13 @@
-//! The HTTP front end: a plain `match` on method and path (no router framework, no
-//! allocation), one file per resource, body limits, and errors mapped to responses.
+//! The HTTP front end: one route table (method, path pattern, handler), matched without
+//! allocating; one file per resource; bearer tokens; body limits and early answers that
+//! keep the connection usable; errors mapped to responses in one place.
 
 // Handlers return a ready response as their error; boxing it would only add an allocation.
 #![allow(clippy::result_large_err)]
 
+pub mod auth;
 pub mod body;
+pub mod conn;
 pub mod ops;
 pub mod response;
 pub mod service_requests;
@@ -16,141 +19,220 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use hyper::body::Incoming;
+use hyper::header::{HeaderValue, ALLOW};
+use hyper::http::request::Parts;
 use hyper::{Method, Request, StatusCode};
 
 use crate::metrics::Route;
 use crate::state::Core;
+use body::Body;
+use conn::ConnState;
 use response::{error, Resp};
 
-/// Answers one request and records it in the route's metrics.
-pub async fn handle(core: Arc<Core>, req: Request<Incoming>) -> Resp {
+/// One segment of a route's path.
+enum Seg {
+    /// This text exactly.
+    Lit(&'static str),
+    /// Any non-empty segment, handed to the handler (percent-decoded where it is a name).
+    Arg,
+}
+
+use Seg::{Arg, Lit};
+
+/// A route: method, path, what answers it, and whether it is open without a token.
+struct RouteDef {
+    method: Method,
+    path: &'static [Seg],
+    route: Route,
+    open: bool,
+}
+
+const fn route(method: Method, path: &'static [Seg], route: Route) -> RouteDef {
+    RouteDef {
+        method,
+        path,
+        route,
+        open: false,
+    }
+}
+
+/// A route open without a token.
+const fn open(method: Method, path: &'static [Seg], route: Route) -> RouteDef {
+    RouteDef {
+        method,
+        path,
+        route,
+        open: true,
+    }
+}
+
+/// Every route, stated once: the router, `405 Allow` and the token check read this table.
+const ROUTES: &[RouteDef] = &[
+    route(
+        Method::POST,
+        &[Lit("serviceRequest"), Arg],
+        Route::CreateServiceRequest,
+    ),
+    route(
+        Method::GET,
+        &[Lit("serviceRequest"), Arg],
+        Route::GetServiceRequest,
+    ),
+    route(
+        Method::POST,
+        &[Lit("serviceRequest"), Arg, Lit("cancel")],
+        Route::CancelServiceRequest,
+    ),
+    route(
+        Method::GET,
+        &[Lit("serviceRequests"), Arg],
+        Route::ListServiceRequests,
+    ),
+    route(Method::POST, &[Lit("workflow")], Route::CreateWorkflow),
+    route(Method::GET, &[Lit("workflow"), Arg], Route::GetWorkflow),
+    route(Method::GET, &[Lit("workflows")], Route::ListWorkflows),
+    route(Method::POST, &[Lit("stepResponse")], Route::StepResponse),
+    open(Method::GET, &[Lit("health")], Route::Health),
+    open(Method::GET, &[Lit("ready")], Route::Ready),
+    route(Method::GET, &[Lit("metrics")], Route::Metrics),
+    route(Method::GET, &[Lit("openapi.json")], Route::OpenApi),
+];
+
+/// Most segments any route has.
+const MAX_SEGMENTS: usize = 3;
+
+/// Why no route answers a request.
+enum Miss {
+    NotFound,
+    /// The path exists with other methods (for `Allow`).
+    MethodNotAllowed(Vec<&'static str>),
+}
+
+/// Finds the route for `method` and `path`, and the path's argument (empty if none).
+fn resolve<'p>(method: &Method, path: &'p str) -> Result<(&'static RouteDef, &'p str), Miss> {
+    let mut segs = [""; MAX_SEGMENTS];
+    let mut n = 0;
+    for s in path.strip_prefix('/').unwrap_or(path).split('/') {
+        if n == MAX_SEGMENTS {
+            return Err(Miss::NotFound);
+        }
+        segs[n] = s;
+        n += 1;
+    }
+    let segs = &segs[..n];
+    let mut allowed = Vec::new();
+    for def in ROUTES {
+        if def.path.len() != n {
+            continue;
+        }
+        let mut arg = "";
+        let fits = def.path.iter().zip(segs).all(|(p, s)| match p {
+            Lit(l) => l == s,
+            Arg => {
+                arg = s;
+                !s.is_empty()
+            }
+        });
+        if !fits {
+            continue;
+        }
+        if def.method == *method {
+            return Ok((def, arg));
+        }
+        allowed.push(def.method.as_str());
+    }
+    if allowed.is_empty() {
+        Err(Miss::NotFound)
+    } else {
+        Err(Miss::MethodNotAllowed(allowed))
+    }
+}
+
+/// Answers one request, settles its body (drained, or the connection closed properly),
+/// and records it in the route's metrics.
+pub async fn handle(core: Arc<Core>, conn: Arc<ConnState>, req: Request<Incoming>) -> Resp {
     let started = Instant::now();
-    let (route, resp) = dispatch(&core, req).await;
+    let _in_flight = conn.begin();
+    let (parts, body) = req.into_parts();
+    let mut body = Body::new(body);
+    let (route, mut resp) = dispatch(&core, &parts, &mut body).await;
+    let cfg = &core.app.config;
+    body.settle(
+        &parts.headers,
+        &mut resp,
+        &conn,
+        cfg.body_limit,
+        cfg.header_timeout,
+    )
+    .await;
     core.app
         .metrics
         .record(route, resp.status().as_u16(), started.elapsed());
     resp
 }
 
-async fn dispatch(core: &Core, req: Request<Incoming>) -> (Route, Resp) {
-    // The Uri clone shares its bytes (no allocation), so path segments can be borrowed
-    // while the request itself moves into a handler.
-    let uri = req.uri().clone();
-    // Split the path once; every route has at most two segments.
-    let path = uri.path();
-    let trimmed = path.strip_prefix('/').unwrap_or(path);
-    let (first, rest) = match trimmed.split_once('/') {
-        Some((a, b)) => (a, Some(b)),
-        None => (trimmed, None),
-    };
-    let method = req.method();
-    match (first, rest) {
-        ("serviceRequest", Some(arg)) if !arg.is_empty() && !arg.contains('/') => {
-            if method == Method::POST {
-                let name = decode(arg).into_owned();
-                (
-                    Route::CreateServiceRequest,
-                    service_requests::create(core, &name, req).await,
-                )
-            } else if method == Method::GET {
-                let id = arg.to_owned();
-                (
-                    Route::GetServiceRequest,
-                    service_requests::get(core, &id).await,
-                )
-            } else {
-                (Route::CreateServiceRequest, not_allowed())
-            }
-        }
-        ("serviceRequests", Some(arg))
-            if !arg.is_empty() && !arg.contains('/') && method == Method::GET =>
-        {
-            let name = decode(arg).into_owned();
-            (
-                Route::ListServiceRequests,
-                service_requests::list(core, &name, req.uri().query()).await,
+async fn dispatch(core: &Core, parts: &Parts, body: &mut Body) -> (Route, Resp) {
+    let (def, arg) = match resolve(&parts.method, parts.uri.path()) {
+        Ok(found) => found,
+        Err(Miss::NotFound) => {
+            return (
+                Route::NotFound,
+                error(StatusCode::NOT_FOUND, "no such route"),
             )
         }
-        ("workflow", None) if method == Method::POST => {
-            (Route::CreateWorkflow, workflows::create(core, req).await)
+        Err(Miss::MethodNotAllowed(allowed)) => return (Route::NotFound, not_allowed(&allowed)),
+    };
+    let route = def.route;
+    let open = def.open || (route == Route::Metrics && core.app.config.metrics_open);
+    if !open {
+        if let Err(resp) = core.app.config.api_tokens.check(&parts.headers) {
+            return (route, resp);
         }
-        ("workflow", Some(arg))
-            if !arg.is_empty() && !arg.contains('/') && method == Method::GET =>
-        {
-            let name = decode(arg);
-            (Route::GetWorkflow, workflows::get(core, &name).await)
-        }
-        ("workflows", None) if method == Method::GET => (
-            Route::ListWorkflows,
-            workflows::list(core, req.uri().query()).await,
-        ),
-        ("stepResponse", None) if method == Method::POST => {
-            (Route::StepResponse, step_response::post(core, req).await)
-        }
-        ("health", None) if method == Method::GET => (Route::Health, ops::health()),
-        ("ready", None) if method == Method::GET => (Route::Ready, ops::ready(core).await),
-        ("metrics", None) if method == Method::GET => (Route::Metrics, ops::metrics(core)),
-        (
-            "serviceRequest" | "serviceRequests" | "workflow" | "workflows" | "stepResponse"
-            | "health" | "ready" | "metrics",
-            _,
-        ) if is_known_shape(first, rest) => (Route::NotFound, not_allowed()),
-        _ => (
-            Route::NotFound,
-            error(StatusCode::NOT_FOUND, "no such route"),
-        ),
     }
+    let query = parts.uri.query();
+    let resp = match route {
+        Route::CreateServiceRequest => {
+            service_requests::create(core, &decode(arg), parts, body).await
+        }
+        Route::GetServiceRequest => service_requests::get(core, arg).await,
+        Route::CancelServiceRequest => service_requests::cancel(core, arg, parts, body).await,
+        Route::ListServiceRequests => service_requests::list(core, &decode(arg), query).await,
+        Route::CreateWorkflow => workflows::create(core, parts, body).await,
+        Route::GetWorkflow => workflows::get(core, &decode(arg)).await,
+        Route::ListWorkflows => workflows::list(core, query).await,
+        Route::StepResponse => step_response::post(core, parts, body).await,
+        Route::Health => ops::health(),
+        Route::Ready => ops::ready(core).await,
+        Route::Metrics => ops::metrics(core),
+        Route::OpenApi => ops::openapi(),
+        Route::NotFound => error(StatusCode::NOT_FOUND, "no such route"),
+    };
+    (route, resp)
 }
 
-/// True when the path names a route that exists with another method.
-fn is_known_shape(first: &str, rest: Option<&str>) -> bool {
-    match (first, rest) {
-        ("workflow", None) | ("workflows", None) | ("stepResponse", None) => true,
-        ("health" | "ready" | "metrics", None) => true,
-        ("serviceRequest" | "serviceRequests" | "workflow", Some(a)) => {
-            !a.is_empty() && !a.contains('/')
-        }
-        _ => false,
-    }
-}
-
-fn not_allowed() -> Resp {
-    error(
+fn not_allowed(allowed: &[&str]) -> Resp {
+    let mut r = error(
         StatusCode::METHOD_NOT_ALLOWED,
         "method not allowed on this route",
-    )
+    );
+    if let Ok(v) = HeaderValue::from_str(&allowed.join(", ")) {
+        r.headers_mut().insert(ALLOW, v);
+    }
+    r
 }
 
-/// Percent-decodes a path segment; borrows when there is nothing to decode.
+/// Percent-decodes a path segment (`+` stays `+` in a path); borrows when there is
+/// nothing to decode.
 pub fn decode(seg: &str) -> Cow<'_, str> {
-    if !seg.contains('%') {
-        return Cow::Borrowed(seg);
-    }
-    let b = seg.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            let hex = |c: u8| (c as char).to_digit(16);
-            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    Cow::Owned(String::from_utf8_lossy(&out).into_owned())
+    percent_encoding::percent_decode_str(seg).decode_utf8_lossy()
 }
 
-/// Reads `key`'s value from a query string (first occurrence, percent-decoded).
+/// Reads `key`'s value from a query string (the first occurrence, form-decoded: `%xx`
+/// and `+` for a space).
 pub fn query_param<'q>(query: Option<&'q str>, key: &str) -> Option<Cow<'q, str>> {
-    query?
-        .split('&')
-        .filter_map(|kv| kv.split_once('=').or(Some((kv, ""))))
-        .find(|(k, _)| *k == key)
-        .map(|(_, v)| decode(v))
+    form_urlencoded::parse(query?.as_bytes())
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v)
 }
 
 #[cfg(test)]
@@ -161,6 +243,7 @@ mod tests {
     fn decodes_segments() {
         assert_eq!(decode("plain"), "plain");
         assert_eq!(decode("a%20b"), "a b");
+        assert_eq!(decode("a+b"), "a+b");
         assert_eq!(decode("bad%zzx"), "bad%zzx");
         assert_eq!(decode("end%2"), "end%2");
         assert_eq!(decode("%41"), "A");
@@ -168,13 +251,45 @@ mod tests {
 
     #[test]
     fn reads_query_params() {
-        let q = Some("pageNumber=1&pageSize=10&sortBy=name:asc%2Ccreated_at:desc");
+        let q = Some("pageNumber=1&pageSize=10&sortBy=name:asc%2Ccreated_at:desc&q=a+b");
         assert_eq!(query_param(q, "pageNumber").unwrap(), "1");
         assert_eq!(
             query_param(q, "sortBy").unwrap(),
             "name:asc,created_at:desc"
         );
+        assert_eq!(query_param(q, "q").unwrap(), "a b");
         assert!(query_param(q, "nope").is_none());
         assert!(query_param(None, "x").is_none());
+    }
+
+    #[test]
+    fn resolves_routes_from_the_one_table() {
+        let found = |m: Method, p: &str| match resolve(&m, p) {
+            Ok((def, arg)) => Some((def.route, arg.to_string())),
+            Err(_) => None,
+        };
+        assert_eq!(
+            found(Method::POST, "/serviceRequest/wf"),
+            Some((Route::CreateServiceRequest, "wf".into()))
+        );
+        assert_eq!(
+            found(Method::POST, "/serviceRequest/abc/cancel"),
+            Some((Route::CancelServiceRequest, "abc".into()))
+        );
+        assert_eq!(
+            found(Method::GET, "/health"),
+            Some((Route::Health, "".into()))
+        );
+        assert_eq!(found(Method::GET, "/health/"), None);
+        assert_eq!(found(Method::GET, "/serviceRequest/"), None);
+        assert_eq!(found(Method::GET, "/a/b/c/d"), None);
+        match resolve(&Method::DELETE, "/serviceRequest/x") {
+            Err(Miss::MethodNotAllowed(m)) => assert_eq!(m, ["POST", "GET"]),
+            _ => panic!("expected 405"),
+        }
+        assert!(matches!(
+            resolve(&Method::GET, "/nope"),
+            Err(Miss::NotFound)
+        ));
     }
 }

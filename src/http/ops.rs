@@ -40,6 +40,14 @@ pub async fn ready(core: &Core) -> Resp {
     }
 }
 
+/// The OpenAPI 3.1 document of every route, kept in the repository and served as it is.
+pub fn openapi() -> Resp {
+    json_bytes(StatusCode::OK, Bytes::from_static(OPENAPI))
+}
+
+/// `openapi.json` at the top of the repository.
+static OPENAPI: &[u8] = include_bytes!("../../openapi.json");
+
 /// Prometheus text exposition.
 pub fn metrics(core: &Core) -> Resp {
     let app = &core.app;

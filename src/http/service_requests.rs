@@ -10,17 +10,18 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use hyper::body::Incoming;
-use hyper::header::HeaderMap;
-use hyper::{Request, StatusCode};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::http::request::Parts;
+use hyper::StatusCode;
 use tokio::sync::oneshot;
 
-use super::body;
+use super::body::Body;
 use super::response::{error, json, json_bytes, store_error, unavailable, Resp};
 use crate::config::AckMode;
 use crate::state::Core;
 use crate::store::buffer::PushError;
-use crate::store::{queries, AckError, LoadError, PendingRow};
+use crate::store::cancel::Cancelled;
+use crate::store::{queries, AckError, Created, LoadError, PendingRow};
 use crate::workflow::Workflow;
 
 thread_local! {
@@ -105,20 +106,54 @@ fn unknown_workflow(name: &str) -> Resp {
     )
 }
 
-/// `POST /serviceRequest/{workflow}`.
-pub async fn create(core: &Core, name: &str, req: Request<Incoming>) -> Resp {
+/// Longest `Idempotency-Key` accepted.
+pub const MAX_KEY_LEN: usize = 255;
+
+/// The `Idempotency-Key` header: None without one; 400 for one that is empty, too long, or
+/// not printable ASCII.
+fn idempotency_key(parts: &Parts) -> Result<Option<Box<str>>, Resp> {
+    let Some(v) = parts.headers.get(&IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    match v.to_str() {
+        Ok(k)
+            if !k.is_empty()
+                && k.len() <= MAX_KEY_LEN
+                && k.bytes().all(|b| b.is_ascii_graphic() || b == b' ') =>
+        {
+            Ok(Some(k.into()))
+        }
+        _ => Err(error(
+            StatusCode::BAD_REQUEST,
+            &format!("Idempotency-Key must be 1 to {MAX_KEY_LEN} printable ASCII characters"),
+        )),
+    }
+}
+
+static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
+/// `POST /serviceRequest/{workflow}`. With an `Idempotency-Key` (beyond Clamp), a repeat
+/// of a create for the same workflow within the window answers the original request
+/// (200) instead of creating another, or 422 when its payload differs; a keyed create is
+/// answered after its commit whatever the `ack` mode.
+pub async fn create(core: &Core, name: &str, parts: &Parts, body: &mut Body) -> Resp {
     let app = &core.app;
     let wf = match find_workflow(core, name).await {
         Ok(Some(wf)) => wf,
         Ok(None) => return unknown_workflow(name),
         Err(resp) => return resp,
     };
+    let key = match idempotency_key(parts) {
+        Ok(k) => k,
+        Err(resp) => return resp,
+    };
     if core.buffer.presumed_down() {
         app.metrics.rejected_overload.inc();
         return unavailable("database unavailable, retry later");
     }
-    let headers = forwardable_headers(&app.header_denylist, req.headers());
-    let body = match body::read(req, app.config.body_limit, app.config.header_timeout).await {
+    let headers = forwardable_headers(&app.header_denylist, &parts.headers);
+    let limits = (app.config.body_limit, app.config.header_timeout);
+    let body = match body.read(&parts.headers, limits.0, limits.1).await {
         Ok(b) => b,
         Err(resp) => return resp,
     };
@@ -131,18 +166,18 @@ pub async fn create(core: &Core, name: &str, req: Request<Incoming>) -> Resp {
         body
     };
     let id = crate::ids::new_v7();
-    let (ack, done) = match app.config.ack {
-        AckMode::Commit => {
-            let (tx, rx) = oneshot::channel();
-            (Some(tx), Some(rx))
-        }
-        AckMode::Accept => (None, None),
+    let (ack, done) = if app.config.ack == AckMode::Commit || key.is_some() {
+        let (tx, rx) = oneshot::channel();
+        (Some(tx), Some(rx))
+    } else {
+        (None, None)
     };
     let row = PendingRow {
         id,
         workflow: wf,
         payload,
         headers,
+        key,
         ack,
     };
     match core.buffer.push(row, app.config.enqueue_wait).await {
@@ -153,35 +188,117 @@ pub async fn create(core: &Core, name: &str, req: Request<Incoming>) -> Resp {
         }
         Err(PushError::Closed) => return unavailable("shutting down"),
     }
-    if let Some(done) = done {
-        match done.await {
-            Ok(Ok(())) => {}
-            Ok(Err(AckError::Invalid(msg))) => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    &format!("the payload cannot be stored: {msg}"),
-                )
-            }
-            Ok(Err(AckError::Unavailable)) | Err(_) => {
-                app.metrics.rejected_overload.inc();
-                return unavailable("database unavailable, retry later");
-            }
+    let Some(done) = done else {
+        return json_bytes(StatusCode::OK, created_body(&id, "NEW"));
+    };
+    match done.await {
+        Ok(Ok(Created::New)) => json_bytes(StatusCode::OK, created_body(&id, "NEW")),
+        Ok(Ok(Created::Existing { id, status })) => {
+            // A request deleted by retention since: its final status is not known any more.
+            let status = status.as_deref().unwrap_or("DELETED");
+            let mut r = json_bytes(StatusCode::OK, created_body(&id, status));
+            r.headers_mut()
+                .insert("idempotent-replayed", HeaderValue::from_static("true"));
+            r
+        }
+        Ok(Ok(Created::Mismatch { id })) => error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &format!(
+                "this Idempotency-Key was used for workflow {name} with another payload \
+                 (service request {id})"
+            ),
+        ),
+        Ok(Err(AckError::Invalid(msg))) => error(
+            StatusCode::BAD_REQUEST,
+            &format!("the payload cannot be stored: {msg}"),
+        ),
+        Ok(Err(AckError::Unavailable)) | Err(_) => {
+            app.metrics.rejected_overload.inc();
+            unavailable("database unavailable, retry later")
         }
     }
-    json_bytes(StatusCode::OK, created_body(&id))
 }
 
-/// `{"pollUrl":"/serviceRequest/<id>","status":"NEW","serviceRequestId":"<id>"}` without serde.
-fn created_body(id: &uuid::Uuid) -> Bytes {
+/// `{"pollUrl":"/serviceRequest/<id>","status":"<status>","serviceRequestId":"<id>"}` without serde.
+fn created_body(id: &uuid::Uuid, status: &str) -> Bytes {
     let mut idbuf = [0u8; uuid::fmt::Hyphenated::LENGTH];
     let id = id.hyphenated().encode_lower(&mut idbuf);
     let mut out = Vec::with_capacity(128);
     out.extend_from_slice(b"{\"pollUrl\":\"/serviceRequest/");
     out.extend_from_slice(id.as_bytes());
-    out.extend_from_slice(b"\",\"status\":\"NEW\",\"serviceRequestId\":\"");
+    out.extend_from_slice(b"\",\"status\":\"");
+    out.extend_from_slice(status.as_bytes());
+    out.extend_from_slice(b"\",\"serviceRequestId\":\"");
     out.extend_from_slice(id.as_bytes());
     out.extend_from_slice(b"\"}");
     Bytes::from(out)
+}
+
+/// Longest cancel reason kept.
+const MAX_REASON_LEN: usize = 1024;
+
+/// `POST /serviceRequest/{id}/cancel` (beyond Clamp), with an optional body
+/// `{"reason": "…"}`: no further step starts, a paused step stops waiting, `onFailure`
+/// steps do not run. Idempotent; 409 once the request finished.
+pub async fn cancel(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Resp {
+    let Ok(id) = uuid::Uuid::parse_str(id) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the service request id is not a valid UUID",
+        );
+    };
+    let app = &core.app;
+    let limits = (app.config.body_limit, app.config.header_timeout);
+    let body = match body.read(&parts.headers, limits.0, limits.1).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    let reason = if is_blank(&body) {
+        None
+    } else {
+        match serde_json::from_slice::<serde_json::Value>(&body) {
+            Ok(serde_json::Value::Object(o)) => match o.get("reason") {
+                None | Some(serde_json::Value::Null) => None,
+                Some(serde_json::Value::String(r)) if r.len() <= MAX_REASON_LEN => Some(r.clone()),
+                Some(_) => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        &format!("reason must be a string of at most {MAX_REASON_LEN} bytes"),
+                    )
+                }
+            },
+            _ => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "the body must be empty or a JSON object like {\"reason\": \"…\"}",
+                )
+            }
+        }
+    };
+    let reason = reason.unwrap_or_else(|| "cancelled by a client".into());
+    let conn = match core.pool.get().await {
+        Ok(c) => c,
+        Err(e) => return store_error(e.into(), "cancel service request"),
+    };
+    let answer = |reason: &str| {
+        json(
+            StatusCode::OK,
+            &serde_json::json!({"serviceRequestId": id.to_string(), "status": "CANCELLED", "reason": reason}),
+        )
+    };
+    match crate::store::cancel::cancel(&conn, id, &reason).await {
+        Ok(Cancelled::Now) => {
+            app.metrics.cancelled.inc();
+            answer(&reason)
+        }
+        Ok(Cancelled::Already { reason }) => answer(reason.as_deref().unwrap_or("")),
+        Ok(Cancelled::Finished { status }) => error(
+            StatusCode::CONFLICT,
+            &format!("the service request is {status} and can no longer be cancelled"),
+        ),
+        Ok(Cancelled::Unknown) => error(StatusCode::NOT_FOUND, "no service request with this id"),
+        Err(e) => store_error(e, "cancel service request"),
+    }
 }
 
 /// `GET /serviceRequest/{id}`.
@@ -298,7 +415,7 @@ mod tests {
     #[test]
     fn created_body_shape() {
         let id = uuid::Uuid::nil();
-        let v: serde_json::Value = serde_json::from_slice(&created_body(&id)).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&created_body(&id, "NEW")).unwrap();
         assert_eq!(v["pollUrl"], format!("/serviceRequest/{id}"));
         assert_eq!(v["status"], "NEW");
         assert_eq!(v["serviceRequestId"], id.to_string());

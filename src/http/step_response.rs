@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use hyper::body::Incoming;
-use hyper::{Request, StatusCode};
+use hyper::http::request::Parts;
+use hyper::StatusCode;
 
-use super::body;
+use super::body::Body;
 use super::response::{engine_error, error, json_bytes, Resp};
 use crate::engine::resume::{self, Applied};
 use crate::state::Core;
@@ -15,9 +15,10 @@ use crate::state::Core;
 const HTTP_PATIENCE: Duration = Duration::from_secs(2);
 
 /// `POST /stepResponse`.
-pub async fn post(core: &Core, req: Request<Incoming>) -> Resp {
+pub async fn post(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
     let app = &core.app;
-    let body = match body::read(req, app.config.body_limit, app.config.header_timeout).await {
+    let limits = (app.config.body_limit, app.config.header_timeout);
+    let body = match body.read(&parts.headers, limits.0, limits.1).await {
         Ok(b) => b,
         Err(r) => return r,
     };

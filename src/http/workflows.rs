@@ -3,10 +3,10 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use hyper::body::Incoming;
-use hyper::{Request, StatusCode};
+use hyper::http::request::Parts;
+use hyper::StatusCode;
 
-use super::body;
+use super::body::Body;
 use super::response::{error, json, json_bytes, store_error, Resp};
 use super::service_requests::{find_workflow, page_param, MAX_PAGE_SIZE};
 use crate::state::Core;
@@ -15,9 +15,10 @@ use crate::store::StoreError;
 use crate::workflow::{compile, set_default_reply_to, WorkflowDef};
 
 /// `POST /workflow`: validate, compile, store, cache.
-pub async fn create(core: &Core, req: Request<Incoming>) -> Resp {
+pub async fn create(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
     let app = &core.app;
-    let body = match body::read(req, app.config.body_limit, app.config.header_timeout).await {
+    let limits = (app.config.body_limit, app.config.header_timeout);
+    let body = match body.read(&parts.headers, limits.0, limits.1).await {
         Ok(b) => b,
         Err(r) => return r,
     };

@@ -19,12 +19,28 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use uuid::Uuid;
 
-use super::pool::Pool;
+use std::collections::{HashMap, HashSet};
+
+use super::idempotency;
+use super::pool::{PgConn, Pool};
 use super::raw_json::RawJson;
 use super::StoreError;
+use crate::backoff::Backoff;
 use crate::config::AckMode;
 use crate::metrics::Metrics;
 use crate::workflow::Workflow;
+
+/// What a create became, once its batch committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Created {
+    /// This row: a new service request.
+    New,
+    /// Its `Idempotency-Key` was used before, for this workflow, with the same payload:
+    /// that request, and its status now (None: deleted by retention since).
+    Existing { id: Uuid, status: Option<String> },
+    /// Its key was used before, for this workflow, with another payload.
+    Mismatch { id: Uuid },
+}
 
 /// Why a row was not acknowledged.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,8 +59,11 @@ pub struct PendingRow {
     pub payload: Bytes,
     /// The forwardable request headers, as a JSON object.
     pub headers: Bytes,
-    /// Answered after the commit in `ack=commit` mode; None in `ack=accept` mode.
-    pub ack: Option<oneshot::Sender<Result<(), AckError>>>,
+    /// The client's `Idempotency-Key`, if it sent one.
+    pub key: Option<Box<str>>,
+    /// Answered after the commit in `ack=commit` mode, and for keyed rows always; None
+    /// otherwise in `ack=accept` mode.
+    pub ack: Option<oneshot::Sender<Result<Created, AckError>>>,
 }
 
 /// Why a push was refused.
@@ -129,6 +148,8 @@ pub struct FlusherConfig {
     /// Client-side bound on a statement, beyond the server's statement_timeout, for a
     /// connection that stops answering altogether.
     pub hard_timeout: Duration,
+    /// How long an idempotency key holds.
+    pub key_window: Duration,
 }
 
 /// Creates a runtime's buffer; returns the handler side and the receiver the flusher drains.
@@ -206,40 +227,20 @@ struct Shared {
 impl Shared {
     /// Writes one batch and answers its rows (retrying in `ack=accept` mode until it commits).
     async fn flush(&self, mut batch: Vec<PendingRow>) {
-        let mut backoff = Duration::from_millis(50);
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
         loop {
             let handoff = self.handoff.as_deref();
             let n_leased = handoff.map_or(0, |h| h.reserve(batch.len()));
             let started = Instant::now();
-            let result =
-                write_batch(&self.pool, &batch, n_leased, handoff, self.cfg.hard_timeout).await;
+            let result = write_batch(&self.pool, &batch, n_leased, handoff, &self.cfg).await;
             self.metrics
                 .commit_seconds
                 .observe_duration(started.elapsed());
             self.metrics.batch_rows.observe(batch.len() as f64);
             let e = match result {
-                Ok(()) => {
+                Ok(written) => {
                     self.state.unavailable_until_ms.store(0, Ordering::Relaxed);
-                    self.metrics.rows_written.inc_by(batch.len() as u64);
-                    if let (Some(h), true) = (&self.handoff, n_leased > 0) {
-                        let rows = batch[..n_leased]
-                            .iter()
-                            .map(|r| {
-                                (
-                                    r.id,
-                                    r.workflow.clone(),
-                                    r.payload.clone(),
-                                    r.headers.clone(),
-                                )
-                            })
-                            .collect();
-                        h.clone().start(rows);
-                    }
-                    for row in batch.drain(..) {
-                        if let Some(ack) = row.ack {
-                            let _ = ack.send(Ok(()));
-                        }
-                    }
+                    self.settle(batch, n_leased, written);
                     return;
                 }
                 Err(e) => e,
@@ -250,8 +251,7 @@ impl Shared {
             self.metrics.flush_errors.inc();
             if let StoreError::Invalid(_) = e {
                 // One bad row must not fail its neighbours: write them one by one.
-                write_rows_singly(&self.pool, &mut batch, &self.metrics, self.cfg.hard_timeout)
-                    .await;
+                self.write_rows_singly(batch).await;
                 return;
             }
             let until = self.state.epoch.elapsed() + OUTAGE_BACKOFF;
@@ -269,81 +269,213 @@ impl Shared {
             }
             // ack=accept: these rows were acknowledged; keep them until they commit.
             tracing::warn!(rows = batch.len(), error = %e, "batch insert failed; retrying");
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(2));
+            backoff.wait().await;
+        }
+    }
+
+    /// After a commit: hands the rows inserted leased to the executor, gives back the
+    /// slots of leased rows that were not inserted (their key was taken), answers every row.
+    fn settle(&self, batch: Vec<PendingRow>, n_leased: usize, written: Written) {
+        let created = |i: usize| match &written {
+            Written::AllNew => Created::New,
+            Written::Each(each) => each[i].clone(),
+        };
+        let n_new = match &written {
+            Written::AllNew => batch.len(),
+            Written::Each(each) => each.iter().filter(|c| **c == Created::New).count(),
+        };
+        self.metrics.rows_written.inc_by(n_new as u64);
+        if let (Some(h), true) = (&self.handoff, n_leased > 0) {
+            let rows: Vec<_> = batch[..n_leased]
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| created(*i) == Created::New)
+                .map(|(_, r)| {
+                    (
+                        r.id,
+                        r.workflow.clone(),
+                        r.payload.clone(),
+                        r.headers.clone(),
+                    )
+                })
+                .collect();
+            h.release(n_leased - rows.len());
+            if !rows.is_empty() {
+                h.clone().start(rows);
+            }
+        }
+        for (i, row) in batch.into_iter().enumerate() {
+            match (row.ack, &written) {
+                (Some(ack), Written::AllNew) => {
+                    let _ = ack.send(Ok(Created::New));
+                }
+                (Some(ack), Written::Each(_)) => {
+                    let _ = ack.send(Ok(created(i)));
+                }
+                (None, _) => {}
+            }
+        }
+    }
+
+    /// After a batch was refused for its data, writes each row alone and answers each row.
+    async fn write_rows_singly(&self, batch: Vec<PendingRow>) {
+        for row in batch {
+            let rows = std::slice::from_ref(&row);
+            let answer = match write_batch(&self.pool, rows, 0, None, &self.cfg).await {
+                Ok(Written::AllNew) => {
+                    self.metrics.rows_written.inc();
+                    Ok(Created::New)
+                }
+                Ok(Written::Each(mut each)) => {
+                    let c = each.pop().expect("one row, one answer");
+                    if c == Created::New {
+                        self.metrics.rows_written.inc();
+                    }
+                    Ok(c)
+                }
+                Err(StoreError::Invalid(msg)) => Err(AckError::Invalid(msg)),
+                Err(_) => Err(AckError::Unavailable),
+            };
+            if answer.is_err() && row.ack.is_none() {
+                tracing::error!(id = %row.id, "an accepted service request could not be stored");
+            }
+            if let Some(ack) = row.ack {
+                let _ = ack.send(answer);
+            }
         }
     }
 }
 
-/// Writes `rows` in one statement; the first `n_leased` are inserted leased to this instance.
+/// What a committed batch wrote.
+enum Written {
+    /// Every row is a new service request (the batch had no keys).
+    AllNew,
+    /// Per row, what it became.
+    Each(Vec<Created>),
+}
+
+/// Writes `rows` in one statement (two when keys were taken by other creates); the first
+/// `n_leased` are inserted leased to this instance.
 async fn write_batch(
     pool: &Pool,
     rows: &[PendingRow],
     n_leased: usize,
     handoff: Option<&dyn Handoff>,
-    hard_timeout: Duration,
-) -> Result<(), StoreError> {
+    cfg: &FlusherConfig,
+) -> Result<Written, StoreError> {
     let conn = pool.get().await?;
-    let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
-    let names: Vec<&str> = rows.iter().map(|r| r.workflow.def.name.as_str()).collect();
-    let payloads: Vec<RawJson> = rows.iter().map(|r| RawJson(&r.payload)).collect();
-    let headers: Vec<RawJson> = rows.iter().map(|r| RawJson(&r.headers)).collect();
-    let leased: Vec<bool> = (0..rows.len()).map(|i| i < n_leased).collect();
     let owner: Option<Uuid> = handoff.filter(|_| n_leased > 0).map(|h| h.owner());
     let lease_ms: f64 = handoff.map_or(0.0, |h| h.lease().as_secs_f64() * 1000.0);
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
-        &ids, &names, &payloads, &headers, &leased, &owner, &lease_ms,
+    if rows.iter().all(|r| r.key.is_none()) {
+        let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+        let names: Vec<&str> = rows.iter().map(|r| r.workflow.def.name.as_str()).collect();
+        let payloads: Vec<RawJson> = rows.iter().map(|r| RawJson(&r.payload)).collect();
+        let headers: Vec<RawJson> = rows.iter().map(|r| RawJson(&r.headers)).collect();
+        let leased: Vec<bool> = (0..rows.len()).map(|i| i < n_leased).collect();
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+            &ids, &names, &payloads, &headers, &leased, &owner, &lease_ms,
+        ];
+        bounded(&conn, cfg.hard_timeout, async {
+            conn.client.execute(&conn.insert_requests, &params).await
+        })
+        .await?;
+        return Ok(Written::AllNew);
+    }
+    // A key twice in one batch: the first row claims it, the others are looked up after.
+    let mut first_of_key: HashMap<(&str, &str), usize> = HashMap::new();
+    let mut leaders = Vec::with_capacity(rows.len());
+    for (i, r) in rows.iter().enumerate() {
+        match r.key.as_deref() {
+            Some(k) => {
+                if let std::collections::hash_map::Entry::Vacant(v) =
+                    first_of_key.entry((r.workflow.def.name.as_str(), k))
+                {
+                    v.insert(i);
+                    leaders.push(i);
+                }
+            }
+            None => leaders.push(i),
+        }
+    }
+    let ids: Vec<Uuid> = leaders.iter().map(|&i| rows[i].id).collect();
+    let names: Vec<&str> = leaders
+        .iter()
+        .map(|&i| rows[i].workflow.def.name.as_str())
+        .collect();
+    let payloads: Vec<RawJson> = leaders.iter().map(|&i| RawJson(&rows[i].payload)).collect();
+    let headers: Vec<RawJson> = leaders.iter().map(|&i| RawJson(&rows[i].headers)).collect();
+    let leased: Vec<bool> = leaders.iter().map(|&i| i < n_leased).collect();
+    let keys: Vec<Option<&str>> = leaders.iter().map(|&i| rows[i].key.as_deref()).collect();
+    let window_s = cfg.key_window.as_secs_f64();
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+        &ids, &names, &payloads, &headers, &leased, &owner, &lease_ms, &keys, &window_s,
     ];
-    let fut = conn.client.execute(&conn.insert_requests, &params);
-    match tokio::time::timeout(hard_timeout, fut).await {
-        Ok(r) => r.map(|_| ()).map_err(StoreError::from),
+    let inserted = bounded(&conn, cfg.hard_timeout, async {
+        let stmt = conn.stmt(idempotency::INSERT_KEYED).await?;
+        conn.client.query(&stmt, &params).await
+    })
+    .await?;
+    let inserted: HashSet<Uuid> = inserted.iter().map(|r| r.get(0)).collect();
+    let mut each: Vec<Option<Created>> = rows
+        .iter()
+        .map(|r| inserted.contains(&r.id).then_some(Created::New))
+        .collect();
+    let lost: Vec<idempotency::Lookup> = rows
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| each[*i].is_none())
+        .map(|(i, r)| idempotency::Lookup {
+            idx: i as i32,
+            workflow: r.workflow.def.name.as_str(),
+            key: r.key.as_deref().unwrap_or_default(),
+            payload: &r.payload,
+        })
+        .collect();
+    if !lost.is_empty() {
+        let holders = bounded(&conn, cfg.hard_timeout, async {
+            idempotency::holders(&conn, &lost).await
+        })
+        .await?;
+        for (idx, h) in holders {
+            each[idx as usize] = Some(if h.same_payload {
+                Created::Existing {
+                    id: h.id,
+                    status: h.status,
+                }
+            } else {
+                Created::Mismatch { id: h.id }
+            });
+        }
+    }
+    if each.iter().any(Option::is_none) {
+        // A key expired and was deleted between the two statements: rare enough to
+        // answer the whole batch as unavailable (the inserted rows stay; a retry with the
+        // same key finds them).
+        return Err(StoreError::Unavailable(
+            "an idempotency key changed while it was looked up".into(),
+        ));
+    }
+    Ok(Written::Each(
+        each.into_iter().map(Option::unwrap).collect(),
+    ))
+}
+
+/// Runs a statement with a client-side bound: a connection that stops answering is given
+/// up on, and the statement is cancelled server-side so it cannot commit later (the
+/// outcome is unknown, so the rows are answered 503).
+async fn bounded<T, E, F>(conn: &PgConn, limit: Duration, fut: F) -> Result<T, StoreError>
+where
+    F: std::future::Future<Output = Result<T, E>>,
+    E: Into<StoreError>,
+{
+    match tokio::time::timeout(limit, fut).await {
+        Ok(r) => r.map_err(Into::into),
         Err(_) => {
-            // The connection stopped answering. Cancel server-side so the statement cannot
-            // commit later; the outcome is unknown, so the rows are answered 503.
             let token = conn.client.cancel_token();
             tokio::spawn(async move {
                 let _ = token.cancel_query(tokio_postgres::NoTls).await;
             });
             Err(StoreError::Unavailable("batch insert timed out".into()))
-        }
-    }
-}
-
-/// After a batch was refused for its data, writes each row alone and answers each row.
-async fn write_rows_singly(
-    pool: &Pool,
-    batch: &mut Vec<PendingRow>,
-    metrics: &Metrics,
-    hard_timeout: Duration,
-) {
-    for row in batch.drain(..) {
-        let result = async {
-            let conn = pool.get().await?;
-            let no_owner: Option<Uuid> = None;
-            let name = row.workflow.def.name.as_str();
-            let (payload, headers) = (RawJson(&row.payload), RawJson(&row.headers));
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
-                [&row.id, &name, &payload, &headers, &no_owner, &0f64];
-            let fut = conn.client.execute(&conn.insert_request, &params);
-            match tokio::time::timeout(hard_timeout, fut).await {
-                Ok(r) => r.map(|_| ()).map_err(StoreError::from),
-                Err(_) => Err(StoreError::Unavailable("insert timed out".into())),
-            }
-        }
-        .await;
-        let answer = match result {
-            Ok(()) => {
-                metrics.rows_written.inc();
-                Ok(())
-            }
-            Err(StoreError::Invalid(msg)) => Err(AckError::Invalid(msg)),
-            Err(_) => Err(AckError::Unavailable),
-        };
-        if answer.is_err() && row.ack.is_none() {
-            tracing::error!(id = %row.id, "an accepted service request could not be stored");
-        }
-        if let Some(ack) = row.ack {
-            let _ = ack.send(answer);
         }
     }
 }

@@ -9,6 +9,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("migrations/0001_init.sql")),
     (2, include_str!("migrations/0002_kafka_offsets.sql")),
     (3, include_str!("migrations/0003_step_attempts.sql")),
+    (4, include_str!("migrations/0004_idempotency_keys.sql")),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.

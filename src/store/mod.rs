@@ -2,7 +2,9 @@
 //! and its flusher, and the queries the HTTP handlers and the engine run.
 
 pub mod buffer;
+pub mod cancel;
 pub mod dead_letters;
+pub mod idempotency;
 pub mod kafka_offsets;
 pub mod leases;
 pub mod migrate;
@@ -10,10 +12,11 @@ pub mod pool;
 pub mod queries;
 pub mod raw_json;
 pub mod retention;
+mod sql;
 pub mod step_responses;
 pub mod workflow_map;
 
-pub use buffer::{AckError, PendingRow, WriteBuffer};
+pub use buffer::{AckError, Created, PendingRow, WriteBuffer};
 pub use pool::{PgConn, Pool};
 pub use workflow_map::{LoadError, WorkflowMap};
 

@@ -13,8 +13,6 @@ pub struct PgConn {
     pub client: Client,
     /// `INSERT … SELECT * FROM UNNEST(…)` of new service requests.
     pub insert_requests: Statement,
-    /// The same insert, one row at a time (to isolate a bad row of a failed batch).
-    pub insert_request: Statement,
     /// One service request with its step attempts.
     pub get_status: Statement,
     /// Other statements, prepared on first use on this connection.
@@ -42,9 +40,6 @@ pub mod sql {
                CASE WHEN leased THEN now() + $7::float8 * interval '1 millisecond' ELSE '-infinity' END \
         FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[]) \
              AS t(id, wf, payload, headers, leased)";
-    pub const INSERT_REQUEST: &str = "INSERT INTO service_requests \
-        (id, workflow_name, payload, headers, lease_owner, lease_until) \
-        VALUES ($1, $2, $3, $4, $5::uuid, CASE WHEN $5::uuid IS NULL THEN '-infinity' ELSE now() + $6::float8 * interval '1 millisecond' END)";
     /// One service request and its step attempts (oldest first), in one statement:
     /// status polls are frequent, and Postgres's cost is mostly per statement.
     pub const GET_STATUS: &str = "SELECT r.workflow_name, \
@@ -74,12 +69,10 @@ impl bb8::ManageConnection for PgManager {
     async fn connect(&self) -> Result<PgConn, Self::Error> {
         let client = self.inner.connect().await?;
         let insert_requests = client.prepare(sql::INSERT_REQUESTS).await?;
-        let insert_request = client.prepare(sql::INSERT_REQUEST).await?;
         let get_status = client.prepare(sql::GET_STATUS).await?;
         Ok(PgConn {
             client,
             insert_requests,
-            insert_request,
             get_status,
             cache: Default::default(),
         })

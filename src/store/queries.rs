@@ -167,7 +167,7 @@ pub async fn service_request_status(conn: &PgConn, id: Uuid) -> Result<Option<Va
     );
     // Beyond Clamp: a step whose call failed and is to be tried again.
     let step_attempts: i32 = head.get("step_attempts");
-    if step_attempts > 0 && !matches!(status, "COMPLETED" | "FAILED") {
+    if step_attempts > 0 && !matches!(status, "COMPLETED" | "FAILED" | "CANCELLED") {
         out.insert(
             "retrying".into(),
             json!({

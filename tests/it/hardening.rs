@@ -44,6 +44,7 @@ async fn slow_and_idle_clients_are_disconnected() {
     let db = TestDb::new();
     let mut cfg = config(&db.url);
     cfg.header_timeout = Duration::from_millis(500);
+    cfg.keep_alive_timeout = Duration::from_millis(1500);
     let s = TestServer::start(cfg).await;
 
     // Partial headers, then silence.
@@ -60,14 +61,32 @@ async fn slow_and_idle_clients_are_disconnected() {
         "took {took:?}"
     );
 
-    // An idle keep-alive connection is closed after the same timeout.
+    // A head that trickles in is bounded from its first byte, not per byte.
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    let started = Instant::now();
+    for b in b"GET /health HTTP/1.1\r\nHost: x\r\n".chunks(4) {
+        if c.write_all(b).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, closed) = read_until_close(&mut c, Duration::from_secs(5)).await;
+    assert!(closed && started.elapsed() < Duration::from_secs(3));
+
+    // An idle keep-alive connection is closed after the idle timeout, not the header one.
     let mut c = TcpStream::connect(s.addr).await.unwrap();
     c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .unwrap();
+    let started = Instant::now();
     let (text, closed) = read_until_close(&mut c, Duration::from_secs(5)).await;
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     assert!(closed, "idle connection was not closed");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(1300) && took < Duration::from_secs(4),
+        "idle for {took:?}"
+    );
     s.shutdown().await;
 }
 

@@ -10,6 +10,7 @@ mod durability;
 mod engine;
 mod engine_recovery;
 mod faults;
+mod front_door;
 mod hardening;
 mod retention;
 mod support;

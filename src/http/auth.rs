@@ -1,0 +1,108 @@
+//! Optional bearer tokens. When `--api-tokens` names any, every route but `/health`,
+//! `/ready` (and `/metrics` if made open) needs `Authorization: Bearer <one of them>`.
+//! Several tokens are accepted at once so they can be rotated; each is compared in
+//! constant time, and every one is compared, so timing tells nothing about which matched.
+//! A token is never logged, never stored, and never forwarded to steps (unless the
+//! operator forwards `Authorization` on purpose).
+
+use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION, WWW_AUTHENTICATE};
+use hyper::StatusCode;
+use subtle::ConstantTimeEq;
+
+use super::response::{error, Resp};
+
+/// The accepted tokens (none: authentication is off).
+#[derive(Clone, Default)]
+pub struct Tokens(Vec<Box<[u8]>>);
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tokens({} configured)", self.0.len())
+    }
+}
+
+impl Tokens {
+    pub fn new<S: AsRef<str>>(tokens: &[S]) -> Tokens {
+        Tokens(
+            tokens
+                .iter()
+                .map(|t| t.as_ref().as_bytes().into())
+                .collect(),
+        )
+    }
+
+    pub fn is_on(&self) -> bool {
+        !self.0.is_empty()
+    }
+
+    /// Ok when authentication is off or the request carries an accepted bearer token;
+    /// else the 401 to answer.
+    pub fn check(&self, headers: &HeaderMap) -> Result<(), Resp> {
+        if !self.is_on() {
+            return Ok(());
+        }
+        let presented = headers
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                let (scheme, token) = v.trim().split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            });
+        let Some(token) = presented else {
+            return Err(unauthorized(
+                "a bearer token is required (Authorization: Bearer <token>)",
+                r#"Bearer realm="clamp""#,
+            ));
+        };
+        let mut ok = subtle::Choice::from(0);
+        for t in &self.0 {
+            ok |= t.ct_eq(token.as_bytes());
+        }
+        if bool::from(ok) {
+            Ok(())
+        } else {
+            Err(unauthorized(
+                "the bearer token is not valid",
+                r#"Bearer realm="clamp", error="invalid_token""#,
+            ))
+        }
+    }
+}
+
+fn unauthorized(message: &str, challenge: &'static str) -> Resp {
+    let mut r = error(StatusCode::UNAUTHORIZED, message);
+    r.headers_mut()
+        .insert(WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(auth: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(AUTHORIZATION, auth.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn accepts_any_configured_token_and_nothing_else() {
+        let t = Tokens::new(&["first-token-0123456789", "second-token-0123456789"]);
+        assert!(t.check(&with("Bearer first-token-0123456789")).is_ok());
+        assert!(t.check(&with("bearer second-token-0123456789")).is_ok());
+        for bad in [
+            "Bearer first-token-012345678",
+            "Basic Zmlyc3Q=",
+            "Bearer",
+            "first-token-0123456789",
+        ] {
+            let r = t.check(&with(bad)).unwrap_err();
+            assert_eq!(r.status(), 401, "{bad}");
+            assert!(r.headers().contains_key(WWW_AUTHENTICATE));
+        }
+        assert_eq!(t.check(&HeaderMap::new()).unwrap_err().status(), 401);
+        assert!(Tokens::default().check(&HeaderMap::new()).is_ok());
+        assert_eq!(format!("{t:?}"), "Tokens(2 configured)");
+    }
+}

@@ -1,0 +1,46 @@
+//! Cancelling a service request: written at once, whichever instance holds its lease.
+//! The lease is taken away in the same update, and every executor write is fenced on the
+//! lease and the status, so the holder stops at its next write; a cancelled request is
+//! never claimed again (the claim reads runnable statuses only).
+
+use uuid::Uuid;
+
+use super::{PgConn, StoreError};
+
+/// What a cancel did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Cancelled {
+    /// Cancelled now.
+    Now,
+    /// It was cancelled before (cancelling is idempotent).
+    Already {
+        reason: Option<String>,
+    },
+    /// It had finished: COMPLETED or FAILED.
+    Finished {
+        status: String,
+    },
+    Unknown,
+}
+
+pub async fn cancel(conn: &PgConn, id: Uuid, reason: &str) -> Result<Cancelled, StoreError> {
+    let stmt = conn
+        .stmt(
+            "UPDATE service_requests SET status = 'CANCELLED', reason = $2, \
+             finished_at = now(), updated_at = now(), lease_owner = NULL, lease_until = '-infinity' \
+             WHERE id = $1 AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')",
+        )
+        .await?;
+    if conn.client.execute(&stmt, &[&id, &reason]).await? == 1 {
+        return Ok(Cancelled::Now);
+    }
+    // Not cancelled now: a final status never changes again, so this read is not racy.
+    let stmt = conn
+        .stmt("SELECT status, reason FROM service_requests WHERE id = $1")
+        .await?;
+    Ok(match conn.client.query_opt(&stmt, &[&id]).await? {
+        None => Cancelled::Unknown,
+        Some(r) if r.get::<_, &str>(0) == "CANCELLED" => Cancelled::Already { reason: r.get(1) },
+        Some(r) => Cancelled::Finished { status: r.get(0) },
+    })
+}

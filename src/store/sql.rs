@@ -1,0 +1,30 @@
+//! SQL fragments every statement that needs them shares, so a rule is written once.
+
+/// The status a read shows: between steps the stored status stays `NEW` (so the update
+/// after each step is a HOT update), and a `NEW` row whose lease is live or whose current
+/// step is past the first is `IN_PROGRESS`. The argument is the table alias.
+#[macro_export]
+macro_rules! derived_status {
+    ($t:literal) => {
+        concat!(
+            "CASE WHEN ",
+            $t,
+            ".status = 'NEW' AND (",
+            $t,
+            ".current_step_id > 0 OR ",
+            $t,
+            ".lease_until > now()) THEN 'IN_PROGRESS' ELSE ",
+            $t,
+            ".status END"
+        )
+    };
+}
+
+/// `now()` plus the milliseconds in the parameter (a float8), on the database's clock:
+/// every lease and due time is taken from one clock, whichever instance writes it.
+#[macro_export]
+macro_rules! now_plus_ms {
+    ($param:literal) => {
+        concat!("now() + ", $param, "::float8 * interval '1 millisecond'")
+    };
+}
