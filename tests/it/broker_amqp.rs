@@ -545,3 +545,31 @@ async fn a_reply_whose_workflow_no_longer_validates_is_dead_lettered_and_the_nex
     s.shutdown().await;
     r.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_late_reply_for_a_cancelled_request_is_dead_lettered() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let (r, steps, responses) = Rabbit::with_queues().await;
+    let dead = format!("{responses}.dead");
+    let s = TestServer::start(amqp_config(&db, &responses)).await;
+    s.create_workflow(&amqp_then_http("amqp8", &steps, &d))
+        .await;
+    let id = create_request(&s, "amqp8", &json!({})).await;
+    r.paused(&s, &id, &steps).await;
+    let c = s.post(&format!("/serviceRequest/{id}/cancel"), "").await;
+    assert_eq!(c.status, 200, "{}", c.text());
+    r.publish(&responses, &step_reply(&id, json!({"late": true})))
+        .await;
+    let m = r.next(&dead).await;
+    let why = match header(&m, "x-clamp-reason") {
+        Some(AMQPValue::LongString(s)) => s.to_string(),
+        other => panic!("{other:?}"),
+    };
+    assert!(why.contains("CANCELLED"), "{why}");
+    let v = s.get(&format!("/serviceRequest/{id}")).await.json();
+    assert_eq!(v["status"], "CANCELLED");
+    assert!(d.received("/api/echo").is_empty());
+    s.shutdown().await;
+    r.cleanup().await;
+}
