@@ -226,7 +226,7 @@ impl Executor {
         // sent now, or about to be. The stored step lags: a request handed to the executor
         // at insert still says step 0 until its first step is written.
         let sending = is_async
-            && !matches!(status, "PAUSED" | "COMPLETED" | "FAILED")
+            && !matches!(status, "PAUSED" | "COMPLETED" | "FAILED" | "CANCELLED")
             && current <= a.step_id as i32;
         Ok(if sending {
             Applied::NotYet(msg)
