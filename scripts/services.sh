@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Makes sure the services the tests need are installed and running on this machine:
 # PostgreSQL on 127.0.0.1:5432 (trust auth for local TCP), RabbitMQ on 127.0.0.1:5672,
-# and the `tansu` Kafka-protocol broker binary (the Kafka tests start their own broker
-# from it; no Kafka broker comes from Debian). Safe to run again; installs only what is
-# missing (Debian packages, and tansu from crates.io).
+# the `tansu` Kafka-protocol broker binary (the Kafka tests start their own broker
+# from it; no Kafka broker comes from Debian), and the OpenAPI test tools (PyPI). Safe to
+# run again; installs only what is missing (Debian packages, tansu from crates.io, the
+# Python tools from PyPI).
 set -euo pipefail
 
 log() { echo "services: $*" >&2; }
@@ -71,10 +72,28 @@ ensure_tansu() {
     --no-default-features --features dynostore
 }
 
+# The OpenAPI checks: a validator and a property-based API fuzzer driven by the document,
+# in a virtualenv of their own under target/ (pinned, so the checks do not drift).
+PY_TOOLS="$(cd "$(dirname "$0")/.." && pwd)/target/py-tools"
+ensure_py_tools() {
+  local want="schemathesis==4.32.5 openapi-spec-validator==0.9.0"
+  if [ -x "$PY_TOOLS/bin/schemathesis" ] && [ -f "$PY_TOOLS/.pinned" ] && [ "$(cat "$PY_TOOLS/.pinned")" = "$want" ]; then
+    return 0
+  fi
+  log "installing the OpenAPI test tools ($want) into $PY_TOOLS"
+  if ! python3 -m venv "$PY_TOOLS" >/dev/null 2>&1; then
+    apt_install python3-venv
+    python3 -m venv "$PY_TOOLS"
+  fi
+  "$PY_TOOLS/bin/pip" install -q --disable-pip-version-check $want
+  echo "$want" > "$PY_TOOLS/.pinned"
+}
+
 case "${1:-all}" in
   postgres) ensure_postgres ;;
   rabbitmq) ensure_rabbitmq ;;
   tansu) ensure_tansu ;;
-  all) ensure_postgres; ensure_rabbitmq; ensure_tansu ;;
-  *) echo "usage: $0 [postgres|rabbitmq|tansu|all]" >&2; exit 2 ;;
+  py-tools) ensure_py_tools ;;
+  all) ensure_postgres; ensure_rabbitmq; ensure_tansu; ensure_py_tools ;;
+  *) echo "usage: $0 [postgres|rabbitmq|tansu|py-tools|all]" >&2; exit 2 ;;
 esac

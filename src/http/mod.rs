@@ -263,6 +263,48 @@ mod tests {
     }
 
     #[test]
+    fn the_openapi_document_has_every_route_and_no_other() {
+        let doc: serde_json::Value =
+            serde_json::from_str(include_str!("../../openapi.json")).unwrap();
+        let mut documented: Vec<String> = Vec::new();
+        for (path, ops) in doc["paths"].as_object().unwrap() {
+            let mut norm = String::new();
+            let mut in_param = false;
+            for c in path.chars() {
+                match c {
+                    '{' => in_param = true,
+                    '}' => {
+                        in_param = false;
+                        norm.push_str("{}");
+                    }
+                    _ if !in_param => norm.push(c),
+                    _ => {}
+                }
+            }
+            for method in ops.as_object().unwrap().keys() {
+                documented.push(format!("{} {norm}", method.to_ascii_uppercase()));
+            }
+        }
+        let mut routed: Vec<String> = ROUTES
+            .iter()
+            .map(|r| {
+                let path: String = r
+                    .path
+                    .iter()
+                    .map(|s| match s {
+                        Lit(l) => format!("/{l}"),
+                        Arg => "/{}".to_string(),
+                    })
+                    .collect();
+                format!("{} {path}", r.method)
+            })
+            .collect();
+        documented.sort();
+        routed.sort();
+        assert_eq!(documented, routed);
+    }
+
+    #[test]
     fn resolves_routes_from_the_one_table() {
         let found = |m: Method, p: &str| match resolve(&m, p) {
             Ok((def, arg)) => Some((def.route, arg.to_string())),

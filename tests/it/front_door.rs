@@ -155,9 +155,9 @@ async fn a_body_over_the_limit_gets_a_readable_413_then_a_close() {
             upload.extend_from_slice(b"0\r\n\r\n");
         }
         for part in upload.chunks(16 * 1024) {
-            c.write_all(part).await.unwrap_or_else(|e| {
-                panic!("chunked={chunked}: the upload was cut off: {e}")
-            });
+            c.write_all(part)
+                .await
+                .unwrap_or_else(|e| panic!("chunked={chunked}: the upload was cut off: {e}"));
             // The server answers as soon as it sees the head; the rest keeps coming.
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
@@ -175,7 +175,10 @@ async fn a_body_over_the_limit_gets_a_readable_413_then_a_close() {
             }
         };
         let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
-        assert!(text.starts_with("http/1.1 413"), "chunked={chunked}: {text}");
+        assert!(
+            text.starts_with("http/1.1 413"),
+            "chunked={chunked}: {text}"
+        );
         assert!(text.contains("connection: close"), "{text}");
         assert!(text.contains("larger than 65536 bytes"), "{text}");
         assert!(closed, "the connection stayed open");

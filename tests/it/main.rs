@@ -12,5 +12,6 @@ mod engine_recovery;
 mod faults;
 mod front_door;
 mod hardening;
+mod openapi;
 mod retention;
 mod support;
