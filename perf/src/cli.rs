@@ -35,6 +35,10 @@ pub enum Command {
         load: LoadArgs,
         #[command(flatten)]
         wf: WorkflowArgs,
+        /// Send a fresh `Idempotency-Key` with every create (an idempotent create whose
+        /// key is new each time: the cost of the key, not of a repeat).
+        #[arg(long)]
+        idempotency_keys: bool,
     },
     /// Create a service request, then poll it until COMPLETED or FAILED.
     E2e {

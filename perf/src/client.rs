@@ -175,7 +175,18 @@ impl Client {
         path: &str,
         body: &[u8],
     ) -> Result<Response, ErrorKind> {
-        http1::encode_request(&mut self.wbuf, method, path, &self.ep.host, body);
+        self.call_with(method, path, None, body).await
+    }
+
+    /// `call` with one extra request header.
+    pub async fn call_with(
+        &mut self,
+        method: &str,
+        path: &str,
+        extra: Option<(&str, &str)>,
+        body: &[u8],
+    ) -> Result<Response, ErrorKind> {
+        http1::encode_request(&mut self.wbuf, method, path, &self.ep.host, extra, body);
         // One retry, and only when a reused connection turned out closed.
         loop {
             self.warm().await?;

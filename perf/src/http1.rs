@@ -35,12 +35,22 @@ pub struct Malformed;
 
 const MAX_HEADERS: usize = 64;
 
-/// Encodes a request into `out` (cleared first). A body is always sent
-/// as JSON with an explicit length.
-pub fn encode_request(out: &mut Vec<u8>, method: &str, path: &str, host: &str, body: &[u8]) {
+/// Encodes a request into `out` (cleared first), with one extra header if given. A body
+/// is always sent as JSON with an explicit length.
+pub fn encode_request(
+    out: &mut Vec<u8>,
+    method: &str,
+    path: &str,
+    host: &str,
+    extra: Option<(&str, &str)>,
+    body: &[u8],
+) {
     out.clear();
     // Writing into a Vec cannot fail.
     let _ = write!(out, "{method} {path} HTTP/1.1\r\nHost: {host}\r\n");
+    if let Some((name, value)) = extra {
+        let _ = write!(out, "{name}: {value}\r\n");
+    }
     if !body.is_empty() || method == "POST" || method == "PUT" {
         let _ = write!(
             out,
@@ -156,12 +166,19 @@ mod tests {
     #[test]
     fn encodes_get_and_post() {
         let mut out = Vec::new();
-        encode_request(&mut out, "GET", "/health", "h:1", b"");
+        encode_request(&mut out, "GET", "/health", "h:1", None, b"");
         assert_eq!(out, b"GET /health HTTP/1.1\r\nHost: h:1\r\n\r\n");
-        encode_request(&mut out, "POST", "/x", "h", b"{}");
+        encode_request(
+            &mut out,
+            "POST",
+            "/x",
+            "h",
+            Some(("Idempotency-Key", "k1")),
+            b"{}",
+        );
         assert_eq!(
             out,
-            &b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"[..]
+            &b"POST /x HTTP/1.1\r\nHost: h\r\nIdempotency-Key: k1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"[..]
         );
     }
 

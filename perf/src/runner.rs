@@ -81,7 +81,11 @@ pub fn execute(cmd: Command) -> anyhow::Result<ExitCode> {
             });
         }
         Command::Health { load, path } => ("health", load, Setup::Get(path)),
-        Command::Create { load, wf } => ("create", load, Setup::Create(wf)),
+        Command::Create {
+            load,
+            wf,
+            idempotency_keys,
+        } => ("create", load, Setup::Create(wf, idempotency_keys)),
         Command::Mixed {
             load,
             wf,
@@ -127,7 +131,8 @@ pub fn execute(cmd: Command) -> anyhow::Result<ExitCode> {
 
 enum Setup {
     Get(String),
-    Create(WorkflowArgs),
+    /// The workflow, and whether every create carries a fresh Idempotency-Key.
+    Create(WorkflowArgs, bool),
     Mixed(WorkflowArgs, f64),
     E2e(WorkflowArgs, std::time::Duration, std::time::Duration),
 }
@@ -210,7 +215,7 @@ fn prepare(
             let path = target.path(path);
             return Ok((Arc::new(Workload::Get { path }), None));
         }
-        Setup::Create(wf) | Setup::Mixed(wf, _) | Setup::E2e(wf, ..) => wf,
+        Setup::Create(wf, _) | Setup::Mixed(wf, _) | Setup::E2e(wf, ..) => wf,
     };
     let WorkflowSetup { name, mock, .. } = setup_workflow(target, ep, wf)?;
     let create = target.path(&format!("/serviceRequest/{name}"));
@@ -218,7 +223,11 @@ fn prepare(
     let read_prefix = target.path("/serviceRequest/");
     let workload = match setup {
         Setup::Get(_) => unreachable!("returned above"),
-        Setup::Create(_) => Workload::Create { path: create, body },
+        Setup::Create(_, keyed) => Workload::Create {
+            path: create,
+            body,
+            keyed,
+        },
         Setup::Mixed(_, read_ratio) => Workload::Mixed {
             create,
             body,

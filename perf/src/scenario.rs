@@ -19,8 +19,12 @@ const ID_RING: usize = 1024;
 pub enum Workload {
     /// GET a fixed path (health: the server's ceiling).
     Get { path: String },
-    /// POST a service request.
-    Create { path: String, body: Bytes },
+    /// POST a service request (with a fresh `Idempotency-Key` each when `keyed`).
+    Create {
+        path: String,
+        body: Bytes,
+        keyed: bool,
+    },
     /// Creates and status reads of ids created earlier.
     Mixed {
         create: String,
@@ -44,6 +48,9 @@ pub struct Vu {
     ids: Vec<String>,
     next_id: usize,
     rng: u64,
+    /// This user's prefix for Idempotency-Keys (unique per run), and how many it sent.
+    key_prefix: u64,
+    keys_sent: u64,
 }
 
 impl Vu {
@@ -54,6 +61,11 @@ impl Vu {
             next_id: 0,
             // splitmix-style scramble so neighbouring seeds diverge at once
             rng: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+            key_prefix: seed
+                ^ std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64),
+            keys_sent: 0,
         }
     }
 
@@ -90,8 +102,16 @@ impl Workload {
                 let r = vu.client.get(path).await;
                 Op::new(r.and_then(|r| expect_2xx(r.status)))
             }
-            Self::Create { path, body } => {
-                let r = vu.client.post(path, body).await;
+            Self::Create { path, body, keyed } => {
+                let r = if *keyed {
+                    vu.keys_sent += 1;
+                    let key = format!("{:x}-{}", vu.key_prefix, vu.keys_sent);
+                    vu.client
+                        .call_with("POST", path, Some(("Idempotency-Key", &key)), body)
+                        .await
+                } else {
+                    vu.client.post(path, body).await
+                };
                 let mut op = Op::new(r.and_then(|r| expect_2xx(r.status)));
                 op.created = op.outcome.is_ok();
                 op

@@ -109,9 +109,9 @@ fn unknown_workflow(name: &str) -> Resp {
 /// Longest `Idempotency-Key` accepted.
 pub const MAX_KEY_LEN: usize = 255;
 
-/// The `Idempotency-Key` header: None without one; 400 for one that is empty, too long, or
-/// not printable ASCII.
-fn idempotency_key(parts: &Parts) -> Result<Option<Box<str>>, Resp> {
+/// The `Idempotency-Key` header, as the digest it is kept by (scoped to `workflow`): None
+/// without one; 400 for one that is empty, too long, or not printable ASCII.
+fn idempotency_key(parts: &Parts, workflow: &str) -> Result<Option<uuid::Uuid>, Resp> {
     let Some(v) = parts.headers.get(&IDEMPOTENCY_KEY) else {
         return Ok(None);
     };
@@ -121,7 +121,7 @@ fn idempotency_key(parts: &Parts) -> Result<Option<Box<str>>, Resp> {
                 && k.len() <= MAX_KEY_LEN
                 && k.bytes().all(|b| b.is_ascii_graphic() || b == b' ') =>
         {
-            Ok(Some(k.into()))
+            Ok(Some(crate::store::idempotency::key_hash(workflow, k)))
         }
         _ => Err(error(
             StatusCode::BAD_REQUEST,
@@ -143,7 +143,7 @@ pub async fn create(core: &Core, name: &str, parts: &Parts, body: &mut Body) -> 
         Ok(None) => return unknown_workflow(name),
         Err(resp) => return resp,
     };
-    let key = match idempotency_key(parts) {
+    let key = match idempotency_key(parts, &wf.def.name) {
         Ok(k) => k,
         Err(resp) => return resp,
     };

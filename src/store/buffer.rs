@@ -19,7 +19,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use uuid::Uuid;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use super::idempotency;
 use super::pool::{PgConn, Pool};
@@ -59,8 +59,8 @@ pub struct PendingRow {
     pub payload: Bytes,
     /// The forwardable request headers, as a JSON object.
     pub headers: Bytes,
-    /// The client's `Idempotency-Key`, if it sent one.
-    pub key: Option<Box<str>>,
+    /// The digest of its `Idempotency-Key` (`idempotency::key_hash`), if it sent one.
+    pub key: Option<Uuid>,
     /// Answered after the commit in `ack=commit` mode, and for keyed rows always; None
     /// otherwise in `ack=accept` mode.
     pub ack: Option<oneshot::Sender<Result<Created, AckError>>>,
@@ -382,21 +382,11 @@ async fn write_batch(
         return Ok(Written::AllNew);
     }
     // A key twice in one batch: the first row claims it, the others are looked up after.
-    let mut first_of_key: HashMap<(&str, &str), usize> = HashMap::new();
-    let mut leaders = Vec::with_capacity(rows.len());
-    for (i, r) in rows.iter().enumerate() {
-        match r.key.as_deref() {
-            Some(k) => {
-                if let std::collections::hash_map::Entry::Vacant(v) =
-                    first_of_key.entry((r.workflow.def.name.as_str(), k))
-                {
-                    v.insert(i);
-                    leaders.push(i);
-                }
-            }
-            None => leaders.push(i),
-        }
-    }
+    let hashes: Vec<Option<Uuid>> = rows.iter().map(|r| r.key).collect();
+    let mut seen: HashSet<Uuid> = HashSet::new();
+    let leaders: Vec<usize> = (0..rows.len())
+        .filter(|&i| hashes[i].is_none_or(|h| seen.insert(h)))
+        .collect();
     let ids: Vec<Uuid> = leaders.iter().map(|&i| rows[i].id).collect();
     let names: Vec<&str> = leaders
         .iter()
@@ -405,17 +395,35 @@ async fn write_batch(
     let payloads: Vec<RawJson> = leaders.iter().map(|&i| RawJson(&rows[i].payload)).collect();
     let headers: Vec<RawJson> = leaders.iter().map(|&i| RawJson(&rows[i].headers)).collect();
     let leased: Vec<bool> = leaders.iter().map(|&i| i < n_leased).collect();
-    let keys: Vec<Option<&str>> = leaders.iter().map(|&i| rows[i].key.as_deref()).collect();
+    let keys: Vec<Option<Uuid>> = leaders.iter().map(|&i| hashes[i]).collect();
     let window_s = cfg.key_window.as_secs_f64();
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
         &ids, &names, &payloads, &headers, &leased, &owner, &lease_ms, &keys, &window_s,
     ];
-    let inserted = bounded(&conn, cfg.hard_timeout, async {
+    // The usual case: every key is new, and every row is inserted.
+    let fast = bounded(&conn, cfg.hard_timeout, async {
         let stmt = conn.stmt(idempotency::INSERT_KEYED).await?;
-        conn.client.query(&stmt, &params).await
+        conn.client.execute(&stmt, &params[..8]).await
     })
-    .await?;
-    let inserted: HashSet<Uuid> = inserted.iter().map(|r| r.get(0)).collect();
+    .await;
+    match fast {
+        Ok(_) if leaders.len() == rows.len() => return Ok(Written::AllNew),
+        Ok(_) => {}
+        // A key held already: a repeat, a claim at this moment, or an expired entry.
+        Err(StoreError::Conflict) => {}
+        Err(e) => return Err(e),
+    }
+    let inserted = match fast {
+        Ok(_) => leaders.iter().map(|&i| rows[i].id).collect(),
+        Err(_) => {
+            let found = bounded(&conn, cfg.hard_timeout, async {
+                let stmt = conn.stmt(idempotency::INSERT_KEYED_CONFLICTS).await?;
+                conn.client.query(&stmt, &params).await
+            })
+            .await?;
+            found.iter().map(|r| r.get(0)).collect::<HashSet<Uuid>>()
+        }
+    };
     let mut each: Vec<Option<Created>> = rows
         .iter()
         .map(|r| inserted.contains(&r.id).then_some(Created::New))
@@ -426,8 +434,7 @@ async fn write_batch(
         .filter(|(i, _)| each[*i].is_none())
         .map(|(i, r)| idempotency::Lookup {
             idx: i as i32,
-            workflow: r.workflow.def.name.as_str(),
-            key: r.key.as_deref().unwrap_or_default(),
+            key_hash: hashes[i].expect("only keyed rows can lose"),
             payload: &r.payload,
         })
         .collect();
@@ -437,13 +444,14 @@ async fn write_batch(
         })
         .await?;
         for (idx, h) in holders {
-            each[idx as usize] = Some(if h.same_payload {
+            // A request deleted by retention since cannot be compared: its id is the answer.
+            each[idx as usize] = Some(if h.same_payload == Some(false) {
+                Created::Mismatch { id: h.id }
+            } else {
                 Created::Existing {
                     id: h.id,
                     status: h.status,
                 }
-            } else {
-                Created::Mismatch { id: h.id }
             });
         }
     }

@@ -16,43 +16,91 @@ use uuid::Uuid;
 use super::raw_json::RawJson;
 use super::{PgConn, Pool, StoreError};
 
-/// The insert of a batch with keys: `$1..$7` as the plain insert, `$8` the keys (NULL for
-/// rows without one; no key twice in one batch), `$9` the window in seconds.
-pub const INSERT_KEYED: &str = concat!(
-    "WITH input AS (
-    SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::text[])
-        AS t(id, wf, payload, headers, leased, key)
-), claimed AS (
-    INSERT INTO idempotency_keys AS k (workflow_name, key, service_request_id, payload_md5)
-    SELECT wf, key, id, md5(payload) FROM input WHERE key IS NOT NULL
-    ON CONFLICT (workflow_name, key) DO UPDATE
-        SET service_request_id = EXCLUDED.service_request_id,
-            payload_md5 = EXCLUDED.payload_md5, created_at = now()
-        WHERE k.created_at < now() - $9::float8 * interval '1 second'
+/// A key's digest: the first 128 bits of SHA-256 over the workflow name (after its
+/// length, so no name and key run into another pair) and the key, so every key is one
+/// fixed-size primary-key entry.
+pub fn key_hash(workflow: &str, key: &str) -> Uuid {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update((workflow.len() as u64).to_le_bytes());
+    h.update(workflow.as_bytes());
+    h.update(key.as_bytes());
+    let digest = h.finalize();
+    let mut first = [0u8; 16];
+    first.copy_from_slice(&digest[..16]);
+    Uuid::from_bytes(first)
+}
+
+/// The batch with keys, as `$1..$7` of the plain insert plus `$8` the key digests (NULL
+/// for rows without a key; no digest twice in one batch) and `$9` the window in seconds;
+/// `$claim` is how the keys are claimed. Returns the ids inserted.
+macro_rules! insert_keyed {
+    ($claim:literal) => {
+        concat!(
+            "WITH input AS (
+    SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::uuid[])
+        AS t(id, wf, payload, headers, leased, h)
+), claimed AS (",
+            $claim,
+            "
     RETURNING service_request_id
 ), inserted AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until)
     SELECT id, wf, payload, headers,
            CASE WHEN leased THEN $6::uuid END,
            CASE WHEN leased THEN ",
-    crate::now_plus_ms!("$7"),
-    " ELSE '-infinity' END
+            crate::now_plus_ms!("$7"),
+            " ELSE '-infinity' END
     FROM input i
-    WHERE i.key IS NULL OR i.id IN (SELECT service_request_id FROM claimed)
+    WHERE i.h IS NULL OR i.id IN (SELECT service_request_id FROM claimed)
     RETURNING id
 )
 SELECT id FROM inserted"
+        )
+    };
+}
+
+/// The usual case: every key is new, and a plain insert claims them while every row is
+/// inserted. A key held already (a repeat, a concurrent claim, an expired entry) makes
+/// the statement fail with a unique violation, and `INSERT_KEYED_CONFLICTS` does the batch
+/// instead: an `ON CONFLICT` insert, or a probe before each insert, costs Postgres much
+/// more per row than the plain insert, and repeats are the exception. The two inserts read
+/// the parameters each (no shared CTE, which would copy every payload once more).
+pub const INSERT_KEYED: &str = concat!(
+    "WITH claimed AS (
+    INSERT INTO idempotency_keys (key_hash, service_request_id)
+    SELECT h, id FROM UNNEST($8::uuid[], $1::uuid[]) AS k(h, id) WHERE h IS NOT NULL
+)
+INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until)
+SELECT id, wf, payload, headers,
+       CASE WHEN leased THEN $6::uuid END,
+       CASE WHEN leased THEN ",
+    crate::now_plus_ms!("$7"),
+    " ELSE '-infinity' END
+FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[])
+    AS t(id, wf, payload, headers, leased)"
 );
 
-/// The requests that hold keys: per input row (its index), the request's id, whether
-/// the stored payload is the same, and its status as reads show it (NULL when the row
+/// The batch again when a key was held: `ON CONFLICT` leaves a live entry be (waiting for
+/// a concurrent claim of it to commit) and takes over an expired one.
+pub const INSERT_KEYED_CONFLICTS: &str = insert_keyed!(
+    "
+    INSERT INTO idempotency_keys AS k (key_hash, service_request_id)
+    SELECT h, id FROM input WHERE h IS NOT NULL
+    ON CONFLICT (key_hash) DO UPDATE
+        SET service_request_id = EXCLUDED.service_request_id, created_at = now()
+        WHERE k.created_at < now() - $9::float8 * interval '1 second'"
+);
+
+/// The requests that hold keys: per input row (its index), the request's id, whether its
+/// stored payload is the same, and its status as reads show it (both NULL when the row
 /// was deleted by retention).
 const LOOKUP: &str = concat!(
-    "SELECT t.idx, k.service_request_id, k.payload_md5 = md5(t.payload), ",
+    "SELECT t.idx, k.service_request_id, r.payload = t.payload, ",
     crate::derived_status!("r"),
     "
-FROM UNNEST($1::int[], $2::text[], $3::text[], $4::text[]) AS t(idx, wf, key, payload)
-JOIN idempotency_keys k ON k.workflow_name = t.wf AND k.key = t.key
+FROM UNNEST($1::int[], $2::uuid[], $3::text[]) AS t(idx, h, payload)
+JOIN idempotency_keys k ON k.key_hash = t.h
 LEFT JOIN service_requests r ON r.id = k.service_request_id"
 );
 
@@ -60,16 +108,16 @@ LEFT JOIN service_requests r ON r.id = k.service_request_id"
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
     pub id: Uuid,
-    pub same_payload: bool,
-    /// The request's status now (None: it was deleted by retention).
+    /// Whether the request's stored payload is the same (None: deleted by retention).
+    pub same_payload: Option<bool>,
+    /// The request's status now (None: deleted by retention).
     pub status: Option<String>,
 }
 
-/// One row to look up: its index in the caller's batch, workflow, key and payload.
+/// One row to look up: its index in the caller's batch, its key's digest, its payload.
 pub struct Lookup<'a> {
     pub idx: i32,
-    pub workflow: &'a str,
-    pub key: &'a str,
+    pub key_hash: Uuid,
     pub payload: &'a [u8],
 }
 
@@ -77,14 +125,10 @@ pub struct Lookup<'a> {
 /// deleted in between (the caller answers it as unavailable, and the client retries).
 pub async fn holders(conn: &PgConn, rows: &[Lookup<'_>]) -> Result<Vec<(i32, Holder)>, StoreError> {
     let idx: Vec<i32> = rows.iter().map(|r| r.idx).collect();
-    let wf: Vec<&str> = rows.iter().map(|r| r.workflow).collect();
-    let key: Vec<&str> = rows.iter().map(|r| r.key).collect();
+    let hashes: Vec<Uuid> = rows.iter().map(|r| r.key_hash).collect();
     let payload: Vec<RawJson> = rows.iter().map(|r| RawJson(r.payload)).collect();
     let stmt = conn.stmt(LOOKUP).await?;
-    let found = conn
-        .client
-        .query(&stmt, &[&idx, &wf, &key, &payload])
-        .await?;
+    let found = conn.client.query(&stmt, &[&idx, &hashes, &payload]).await?;
     Ok(found
         .iter()
         .map(|r| {
@@ -140,5 +184,19 @@ pub async fn run_cleanup(
             Ok(n) => tracing::debug!(n, "deleted expired idempotency keys"),
             Err(e) => tracing::warn!(error = %e, "could not delete expired idempotency keys"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_is_scoped_by_its_workflow() {
+        assert_eq!(key_hash("orders", "k1"), key_hash("orders", "k1"));
+        assert_ne!(key_hash("orders", "k1"), key_hash("refunds", "k1"));
+        assert_ne!(key_hash("orders", "k1"), key_hash("orders", "k2"));
+        // A name and a key never run into another pair.
+        assert_ne!(key_hash("a", "bc"), key_hash("ab", "c"));
     }
 }

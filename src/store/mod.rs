@@ -80,7 +80,15 @@ const TRANSIENT_CODES: [&str; 3] = ["55P03", "25P03", "55006"];
 pub fn classify(e: &tokio_postgres::Error) -> StoreError {
     use tokio_postgres::error::SqlState;
     let Some(code) = e.code() else {
-        return StoreError::Unavailable(e.to_string());
+        // No SQLSTATE: the connection's trouble (closed, reset, timed out: transient), or
+        // the client's own (a parameter that does not serialize: a bug, permanent).
+        let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
+        let text = e.to_string();
+        return if e.is_closed() || io || text.contains("timeout") || text.contains("timed out") {
+            StoreError::Unavailable(text)
+        } else {
+            StoreError::Internal(text)
+        };
     };
     let message = || {
         e.as_db_error()
