@@ -32,24 +32,40 @@ trap 'kill $server_pid 2>/dev/null || true; scripts/dev-postgres.sh stop $pg_dir
 for _ in $(seq 1 100); do curl -sf "localhost:$port/health" >/dev/null && break; sleep 0.1; done
 pg_settings=$(psql "$base/postgres" -Atc "select string_agg(name || '=' || current_setting(name), ', ' order by name) from pg_settings where name in ('max_wal_size', 'checkpoint_timeout', 'shared_buffers', 'synchronous_commit', 'fsync')")
 
-gen() {  # gen <kind> <extra flags...>: runs one round, prints the achieved rate
+# Cumulative CPU ticks (1/100 s) of the server and of every Postgres process.
+ticks() {
+  local p pg=0
+  for p in $(pgrep -x postgres); do pg=$((pg + $(awk '{print $14+$15}' /proc/$p/stat 2>/dev/null || echo 0))); done
+  echo "$(awk '{print $14+$15}' /proc/$server_pid/stat) $pg"
+}
+gen() {  # gen <kind> <extra flags...>: one round; prints rate, errors, server and Postgres µs per request
   local kind=$1; shift
   "$bin/clamp-bench" "$kind" --url "http://127.0.0.1:$port" -c "$CONNS" -t 2 -d "${DURATION}s" --warmup 1s -q \
-    "$@" --json "/tmp/$tag-$kind.json" >/dev/null
-  python3 -c "import json; j=json.load(open('/tmp/$tag-$kind.json')); print(round(j['achieved_rate']), sum(j.get('errors', {}).values()))"
+    "$@" --json "/tmp/$tag-$kind.json" >/dev/null &
+  local g=$! a b
+  # CPU is sampled inside the measured window (after the warm-up, before the end).
+  sleep 2; a=$(ticks); sleep $((DURATION - 2)); b=$(ticks)
+  wait $g
+  python3 -c "
+import json
+j = json.load(open('/tmp/$tag-$kind.json')); r = j['achieved_rate']
+a, b = map(int, '$a'.split()), map(int, '$b'.split())
+(s0, p0), (s1, p1) = list(a), list(b)
+secs = $DURATION - 2
+print(round(r), sum(j.get('errors', {}).values()), f'{(s1 - s0) * 1e4 / secs / r:.1f}', f'{(p1 - p0) * 1e4 / secs / r:.1f}')"
 }
 gen_cmd="$bin/clamp-bench create --url http://127.0.0.1:$port -c $CONNS -t 2 -d ${DURATION}s --warmup 1s [--idempotency-keys]"
 rows=()
 for round in $(seq 1 "$ROUNDS"); do
-  read -r h he < <(gen health)
+  read -r h he _ _ < <(gen health)
   if [ $((round % 2)) = 1 ]; then
-    read -r p pe < <(gen create --downstream http://127.0.0.1:9)
-    read -r k ke < <(gen create --downstream http://127.0.0.1:9 --idempotency-keys)
+    read -r p pe ps pp < <(gen create --downstream http://127.0.0.1:9)
+    read -r k ke ks kp < <(gen create --downstream http://127.0.0.1:9 --idempotency-keys)
   else
-    read -r k ke < <(gen create --downstream http://127.0.0.1:9 --idempotency-keys)
-    read -r p pe < <(gen create --downstream http://127.0.0.1:9)
+    read -r k ke ks kp < <(gen create --downstream http://127.0.0.1:9 --idempotency-keys)
+    read -r p pe ps pp < <(gen create --downstream http://127.0.0.1:9)
   fi
-  rows+=("$round $h $p $k $((he + pe + ke))")
+  rows+=("$round $h $p $k $((he + pe + ke)) $ps $pp $ks $kp")
   echo "round $round: health $h/s, create $p/s, keyed create $k/s, errors $((he + pe + ke))"
 done
 stored=$(psql "$base/$db" -Atc "select (select count(*) from service_requests), (select count(*) from idempotency_keys)")
@@ -63,17 +79,19 @@ stored=$(psql "$base/$db" -Atc "select (select count(*) from service_requests), 
   echo "- Postgres: throwaway cluster from \`scripts/dev-postgres.sh\` (the README's settings): $pg_settings"
   echo "- everything (server, Postgres, generator) shares the machine"
   echo
-  echo "| round | /health | create | create with a key | keyed ÷ plain | plain ÷ health | keyed ÷ health | errors |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| round | /health | create | create with a key | keyed ÷ plain | plain ÷ health | keyed ÷ health | errors | µs/request plain (server + Postgres) | µs/request keyed |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
   for r in "${rows[@]}"; do
     set -- $r
-    python3 -c "print(f'| $1 | {$2:,} | {$3:,} | {$4:,} | {$4/$3:.2f} | {$3/$2:.2f} | {$4/$2:.2f} | $5 |')"
+    python3 -c "print(f'| $1 | {$2:,} | {$3:,} | {$4:,} | {$4/$3:.2f} | {$3/$2:.2f} | {$4/$2:.2f} | $5 | $6 + $7 | $8 + $9 |')"
   done
   echo
   printf '%s\n' "${rows[@]}" | python3 -c "
 import sys, statistics
-rows = [list(map(int, l.split())) for l in sys.stdin if l.strip()]
-print(f'Median keyed ÷ plain: **{statistics.median(r[3]/r[2] for r in rows):.2f}** (plain ÷ health {statistics.median(r[2]/r[1] for r in rows):.2f}, keyed ÷ health {statistics.median(r[3]/r[1] for r in rows):.2f}).')"
+rows = [l.split() for l in sys.stdin if l.strip()]
+m = lambda f: statistics.median(f(r) for r in rows)
+print(f'Median keyed ÷ plain: **{m(lambda r: int(r[3]) / int(r[2])):.2f}** (plain ÷ health {m(lambda r: int(r[2]) / int(r[1])):.2f}, keyed ÷ health {m(lambda r: int(r[3]) / int(r[1])):.2f}).')
+print(f'Median CPU per request: plain {m(lambda r: float(r[5])):.1f} µs server + {m(lambda r: float(r[6])):.1f} µs Postgres; keyed {m(lambda r: float(r[7])):.1f} + {m(lambda r: float(r[8])):.1f} µs.')"
   echo
   echo "Rows after the run (service requests, idempotency keys): $stored"
 } | tee "$out/$tag.md"
