@@ -130,6 +130,14 @@ pub struct Args {
     #[arg(long, env = "CLAMP_METRICS_OPEN", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub metrics_open: bool,
 
+    /// Final status answers kept in memory for reads (0: none).
+    #[arg(long, env = "CLAMP_STATUS_CACHE_ENTRIES", default_value_t = 32_768)]
+    pub status_cache_entries: usize,
+
+    /// Longest `waitMs` a status read may ask for (a long poll), in milliseconds.
+    #[arg(long, env = "CLAMP_MAX_WAIT_MS", default_value_t = 30_000)]
+    pub max_wait_ms: u64,
+
     /// How long an Idempotency-Key of POST /serviceRequest/{workflow} is remembered, in hours.
     #[arg(long, env = "CLAMP_IDEMPOTENCY_WINDOW_HOURS", default_value_t = 24.0)]
     pub idempotency_window_hours: f64,
@@ -300,6 +308,8 @@ pub struct Config {
     pub api_tokens: crate::http::auth::Tokens,
     pub metrics_open: bool,
     pub idempotency_window: Duration,
+    pub status_cache_entries: usize,
+    pub max_wait: Duration,
     pub pool_size: u32,
     pub db_connect_timeout: Duration,
     pub shutdown_timeout: Duration,
@@ -465,6 +475,8 @@ impl Config {
             api_tokens: crate::http::auth::Tokens::new(&tokens),
             metrics_open: a.metrics_open,
             idempotency_window: Duration::from_secs_f64(a.idempotency_window_hours * 3600.0),
+            status_cache_entries: a.status_cache_entries,
+            max_wait: Duration::from_millis(a.max_wait_ms),
             pool_size: a.pool_size,
             db_connect_timeout: Duration::from_millis(a.db_connect_timeout_ms.max(1)),
             shutdown_timeout: Duration::from_millis(a.shutdown_timeout_ms),

@@ -86,6 +86,12 @@ pub struct BrokerLabel {
     pub outcome: &'static str,
 }
 
+/// Where a status answer came from.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabel {
+    pub source: &'static str,
+}
+
 /// Why a step's call is tried again.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CauseLabel {
@@ -214,6 +220,8 @@ pub struct Metrics {
     pub downstream_waiting: Gauge,
     /// Step calls in flight to downstream hosts.
     pub downstream_in_flight: Gauge,
+    /// Status reads answered from memory (0) or from Postgres (1).
+    pub status_reads: [Counter; 2],
 }
 
 impl std::fmt::Debug for Metrics {
@@ -263,6 +271,10 @@ impl Metrics {
             "Seconds per batch insert including commit",
             ArcMetric(commit_seconds.clone()),
         );
+        // The family hands out the counters the request path increments, label sets fixed.
+        let status_reads_family = Family::<SourceLabel, Counter>::default();
+        let status_reads = ["memory", "database"]
+            .map(|source| status_reads_family.get_or_create(&SourceLabel { source }).clone());
         let m = Metrics {
             requests,
             latency,
@@ -286,6 +298,7 @@ impl Metrics {
             requests_released: Counter::default(),
             downstream_waiting: Gauge::default(),
             downstream_in_flight: Gauge::default(),
+            status_reads,
             registry: Mutex::new(Registry::default()),
         };
         registry.register(
@@ -379,6 +392,11 @@ impl Metrics {
             "clamp_downstream_in_flight",
             "Step calls in flight to downstream hosts",
             m.downstream_in_flight.clone(),
+        );
+        registry.register(
+            "clamp_status_reads",
+            "Status reads (GET /serviceRequest/{id}) answered from memory or from Postgres",
+            status_reads_family,
         );
         *m.registry.lock() = registry;
         m

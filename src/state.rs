@@ -24,6 +24,10 @@ pub struct App {
     pub running: crate::engine::running::Running,
     /// Step calls in flight per downstream host, for the whole process.
     pub downstream: crate::engine::limits::HostLimits,
+    /// Final status answers, kept for reads that come after.
+    pub status_cache: crate::store::status_cache::StatusCache,
+    /// Who waits (long polls) for a request's next committed change.
+    pub changes: crate::engine::watch::Changes,
 }
 
 /// One runtime's own resources: the hot path touches nothing shared but `App`'s map and counters.
@@ -69,7 +73,11 @@ impl App {
             config.downstream_wait,
             metrics.clone(),
         );
+        let status_cache =
+            crate::store::status_cache::StatusCache::new(config.status_cache_entries, config.retention);
         App {
+            status_cache,
+            changes: Default::default(),
             config,
             workflows: WorkflowMap::default(),
             metrics,

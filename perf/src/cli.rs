@@ -52,6 +52,10 @@ pub enum Command {
         /// Give up on a workflow (error `workflow_timeout`) after this long.
         #[arg(long, default_value = "30s", value_parser = duration::parse)]
         workflow_timeout: Duration,
+        /// Long-poll instead of polling: each status read asks the server to wait up to
+        /// this long for the status to change (`?waitMs=`), with no pause between reads.
+        #[arg(long, value_parser = duration::parse)]
+        long_poll: Option<Duration>,
     },
     /// Creates mixed with status reads of ids created earlier.
     Mixed {

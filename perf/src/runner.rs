@@ -101,7 +101,12 @@ pub fn execute(cmd: Command) -> anyhow::Result<ExitCode> {
             wf,
             poll_interval,
             workflow_timeout,
-        } => ("e2e", load, Setup::E2e(wf, poll_interval, workflow_timeout)),
+            long_poll,
+        } => (
+            "e2e",
+            load,
+            Setup::E2e(wf, poll_interval, workflow_timeout, long_poll),
+        ),
     };
     validate(&load)?;
     let target = Target::parse(&load.url).map_err(anyhow::Error::msg)?;
@@ -134,7 +139,13 @@ enum Setup {
     /// The workflow, and whether every create carries a fresh Idempotency-Key.
     Create(WorkflowArgs, bool),
     Mixed(WorkflowArgs, f64),
-    E2e(WorkflowArgs, std::time::Duration, std::time::Duration),
+    /// The workflow, the poll interval, the workflow timeout, and the long-poll wait.
+    E2e(
+        WorkflowArgs,
+        std::time::Duration,
+        std::time::Duration,
+        Option<std::time::Duration>,
+    ),
 }
 
 fn validate(load: &LoadArgs) -> anyhow::Result<()> {
@@ -234,7 +245,8 @@ fn prepare(
             read_prefix,
             read_ratio,
         },
-        Setup::E2e(_, poll_interval, workflow_timeout) => Workload::E2e {
+        Setup::E2e(_, poll_interval, workflow_timeout, long_poll) => Workload::E2e {
+            long_poll,
             create,
             body,
             read_prefix,

@@ -32,13 +32,14 @@ pub enum Workload {
         read_prefix: String,
         read_ratio: f64,
     },
-    /// Create, then poll until the workflow ends.
+    /// Create, then poll until the workflow ends (or long-poll: `?waitMs=`, no pauses).
     E2e {
         create: String,
         body: Bytes,
         read_prefix: String,
         poll_interval: Duration,
         workflow_timeout: Duration,
+        long_poll: Option<Duration>,
     },
 }
 
@@ -143,6 +144,7 @@ impl Workload {
                 read_prefix,
                 poll_interval,
                 workflow_timeout,
+                long_poll,
             } => {
                 e2e(
                     vu,
@@ -151,6 +153,7 @@ impl Workload {
                     read_prefix,
                     *poll_interval,
                     *workflow_timeout,
+                    *long_poll,
                 )
                 .await
             }
@@ -181,13 +184,19 @@ async fn e2e(
     read_prefix: &str,
     poll_interval: Duration,
     workflow_timeout: Duration,
+    long_poll: Option<Duration>,
 ) -> Op {
     let started = Instant::now();
     let (mut op, id) = create_one(vu, create, body).await;
     let Some(id) = id else { return op };
-    let path = format!("{read_prefix}{id}");
+    let path = match long_poll {
+        Some(w) => format!("{read_prefix}{id}?waitMs={}", w.as_millis()),
+        None => format!("{read_prefix}{id}"),
+    };
     loop {
-        tokio::time::sleep(poll_interval).await;
+        if long_poll.is_none() {
+            tokio::time::sleep(poll_interval).await;
+        }
         if started.elapsed() > workflow_timeout {
             op.outcome = Err(ErrorKind::WorkflowTimeout);
             return op;

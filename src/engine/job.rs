@@ -13,6 +13,7 @@ use super::doc::Doc;
 use super::writer::{StepRecord, Transition, WriteError};
 use super::Executor;
 use crate::backoff::Backoff;
+use crate::store::status::{self, Head, StepRow};
 use crate::workflow::{transform, CompiledStep, Mode, RetryPolicy, StepType, Val, Workflow};
 
 /// What a request needs to continue.
@@ -31,6 +32,13 @@ pub struct Job {
     pub context: Map<String, Value>,
     /// Attempts the next step has had already (a retry continues the count).
     pub attempts: u32,
+    /// Every step row written for this request so far, when this job wrote them all (it
+    /// started the request from its first step): then its final status answer can be
+    /// kept without reading it back. None for a request continued after a pause or a
+    /// restart.
+    pub history: Option<Vec<StepRow>>,
+    /// When the request was created, in microseconds since the Unix epoch.
+    pub created_us: i64,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -77,6 +85,29 @@ impl Job {
                 json!({"request": request.value(), "response": response.value()}),
             );
         }
+    }
+
+    /// Keeps the final answer of a request this job ran from its first step, for reads
+    /// that come after (rendered on the first of them, by the same function a database
+    /// read uses, from the rows as Postgres stored them).
+    fn keep_final_answer(&mut self, exec: &Executor, status: &'static str, reason: Option<String>) {
+        if !status::is_final(status) {
+            return;
+        }
+        let Some(steps) = self.history.take() else {
+            return;
+        };
+        let head = Head {
+            workflow_name: self.wf.def.name.clone(),
+            status: status.to_string(),
+            current_step_id: 0,
+            reason,
+            created_at: status::pg_json_timestamp(self.created_us),
+            step_attempts: 0,
+            last_error: None,
+            retry_at: None,
+        };
+        exec.app.status_cache.insert_parts(self.id, head, steps);
     }
 
     /// The context as a condition or transform of `step` sees it: the steps so far, plus
@@ -142,15 +173,14 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
                 }
                 if verdict == Ok(false) {
                     let next = job.wf.next_main(step_id);
-                    let text = request.as_str();
                     let t = transition(
                         &job,
                         next,
-                        Some(text.to_string()),
-                        record(&step, "SKIPPED", text, Some(text), started, None),
+                        Some(request.clone()),
+                        record(&step, "SKIPPED", &request, Some(&request), started, None),
                     );
                     job.remember(&step, &request, &request);
-                    if !advance(exec, t).await {
+                    if !advance(exec, &mut job, t).await {
                         return;
                     }
                     job.next = next;
@@ -166,7 +196,6 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
             )),
             None => request,
         };
-        let body_text = body.as_str();
         let is_async = step.step_type == StepType::Async && job.failing.is_none();
         let outcome = match condition_error {
             Some(e) => Outcome::Failed(e),
@@ -193,7 +222,7 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
                     release: true,
                     step: Some(StepRecord {
                         attempts,
-                        ..record(&step, "STARTED", body_text, None, started, None)
+                        ..record(&step, "STARTED", &body, None, started, None)
                     }),
                     attempts: 0,
                     retry_in_ms: None,
@@ -208,8 +237,8 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
                     ..record(
                         &step,
                         "COMPLETED",
-                        body_text,
-                        Some(response.as_str()),
+                        &body,
+                        Some(&response),
                         started,
                         Some(finished),
                     )
@@ -222,8 +251,8 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
                     }
                     None => (job.wf.next_main(step_id), response),
                 };
-                let t = transition(&job, next, Some(next_request.as_str().to_string()), rec);
-                if !advance(exec, t).await {
+                let t = transition(&job, next, Some(next_request.clone()), rec);
+                if !advance(exec, &mut job, t).await {
                     return;
                 }
                 job.next = next;
@@ -253,8 +282,8 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
                     ..record(
                         &step,
                         "FAILED",
-                        body_text,
-                        Some(error.as_str()),
+                        &body,
+                        Some(&error),
                         started,
                         Some(finished),
                     )
@@ -273,8 +302,8 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
                         job.next_on_failure(step_id, step_id)
                     }
                 };
-                let t = transition(&job, next, Some(job.request.as_str().to_string()), rec);
-                if !advance(exec, t).await {
+                let t = transition(&job, next, Some(job.request.clone()), rec);
+                if !advance(exec, &mut job, t).await {
                     return;
                 }
                 job.next = next;
@@ -359,8 +388,8 @@ fn sent_or_done(is_async: bool) -> Outcome {
 fn record(
     step: &CompiledStep,
     status: &'static str,
-    request: &str,
-    response: Option<&str>,
+    request: &Doc,
+    response: Option<&Doc>,
     started: f64,
     finished: Option<f64>,
 ) -> StepRecord {
@@ -368,8 +397,8 @@ fn record(
         step_id: step.id,
         step_name: step.name.clone(),
         status,
-        request: Some(request.to_string()),
-        response: response.map(str::to_string),
+        request: Some(request.clone()),
+        response: response.cloned(),
         started_ms: started,
         finished_ms: finished,
         reason: None,
@@ -411,7 +440,7 @@ async fn retry(
         id: job.id,
         status: "IN_PROGRESS",
         next_step: step_id,
-        next_request: Some(job.request.as_str().to_string()),
+        next_request: Some(job.request.clone()),
         failed_step: job.failing.as_ref().map(|f| f.0),
         reason: job.failing.as_ref().map(|f| f.1.clone()),
         release: !at_once,
@@ -435,7 +464,7 @@ async fn retry(
 fn transition(
     job: &Job,
     next: Option<u32>,
-    next_request: Option<String>,
+    next_request: Option<Doc>,
     rec: StepRecord,
 ) -> Transition {
     let (status, reason) = match (next, &job.failing) {
@@ -460,16 +489,44 @@ fn transition(
 
 /// Writes a step's transition; true when the request goes on to another step (false when
 /// it finished, paused, or is no longer this instance's to run).
-async fn advance(exec: &Executor, t: Transition) -> bool {
+async fn advance(exec: &Executor, job: &mut Job, t: Transition) -> bool {
     let status = t.status;
+    let reason = t.reason.clone();
+    let row = match (&job.history, &t.step) {
+        (Some(_), Some(rec)) => Some(step_row(rec)),
+        _ => None,
+    };
     if !write(exec, t).await {
         return false;
     }
+    if let (Some(h), Some(r)) = (job.history.as_mut(), row) {
+        h.push(r);
+    }
     if status != "IN_PROGRESS" {
         exec.count_finished(status);
+        job.keep_final_answer(exec, status, reason);
         return false;
     }
     true
+}
+
+/// A written step record as the status answer shows it, with its times as Postgres keeps
+/// them (microseconds, rounded as it rounds).
+fn step_row(rec: &StepRecord) -> StepRow {
+    StepRow {
+        step_id: rec.step_id as i32,
+        name: rec.step_name.clone(),
+        status: rec.status.to_string(),
+        request: rec.request.as_ref().map(Doc::to_bytes),
+        response: rec.response.as_ref().map(Doc::to_bytes),
+        time_taken_ms: rec
+            .finished_ms
+            .map(|f| status::time_taken_ms(rec.started_ms, f)),
+        reason: rec.reason.clone(),
+        started_ms: status::roundtrip_ms(rec.started_ms),
+        finished_ms: rec.finished_ms.map(status::roundtrip_ms),
+        attempts: rec.attempts as i32,
+    }
 }
 
 /// Writes a transition, retrying while the database is away (the step's outcome is in
@@ -481,7 +538,13 @@ async fn write(exec: &Executor, mut t: Transition) -> bool {
     let mut backoff = Backoff::new(WRITE_RETRY, MAX_WRITE_RETRY);
     loop {
         match exec.writer.write(t.clone()).await {
-            Ok(()) => return true,
+            Ok(()) => {
+                // Between steps the status reads show stays as it is.
+                if t.status != "IN_PROGRESS" {
+                    exec.app.changes.notify(&t.id);
+                }
+                return true;
+            }
             Err(WriteError::LeaseLost) => return false,
             Err(WriteError::Unavailable) => {
                 if exec.is_stopping() {

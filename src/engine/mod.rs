@@ -15,6 +15,7 @@ pub mod job;
 pub mod limits;
 pub mod resume;
 pub mod running;
+pub mod watch;
 pub mod writer;
 
 pub use error::{EngineError, Result};
@@ -24,17 +25,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use doc::Doc;
 use parking_lot::Mutex;
 use tokio::task::AbortHandle;
 use uuid::Uuid;
 
 use crate::state::App;
-use crate::store::buffer::Handoff;
+use crate::store::buffer::{Handoff, Inserted};
 use crate::store::leases::{self, Claimed};
 use crate::store::Pool;
-use crate::workflow::Workflow;
 use http_step::HttpClient;
 use job::Job;
 use writer::StepWriter;
@@ -177,6 +176,7 @@ impl Executor {
         let payload = Doc::trusted(c.payload);
         let headers = job::parse_headers(c.headers.as_bytes());
         if c.status == "NEW" && c.current_step_id == 0 {
+            // Nothing ran yet: this job writes every step row, from the first.
             return Ok(Job {
                 id: c.id,
                 next: wf.main.first().copied(),
@@ -186,6 +186,8 @@ impl Executor {
                 failing: None,
                 context: Default::default(),
                 attempts: 0,
+                history: Some(Vec::new()),
+                created_us: c.created_us,
             });
         }
         let context = if wf.uses_context {
@@ -215,6 +217,8 @@ impl Executor {
             failing,
             context,
             attempts: c.step_attempts,
+            history: None,
+            created_us: c.created_us,
         })
     }
 
@@ -453,19 +457,20 @@ impl Handoff for Executor {
         self.unreserve(n);
     }
 
-    fn start(self: Arc<Self>, rows: Vec<(Uuid, Arc<Workflow>, Bytes, Bytes)>) {
+    fn start(self: Arc<Self>, rows: Vec<Inserted>) {
         let me = self;
-        for (id, wf, payload, headers) in rows {
-            let request = Doc::trusted(payload);
+        for r in rows {
             me.spawn(Job {
-                id,
-                next: wf.main.first().copied(),
-                wf,
-                headers: job::parse_headers(&headers),
-                request,
+                id: r.id,
+                next: r.workflow.main.first().copied(),
+                wf: r.workflow,
+                headers: job::parse_headers(&r.headers),
+                request: Doc::trusted(r.payload),
                 failing: None,
                 context: Default::default(),
                 attempts: 0,
+                history: Some(Vec::new()),
+                created_us: r.created_us,
             });
         }
     }

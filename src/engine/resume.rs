@@ -200,6 +200,9 @@ impl Executor {
                 return Err(e.into());
             }
         };
+        if resumed.is_some() {
+            self.app.changes.notify(&a.id);
+        }
         match (resumed, owner) {
             (Some(claimed), Some(_)) => {
                 self.start_resumed(claimed);

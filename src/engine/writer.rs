@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use uuid::Uuid;
 
+use super::doc::Doc;
 use crate::metrics::Metrics;
 use crate::store::{Pool, StoreError};
 
@@ -24,8 +25,8 @@ pub struct StepRecord {
     pub step_name: String,
     /// COMPLETED, FAILED, SKIPPED, or STARTED for an ASYNC step that was sent.
     pub status: &'static str,
-    pub request: Option<String>,
-    pub response: Option<String>,
+    pub request: Option<Doc>,
+    pub response: Option<Doc>,
     /// Milliseconds since the Unix epoch.
     pub started_ms: f64,
     pub finished_ms: Option<f64>,
@@ -42,7 +43,7 @@ pub struct Transition {
     /// COMPLETED or FAILED.
     pub status: &'static str,
     pub next_step: u32,
-    pub next_request: Option<String>,
+    pub next_request: Option<Doc>,
     pub failed_step: Option<u32>,
     pub reason: Option<String>,
     /// Give the lease up (the request finished or paused).
@@ -260,7 +261,7 @@ async fn write(pool: &Pool, batch: &[Pending], owner: Uuid) -> Result<Vec<Uuid>,
         ids.push(t.id);
         status.push(t.status);
         next_step.push(t.next_step as i32);
-        next_request.push(t.next_request.as_deref());
+        next_request.push(t.next_request.as_ref().map(Doc::as_str));
         failed_step.push(t.failed_step.map(|s| s as i32));
         reason.push(t.reason.as_deref());
         release.push(t.release);
@@ -272,8 +273,8 @@ async fn write(pool: &Pool, batch: &[Pending], owner: Uuid) -> Result<Vec<Uuid>,
                 step_id.push(s.step_id as i32);
                 step_name.push(s.step_name.as_str());
                 step_status.push(s.status);
-                step_request.push(s.request.as_deref());
-                step_response.push(s.response.as_deref());
+                step_request.push(s.request.as_ref().map(Doc::as_str));
+                step_response.push(s.response.as_ref().map(Doc::as_str));
                 started.push(s.started_ms);
                 finished.push(s.finished_ms);
                 step_reason.push(s.reason.as_deref());

@@ -194,7 +194,7 @@ async fn dispatch(core: &Core, parts: &Parts, body: &mut Body) -> (Route, Resp) 
         Route::CreateServiceRequest => {
             service_requests::create(core, &decode(arg), parts, body).await
         }
-        Route::GetServiceRequest => service_requests::get(core, arg).await,
+        Route::GetServiceRequest => service_requests::get(core, arg, query).await,
         Route::CancelServiceRequest => service_requests::cancel(core, arg, parts, body).await,
         Route::ListServiceRequests => service_requests::list(core, &decode(arg), query).await,
         Route::CreateWorkflow => workflows::create(core, parts, body).await,

@@ -8,6 +8,7 @@
 
 use std::cell::RefCell;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
@@ -20,7 +21,9 @@ use super::response::{error, json, json_bytes, store_error, unavailable, Resp};
 use crate::config::AckMode;
 use crate::state::Core;
 use crate::store::buffer::PushError;
+use crate::backoff::Backoff;
 use crate::store::cancel::Cancelled;
+use crate::store::status;
 use crate::store::{queries, AckError, Created, LoadError, PendingRow};
 use crate::workflow::Workflow;
 
@@ -166,6 +169,9 @@ pub async fn create(core: &Core, name: &str, parts: &Parts, body: &mut Body) -> 
         body
     };
     let id = crate::ids::new_v7();
+    let created_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64);
     let (ack, done) = if app.config.ack == AckMode::Commit || key.is_some() {
         let (tx, rx) = oneshot::channel();
         (Some(tx), Some(rx))
@@ -178,6 +184,7 @@ pub async fn create(core: &Core, name: &str, parts: &Parts, body: &mut Body) -> 
         payload,
         headers,
         key,
+        created_us,
         ack,
     };
     match core.buffer.push(row, app.config.enqueue_wait).await {
@@ -289,6 +296,7 @@ pub async fn cancel(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Re
     match crate::store::cancel::cancel(&conn, id, &reason).await {
         Ok(Cancelled::Now) => {
             app.metrics.cancelled.inc();
+            app.changes.notify(&id);
             answer(&reason)
         }
         Ok(Cancelled::Already { reason }) => answer(reason.as_deref().unwrap_or("")),
@@ -301,22 +309,111 @@ pub async fn cancel(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Re
     }
 }
 
-/// `GET /serviceRequest/{id}`.
-pub async fn get(core: &Core, id: &str) -> Resp {
+/// `GET /serviceRequest/{id}`, and beyond Clamp `?waitMs=N` (a long poll: answered when
+/// the status changes, or after N ms with the status as it is).
+///
+/// A final answer (COMPLETED, FAILED) never changes once committed: it is kept in memory
+/// (by the executor that finished the request, or after a database read) and answers
+/// later reads without Postgres; anything else is read in one statement.
+pub async fn get(core: &Core, id: &str, query: Option<&str>) -> Resp {
     let Ok(id) = uuid::Uuid::parse_str(id) else {
         return error(
             StatusCode::BAD_REQUEST,
             "the service request id is not a valid UUID",
         );
     };
-    let conn = match core.pool.get().await {
-        Ok(c) => c,
-        Err(e) => return store_error(e.into(), "service request status"),
+    let app = &core.app;
+    let wait = match super::query_param(query, "waitMs") {
+        None => None,
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(0) => None,
+            Ok(ms) if ms <= app.config.max_wait.as_millis() as u64 => {
+                Some(Duration::from_millis(ms))
+            }
+            _ => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    &format!(
+                        "waitMs must be a number of milliseconds from 0 to {}",
+                        app.config.max_wait.as_millis()
+                    ),
+                )
+            }
+        },
     };
-    match queries::service_request_status(&conn, id).await {
-        Ok(Some(v)) => json(StatusCode::OK, &v),
-        Ok(None) => error(StatusCode::NOT_FOUND, "no service request with this id"),
-        Err(e) => store_error(e, "service request status"),
+    if let Some(body) = app.status_cache.get(&id) {
+        app.metrics.status_reads[0].inc();
+        return json_bytes(StatusCode::OK, body);
+    }
+    // Registered before anything is read, so a change committed meanwhile is not missed.
+    let mut watch = wait.map(|_| app.changes.watch(id));
+    let (Some(wait), Some(watch)) = (wait, watch.as_mut()) else {
+        return match read_status(core, id).await {
+            Ok(r) => json_bytes(StatusCode::OK, r.body),
+            Err(resp) => resp,
+        };
+    };
+    let deadline = tokio::time::Instant::now() + wait;
+    // The status at the start. A request running here exists and shows no final status;
+    // its next status change wakes this wait, with no read before it (None).
+    let mut baseline: Option<String> = None;
+    if !app.running.contains(&id) {
+        let r = match read_status(core, id).await {
+            Ok(r) => r,
+            Err(resp) => return resp,
+        };
+        if status::is_final(&r.status) {
+            return json_bytes(StatusCode::OK, r.body);
+        }
+        baseline = Some(r.status);
+    }
+    // A request run by another instance changes without telling this one: look again,
+    // a little less often each time.
+    let mut elsewhere = Backoff::new(Duration::from_millis(25), Duration::from_millis(500));
+    loop {
+        if app.running.contains(&id) {
+            // Returns on a status change, or at the deadline.
+            watch.changed(deadline).await;
+        } else {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            tokio::time::sleep(elsewhere.next_delay().min(left)).await;
+        }
+        if let Some(body) = app.status_cache.get(&id) {
+            app.metrics.status_reads[0].inc();
+            return json_bytes(StatusCode::OK, body);
+        }
+        let r = match read_status(core, id).await {
+            Ok(r) => r,
+            Err(resp) => return resp,
+        };
+        let changed = baseline.as_ref() != Some(&r.status);
+        if changed || tokio::time::Instant::now() >= deadline {
+            return json_bytes(StatusCode::OK, r.body);
+        }
+    }
+}
+
+/// Reads a request's answer from Postgres, keeping it when it is final; 404 or 503.
+async fn read_status(core: &Core, id: uuid::Uuid) -> Result<status::Read, Resp> {
+    let app = &core.app;
+    let conn = core
+        .pool
+        .get()
+        .await
+        .map_err(|e| store_error(e.into(), "service request status"))?;
+    match status::read(&conn, id).await {
+        Ok(Some(r)) => {
+            app.metrics.status_reads[1].inc();
+            if status::is_final(&r.status) {
+                app.status_cache.insert(id, r.body.clone(), r.finished_ms);
+            }
+            Ok(r)
+        }
+        Ok(None) => Err(error(
+            StatusCode::NOT_FOUND,
+            "no service request with this id",
+        )),
+        Err(e) => Err(store_error(e, "service request status")),
     }
 }
 

@@ -13,7 +13,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -61,6 +61,8 @@ pub struct PendingRow {
     pub headers: Bytes,
     /// The digest of its `Idempotency-Key` (`idempotency::key_hash`), if it sent one.
     pub key: Option<Uuid>,
+    /// When it was created, in microseconds since the Unix epoch (the server's clock).
+    pub created_us: i64,
     /// Answered after the commit in `ack=commit` mode, and for keyed rows always; None
     /// otherwise in `ack=accept` mode.
     pub ack: Option<oneshot::Sender<Result<Created, AckError>>>,
@@ -75,6 +77,15 @@ pub enum PushError {
     Closed,
 }
 
+/// A row that committed leased to this instance, for its executor.
+pub struct Inserted {
+    pub id: Uuid,
+    pub workflow: Arc<Workflow>,
+    pub payload: Bytes,
+    pub headers: Bytes,
+    pub created_us: i64,
+}
+
 /// Lets the flusher insert rows already leased to the local executor, and hand them over
 /// after commit (no extra round trip, no in-memory queue that a crash could lose).
 pub trait Handoff: Send + Sync {
@@ -82,8 +93,8 @@ pub trait Handoff: Send + Sync {
     fn reserve(&self, n: usize) -> usize;
     /// Gives back reservations that were not used (the batch failed).
     fn release(&self, n: usize);
-    /// Starts rows that committed leased to this instance: (id, workflow, payload, headers).
-    fn start(self: Arc<Self>, rows: Vec<(Uuid, Arc<Workflow>, Bytes, Bytes)>);
+    /// Starts rows that committed leased to this instance.
+    fn start(self: Arc<Self>, rows: Vec<Inserted>);
     /// This instance's lease owner id.
     fn owner(&self) -> Uuid;
     /// How long a fresh lease lasts.
@@ -290,13 +301,12 @@ impl Shared {
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| created(*i) == Created::New)
-                .map(|(_, r)| {
-                    (
-                        r.id,
-                        r.workflow.clone(),
-                        r.payload.clone(),
-                        r.headers.clone(),
-                    )
+                .map(|(_, r)| Inserted {
+                    id: r.id,
+                    workflow: r.workflow.clone(),
+                    payload: r.payload.clone(),
+                    headers: r.headers.clone(),
+                    created_us: r.created_us,
                 })
                 .collect();
             h.release(n_leased - rows.len());
@@ -372,8 +382,9 @@ async fn write_batch(
         let payloads: Vec<RawJson> = rows.iter().map(|r| RawJson(&r.payload)).collect();
         let headers: Vec<RawJson> = rows.iter().map(|r| RawJson(&r.headers)).collect();
         let leased: Vec<bool> = (0..rows.len()).map(|i| i < n_leased).collect();
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
-            &ids, &names, &payloads, &headers, &leased, &owner, &lease_ms,
+        let created: Vec<SystemTime> = rows.iter().map(|r| system_time(r.created_us)).collect();
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+            &ids, &names, &payloads, &headers, &leased, &owner, &lease_ms, &created,
         ];
         bounded(&conn, cfg.hard_timeout, async {
             conn.client.execute(&conn.insert_requests, &params).await
@@ -396,14 +407,18 @@ async fn write_batch(
     let headers: Vec<RawJson> = leaders.iter().map(|&i| RawJson(&rows[i].headers)).collect();
     let leased: Vec<bool> = leaders.iter().map(|&i| i < n_leased).collect();
     let keys: Vec<Option<Uuid>> = leaders.iter().map(|&i| hashes[i]).collect();
+    let created: Vec<SystemTime> = leaders
+        .iter()
+        .map(|&i| system_time(rows[i].created_us))
+        .collect();
     let window_s = cfg.key_window.as_secs_f64();
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
-        &ids, &names, &payloads, &headers, &leased, &owner, &lease_ms, &keys, &window_s,
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
+        &ids, &names, &payloads, &headers, &leased, &owner, &lease_ms, &keys, &created, &window_s,
     ];
     // The usual case: every key is new, and every row is inserted.
     let fast = bounded(&conn, cfg.hard_timeout, async {
         let stmt = conn.stmt(idempotency::INSERT_KEYED).await?;
-        conn.client.execute(&stmt, &params[..8]).await
+        conn.client.execute(&stmt, &params[..9]).await
     })
     .await;
     match fast {
@@ -466,6 +481,11 @@ async fn write_batch(
     Ok(Written::Each(
         each.into_iter().map(Option::unwrap).collect(),
     ))
+}
+
+/// Microseconds since the Unix epoch as a `SystemTime` (sent to Postgres exactly).
+fn system_time(us: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_micros(us.max(0) as u64)
 }
 
 /// Runs a statement with a client-side bound: a connection that stops answering is given

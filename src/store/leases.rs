@@ -24,11 +24,13 @@ pub struct Claimed {
     pub reason: Option<String>,
     /// Attempts its current step has had already (a retry continues the count).
     pub step_attempts: u32,
+    /// When it was created, in microseconds since the Unix epoch.
+    pub created_us: i64,
 }
 
 /// Claims up to `limit` runnable requests whose lease is free or expired. One statement:
 /// the inner SELECT skips rows another instance is claiming at the same moment.
-const CLAIM: &str = "\
+const CLAIM: &str = concat!("\
 UPDATE service_requests s SET lease_owner = $1,
        lease_until = now() + $2::float8 * interval '1 millisecond', updated_at = now()
 WHERE s.id IN (
@@ -38,7 +40,9 @@ WHERE s.id IN (
     LIMIT $3
     FOR UPDATE SKIP LOCKED)
 RETURNING s.id, s.workflow_name, s.status, s.payload, s.headers, s.current_step_id,
-          s.step_request, s.failed_step_id, s.reason, s.step_attempts";
+          s.step_request, s.failed_step_id, s.reason, s.step_attempts, ",
+    crate::created_us!("s")
+);
 
 pub async fn claim(
     conn: &PgConn,
@@ -58,7 +62,7 @@ pub async fn claim(
 
 impl Claimed {
     /// Reads a row returning `id, workflow_name, status, payload, headers, current_step_id,
-    /// step_request, failed_step_id, reason, step_attempts`, in that order.
+    /// step_request, failed_step_id, reason, step_attempts, created_us`, in that order.
     pub fn from_row(r: &tokio_postgres::Row) -> Claimed {
         Claimed {
             id: r.get(0),
@@ -71,6 +75,7 @@ impl Claimed {
             failed_step_id: r.get::<_, Option<i32>>(7).map(|s| s.max(0) as u32),
             reason: r.get(8),
             step_attempts: r.get::<_, i32>(9).max(0) as u32,
+            created_us: r.get(10),
         }
     }
 }

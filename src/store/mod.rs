@@ -13,6 +13,8 @@ pub mod queries;
 pub mod raw_json;
 pub mod retention;
 mod sql;
+pub mod status;
+pub mod status_cache;
 pub mod step_responses;
 pub mod workflow_map;
 

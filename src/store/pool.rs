@@ -33,28 +33,16 @@ impl PgConn {
 
 /// Statement texts, kept beside the manager that prepares them.
 pub mod sql {
+    /// `created_at` comes from the server (its clock made the UUIDv7 id too), so the
+    /// executor can render a request's status answer without reading it back.
     pub const INSERT_REQUESTS: &str = "INSERT INTO service_requests \
-        (id, workflow_name, payload, headers, lease_owner, lease_until) \
+        (id, workflow_name, payload, headers, lease_owner, lease_until, created_at) \
         SELECT id, wf, payload, headers, \
                CASE WHEN leased THEN $6::uuid END, \
-               CASE WHEN leased THEN now() + $7::float8 * interval '1 millisecond' ELSE '-infinity' END \
-        FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[]) \
-             AS t(id, wf, payload, headers, leased)";
-    /// One service request and its step attempts (oldest first), in one statement:
-    /// status polls are frequent, and Postgres's cost is mostly per statement.
-    pub const GET_STATUS: &str = "SELECT r.workflow_name, \
-        CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR r.lease_until > now()) THEN 'IN_PROGRESS' \
-             ELSE r.status END AS status, \
-        r.current_step_id, r.reason, to_json(r.created_at) #>> '{}' AS created_at, \
-        r.step_attempts, r.last_error, \
-        CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() THEN to_json(r.lease_until) #>> '{}' END AS retry_at, \
-        st.step_id, st.step_name, st.status AS step_status, st.request, st.response, st.time_taken_ms, \
-        st.attempts, \
-        st.reason AS step_reason, \
-        extract(epoch FROM st.started_at)::float8 * 1000 AS started_ms, \
-        extract(epoch FROM st.finished_at)::float8 * 1000 AS finished_ms \
-        FROM service_requests r LEFT JOIN steps_status st ON st.service_request_id = r.id \
-        WHERE r.id = $1 ORDER BY st.id";
+               CASE WHEN leased THEN now() + $7::float8 * interval '1 millisecond' ELSE '-infinity' END, \
+               created \
+        FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::timestamptz[]) \
+             AS t(id, wf, payload, headers, leased, created)";
 }
 
 /// Opens connections with the server's session settings and prepares the hot statements.
@@ -69,7 +57,7 @@ impl bb8::ManageConnection for PgManager {
     async fn connect(&self) -> Result<PgConn, Self::Error> {
         let client = self.inner.connect().await?;
         let insert_requests = client.prepare(sql::INSERT_REQUESTS).await?;
-        let get_status = client.prepare(sql::GET_STATUS).await?;
+        let get_status = client.prepare(super::status::GET_STATUS).await?;
         Ok(PgConn {
             client,
             insert_requests,
@@ -115,9 +103,11 @@ pub fn pg_config(config: &Config) -> tokio_postgres::Config {
         // and those joined the batch inputs to whole-table scans: 1,207 sequential scans
         // reading 25M rows in 20 s at 3,000 requests/s, until the next ANALYZE. Off, the
         // planner takes the index whenever there is one (perf/runs/2026-11-30-vm/seqscan.md).
+        // timezone=UTC: timestamps render the same whichever server they come from, and
+        // the same as the executor renders them from memory (`store::status`).
         .options(format!(
             "-c statement_timeout={timeout_ms} -c idle_in_transaction_session_timeout={} \
-             -c enable_seqscan=off",
+             -c enable_seqscan=off -c timezone=UTC",
             timeout_ms * 2
         ));
     pg

@@ -2,7 +2,7 @@
 //! in `buffer.rs`; statements used per request are prepared once per connection
 //! (see `pool.rs`), the rest are rare enough to be prepared on use.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::pool::PgConn;
@@ -91,94 +91,6 @@ pub async fn workflows_page(
         rows.into_iter().map(|r| r.get::<_, Value>(0)).collect(),
         count.get(0),
     ))
-}
-
-/// `GET /serviceRequest/{id}`: the request and its step entries, or None.
-pub async fn service_request_status(conn: &PgConn, id: Uuid) -> Result<Option<Value>, StoreError> {
-    let rows = conn.client.query(&conn.get_status, &[&id]).await?;
-    let Some(head) = rows.first() else {
-        return Ok(None);
-    };
-    let status: &str = head.get("status");
-    // Without steps the LEFT JOIN gives one row with NULL step columns.
-    let steps: Vec<_> = rows
-        .iter()
-        .filter(|r| r.get::<_, Option<i32>>("step_id").is_some())
-        .collect();
-    let mut entries = Vec::with_capacity(steps.len() * 2);
-    let mut first_start: Option<f64> = None;
-    let mut last_end: Option<f64> = None;
-    for r in steps {
-        let step_id: i32 = r.get("step_id");
-        let name: &str = r.get("step_name");
-        let request = parse_opt(r.get("request"));
-        let response = parse_opt(r.get("response"));
-        let started: f64 = r.get("started_ms");
-        let finished: Option<f64> = r.get("finished_ms");
-        let attempts: i32 = r.get("attempts");
-        first_start = Some(first_start.map_or(started, |f: f64| f.min(started)));
-        last_end = Some(last_end.map_or(started, |l: f64| l.max(started)));
-        entries.push(json!({
-            "id": step_id, "name": name, "status": "STARTED", "time_taken": 0,
-            "payload": {"request": request.clone().unwrap_or(Value::Null), "response": Value::Null},
-            "attempts": attempts,
-        }));
-        let final_status: &str = r.get("step_status");
-        if final_status != "STARTED" {
-            if let Some(f) = finished {
-                last_end = Some(last_end.map_or(f, |l: f64| l.max(f)));
-            }
-            let mut entry = json!({
-                "id": step_id, "name": name, "status": final_status,
-                "time_taken": r.get::<_, Option<i64>>("time_taken_ms").unwrap_or(0),
-                "payload": {"request": request.unwrap_or(Value::Null), "response": response.unwrap_or(Value::Null)},
-                "attempts": attempts,
-            });
-            if let Some(reason) = r.get::<_, Option<&str>>("step_reason") {
-                entry["reason"] = Value::String(reason.to_string());
-            }
-            entries.push(entry);
-        }
-    }
-    let total = match (first_start, last_end) {
-        (Some(a), Some(b)) => (b - a).max(0.0).round() as i64,
-        _ => 0,
-    };
-    let mut out = Map::new();
-    out.insert("service_request_id".into(), Value::String(id.to_string()));
-    out.insert(
-        "workflow_name".into(),
-        Value::String(head.get::<_, String>("workflow_name")),
-    );
-    out.insert("status".into(), Value::String(status.to_string()));
-    out.insert("total_time_in_ms".into(), json!(total));
-    out.insert(
-        "current_step_id".into(),
-        json!(head.get::<_, i32>("current_step_id")),
-    );
-    out.insert("steps".into(), Value::Array(entries));
-    out.insert(
-        "reason".into(),
-        Value::String(head.get::<_, Option<String>>("reason").unwrap_or_default()),
-    );
-    out.insert(
-        "created_at".into(),
-        Value::String(head.get::<_, String>("created_at")),
-    );
-    // Beyond Clamp: a step whose call failed and is to be tried again.
-    let step_attempts: i32 = head.get("step_attempts");
-    if step_attempts > 0 && !matches!(status, "COMPLETED" | "FAILED" | "CANCELLED") {
-        out.insert(
-            "retrying".into(),
-            json!({
-                "step_id": head.get::<_, i32>("current_step_id"),
-                "attempts": step_attempts,
-                "last_error": head.get::<_, Option<&str>>("last_error").unwrap_or(""),
-                "next_attempt_at": head.get::<_, Option<&str>>("retry_at"),
-            }),
-        );
-    }
-    Ok(Some(Value::Object(out)))
 }
 
 /// `GET /serviceRequests/{workflow}`: a page of requests, newest first.

@@ -28,3 +28,12 @@ macro_rules! now_plus_ms {
         concat!("now() + ", $param, "::float8 * interval '1 millisecond'")
     };
 }
+
+/// A row's `created_at` in microseconds since the Unix epoch (exact: `extract` gives a
+/// numeric). The argument is the table alias.
+#[macro_export]
+macro_rules! created_us {
+    ($t:literal) => {
+        concat!("(extract(epoch FROM ", $t, ".created_at) * 1000000)::bigint")
+    };
+}

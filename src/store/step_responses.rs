@@ -53,7 +53,7 @@ pub struct Resume<'a> {
 
 /// Records the answer on the step and marks the request RESUMED at its next step, only if
 /// it is PAUSED at exactly this step; leased to `owner` in the same statement when given.
-const RESUME: &str = "\
+const RESUME: &str = concat!("\
 WITH resumed AS (
     UPDATE service_requests SET status = 'RESUMED', current_step_id = $3,
         step_request = COALESCE($4, (SELECT request FROM steps_status
@@ -67,14 +67,16 @@ WITH resumed AS (
                            ELSE now() + $11::float8 * interval '1 millisecond' END
     WHERE id = $1 AND status = 'PAUSED' AND current_step_id = $2
     RETURNING id, workflow_name, status, payload, headers, current_step_id, step_request,
-              failed_step_id, reason, step_attempts
+              failed_step_id, reason, step_attempts, ",
+    crate::created_us!("service_requests"),
+    "
 ), answered AS (
     UPDATE steps_status SET status = $7, response = $8, reason = $9, finished_at = now(),
         time_taken_ms = round(extract(epoch FROM now() - started_at) * 1000)::bigint
     WHERE service_request_id = $1 AND step_id = $2 AND status = 'STARTED'
       AND EXISTS (SELECT 1 FROM resumed)
 )
-SELECT * FROM resumed";
+SELECT * FROM resumed");
 
 /// Applies `r`; the resumed request as claimed, or None when it was not paused at that step.
 pub async fn resume(conn: &PgConn, r: &Resume<'_>) -> Result<Option<Claimed>, StoreError> {

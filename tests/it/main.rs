@@ -14,4 +14,5 @@ mod front_door;
 mod hardening;
 mod openapi;
 mod retention;
+mod status_reads;
 mod support;

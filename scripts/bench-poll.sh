@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Clients that poll: virtual users each create a two-step request (against the mock
+# downstream) and read its status until it completes, every POLL (20 ms), as Clamp's
+# clients poll `pollUrl`; then the same with long polls (`?waitMs=`, beyond Clamp). The
+# server runs with its defaults on the machine's Postgres (or PG=dev: a throwaway cluster
+# with the README's settings). Alternating rounds; writes perf/runs/<date>-<host>/<tag>.md.
+#
+#   scripts/bench-poll.sh                      # 512 users, 20 ms, 2 rounds of 20 s each
+#   CONNS=256 ROUNDS=3 scripts/bench-poll.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CONNS=${CONNS:-512}
+POLL=${POLL:-20ms}
+LONG=${LONG:-2s}
+DURATION=${DURATION:-20}
+ROUNDS=${ROUNDS:-2}
+bin=${BIN:-target/release}
+scripts/services.sh postgres >/dev/null
+[ -n "${BIN:-}" ] || cargo build --release --workspace --bins -q
+out=perf/runs/$(date -u +%Y-%m-%d)-$(hostname)
+mkdir -p "$out"
+tag=${TAG:-poll-c$CONNS}
+base=postgres://postgres@127.0.0.1:5432
+if [ "${PG:-}" = dev ]; then
+  pg_dir=/tmp/clamp-bench-poll-pg
+  base=$(scripts/dev-postgres.sh start $pg_dir 55494); base=${base%/clamp}
+fi
+db=clamp_bench_poll
+port=18330
+mock_port=18331
+psql "$base/postgres" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
+server_cmd="$bin/clamp --port $port --bind 127.0.0.1 --database-url $base/$db ${SERVER_FLAGS:-}"
+$server_cmd > "$out/$tag-server.log" 2>&1 &
+server_pid=$!
+mock_cmd="$bin/clamp-bench mock --port $mock_port --threads 1"
+$mock_cmd >/dev/null 2>&1 &
+mock_pid=$!
+trap 'kill $server_pid $mock_pid 2>/dev/null || true; [ -z "${pg_dir:-}" ] || scripts/dev-postgres.sh stop $pg_dir >/dev/null' EXIT
+for _ in $(seq 1 100); do curl -sf "localhost:$port/health" >/dev/null && break; sleep 0.1; done
+pg_settings=$(psql "$base/postgres" -Atc "select string_agg(name || '=' || current_setting(name), ', ' order by name) from pg_settings where name in ('max_wal_size', 'checkpoint_timeout', 'shared_buffers', 'synchronous_commit', 'fsync')")
+reads() { curl -s "localhost:$port/metrics" | awk -v s="$1" '$1 == "clamp_status_reads_total{source=\"" s "\"}" {print $2}'; }
+gen="$bin/clamp-bench e2e --url http://127.0.0.1:$port --downstream http://127.0.0.1:$mock_port -c $CONNS -t 2 -d ${DURATION}s --warmup 2s -q --timeout 10s"
+rows=()
+for round in $(seq 1 "$ROUNDS"); do
+  for mode in poll long; do
+    flags=(--poll-interval "$POLL"); [ $mode = long ] && flags=(--long-poll "$LONG")
+    m0=$(reads memory); d0=$(reads database)
+    $gen "${flags[@]}" --json "/tmp/$tag-$mode.json" >/dev/null
+    m1=$(reads memory); d1=$(reads database)
+    line=$(python3 -c "
+import json
+j = json.load(open('/tmp/$tag-$mode.json'))
+lat = j['latency_us']
+print($round, '$mode', round(j['achieved_rate']), sum(j.get('errors', {}).values()), round(lat['p50'] / 1000, 1), round(lat['p99'] / 1000, 1), int(float('$m1' or 0) - float('$m0' or 0)), int(float('$d1' or 0) - float('$d0' or 0)))")
+    rows+=("$line")
+    echo "$line"
+  done
+done
+{
+  echo "# Polling clients: $CONNS users, create + read until COMPLETED"
+  echo
+  echo "- date: $(date -u +%FT%TZ), host $(hostname), nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+  echo "- git: $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+  echo "- server: \`$server_cmd\`"
+  echo "- mock: \`$mock_cmd\`"
+  echo "- generator: \`$gen --poll-interval $POLL\` (poll), \`… --long-poll $LONG\` (long poll)"
+  echo "- Postgres: $([ "${PG:-}" = dev ] && echo 'throwaway cluster from scripts/dev-postgres.sh' || echo "the machine's"): $pg_settings"
+  echo "- everything (server, Postgres, mock, generator) shares the machine"
+  echo
+  echo "| round | mode | completed/s | errors | end-to-end p50 | p99 | status reads from memory | from Postgres |"
+  echo "|---|---|---|---|---|---|---|---|"
+  for r in "${rows[@]}"; do
+    set -- $r
+    echo "| $1 | $2 | $(printf "%'d" "$3") | $4 | $5 ms | $6 ms | $(printf "%'d" "$7") | $(printf "%'d" "$8") |"
+  done
+} | tee "$out/$tag.md"

@@ -1,0 +1,251 @@
+//! `GET /serviceRequest/{id}`: the status answer, read in one statement and rendered by
+//! one function, whether the rows come from Postgres or from the executor that wrote them
+//! (so an answer from memory is byte for byte the answer a database read gives).
+
+use bytes::Bytes;
+use serde_json::{json, Map, Value};
+use uuid::Uuid;
+
+use super::queries::parse_opt;
+use super::{PgConn, StoreError};
+
+/// One service request and its step attempts (oldest first), in one statement: status
+/// polls are frequent, and Postgres's cost is mostly per statement.
+pub const GET_STATUS: &str = concat!(
+    "SELECT r.workflow_name, ",
+    crate::derived_status!("r"),
+    " AS status, \
+     r.current_step_id, r.reason, to_json(r.created_at) #>> '{}' AS created_at, \
+     extract(epoch FROM r.finished_at)::float8 * 1000 AS request_finished_ms, \
+     r.step_attempts, r.last_error, \
+     CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() \
+          THEN to_json(r.lease_until) #>> '{}' END AS retry_at, \
+     st.step_id, st.step_name, st.status AS step_status, st.request, st.response, \
+     st.time_taken_ms, st.attempts, st.reason AS step_reason, \
+     extract(epoch FROM st.started_at)::float8 * 1000 AS started_ms, \
+     extract(epoch FROM st.finished_at)::float8 * 1000 AS finished_ms \
+     FROM service_requests r LEFT JOIN steps_status st ON st.service_request_id = r.id \
+     WHERE r.id = $1 ORDER BY st.id"
+);
+
+/// The request row, as the answer shows it.
+#[derive(Debug, Clone)]
+pub struct Head {
+    pub workflow_name: String,
+    /// As reads show it (`IN_PROGRESS` derived).
+    pub status: String,
+    pub current_step_id: i32,
+    pub reason: Option<String>,
+    /// `created_at` as Postgres renders a timestamptz in JSON (the session is in UTC).
+    pub created_at: String,
+    pub step_attempts: i32,
+    pub last_error: Option<String>,
+    pub retry_at: Option<String>,
+}
+
+/// One step attempt's row, as the answer shows it.
+#[derive(Debug, Clone)]
+pub struct StepRow {
+    pub step_id: i32,
+    pub name: String,
+    /// STARTED (an ASYNC step waiting), COMPLETED, FAILED or SKIPPED.
+    pub status: String,
+    pub request: Option<Bytes>,
+    pub response: Option<Bytes>,
+    pub time_taken_ms: Option<i64>,
+    pub reason: Option<String>,
+    /// The start and end as read back from `timestamptz` columns, in ms since the epoch.
+    pub started_ms: f64,
+    pub finished_ms: Option<f64>,
+    pub attempts: i32,
+}
+
+/// Whether a status never changes again once committed. A cancelled request is not among
+/// them: a step in flight when it was cancelled may still record its outcome.
+pub fn is_final(status: &str) -> bool {
+    matches!(status, "COMPLETED" | "FAILED")
+}
+
+fn text(b: &Option<Bytes>) -> Option<&str> {
+    b.as_deref().map(|b| std::str::from_utf8(b).unwrap_or("null"))
+}
+
+/// The answer's JSON.
+pub fn render(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
+    let mut entries = Vec::with_capacity(steps.len() * 2);
+    let mut first_start: Option<f64> = None;
+    let mut last_end: Option<f64> = None;
+    for s in steps {
+        let request = parse_opt(text(&s.request));
+        let response = parse_opt(text(&s.response));
+        let started = s.started_ms;
+        first_start = Some(first_start.map_or(started, |f: f64| f.min(started)));
+        last_end = Some(last_end.map_or(started, |l: f64| l.max(started)));
+        entries.push(json!({
+            "id": s.step_id, "name": s.name, "status": "STARTED", "time_taken": 0,
+            "payload": {"request": request.clone().unwrap_or(Value::Null), "response": Value::Null},
+            "attempts": s.attempts,
+        }));
+        if s.status != "STARTED" {
+            if let Some(f) = s.finished_ms {
+                last_end = Some(last_end.map_or(f, |l: f64| l.max(f)));
+            }
+            let mut entry = json!({
+                "id": s.step_id, "name": s.name, "status": s.status,
+                "time_taken": s.time_taken_ms.unwrap_or(0),
+                "payload": {"request": request.unwrap_or(Value::Null), "response": response.unwrap_or(Value::Null)},
+                "attempts": s.attempts,
+            });
+            if let Some(reason) = &s.reason {
+                entry["reason"] = Value::String(reason.clone());
+            }
+            entries.push(entry);
+        }
+    }
+    let total = match (first_start, last_end) {
+        (Some(a), Some(b)) => (b - a).max(0.0).round() as i64,
+        _ => 0,
+    };
+    let mut out = Map::new();
+    out.insert("service_request_id".into(), Value::String(id.to_string()));
+    out.insert(
+        "workflow_name".into(),
+        Value::String(head.workflow_name.clone()),
+    );
+    out.insert("status".into(), Value::String(head.status.clone()));
+    out.insert("total_time_in_ms".into(), json!(total));
+    out.insert("current_step_id".into(), json!(head.current_step_id));
+    out.insert("steps".into(), Value::Array(entries));
+    out.insert(
+        "reason".into(),
+        Value::String(head.reason.clone().unwrap_or_default()),
+    );
+    out.insert("created_at".into(), Value::String(head.created_at.clone()));
+    // Beyond Clamp: a step whose call failed and is to be tried again.
+    if head.step_attempts > 0 && !matches!(head.status.as_str(), "COMPLETED" | "FAILED" | "CANCELLED") {
+        out.insert(
+            "retrying".into(),
+            json!({
+                "step_id": head.current_step_id,
+                "attempts": head.step_attempts,
+                "last_error": head.last_error.as_deref().unwrap_or(""),
+                "next_attempt_at": head.retry_at,
+            }),
+        );
+    }
+    Bytes::from(serde_json::to_vec(&Value::Object(out)).expect("values serialize"))
+}
+
+/// One request's answer as read from Postgres.
+pub struct Read {
+    pub body: Bytes,
+    /// The status the answer shows.
+    pub status: String,
+    /// When it finished, in ms since the epoch (None while it runs).
+    pub finished_ms: Option<f64>,
+}
+
+/// Reads and renders one request's answer, or None.
+pub async fn read(conn: &PgConn, id: Uuid) -> Result<Option<Read>, StoreError> {
+    let rows = conn.client.query(&conn.get_status, &[&id]).await?;
+    let Some(h) = rows.first() else {
+        return Ok(None);
+    };
+    let head = Head {
+        workflow_name: h.get("workflow_name"),
+        status: h.get("status"),
+        current_step_id: h.get("current_step_id"),
+        reason: h.get("reason"),
+        created_at: h.get("created_at"),
+        step_attempts: h.get("step_attempts"),
+        last_error: h.get("last_error"),
+        retry_at: h.get("retry_at"),
+    };
+    // Without steps the LEFT JOIN gives one row with NULL step columns.
+    let steps: Vec<StepRow> = rows
+        .iter()
+        .filter(|r| r.get::<_, Option<i32>>("step_id").is_some())
+        .map(|r| StepRow {
+            step_id: r.get("step_id"),
+            name: r.get("step_name"),
+            status: r.get("step_status"),
+            request: r.get::<_, Option<String>>("request").map(Bytes::from),
+            response: r.get::<_, Option<String>>("response").map(Bytes::from),
+            time_taken_ms: r.get("time_taken_ms"),
+            reason: r.get("step_reason"),
+            started_ms: r.get("started_ms"),
+            finished_ms: r.get("finished_ms"),
+            attempts: r.get("attempts"),
+        })
+        .collect();
+    let finished_ms = h.get("request_finished_ms");
+    let body = render(id, &head, &steps);
+    Ok(Some(Read {
+        body,
+        status: head.status,
+        finished_ms,
+    }))
+}
+
+/// Milliseconds since the Unix epoch as they come back from a `timestamptz` written with
+/// `to_timestamp(ms / 1000.0)` and read with `extract(epoch …)::float8 * 1000`: Postgres
+/// keeps microseconds (rounded half to even, after moving to its own epoch) and reads
+/// them back as an exact decimal turned into a float.
+pub fn roundtrip_ms(ms: f64) -> f64 {
+    /// Seconds from 1970-01-01 to 2000-01-01, Postgres's epoch.
+    const PG_EPOCH_S: f64 = 946_684_800.0;
+    let pg_us = ((ms / 1000.0 - PG_EPOCH_S) * 1_000_000.0).round_ties_even() as i64;
+    let unix_us = pg_us + 946_684_800_000_000;
+    unix_us as f64 / 1_000_000.0 * 1000.0
+}
+
+/// `round(finished_ms - started_ms)` as Postgres computes it on float8 (half to even).
+pub fn time_taken_ms(started_ms: f64, finished_ms: f64) -> i64 {
+    (finished_ms - started_ms).round_ties_even() as i64
+}
+
+/// A `timestamptz` of `micros` since the Unix epoch as Postgres renders it in JSON in a
+/// UTC session: `2026-12-01T06:33:19.59255+00:00` (fraction without trailing zeros).
+pub fn pg_json_timestamp(micros: i64) -> String {
+    let Some(t) = chrono::DateTime::from_timestamp_micros(micros) else {
+        return String::new();
+    };
+    let mut s = t.format("%Y-%m-%dT%H:%M:%S").to_string();
+    let frac = micros.rem_euclid(1_000_000);
+    if frac != 0 {
+        let digits = format!("{frac:06}");
+        s.push('.');
+        s.push_str(digits.trim_end_matches('0'));
+    }
+    s.push_str("+00:00");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_render_as_postgres_renders_them() {
+        assert_eq!(
+            pg_json_timestamp(1_764_570_799_592_550),
+            "2025-12-01T06:33:19.59255+00:00"
+        );
+        assert_eq!(
+            pg_json_timestamp(1_764_570_799_000_000),
+            "2025-12-01T06:33:19+00:00"
+        );
+        assert_eq!(
+            pg_json_timestamp(1_764_570_799_000_001),
+            "2025-12-01T06:33:19.000001+00:00"
+        );
+    }
+
+    #[test]
+    fn times_round_as_postgres_rounds_them() {
+        assert_eq!(time_taken_ms(0.0, 2.5), 2);
+        assert_eq!(time_taken_ms(0.0, 3.5), 4);
+        let ms = 1_764_570_799_592.550_4;
+        assert!((roundtrip_ms(ms) - 1_764_570_799_592.55).abs() < 1e-6);
+    }
+}

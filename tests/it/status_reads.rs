@@ -1,0 +1,199 @@
+//! Status reads: final answers from memory are byte for byte the database's, reads see
+//! every acknowledged write on any instance, and long polls answer when the status
+//! changes.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::downstream::Downstream;
+use crate::support::*;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn step(name: &str, url: String) -> Value {
+    json!({"name": name, "mode": "HTTP", "val": {"method": "POST", "url": url}})
+}
+
+fn metric(text: &str, line_start: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_from_memory_are_the_database_answers_byte_for_byte() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    // The request runs on one instance and is read through the other, which executes nothing.
+    let runner = TestServer::start(config(&db.url)).await;
+    let mut api = config(&db.url);
+    api.max_running = 0;
+    let api = TestServer::start(api).await;
+    let mut skip = step("skipped", d.url("/api/echo"));
+    skip["when"] = json!("first.response.step == 2");
+    let mut shaped = step("shaped", d.url("/api/echo"));
+    shaped["transform"] = json!(true);
+    shaped["requestTransform"] = json!({"spec": {"user.id": "first.response.user.id"}});
+    runner
+        .create_workflow(&json!({"name": "mixed", "steps": [
+            step("first", d.url("/api/step1")), skip, shaped, step("last", d.url("/api/echo"))]}))
+        .await;
+    let mut failing = step("failing", d.url("/status/500"));
+    failing["onFailure"] = json!([step("undo", d.url("/api/echo"))]);
+    runner
+        .create_workflow(&json!({"name": "failing", "steps": [failing]}))
+        .await;
+    let mut flaky = step("flaky", d.url("/flaky/503"));
+    flaky["retry"] = json!({"initialIntervalMs": 10});
+    runner
+        .create_workflow(&json!({"name": "flaky", "steps": [flaky, step("after", d.url("/api/echo"))]}))
+        .await;
+    let mut ids = Vec::new();
+    for i in 0..30 {
+        for wf in ["mixed", "failing", "flaky"] {
+            ids.push(create_request(&runner, wf, &json!({"i": i, "unicode": "é\u{1F600}", "n": 1.5e3})).await);
+        }
+    }
+    let c = db.client().await;
+    let uuids: Vec<uuid::Uuid> = ids.iter().map(|i| i.parse().unwrap()).collect();
+    wait_for("every request to finish", WAIT, || async {
+        let left: i64 = c
+            .query_one(
+                "SELECT count(*) FROM service_requests WHERE id = ANY($1) AND status NOT IN ('COMPLETED', 'FAILED')",
+                &[&uuids],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        (left == 0).then_some(())
+    })
+    .await;
+    for id in &ids {
+        let path = format!("/serviceRequest/{id}");
+        let mine = runner.get(&path).await;
+        let theirs = api.get(&path).await;
+        assert_eq!(mine.status, 200);
+        assert_eq!(
+            mine.text(),
+            theirs.text(),
+            "the runner's answer differs from the database's"
+        );
+        // And the runner's second answer (from memory for sure) is the same too.
+        assert_eq!(runner.get(&path).await.body, mine.body);
+    }
+    let m = runner.get("/metrics").await.text();
+    let from_memory = metric(&m, "clamp_status_reads_total{source=\"memory\"}");
+    // Every request read twice on the runner; those it ran from the first step to the
+    // end (all but the retried ones) were answered from memory both times.
+    assert!(from_memory >= 120.0, "{from_memory} reads from memory\n{m}");
+    let m = api.get("/metrics").await.text();
+    assert_eq!(
+        metric(&m, "clamp_status_reads_total{source=\"database\"}"),
+        ids.len() as f64
+    );
+    runner.shutdown().await;
+    api.shutdown().await;
+}
+
+#[tokio::test]
+async fn reads_on_any_instance_see_every_acknowledged_write() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let a = TestServer::start(config(&db.url)).await;
+    let b = TestServer::start(config(&db.url)).await;
+    let mut ask = step("ask", d.url("/api/accepted"));
+    ask["type"] = json!("ASYNC");
+    a.create_workflow(&json!({"name": "wait", "steps": [ask, step("next", d.url("/slow/300"))]}))
+        .await;
+    for _ in 0..5 {
+        // Created on one, read on the other at once.
+        let id = create_request(&a, "wait", &json!({})).await;
+        let v = b.get(&format!("/serviceRequest/{id}")).await;
+        assert_eq!(v.status, 200, "{}", v.text());
+        wait_status(&b, &id, &["PAUSED"], WAIT).await;
+        // Resumed through one: the other shows it resumed at once.
+        let r = b
+            .post_json(
+                "/stepResponse",
+                &json!({"serviceRequestId": id, "stepId": 1, "response": {"ok": true}}),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = a.get(&format!("/serviceRequest/{id}")).await.json();
+        assert_ne!(v["status"], "PAUSED", "{v}");
+        // Cancelled through the other while it runs: the first shows it at once.
+        let r = a.post(&format!("/serviceRequest/{id}/cancel"), "").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        for s in [&a, &b] {
+            let v = s.get(&format!("/serviceRequest/{id}")).await.json();
+            assert_eq!(v["status"], "CANCELLED", "{v}");
+        }
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_long_poll_answers_when_the_status_changes_or_the_wait_ends() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    let other = TestServer::start(config(&db.url)).await;
+    let mut ask = step("ask", d.url("/api/accepted"));
+    ask["type"] = json!("ASYNC");
+    s.create_workflow(&json!({"name": "wait", "steps": [ask]}))
+        .await;
+    let id = create_request(&s, "wait", &json!({})).await;
+    wait_status(&s, &id, &["PAUSED"], WAIT).await;
+    // Nothing happens: the answer comes when the wait ends, unchanged.
+    let started = Instant::now();
+    let v = s.get(&format!("/serviceRequest/{id}?waitMs=300")).await.json();
+    let took = started.elapsed();
+    assert_eq!(v["status"], "PAUSED");
+    assert!(took >= Duration::from_millis(280) && took < Duration::from_secs(3), "{took:?}");
+    // A change comes long before the wait ends: the answer comes with it, on the instance
+    // that made the change and on another one.
+    for reader in [&s, &other] {
+        let id = create_request(&s, "wait", &json!({})).await;
+        wait_status(&s, &id, &["PAUSED"], WAIT).await;
+        let addr = reader.addr;
+        let path = format!("/serviceRequest/{id}?waitMs=10000");
+        let reads_before = metric(
+            &reader.get("/metrics").await.text(),
+            "clamp_status_reads_total{source=\"database\"}",
+        );
+        let poll = tokio::spawn(async move {
+            let started = Instant::now();
+            let r = send(addr, hyper::Method::GET, &path, None, &[]).await;
+            (r, started.elapsed())
+        });
+        // The poll is waiting before the change is made.
+        wait_for("the long poll to wait", WAIT, || async {
+            let m = reader.get("/metrics").await.text();
+            (metric(&m, "clamp_status_reads_total{source=\"database\"}") > reads_before)
+                .then_some(())
+        })
+        .await;
+        let r = s
+            .post_json(
+                "/stepResponse",
+                &json!({"serviceRequestId": id, "stepId": 1, "response": {"ok": true}}),
+            )
+            .await;
+        assert_eq!(r.status, 200);
+        let (r, took) = poll.await.unwrap();
+        assert_eq!(r.status, 200);
+        assert_ne!(r.json()["status"], "PAUSED", "{}", r.text());
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    }
+    s.get(&format!("/serviceRequest/{id}?waitMs=999999"))
+        .await
+        .expect_error(400);
+    s.get(&format!("/serviceRequest/{id}?waitMs=soon"))
+        .await
+        .expect_error(400);
+    s.shutdown().await;
+    other.shutdown().await;
+}
