@@ -39,19 +39,30 @@ trap 'kill $server_pid $mock_pid 2>/dev/null || true; [ -z "${pg_dir:-}" ] || sc
 for _ in $(seq 1 100); do curl -sf "localhost:$port/health" >/dev/null && break; sleep 0.1; done
 pg_settings=$(psql "$base/postgres" -Atc "select string_agg(name || '=' || current_setting(name), ', ' order by name) from pg_settings where name in ('max_wal_size', 'checkpoint_timeout', 'shared_buffers', 'synchronous_commit', 'fsync')")
 reads() { curl -s "localhost:$port/metrics" | awk -v s="$1" '$1 == "clamp_status_reads_total{source=\"" s "\"}" {print $2}'; }
+# Cumulative CPU ticks (1/100 s): server, every Postgres process, the generator and the mock.
+ticks() {
+  local p pg=0 gen=0
+  for p in $(pgrep -x postgres); do pg=$((pg + $(awk '{print $14+$15}' /proc/$p/stat 2>/dev/null || echo 0))); done
+  for p in $(pgrep -x clamp-bench); do gen=$((gen + $(awk '{print $14+$15}' /proc/$p/stat 2>/dev/null || echo 0))); done
+  echo "$(awk '{print $14+$15}' /proc/$server_pid/stat) $pg $gen"
+}
 gen="$bin/clamp-bench e2e --url http://127.0.0.1:$port --downstream http://127.0.0.1:$mock_port -c $CONNS -t 2 -d ${DURATION}s --warmup 2s -q --timeout 10s"
 rows=()
 for round in $(seq 1 "$ROUNDS"); do
   for mode in poll long; do
     flags=(--poll-interval "$POLL"); [ $mode = long ] && flags=(--long-poll "$LONG")
-    m0=$(reads memory); d0=$(reads database)
+    m0=$(reads memory); d0=$(reads database); r0=$(reads row)
+    t0=$(ticks)
     $gen "${flags[@]}" --json "/tmp/$tag-$mode.json" >/dev/null
-    m1=$(reads memory); d1=$(reads database)
+    m1=$(reads memory); d1=$(reads database); r1=$(reads row)
+    t1=$(ticks)
     line=$(python3 -c "
 import json
 j = json.load(open('/tmp/$tag-$mode.json'))
 lat = j['latency_us']
-print($round, '$mode', round(j['achieved_rate']), sum(j.get('errors', {}).values()), round(lat['p50'] / 1000, 1), round(lat['p99'] / 1000, 1), int(float('$m1' or 0) - float('$m0' or 0)), int(float('$d1' or 0) - float('$d0' or 0)))")
+s0, p0, g0 = map(int, '$t0'.split()); s1, p1, g1 = map(int, '$t1'.split())
+secs = $DURATION + 2
+print($round, '$mode', round(j['achieved_rate']), sum(j.get('errors', {}).values()), round(lat['p50'] / 1000, 1), round(lat['p99'] / 1000, 1), int(float('$m1' or 0) - float('$m0' or 0)), int(float('$r1' or 0) - float('$r0' or 0)), int(float('$d1' or 0) - float('$d0' or 0)), f'{(s1 - s0) / 100 / secs:.2f}', f'{(p1 - p0) / 100 / secs:.2f}', f'{(g1 - g0) / 100 / secs:.2f}')")
     rows+=("$line")
     echo "$line"
   done
@@ -67,10 +78,14 @@ done
   echo "- Postgres: $([ "${PG:-}" = dev ] && echo 'throwaway cluster from scripts/dev-postgres.sh' || echo "the machine's"): $pg_settings"
   echo "- everything (server, Postgres, mock, generator) shares the machine"
   echo
-  echo "| round | mode | completed/s | errors | end-to-end p50 | p99 | status reads from memory | from Postgres |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "Status reads are counted by where the answer came from: memory (a final answer kept),"
+  echo "row (the request row from Postgres, the step rows from the memory of the process running"
+  echo "it), database (all from Postgres). CPU in cores, over each run (warm-up included)."
+  echo
+  echo "| round | mode | completed/s | errors | end-to-end p50 | p99 | reads: memory | row | database | CPU: server | Postgres | generator + mock |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
   for r in "${rows[@]}"; do
     set -- $r
-    echo "| $1 | $2 | $(printf "%'d" "$3") | $4 | $5 ms | $6 ms | $(printf "%'d" "$7") | $(printf "%'d" "$8") |"
+    echo "| $1 | $2 | $3 | $4 | $5 ms | $6 ms | $7 | $8 | $9 | ${10} | ${11} | ${12} |"
   done
 } | tee "$out/$tag.md"

@@ -220,8 +220,9 @@ pub struct Metrics {
     pub downstream_waiting: Gauge,
     /// Step calls in flight to downstream hosts.
     pub downstream_in_flight: Gauge,
-    /// Status reads answered from memory (0) or from Postgres (1).
-    pub status_reads: [Counter; 2],
+    /// Status reads answered from memory (0), from Postgres (1), or from the request row
+    /// in Postgres and the step rows in memory (2).
+    pub status_reads: [Counter; 3],
 }
 
 impl std::fmt::Debug for Metrics {
@@ -273,7 +274,7 @@ impl Metrics {
         );
         // The family hands out the counters the request path increments, label sets fixed.
         let status_reads_family = Family::<SourceLabel, Counter>::default();
-        let status_reads = ["memory", "database"]
+        let status_reads = ["memory", "database", "row"]
             .map(|source| status_reads_family.get_or_create(&SourceLabel { source }).clone());
         let m = Metrics {
             requests,
@@ -395,7 +396,8 @@ impl Metrics {
         );
         registry.register(
             "clamp_status_reads",
-            "Status reads (GET /serviceRequest/{id}) answered from memory or from Postgres",
+            "Status reads (GET /serviceRequest/{id}) answered from memory, from Postgres, or from \
+             the request row in Postgres and the step rows in memory (row)",
             status_reads_family,
         );
         *m.registry.lock() = registry;

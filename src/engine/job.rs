@@ -13,7 +13,7 @@ use super::doc::Doc;
 use super::writer::{StepRecord, Transition, WriteError};
 use super::Executor;
 use crate::backoff::Backoff;
-use crate::store::status::{self, Head, StepRow};
+use crate::store::status::{self, Head, Live, StepRow};
 use crate::workflow::{transform, CompiledStep, Mode, RetryPolicy, StepType, Val, Workflow};
 
 /// What a request needs to continue.
@@ -84,6 +84,19 @@ impl Job {
                 step.context_name.clone(),
                 json!({"request": request.value(), "response": response.value()}),
             );
+        }
+    }
+
+    /// Publishes the committed step rows and where the request row stands now, for
+    /// status reads (`Running::live`).
+    fn publish_live(&self, exec: &Executor, current_step_id: u32, step_attempts: u32) {
+        if let Some(steps) = &self.history {
+            let live = Live {
+                steps: steps.clone(),
+                current_step_id: current_step_id as i32,
+                step_attempts: step_attempts as i32,
+            };
+            exec.app.running.set_live(&self.id, Arc::new(live));
         }
     }
 
@@ -454,6 +467,7 @@ async fn retry(
     }
     if at_once {
         job.attempts = attempts;
+        job.publish_live(exec, step_id, attempts);
         return true;
     }
     exec.wake_after(wait);
@@ -492,6 +506,7 @@ fn transition(
 async fn advance(exec: &Executor, job: &mut Job, t: Transition) -> bool {
     let status = t.status;
     let reason = t.reason.clone();
+    let (next_step, attempts) = (t.next_step, t.attempts);
     let row = match (&job.history, &t.step) {
         (Some(_), Some(rec)) => Some(step_row(rec)),
         _ => None,
@@ -501,6 +516,9 @@ async fn advance(exec: &Executor, job: &mut Job, t: Transition) -> bool {
     }
     if let (Some(h), Some(r)) = (job.history.as_mut(), row) {
         h.push(r);
+    }
+    if status == "IN_PROGRESS" {
+        job.publish_live(exec, next_step, attempts);
     }
     if status != "IN_PROGRESS" {
         exec.count_finished(status);

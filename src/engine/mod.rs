@@ -136,6 +136,7 @@ impl Executor {
     /// Starts a job in a slot already reserved for it.
     pub fn spawn(self: &Arc<Self>, job: Job) {
         let id = job.id;
+        let fresh = job.history.as_ref().is_some_and(Vec::is_empty);
         let exec = self.clone();
         // Registered before the task can finish, so its own cleanup always finds it.
         let mut running = self.running.lock();
@@ -147,6 +148,15 @@ impl Executor {
         let expires = Instant::now() + self.app.config.lease;
         running.insert(id, (handle.abort_handle(), expires));
         self.app.running.insert(id);
+        if fresh {
+            // Nothing written yet: the row is at step 0 with no attempts.
+            let live = crate::store::status::Live {
+                steps: Vec::new(),
+                current_step_id: 0,
+                step_attempts: 0,
+            };
+            self.app.running.set_live(&id, Arc::new(live));
+        }
     }
 
     /// Drops a finished (or lost) request and frees its slot, once.

@@ -4,6 +4,8 @@
 //! request whose lease ran out while another still runs it; this set is how it knows not
 //! to start it. A step response for a request still running here (its pause not written
 //! yet) waits on the request's notification instead of asking Postgres again and again.
+//! A request run here from its first step also has its committed step rows here, so a
+//! status read needs only its row from Postgres.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,23 +15,46 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-/// Request id → who waits for it to stop running (made only when someone waits, so a
-/// request nobody waits on costs no allocation).
+use crate::store::status::Live;
+
+/// What this process knows of one request it runs.
+#[derive(Default)]
+struct Entry {
+    /// Who waits for it to stop running (made only when someone waits, so a request
+    /// nobody waits on costs no allocation).
+    gone: Option<Arc<Notify>>,
+    /// Its committed step rows, when this process wrote them all.
+    live: Option<Arc<Live>>,
+}
+
+/// Request id → what this process knows of it while it runs here.
 #[derive(Default)]
 pub struct Running {
-    ids: Mutex<HashMap<Uuid, Option<Arc<Notify>>>>,
+    ids: Mutex<HashMap<Uuid, Entry>>,
 }
 
 impl Running {
     pub fn insert(&self, id: Uuid) {
-        self.ids.lock().insert(id, None);
+        self.ids.lock().insert(id, Entry::default());
     }
 
     /// Forgets `id` and wakes whoever waits for it.
     pub fn remove(&self, id: &Uuid) {
-        if let Some(Some(n)) = self.ids.lock().remove(id) {
+        if let Some(Entry { gone: Some(n), .. }) = self.ids.lock().remove(id) {
             n.notify_waiters();
         }
+    }
+
+    /// Replaces the committed step rows of `id` (running here).
+    pub fn set_live(&self, id: &Uuid, live: Arc<Live>) {
+        if let Some(e) = self.ids.lock().get_mut(id) {
+            e.live = Some(live);
+        }
+    }
+
+    /// The committed step rows of `id`, if it runs here and this process wrote them all.
+    pub fn live(&self, id: &Uuid) -> Option<Arc<Live>> {
+        self.ids.lock().get(id)?.live.clone()
     }
 
     pub fn contains(&self, id: &Uuid) -> bool {
@@ -42,7 +67,10 @@ impl Running {
             let mut ids = self.ids.lock();
             match ids.get_mut(&id) {
                 None => return true,
-                Some(slot) => slot.get_or_insert_with(|| Arc::new(Notify::new())).clone(),
+                Some(e) => e
+                    .gone
+                    .get_or_insert_with(|| Arc::new(Notify::new()))
+                    .clone(),
             }
         };
         let notified = notify.notified();

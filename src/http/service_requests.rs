@@ -401,6 +401,27 @@ async fn read_status(core: &Core, id: uuid::Uuid) -> Result<status::Read, Resp> 
         .get()
         .await
         .map_err(|e| store_error(e.into(), "service request status"))?;
+    // Running here from its first step: its step rows are here, and only its row is read.
+    // Found where the last committed transition left it, the row goes with exactly those
+    // step rows; found anywhere else (moved on, paused, cancelled), the whole read follows.
+    if let Some(live) = app.running.live(&id) {
+        match status::read_head(&conn, id).await {
+            Ok(Some(head))
+                if head.current_step_id == live.current_step_id
+                    && head.step_attempts == live.step_attempts
+                    && matches!(head.status.as_str(), "NEW" | "IN_PROGRESS") =>
+            {
+                app.metrics.status_reads[2].inc();
+                return Ok(status::Read {
+                    body: status::render(id, &head, &live.steps),
+                    status: head.status,
+                    finished_ms: None,
+                });
+            }
+            Ok(_) => {}
+            Err(e) => return Err(store_error(e, "service request status")),
+        }
+    }
     match status::read(&conn, id).await {
         Ok(Some(r)) => {
             app.metrics.status_reads[1].inc();

@@ -28,6 +28,18 @@ pub const GET_STATUS: &str = concat!(
      WHERE r.id = $1 ORDER BY st.id"
 );
 
+/// The request row alone, for a request whose step rows this process already has.
+pub const GET_HEAD: &str = concat!(
+    "SELECT r.workflow_name, ",
+    crate::derived_status!("r"),
+    " AS status, \
+     r.current_step_id, r.reason, to_json(r.created_at) #>> '{}' AS created_at, \
+     r.step_attempts, r.last_error, \
+     CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() \
+          THEN to_json(r.lease_until) #>> '{}' END AS retry_at \
+     FROM service_requests r WHERE r.id = $1"
+);
+
 /// The request row, as the answer shows it.
 #[derive(Debug, Clone)]
 pub struct Head {
@@ -185,6 +197,31 @@ pub async fn read(conn: &PgConn, id: Uuid) -> Result<Option<Read>, StoreError> {
         status: head.status,
         finished_ms,
     }))
+}
+
+/// Reads the request row alone, or None.
+pub async fn read_head(conn: &PgConn, id: Uuid) -> Result<Option<Head>, StoreError> {
+    let stmt = conn.stmt(GET_HEAD).await?;
+    Ok(conn.client.query_opt(&stmt, &[&id]).await?.map(|h| Head {
+        workflow_name: h.get("workflow_name"),
+        status: h.get("status"),
+        current_step_id: h.get("current_step_id"),
+        reason: h.get("reason"),
+        created_at: h.get("created_at"),
+        step_attempts: h.get("step_attempts"),
+        last_error: h.get("last_error"),
+        retry_at: h.get("retry_at"),
+    }))
+}
+
+/// The step rows of a request this process runs, as committed so far, and where the
+/// request row stood after the last of them (its current step and attempts): a read of
+/// the request row that finds it there sees exactly these rows.
+#[derive(Debug, Clone)]
+pub struct Live {
+    pub steps: Vec<StepRow>,
+    pub current_step_id: i32,
+    pub step_attempts: i32,
 }
 
 /// Milliseconds since the Unix epoch as they come back from a `timestamptz` written with

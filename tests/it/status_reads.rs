@@ -197,3 +197,47 @@ async fn a_long_poll_answers_when_the_status_changes_or_the_wait_ends() {
     s.shutdown().await;
     other.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_of_running_requests_are_the_database_answers_byte_for_byte() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let runner = TestServer::start(config(&db.url)).await;
+    let mut api = config(&db.url);
+    api.max_running = 0;
+    let api = TestServer::start(api).await;
+    runner
+        .create_workflow(&json!({"name": "running", "steps": [
+            step("first", d.url("/api/step1")), step("slow", d.url("/slow/400")),
+            step("last", d.url("/api/echo"))]}))
+        .await;
+    let mut compared = 0;
+    for i in 0..12 {
+        let id = create_request(&runner, "running", &json!({"i": i})).await;
+        let path = format!("/serviceRequest/{id}");
+        // While the slow step runs: the runner answers from its row and its step rows.
+        let key = format!("{id}:2");
+        wait_for("the slow step to start", WAIT, || async {
+            (d.calls_for_key(&key) == 1).then_some(())
+        })
+        .await;
+        let before = runner.get(&path).await.text();
+        let theirs = api.get(&path).await.text();
+        let after = runner.get(&path).await.text();
+        if before == after {
+            // Nothing committed between the reads: all three show the same state.
+            assert_eq!(before, theirs);
+            assert!(before.contains("IN_PROGRESS"), "{before}");
+            compared += 1;
+        }
+        wait_status(&runner, &id, &["COMPLETED"], WAIT).await;
+    }
+    assert!(compared >= 6, "only {compared} states compared");
+    let m = runner.get("/metrics").await.text();
+    assert!(
+        metric(&m, "clamp_status_reads_total{source=\"row\"}") >= compared as f64 * 2.0,
+        "{m}"
+    );
+    runner.shutdown().await;
+    api.shutdown().await;
+}
