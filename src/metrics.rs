@@ -274,8 +274,11 @@ impl Metrics {
         );
         // The family hands out the counters the request path increments, label sets fixed.
         let status_reads_family = Family::<SourceLabel, Counter>::default();
-        let status_reads = ["memory", "database", "row"]
-            .map(|source| status_reads_family.get_or_create(&SourceLabel { source }).clone());
+        let status_reads = ["memory", "database", "row"].map(|source| {
+            status_reads_family
+                .get_or_create(&SourceLabel { source })
+                .clone()
+        });
         let m = Metrics {
             requests,
             latency,

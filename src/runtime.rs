@@ -22,6 +22,9 @@ use crate::store::pool;
 /// Pending connections the kernel queues per listener.
 const LISTEN_BACKLOG: i32 = 4096;
 
+/// Status-read batches in flight per runtime (each on its own connection).
+const READ_CONCURRENCY: usize = 2;
+
 /// How long background tasks (broker consumers, retention) get to stop at shutdown.
 const CONSUMER_STOP_TIMEOUT: Duration = Duration::from_secs(6);
 
@@ -94,10 +97,16 @@ pub async fn serve_core(
         Some(executor.clone() as Arc<dyn buffer::Handoff>),
         close_rx,
     ));
+    let reader = crate::store::reader::StatusReader::start(
+        pool.clone(),
+        READ_CONCURRENCY,
+        cfg.flush_timeout + Duration::from_secs(2),
+    );
     let core = Arc::new(Core {
         app: app.clone(),
         pool,
         buffer,
+        reader,
         executor: executor.clone(),
     });
     // Step responses over the brokers: AMQP on every runtime (the broker spreads the

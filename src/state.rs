@@ -35,6 +35,8 @@ pub struct Core {
     pub app: Arc<App>,
     pub pool: Pool,
     pub buffer: WriteBuffer,
+    /// Status reads, batched.
+    pub reader: crate::store::reader::StatusReader,
     pub executor: Arc<crate::engine::Executor>,
 }
 
@@ -73,8 +75,10 @@ impl App {
             config.downstream_wait,
             metrics.clone(),
         );
-        let status_cache =
-            crate::store::status_cache::StatusCache::new(config.status_cache_entries, config.retention);
+        let status_cache = crate::store::status_cache::StatusCache::new(
+            config.status_cache_entries,
+            config.retention,
+        );
         App {
             status_cache,
             changes: Default::default(),

@@ -13,7 +13,6 @@ use super::doc::Doc;
 use super::writer::{StepRecord, Transition, WriteError};
 use super::Executor;
 use crate::backoff::Backoff;
-use crate::store::status::{self, Head, Live, StepRow};
 use crate::workflow::{transform, CompiledStep, Mode, RetryPolicy, StepType, Val, Workflow};
 
 /// What a request needs to continue.
@@ -32,11 +31,9 @@ pub struct Job {
     pub context: Map<String, Value>,
     /// Attempts the next step has had already (a retry continues the count).
     pub attempts: u32,
-    /// Every step row written for this request so far, when this job wrote them all (it
-    /// started the request from its first step): then its final status answer can be
-    /// kept without reading it back. None for a request continued after a pause or a
-    /// restart.
-    pub history: Option<Vec<StepRow>>,
+    /// This job starts the request from its first step, so every step row of it is
+    /// written here (and readers of this process can keep them: `live`).
+    pub fresh: bool,
     /// When the request was created, in microseconds since the Unix epoch.
     pub created_us: i64,
 }
@@ -85,42 +82,6 @@ impl Job {
                 json!({"request": request.value(), "response": response.value()}),
             );
         }
-    }
-
-    /// Publishes the committed step rows and where the request row stands now, for
-    /// status reads (`Running::live`).
-    fn publish_live(&self, exec: &Executor, current_step_id: u32, step_attempts: u32) {
-        if let Some(steps) = &self.history {
-            let live = Live {
-                steps: steps.clone(),
-                current_step_id: current_step_id as i32,
-                step_attempts: step_attempts as i32,
-            };
-            exec.app.running.set_live(&self.id, Arc::new(live));
-        }
-    }
-
-    /// Keeps the final answer of a request this job ran from its first step, for reads
-    /// that come after (rendered on the first of them, by the same function a database
-    /// read uses, from the rows as Postgres stored them).
-    fn keep_final_answer(&mut self, exec: &Executor, status: &'static str, reason: Option<String>) {
-        if !status::is_final(status) {
-            return;
-        }
-        let Some(steps) = self.history.take() else {
-            return;
-        };
-        let head = Head {
-            workflow_name: self.wf.def.name.clone(),
-            status: status.to_string(),
-            current_step_id: 0,
-            reason,
-            created_at: status::pg_json_timestamp(self.created_us),
-            step_attempts: 0,
-            last_error: None,
-            retry_at: None,
-        };
-        exec.app.status_cache.insert_parts(self.id, head, steps);
     }
 
     /// The context as a condition or transform of `step` sees it: the steps so far, plus
@@ -193,7 +154,7 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
                         record(&step, "SKIPPED", &request, Some(&request), started, None),
                     );
                     job.remember(&step, &request, &request);
-                    if !advance(exec, &mut job, t).await {
+                    if !advance(exec, t).await {
                         return;
                     }
                     job.next = next;
@@ -265,7 +226,7 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
                     None => (job.wf.next_main(step_id), response),
                 };
                 let t = transition(&job, next, Some(next_request.clone()), rec);
-                if !advance(exec, &mut job, t).await {
+                if !advance(exec, t).await {
                     return;
                 }
                 job.next = next;
@@ -316,7 +277,7 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
                     }
                 };
                 let t = transition(&job, next, Some(job.request.clone()), rec);
-                if !advance(exec, &mut job, t).await {
+                if !advance(exec, t).await {
                     return;
                 }
                 job.next = next;
@@ -467,7 +428,6 @@ async fn retry(
     }
     if at_once {
         job.attempts = attempts;
-        job.publish_live(exec, step_id, attempts);
         return true;
     }
     exec.wake_after(wait);
@@ -503,48 +463,16 @@ fn transition(
 
 /// Writes a step's transition; true when the request goes on to another step (false when
 /// it finished, paused, or is no longer this instance's to run).
-async fn advance(exec: &Executor, job: &mut Job, t: Transition) -> bool {
+async fn advance(exec: &Executor, t: Transition) -> bool {
     let status = t.status;
-    let reason = t.reason.clone();
-    let (next_step, attempts) = (t.next_step, t.attempts);
-    let row = match (&job.history, &t.step) {
-        (Some(_), Some(rec)) => Some(step_row(rec)),
-        _ => None,
-    };
     if !write(exec, t).await {
         return false;
     }
-    if let (Some(h), Some(r)) = (job.history.as_mut(), row) {
-        h.push(r);
-    }
-    if status == "IN_PROGRESS" {
-        job.publish_live(exec, next_step, attempts);
-    }
     if status != "IN_PROGRESS" {
         exec.count_finished(status);
-        job.keep_final_answer(exec, status, reason);
         return false;
     }
     true
-}
-
-/// A written step record as the status answer shows it, with its times as Postgres keeps
-/// them (microseconds, rounded as it rounds).
-fn step_row(rec: &StepRecord) -> StepRow {
-    StepRow {
-        step_id: rec.step_id as i32,
-        name: rec.step_name.clone(),
-        status: rec.status.to_string(),
-        request: rec.request.as_ref().map(Doc::to_bytes),
-        response: rec.response.as_ref().map(Doc::to_bytes),
-        time_taken_ms: rec
-            .finished_ms
-            .map(|f| status::time_taken_ms(rec.started_ms, f)),
-        reason: rec.reason.clone(),
-        started_ms: status::roundtrip_ms(rec.started_ms),
-        finished_ms: rec.finished_ms.map(status::roundtrip_ms),
-        attempts: rec.attempts as i32,
-    }
 }
 
 /// Writes a transition, retrying while the database is away (the step's outcome is in
@@ -556,13 +484,7 @@ async fn write(exec: &Executor, mut t: Transition) -> bool {
     let mut backoff = Backoff::new(WRITE_RETRY, MAX_WRITE_RETRY);
     loop {
         match exec.writer.write(t.clone()).await {
-            Ok(()) => {
-                // Between steps the status reads show stays as it is.
-                if t.status != "IN_PROGRESS" {
-                    exec.app.changes.notify(&t.id);
-                }
-                return true;
-            }
+            Ok(()) => return true,
             Err(WriteError::LeaseLost) => return false,
             Err(WriteError::Unavailable) => {
                 if exec.is_stopping() {

@@ -13,6 +13,7 @@ pub mod error;
 pub mod http_step;
 pub mod job;
 pub mod limits;
+pub mod live;
 pub mod resume;
 pub mod running;
 pub mod watch;
@@ -64,10 +65,15 @@ impl Executor {
     pub fn new(app: Arc<App>, pool: Pool) -> Arc<Executor> {
         let cfg = &app.config;
         let http = HttpClient::new(&cfg.http);
+        let committed: writer::OnCommit = {
+            let app = app.clone();
+            Arc::new(move |t: &writer::Transition| live::committed(&app, t))
+        };
         let writer = writer::start(
             pool.clone(),
             app.instance_id,
             app.metrics.clone(),
+            committed,
             cfg.max_running,
             cfg.step_write_concurrency,
         );
@@ -136,7 +142,8 @@ impl Executor {
     /// Starts a job in a slot already reserved for it.
     pub fn spawn(self: &Arc<Self>, job: Job) {
         let id = job.id;
-        let fresh = job.history.as_ref().is_some_and(Vec::is_empty);
+        let fresh = job.fresh;
+        let (name, created_us) = (job.wf.def.name.clone(), job.created_us);
         let exec = self.clone();
         // Registered before the task can finish, so its own cleanup always finds it.
         let mut running = self.running.lock();
@@ -149,13 +156,7 @@ impl Executor {
         running.insert(id, (handle.abort_handle(), expires));
         self.app.running.insert(id);
         if fresh {
-            // Nothing written yet: the row is at step 0 with no attempts.
-            let live = crate::store::status::Live {
-                steps: Vec::new(),
-                current_step_id: 0,
-                step_attempts: 0,
-            };
-            self.app.running.set_live(&id, Arc::new(live));
+            live::start(&self.app, &id, &name, created_us);
         }
     }
 
@@ -196,7 +197,7 @@ impl Executor {
                 failing: None,
                 context: Default::default(),
                 attempts: 0,
-                history: Some(Vec::new()),
+                fresh: true,
                 created_us: c.created_us,
             });
         }
@@ -227,7 +228,7 @@ impl Executor {
             failing,
             context,
             attempts: c.step_attempts,
-            history: None,
+            fresh: false,
             created_us: c.created_us,
         })
     }
@@ -479,7 +480,7 @@ impl Handoff for Executor {
                 failing: None,
                 context: Default::default(),
                 attempts: 0,
-                history: Some(Vec::new()),
+                fresh: true,
                 created_us: r.created_us,
             });
         }

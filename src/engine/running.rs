@@ -25,6 +25,8 @@ struct Entry {
     gone: Option<Arc<Notify>>,
     /// Its committed step rows, when this process wrote them all.
     live: Option<Arc<Live>>,
+    /// Who waits for `live` to change (made only when someone waits).
+    live_changed: Option<Arc<Notify>>,
 }
 
 /// Request id → what this process knows of it while it runs here.
@@ -40,15 +42,45 @@ impl Running {
 
     /// Forgets `id` and wakes whoever waits for it.
     pub fn remove(&self, id: &Uuid) {
-        if let Some(Entry { gone: Some(n), .. }) = self.ids.lock().remove(id) {
-            n.notify_waiters();
+        if let Some(e) = self.ids.lock().remove(id) {
+            for n in [e.gone, e.live_changed].into_iter().flatten() {
+                n.notify_waiters();
+            }
         }
     }
 
-    /// Replaces the committed step rows of `id` (running here).
-    pub fn set_live(&self, id: &Uuid, live: Arc<Live>) {
-        if let Some(e) = self.ids.lock().get_mut(id) {
-            e.live = Some(live);
+    /// Gives `f` the committed step rows of `id` to change (None: it does not run here),
+    /// and wakes whoever waits for them to change.
+    pub fn with_live<R>(
+        &self,
+        id: &Uuid,
+        f: impl FnOnce(&mut Option<Arc<Live>>) -> R,
+    ) -> Option<R> {
+        let mut ids = self.ids.lock();
+        let e = ids.get_mut(id)?;
+        let r = f(&mut e.live);
+        if let Some(n) = &e.live_changed {
+            n.notify_waiters();
+        }
+        Some(r)
+    }
+
+    /// Waits until the committed step rows of `id` change, it stops running here, or
+    /// `deadline` passes.
+    pub async fn live_changed(&self, id: Uuid, deadline: Instant) {
+        let notify = {
+            let mut ids = self.ids.lock();
+            match ids.get_mut(&id) {
+                None => return,
+                Some(e) => e
+                    .live_changed
+                    .get_or_insert_with(|| Arc::new(Notify::new()))
+                    .clone(),
+            }
+        };
+        tokio::select! {
+            _ = notify.notified() => {}
+            _ = self.wait_gone(id, deadline) => {}
         }
     }
 

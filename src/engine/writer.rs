@@ -158,16 +158,20 @@ SELECT id FROM fenced";
 /// Largest number of transitions in one statement.
 const MAX_BATCH: usize = 512;
 
+/// What to do with each transition right after it committed, before its job hears of it.
+pub type OnCommit = Arc<dyn Fn(&Transition) + Send + Sync>;
+
 /// Starts a writer on the current runtime.
 pub fn start(
     pool: Pool,
     owner: Uuid,
     metrics: Arc<Metrics>,
+    committed: OnCommit,
     capacity: usize,
     concurrency: usize,
 ) -> StepWriter {
     let (tx, rx) = mpsc::channel(capacity.max(1));
-    tokio::spawn(run(rx, pool, owner, metrics, concurrency.max(1)));
+    tokio::spawn(run(rx, pool, owner, metrics, committed, concurrency.max(1)));
     StepWriter { tx }
 }
 
@@ -176,6 +180,7 @@ async fn run(
     pool: Pool,
     owner: Uuid,
     metrics: Arc<Metrics>,
+    committed: OnCommit,
     concurrency: usize,
 ) {
     let slots = Arc::new(Semaphore::new(concurrency));
@@ -189,6 +194,7 @@ async fn run(
         }
         let pool = pool.clone();
         let metrics = metrics.clone();
+        let committed = committed.clone();
         tokio::spawn(async move {
             let result = write(&pool, &batch, owner).await;
             let batch_len = batch.len();
@@ -196,7 +202,9 @@ async fn run(
                 Ok(applied) => {
                     for p in batch {
                         let ok = applied.contains(&p.t.id);
-                        if !ok {
+                        if ok {
+                            committed(&p.t);
+                        } else {
                             metrics.leases_lost.inc();
                             tracing::debug!(id = %p.t.id, status = p.t.status, n = batch_len, "transition refused: lease not held");
                         }
@@ -219,7 +227,10 @@ async fn run(
                     tracing::warn!(n = batch.len(), error = %e, "step transitions refused; writing them one by one");
                     for p in batch {
                         let result = match write(&pool, std::slice::from_ref(&p), owner).await {
-                            Ok(applied) if applied.contains(&p.t.id) => Ok(()),
+                            Ok(applied) if applied.contains(&p.t.id) => {
+                                committed(&p.t);
+                                Ok(())
+                            }
                             Ok(_) => Err(WriteError::LeaseLost),
                             Err(e) if e.is_transient() => Err(WriteError::Unavailable),
                             Err(e) => Err(WriteError::Rejected(e.to_string())),

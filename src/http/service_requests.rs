@@ -18,11 +18,12 @@ use tokio::sync::oneshot;
 
 use super::body::Body;
 use super::response::{error, json, json_bytes, store_error, unavailable, Resp};
+use crate::backoff::Backoff;
 use crate::config::AckMode;
 use crate::state::Core;
 use crate::store::buffer::PushError;
-use crate::backoff::Backoff;
 use crate::store::cancel::Cancelled;
+use crate::store::reader::Want;
 use crate::store::status;
 use crate::store::{queries, AckError, Created, LoadError, PendingRow};
 use crate::workflow::Workflow;
@@ -393,48 +394,87 @@ pub async fn get(core: &Core, id: &str, query: Option<&str>) -> Resp {
     }
 }
 
-/// Reads a request's answer from Postgres, keeping it when it is final; 404 or 503.
-async fn read_status(core: &Core, id: uuid::Uuid) -> Result<status::Read, Resp> {
+/// How long a status read waits for this process's memory of a request to catch up with
+/// the request row it read (a transition committed and not yet applied here).
+const CATCH_UP: Duration = Duration::from_millis(50);
+
+/// A status answer read from Postgres.
+struct Read {
+    body: bytes::Bytes,
+    status: String,
+}
+
+/// Reads a request's answer from Postgres (batched with concurrent reads), keeping it
+/// when it is final; 404 or 503.
+///
+/// Running here from its first step, its step rows are here and only its row is read:
+/// found where the last committed transition left it, the row goes with exactly those
+/// step rows; found anywhere else (moved on, paused, cancelled), the whole read follows.
+async fn read_status(core: &Core, id: uuid::Uuid) -> Result<Read, Resp> {
     let app = &core.app;
-    let conn = core
-        .pool
-        .get()
-        .await
-        .map_err(|e| store_error(e.into(), "service request status"))?;
-    // Running here from its first step: its step rows are here, and only its row is read.
-    // Found where the last committed transition left it, the row goes with exactly those
-    // step rows; found anywhere else (moved on, paused, cancelled), the whole read follows.
+    let fail = |e| store_error(e, "service request status");
     if let Some(live) = app.running.live(&id) {
-        match status::read_head(&conn, id).await {
-            Ok(Some(head))
-                if head.current_step_id == live.current_step_id
-                    && head.step_attempts == live.step_attempts
-                    && matches!(head.status.as_str(), "NEW" | "IN_PROGRESS") =>
-            {
-                app.metrics.status_reads[2].inc();
-                return Ok(status::Read {
-                    body: status::render(id, &head, &live.steps),
-                    status: head.status,
-                    finished_ms: None,
-                });
+        let f = match core.reader.read(id, Want::Row).await {
+            Ok(Some(f)) => f,
+            Ok(None) => {
+                return Err(error(
+                    StatusCode::NOT_FOUND,
+                    "no service request with this id",
+                ))
             }
-            Ok(_) => {}
-            Err(e) => return Err(store_error(e, "service request status")),
+            Err(e) => return Err(fail(e)),
+        };
+        // The row may be ahead of memory: a transition committed and the step writer has
+        // not applied it yet (it will within moments). The row is what the answer shows,
+        // so wait for memory to catch up with it rather than read everything.
+        let deadline = tokio::time::Instant::now() + CATCH_UP;
+        let mut live = Some(live);
+        loop {
+            if let Some(l) = &live {
+                if f.head.current_step_id == l.current_step_id
+                    && f.head.step_attempts == l.step_attempts
+                    && matches!(f.head.status.as_str(), "NEW" | "IN_PROGRESS")
+                {
+                    app.metrics.status_reads[2].inc();
+                    return Ok(Read {
+                        body: status::render(id, &f.head, &l.steps),
+                        status: f.head.status,
+                    });
+                }
+            }
+            if status::is_final(&f.head.status) {
+                if let Some(body) = app.status_cache.get(&id) {
+                    app.metrics.status_reads[0].inc();
+                    return Ok(Read {
+                        body,
+                        status: f.head.status,
+                    });
+                }
+            }
+            if tokio::time::Instant::now() >= deadline || !app.running.contains(&id) {
+                break;
+            }
+            app.running.live_changed(id, deadline).await;
+            live = app.running.live(&id);
         }
     }
-    match status::read(&conn, id).await {
-        Ok(Some(r)) => {
+    match core.reader.read(id, Want::Whole).await {
+        Ok(Some(f)) => {
             app.metrics.status_reads[1].inc();
-            if status::is_final(&r.status) {
-                app.status_cache.insert(id, r.body.clone(), r.finished_ms);
+            let body = status::render(id, &f.head, &f.steps);
+            if status::is_final(&f.head.status) {
+                app.status_cache.insert(id, body.clone(), f.finished_ms);
             }
-            Ok(r)
+            Ok(Read {
+                body,
+                status: f.head.status,
+            })
         }
         Ok(None) => Err(error(
             StatusCode::NOT_FOUND,
             "no service request with this id",
         )),
-        Err(e) => Err(store_error(e, "service request status")),
+        Err(e) => Err(fail(e)),
     }
 }
 

@@ -30,7 +30,8 @@ pub struct Claimed {
 
 /// Claims up to `limit` runnable requests whose lease is free or expired. One statement:
 /// the inner SELECT skips rows another instance is claiming at the same moment.
-const CLAIM: &str = concat!("\
+const CLAIM: &str = concat!(
+    "\
 UPDATE service_requests s SET lease_owner = $1,
        lease_until = now() + $2::float8 * interval '1 millisecond', updated_at = now()
 WHERE s.id IN (

@@ -11,6 +11,7 @@ pub mod migrate;
 pub mod pool;
 pub mod queries;
 pub mod raw_json;
+pub mod reader;
 pub mod retention;
 mod sql;
 pub mod status;

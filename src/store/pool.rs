@@ -13,8 +13,6 @@ pub struct PgConn {
     pub client: Client,
     /// `INSERT … SELECT * FROM UNNEST(…)` of new service requests.
     pub insert_requests: Statement,
-    /// One service request with its step attempts.
-    pub get_status: Statement,
     /// Other statements, prepared on first use on this connection.
     cache: parking_lot::Mutex<std::collections::HashMap<&'static str, Statement>>,
 }
@@ -57,11 +55,9 @@ impl bb8::ManageConnection for PgManager {
     async fn connect(&self) -> Result<PgConn, Self::Error> {
         let client = self.inner.connect().await?;
         let insert_requests = client.prepare(sql::INSERT_REQUESTS).await?;
-        let get_status = client.prepare(super::status::GET_STATUS).await?;
         Ok(PgConn {
             client,
             insert_requests,
-            get_status,
             cache: Default::default(),
         })
     }

@@ -34,6 +34,10 @@ macro_rules! now_plus_ms {
 #[macro_export]
 macro_rules! created_us {
     ($t:literal) => {
-        concat!("(extract(epoch FROM ", $t, ".created_at) * 1000000)::bigint")
+        concat!(
+            "(extract(epoch FROM ",
+            $t,
+            ".created_at) * 1000000)::bigint"
+        )
     };
 }

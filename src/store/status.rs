@@ -7,37 +7,41 @@ use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
 use super::queries::parse_opt;
-use super::{PgConn, StoreError};
 
-/// One service request and its step attempts (oldest first), in one statement: status
-/// polls are frequent, and Postgres's cost is mostly per statement.
-pub const GET_STATUS: &str = concat!(
-    "SELECT r.workflow_name, ",
-    crate::derived_status!("r"),
-    " AS status, \
-     r.current_step_id, r.reason, to_json(r.created_at) #>> '{}' AS created_at, \
-     extract(epoch FROM r.finished_at)::float8 * 1000 AS request_finished_ms, \
-     r.step_attempts, r.last_error, \
-     CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() \
-          THEN to_json(r.lease_until) #>> '{}' END AS retry_at, \
-     st.step_id, st.step_name, st.status AS step_status, st.request, st.response, \
+/// The request columns every status read returns.
+macro_rules! head_columns {
+    () => {
+        concat!(
+            "r.id, r.workflow_name, ",
+            crate::derived_status!("r"),
+            " AS status, \
+             r.current_step_id, r.reason, to_json(r.created_at) #>> '{}' AS created_at, \
+             extract(epoch FROM r.finished_at)::float8 * 1000 AS request_finished_ms, \
+             r.step_attempts, r.last_error, \
+             CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() \
+                  THEN to_json(r.lease_until) #>> '{}' END AS retry_at"
+        )
+    };
+}
+
+/// The rows of the requests `$1`, for those whose step rows the reader has already.
+pub const GET_HEADS: &str = concat!(
+    "SELECT ",
+    head_columns!(),
+    " FROM service_requests r WHERE r.id = ANY($1)"
+);
+
+/// The requests `$1` with their step attempts, oldest first: many status reads in one
+/// statement (polls are frequent, and Postgres's cost is mostly per statement).
+pub const GET_WHOLE: &str = concat!(
+    "SELECT ",
+    head_columns!(),
+    ", st.step_id, st.step_name, st.status AS step_status, st.request, st.response, \
      st.time_taken_ms, st.attempts, st.reason AS step_reason, \
      extract(epoch FROM st.started_at)::float8 * 1000 AS started_ms, \
      extract(epoch FROM st.finished_at)::float8 * 1000 AS finished_ms \
      FROM service_requests r LEFT JOIN steps_status st ON st.service_request_id = r.id \
-     WHERE r.id = $1 ORDER BY st.id"
-);
-
-/// The request row alone, for a request whose step rows this process already has.
-pub const GET_HEAD: &str = concat!(
-    "SELECT r.workflow_name, ",
-    crate::derived_status!("r"),
-    " AS status, \
-     r.current_step_id, r.reason, to_json(r.created_at) #>> '{}' AS created_at, \
-     r.step_attempts, r.last_error, \
-     CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() \
-          THEN to_json(r.lease_until) #>> '{}' END AS retry_at \
-     FROM service_requests r WHERE r.id = $1"
+     WHERE r.id = ANY($1) ORDER BY r.id, st.id"
 );
 
 /// The request row, as the answer shows it.
@@ -79,7 +83,8 @@ pub fn is_final(status: &str) -> bool {
 }
 
 fn text(b: &Option<Bytes>) -> Option<&str> {
-    b.as_deref().map(|b| std::str::from_utf8(b).unwrap_or("null"))
+    b.as_deref()
+        .map(|b| std::str::from_utf8(b).unwrap_or("null"))
 }
 
 /// The answer's JSON.
@@ -134,7 +139,9 @@ pub fn render(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
     );
     out.insert("created_at".into(), Value::String(head.created_at.clone()));
     // Beyond Clamp: a step whose call failed and is to be tried again.
-    if head.step_attempts > 0 && !matches!(head.status.as_str(), "COMPLETED" | "FAILED" | "CANCELLED") {
+    if head.step_attempts > 0
+        && !matches!(head.status.as_str(), "COMPLETED" | "FAILED" | "CANCELLED")
+    {
         out.insert(
             "retrying".into(),
             json!({
@@ -148,77 +155,14 @@ pub fn render(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
     Bytes::from(serde_json::to_vec(&Value::Object(out)).expect("values serialize"))
 }
 
-/// One request's answer as read from Postgres.
-pub struct Read {
-    pub body: Bytes,
-    /// The status the answer shows.
-    pub status: String,
-    /// When it finished, in ms since the epoch (None while it runs).
-    pub finished_ms: Option<f64>,
-}
-
-/// Reads and renders one request's answer, or None.
-pub async fn read(conn: &PgConn, id: Uuid) -> Result<Option<Read>, StoreError> {
-    let rows = conn.client.query(&conn.get_status, &[&id]).await?;
-    let Some(h) = rows.first() else {
-        return Ok(None);
-    };
-    let head = Head {
-        workflow_name: h.get("workflow_name"),
-        status: h.get("status"),
-        current_step_id: h.get("current_step_id"),
-        reason: h.get("reason"),
-        created_at: h.get("created_at"),
-        step_attempts: h.get("step_attempts"),
-        last_error: h.get("last_error"),
-        retry_at: h.get("retry_at"),
-    };
-    // Without steps the LEFT JOIN gives one row with NULL step columns.
-    let steps: Vec<StepRow> = rows
-        .iter()
-        .filter(|r| r.get::<_, Option<i32>>("step_id").is_some())
-        .map(|r| StepRow {
-            step_id: r.get("step_id"),
-            name: r.get("step_name"),
-            status: r.get("step_status"),
-            request: r.get::<_, Option<String>>("request").map(Bytes::from),
-            response: r.get::<_, Option<String>>("response").map(Bytes::from),
-            time_taken_ms: r.get("time_taken_ms"),
-            reason: r.get("step_reason"),
-            started_ms: r.get("started_ms"),
-            finished_ms: r.get("finished_ms"),
-            attempts: r.get("attempts"),
-        })
-        .collect();
-    let finished_ms = h.get("request_finished_ms");
-    let body = render(id, &head, &steps);
-    Ok(Some(Read {
-        body,
-        status: head.status,
-        finished_ms,
-    }))
-}
-
-/// Reads the request row alone, or None.
-pub async fn read_head(conn: &PgConn, id: Uuid) -> Result<Option<Head>, StoreError> {
-    let stmt = conn.stmt(GET_HEAD).await?;
-    Ok(conn.client.query_opt(&stmt, &[&id]).await?.map(|h| Head {
-        workflow_name: h.get("workflow_name"),
-        status: h.get("status"),
-        current_step_id: h.get("current_step_id"),
-        reason: h.get("reason"),
-        created_at: h.get("created_at"),
-        step_attempts: h.get("step_attempts"),
-        last_error: h.get("last_error"),
-        retry_at: h.get("retry_at"),
-    }))
-}
-
 /// The step rows of a request this process runs, as committed so far, and where the
 /// request row stood after the last of them (its current step and attempts): a read of
 /// the request row that finds it there sees exactly these rows.
 #[derive(Debug, Clone)]
 pub struct Live {
+    pub workflow_name: String,
+    /// When the request was created, in microseconds since the Unix epoch.
+    pub created_us: i64,
     pub steps: Vec<StepRow>,
     pub current_step_id: i32,
     pub step_attempts: i32,

@@ -105,7 +105,17 @@ impl StatusCache {
         }
         let finished_ms = finished_ms.unwrap_or_else(now_ms);
         let mut shard = self.shard(&id).lock();
-        if shard.map.insert(id, Entry { answer, finished_ms }).is_none() {
+        if shard
+            .map
+            .insert(
+                id,
+                Entry {
+                    answer,
+                    finished_ms,
+                },
+            )
+            .is_none()
+        {
             shard.order.push_back(id);
         }
         while shard.map.len() > self.per_shard {

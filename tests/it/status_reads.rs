@@ -48,12 +48,21 @@ async fn answers_from_memory_are_the_database_answers_byte_for_byte() {
     let mut flaky = step("flaky", d.url("/flaky/503"));
     flaky["retry"] = json!({"initialIntervalMs": 10});
     runner
-        .create_workflow(&json!({"name": "flaky", "steps": [flaky, step("after", d.url("/api/echo"))]}))
+        .create_workflow(
+            &json!({"name": "flaky", "steps": [flaky, step("after", d.url("/api/echo"))]}),
+        )
         .await;
     let mut ids = Vec::new();
     for i in 0..30 {
         for wf in ["mixed", "failing", "flaky"] {
-            ids.push(create_request(&runner, wf, &json!({"i": i, "unicode": "é\u{1F600}", "n": 1.5e3})).await);
+            ids.push(
+                create_request(
+                    &runner,
+                    wf,
+                    &json!({"i": i, "unicode": "é\u{1F600}", "n": 1.5e3}),
+                )
+                .await,
+            );
         }
     }
     let c = db.client().await;
@@ -149,10 +158,16 @@ async fn a_long_poll_answers_when_the_status_changes_or_the_wait_ends() {
     wait_status(&s, &id, &["PAUSED"], WAIT).await;
     // Nothing happens: the answer comes when the wait ends, unchanged.
     let started = Instant::now();
-    let v = s.get(&format!("/serviceRequest/{id}?waitMs=300")).await.json();
+    let v = s
+        .get(&format!("/serviceRequest/{id}?waitMs=300"))
+        .await
+        .json();
     let took = started.elapsed();
     assert_eq!(v["status"], "PAUSED");
-    assert!(took >= Duration::from_millis(280) && took < Duration::from_secs(3), "{took:?}");
+    assert!(
+        took >= Duration::from_millis(280) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
     // A change comes long before the wait ends: the answer comes with it, on the instance
     // that made the change and on another one.
     for reader in [&s, &other] {

@@ -1,0 +1,86 @@
+//! What a committed transition tells the readers of this process, applied by the step
+//! writer right after the commit and before the job hears of it (so the window in which
+//! a status read finds the row ahead of memory is as short as it can be):
+//!
+//! - long polls waiting on the request wake when its status (as reads show it) changed;
+//! - a request run here from its first step keeps its committed step rows and where its
+//!   row stands (`Running::live`), so a read needs only the row from Postgres;
+//! - its final answer (COMPLETED, FAILED) is kept for the reads that come after.
+
+use std::sync::Arc;
+
+use super::doc::Doc;
+use super::writer::{StepRecord, Transition};
+use crate::state::App;
+use crate::store::status::{self, Head, Live, StepRow};
+
+/// Starts keeping the step rows of a request this process runs from its first step.
+pub fn start(app: &App, id: &uuid::Uuid, workflow_name: &str, created_us: i64) {
+    app.running.with_live(id, |live| {
+        *live = Some(Arc::new(Live {
+            workflow_name: workflow_name.to_string(),
+            created_us,
+            steps: Vec::new(),
+            current_step_id: 0,
+            step_attempts: 0,
+        }))
+    });
+}
+
+/// Applies one committed transition.
+pub fn committed(app: &App, t: &Transition) {
+    if t.status != "IN_PROGRESS" {
+        app.changes.notify(&t.id);
+    }
+    let done = app.running.with_live(&t.id, |slot| {
+        let live = Arc::make_mut(slot.as_mut()?);
+        if let Some(rec) = &t.step {
+            live.steps.push(step_row(rec));
+        }
+        match t.status {
+            "IN_PROGRESS" => {
+                live.current_step_id = t.next_step as i32;
+                live.step_attempts = t.attempts as i32;
+                None
+            }
+            // Paused, or finished: nothing more is written here for it.
+            _ => slot.take(),
+        }
+    });
+    let Some(Some(live)) = done else {
+        return;
+    };
+    if status::is_final(t.status) {
+        let live = Arc::unwrap_or_clone(live);
+        let head = Head {
+            workflow_name: live.workflow_name,
+            status: t.status.to_string(),
+            current_step_id: t.next_step as i32,
+            reason: t.reason.clone(),
+            created_at: status::pg_json_timestamp(live.created_us),
+            step_attempts: t.attempts as i32,
+            last_error: t.last_error.clone(),
+            retry_at: None,
+        };
+        app.status_cache.insert_parts(t.id, head, live.steps);
+    }
+}
+
+/// A written step record as the status answer shows it, with its times as Postgres keeps
+/// them (microseconds, rounded as it rounds).
+fn step_row(rec: &StepRecord) -> StepRow {
+    StepRow {
+        step_id: rec.step_id as i32,
+        name: rec.step_name.clone(),
+        status: rec.status.to_string(),
+        request: rec.request.as_ref().map(Doc::to_bytes),
+        response: rec.response.as_ref().map(Doc::to_bytes),
+        time_taken_ms: rec
+            .finished_ms
+            .map(|f| status::time_taken_ms(rec.started_ms, f)),
+        reason: rec.reason.clone(),
+        started_ms: status::roundtrip_ms(rec.started_ms),
+        finished_ms: rec.finished_ms.map(status::roundtrip_ms),
+        attempts: rec.attempts as i32,
+    }
+}

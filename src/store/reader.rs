@@ -1,0 +1,171 @@
+//! Batched status reads. Clients that poll send many small reads at once, and Postgres's
+//! cost is mostly per statement: reads queued while a batch is in flight go together in
+//! the next one (`WHERE id = ANY($1)`), as creates do through the write buffer. A read is
+//! queued after its request arrived, so its batch's statement sees every write
+//! acknowledged before that (read-your-writes across instances holds).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use uuid::Uuid;
+
+use super::pool::{PgConn, Pool};
+use super::status::{Head, StepRow};
+use super::StoreError;
+
+/// What a read asks for: the request row alone, or with its step rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Want {
+    Row,
+    Whole,
+}
+
+/// What a read found.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub head: Head,
+    /// The step rows (empty for `Want::Row`).
+    pub steps: Vec<StepRow>,
+    /// When the request finished, in ms since the epoch (None while it runs).
+    pub finished_ms: Option<f64>,
+}
+
+type Answer = Result<Option<Found>, StoreError>;
+
+struct Pending {
+    id: Uuid,
+    want: Want,
+    ack: oneshot::Sender<Answer>,
+}
+
+/// The handler side of a runtime's status reader.
+#[derive(Clone)]
+pub struct StatusReader {
+    tx: mpsc::Sender<Pending>,
+}
+
+/// Most reads in one statement.
+const MAX_BATCH: usize = 512;
+
+/// Reads waiting for a batch, per runtime (beyond it a read waits for room).
+const QUEUE: usize = 4096;
+
+impl StatusReader {
+    /// Starts a reader on the current runtime, with `concurrency` batches in flight.
+    pub fn start(pool: Pool, concurrency: usize, hard_timeout: Duration) -> StatusReader {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        tokio::spawn(run(rx, pool, concurrency.max(1), hard_timeout));
+        StatusReader { tx }
+    }
+
+    /// Reads one request (None: there is no such request).
+    pub async fn read(&self, id: Uuid, want: Want) -> Answer {
+        let (ack, done) = oneshot::channel();
+        if self.tx.send(Pending { id, want, ack }).await.is_err() {
+            return Err(StoreError::Unavailable("shutting down".into()));
+        }
+        done.await
+            .unwrap_or_else(|_| Err(StoreError::Unavailable("read dropped".into())))
+    }
+}
+
+async fn run(mut rx: mpsc::Receiver<Pending>, pool: Pool, concurrency: usize, limit: Duration) {
+    let slots = Arc::new(Semaphore::new(concurrency));
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let mut batch = Vec::with_capacity(64);
+        if rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
+            return;
+        }
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let (rows, whole): (Vec<Pending>, Vec<Pending>) =
+                batch.into_iter().partition(|p| p.want == Want::Row);
+            let conn = match pool.get().await {
+                Ok(c) => c,
+                Err(e) => {
+                    let e = StoreError::from(e);
+                    for p in rows.into_iter().chain(whole) {
+                        let _ = p.ack.send(Err(e.clone()));
+                    }
+                    return;
+                }
+            };
+            for (group, want) in [(rows, Want::Row), (whole, Want::Whole)] {
+                if group.is_empty() {
+                    continue;
+                }
+                let ids: Vec<Uuid> = group.iter().map(|p| p.id).collect();
+                let found = match tokio::time::timeout(limit, fetch(&conn, &ids, want)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(StoreError::Unavailable("status read timed out".into())),
+                };
+                match found {
+                    Ok(mut found) => {
+                        for p in group {
+                            let _ = p.ack.send(Ok(found.remove(&p.id)));
+                        }
+                    }
+                    Err(e) => {
+                        for p in group {
+                            let _ = p.ack.send(Err(e.clone()));
+                        }
+                    }
+                }
+            }
+            drop(permit);
+        });
+    }
+}
+
+/// The requests of `ids` that exist, by id.
+async fn fetch(
+    conn: &PgConn,
+    ids: &[Uuid],
+    want: Want,
+) -> Result<HashMap<Uuid, Found>, StoreError> {
+    let sql = match want {
+        Want::Row => super::status::GET_HEADS,
+        Want::Whole => super::status::GET_WHOLE,
+    };
+    let stmt = conn.stmt(sql).await?;
+    let rows = conn.client.query(&stmt, &[&ids]).await?;
+    let mut out: HashMap<Uuid, Found> = HashMap::with_capacity(ids.len());
+    for r in &rows {
+        let id: Uuid = r.get("id");
+        let f = out.entry(id).or_insert_with(|| Found {
+            head: Head {
+                workflow_name: r.get("workflow_name"),
+                status: r.get("status"),
+                current_step_id: r.get("current_step_id"),
+                reason: r.get("reason"),
+                created_at: r.get("created_at"),
+                step_attempts: r.get("step_attempts"),
+                last_error: r.get("last_error"),
+                retry_at: r.get("retry_at"),
+            },
+            steps: Vec::new(),
+            finished_ms: r.get("request_finished_ms"),
+        });
+        if want == Want::Whole && r.get::<_, Option<i32>>("step_id").is_some() {
+            f.steps.push(StepRow {
+                step_id: r.get("step_id"),
+                name: r.get("step_name"),
+                status: r.get("step_status"),
+                request: r.get::<_, Option<String>>("request").map(Bytes::from),
+                response: r.get::<_, Option<String>>("response").map(Bytes::from),
+                time_taken_ms: r.get("time_taken_ms"),
+                reason: r.get("step_reason"),
+                started_ms: r.get("started_ms"),
+                finished_ms: r.get("finished_ms"),
+                attempts: r.get("attempts"),
+            });
+        }
+    }
+    Ok(out)
+}
