@@ -21,6 +21,7 @@ use uuid::Uuid;
 
 use std::collections::HashSet;
 
+use super::copy;
 use super::idempotency;
 use super::pool::{PgConn, Pool};
 use super::raw_json::RawJson;
@@ -377,17 +378,9 @@ async fn write_batch(
     let owner: Option<Uuid> = handoff.filter(|_| n_leased > 0).map(|h| h.owner());
     let lease_ms: f64 = handoff.map_or(0.0, |h| h.lease().as_secs_f64() * 1000.0);
     if rows.iter().all(|r| r.key.is_none()) {
-        let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
-        let names: Vec<&str> = rows.iter().map(|r| r.workflow.def.name.as_str()).collect();
-        let payloads: Vec<RawJson> = rows.iter().map(|r| RawJson(&r.payload)).collect();
-        let headers: Vec<RawJson> = rows.iter().map(|r| RawJson(&r.headers)).collect();
-        let leased: Vec<bool> = (0..rows.len()).map(|i| i < n_leased).collect();
-        let created: Vec<SystemTime> = rows.iter().map(|r| system_time(r.created_us)).collect();
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
-            &ids, &names, &payloads, &headers, &leased, &owner, &lease_ms, &created,
-        ];
+        let lease_us = handoff.map_or(0, |h| h.lease().as_micros() as i64);
         bounded(&conn, cfg.hard_timeout, async {
-            conn.client.execute(&conn.insert_requests, &params).await
+            copy::copy_requests(&conn, rows, n_leased, owner, lease_us).await
         })
         .await?;
         return Ok(Written::AllNew);
@@ -499,6 +492,8 @@ where
     match tokio::time::timeout(limit, fut).await {
         Ok(r) => r.map_err(Into::into),
         Err(_) => {
+            // Abandoned midway, the session may sit inside a transaction: never reuse it.
+            conn.poison();
             let token = conn.client.cancel_token();
             tokio::spawn(async move {
                 let _ = token.cancel_query(tokio_postgres::NoTls).await;

@@ -3,6 +3,7 @@
 
 pub mod buffer;
 pub mod cancel;
+pub mod copy;
 pub mod dead_letters;
 pub mod idempotency;
 pub mod kafka_offsets;

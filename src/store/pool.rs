@@ -11,13 +11,22 @@ use crate::config::Config;
 /// A pooled connection and the statements prepared on it.
 pub struct PgConn {
     pub client: Client,
-    /// `INSERT … SELECT * FROM UNNEST(…)` of new service requests.
-    pub insert_requests: Statement,
+    /// `COPY service_requests … FROM STDIN (FORMAT binary)` (`store::copy`).
+    pub copy_requests: Statement,
+    /// Set when a statement was abandoned midway (a client-side timeout): the session's
+    /// state is unknown (it may be inside a transaction), so the pool drops it.
+    poisoned: std::sync::atomic::AtomicBool,
     /// Other statements, prepared on first use on this connection.
     cache: parking_lot::Mutex<std::collections::HashMap<&'static str, Statement>>,
 }
 
 impl PgConn {
+    /// Marks this connection unusable: the pool closes it instead of handing it out.
+    pub fn poison(&self) {
+        self.poisoned
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// `sql` prepared on this connection (once; later calls reuse it).
     pub async fn stmt(&self, sql: &'static str) -> Result<Statement, tokio_postgres::Error> {
         if let Some(s) = self.cache.lock().get(sql) {
@@ -27,20 +36,6 @@ impl PgConn {
         self.cache.lock().insert(sql, s.clone());
         Ok(s)
     }
-}
-
-/// Statement texts, kept beside the manager that prepares them.
-pub mod sql {
-    /// `created_at` comes from the server (its clock made the UUIDv7 id too), so the
-    /// executor can render a request's status answer without reading it back.
-    pub const INSERT_REQUESTS: &str = "INSERT INTO service_requests \
-        (id, workflow_name, payload, headers, lease_owner, lease_until, created_at) \
-        SELECT id, wf, payload, headers, \
-               CASE WHEN leased THEN $6::uuid END, \
-               CASE WHEN leased THEN now() + $7::float8 * interval '1 millisecond' ELSE '-infinity' END, \
-               created \
-        FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::timestamptz[]) \
-             AS t(id, wf, payload, headers, leased, created)";
 }
 
 /// Opens connections with the server's session settings and prepares the hot statements.
@@ -54,10 +49,11 @@ impl bb8::ManageConnection for PgManager {
 
     async fn connect(&self) -> Result<PgConn, Self::Error> {
         let client = self.inner.connect().await?;
-        let insert_requests = client.prepare(sql::INSERT_REQUESTS).await?;
+        let copy_requests = client.prepare(super::copy::COPY_REQUESTS).await?;
         Ok(PgConn {
             client,
-            insert_requests,
+            copy_requests,
+            poisoned: Default::default(),
             cache: Default::default(),
         })
     }
@@ -76,7 +72,7 @@ impl bb8::ManageConnection for PgManager {
     }
 
     fn has_broken(&self, conn: &mut PgConn) -> bool {
-        conn.client.is_closed()
+        conn.client.is_closed() || conn.poisoned.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# What the product's table costs Postgres per create: the bare reference server
+# (perf/src/bin/clamp-reference.rs) run four times side by side, each on its own database
+# of one throwaway Postgres with the README's settings, its table growing one feature of
+# the product's `service_requests` at a time (its columns with their defaults and
+# fillfactor, the by-workflow index, the claimable index). `wrk -t1 -c128` creates against
+# each in rotating order per round; CPU per request of the server and of Postgres is
+# sampled inside each run. Writes perf/runs/<date>-<host>/<tag>.md.
+#
+#   scripts/bench-reference-costs.sh            # 3 rounds of 8 s
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CONNS=${CONNS:-128}
+DURATION=${DURATION:-8}
+ROUNDS=${ROUNDS:-3}
+bin=${BIN:-target/release}
+command -v wrk >/dev/null || { echo "bench-reference-costs: wrk is required (apt-get install wrk)" >&2; exit 1; }
+[ -n "${BIN:-}" ] || cargo build --release --workspace --bins -q
+out=perf/runs/$(date -u +%Y-%m-%d)-$(hostname)
+mkdir -p "$out"
+tag=${TAG:-reference-costs}
+pg_dir=/tmp/clamp-bench-refcost-pg
+base=$(scripts/dev-postgres.sh start $pg_dir 55498); base=${base%/clamp}
+t=reference_requests
+columns="ALTER TABLE $t ADD COLUMN workflow_name text NOT NULL DEFAULT 'bench', \
+ADD COLUMN status text NOT NULL DEFAULT 'NEW', ADD COLUMN headers text NOT NULL DEFAULT '{}', \
+ADD COLUMN current_step_id integer NOT NULL DEFAULT 0, ADD COLUMN step_request text, \
+ADD COLUMN failed_step_id integer, ADD COLUMN lease_owner uuid, \
+ADD COLUMN lease_until timestamptz NOT NULL DEFAULT '-infinity', ADD COLUMN reason text, \
+ADD COLUMN created_at timestamptz NOT NULL DEFAULT now(), \
+ADD COLUMN updated_at timestamptz NOT NULL DEFAULT now(), ADD COLUMN finished_at timestamptz, \
+ADD COLUMN step_attempts integer NOT NULL DEFAULT 0, ADD COLUMN last_error text; \
+ALTER TABLE $t SET (fillfactor = 80);"
+by_workflow="CREATE INDEX ON $t (workflow_name, id);"
+claimable="CREATE INDEX ON $t (lease_until) WHERE status IN ('NEW', 'IN_PROGRESS', 'RESUMED');"
+names=("primary key only" "+ the product's columns" "+ by-workflow index" "+ claimable index (the product's table)")
+ddls=("" "$columns" "$columns $by_workflow" "$columns $by_workflow $claimable")
+pids=()
+trap 'kill ${pids[*]} 2>/dev/null || true; scripts/dev-postgres.sh stop $pg_dir >/dev/null' EXIT
+for i in 0 1 2 3; do
+  psql "$base/postgres" -qAtc "DROP DATABASE IF EXISTS clamp_refcost_$i WITH (FORCE)" >/dev/null 2>&1
+  "$bin/clamp-reference" --port $((18520 + i)) --database-url "$base/clamp_refcost_$i" --ddl "${ddls[$i]}" \
+    > "/tmp/$tag-$i.log" 2>&1 &
+  pids+=($!)
+done
+for i in 0 1 2 3; do
+  for _ in $(seq 1 100); do curl -sf "localhost:$((18520 + i))/health" >/dev/null && break; sleep 0.1; done
+done
+pg_settings=$(psql "$base/postgres" -Atc "select string_agg(name || '=' || current_setting(name), ', ' order by name) from pg_settings where name in ('max_wal_size', 'checkpoint_timeout', 'shared_buffers', 'synchronous_commit', 'fsync')")
+ticks() {
+  local p pg=0
+  for p in $(pgrep -x postgres); do pg=$((pg + $(awk '{print $14+$15}' /proc/$p/stat 2>/dev/null || echo 0))); done
+  echo "$(awk '{print $14+$15}' /proc/$1/stat) $pg"
+}
+run() {  # run <variant>: prints rate, server and Postgres CPU µs per request
+  local i=$1 f a b
+  f=$(mktemp)
+  wrk -t1 -c"$CONNS" -d"${DURATION}s" -s perf/wrk/create.lua "http://127.0.0.1:$((18520 + i))" -- bench > "$f" 2>&1 &
+  local w=$!
+  sleep 1; a=$(ticks "${pids[$i]}"); sleep $((DURATION - 2)); b=$(ticks "${pids[$i]}")
+  wait $w
+  python3 - "$f" "$a" "$b" $((DURATION - 2)) <<'EOF'
+import re, sys
+rate = float(re.search(r'Requests/sec:\s+([\d.]+)', open(sys.argv[1]).read()).group(1))
+(s0, p0), (s1, p1) = map(int, sys.argv[2].split()), map(int, sys.argv[3].split())
+secs = int(sys.argv[4])
+print(round(rate), f'{(s1 - s0) * 1e4 / secs / rate:.1f}', f'{(p1 - p0) * 1e4 / secs / rate:.1f}')
+EOF
+  rm -f "$f"
+}
+results=()
+for round in $(seq 1 "$ROUNDS"); do
+  for k in 0 1 2 3; do
+    i=$(( (k + round - 1) % 4 ))
+    read -r r s p < <(run "$i")
+    results+=("$i $r $s $p")
+    echo "round $round: ${names[$i]}: $r/s, $s µs server, $p µs Postgres"
+  done
+done
+{
+  echo "# What the product's table costs Postgres per create (the reference server, growing)"
+  echo
+  echo "- date: $(date -u +%FT%TZ), host $(hostname), nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+  echo "- git: $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+  echo "- servers: \`$bin/clamp-reference --port 1852<i> --database-url …/clamp_refcost_<i> --ddl <variant>\` (see scripts/bench-reference-costs.sh for each variant's SQL)"
+  echo "- load: \`wrk -t1 -c$CONNS -d${DURATION}s -s perf/wrk/create.lua http://… -- bench\`, the variants in rotating order per round"
+  echo "- Postgres: throwaway cluster from \`scripts/dev-postgres.sh\` (the README's settings): $pg_settings"
+  echo
+  echo "| table | creates/s (median) | server µs/request | Postgres µs/request | Postgres µs added by this step |"
+  echo "|---|---|---|---|---|"
+  printf '%s\n' "${results[@]}" | python3 -c "
+import sys, statistics
+names = '''$(printf '%s\n' "${names[@]}")'''.splitlines()
+rows = [l.split() for l in sys.stdin if l.strip()]
+prev = None
+for i, name in enumerate(names):
+    mine = [r for r in rows if int(r[0]) == i]
+    rate = statistics.median(int(r[1]) for r in mine)
+    s = statistics.median(float(r[2]) for r in mine)
+    p = statistics.median(float(r[3]) for r in mine)
+    added = '' if prev is None else f'{p - prev:+.1f}'
+    print(f'| {name} | {rate:,} | {s:.1f} | {p:.1f} | {added} |')
+    prev = p"
+} | tee "$out/$tag.md"
