@@ -287,6 +287,45 @@ pub struct BrokerConfig {
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
+/// Settings for step HTTP calls.
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    pub connect_timeout: Duration,
+    /// Total time for one call, unless the step overrides it.
+    pub timeout: Duration,
+    pub max_response_bytes: usize,
+    pub max_idle_per_host: usize,
+}
+/// The accepted bearer tokens (none: authentication is off). Kept as bytes for the
+/// constant-time comparison in `http::auth`; never printed.
+#[derive(Clone, Default)]
+pub struct ApiTokens(Vec<Box<[u8]>>);
+
+impl std::fmt::Debug for ApiTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tokens({} configured)", self.0.len())
+    }
+}
+
+impl ApiTokens {
+    pub fn new<S: AsRef<str>>(tokens: &[S]) -> ApiTokens {
+        ApiTokens(
+            tokens
+                .iter()
+                .map(|t| t.as_ref().as_bytes().into())
+                .collect(),
+        )
+    }
+
+    pub fn is_on(&self) -> bool {
+        !self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        self.0.iter().map(|t| &t[..])
+    }
+}
+
 /// The validated configuration every part of the server reads.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -305,7 +344,7 @@ pub struct Config {
     pub header_timeout: Duration,
     pub keep_alive_timeout: Duration,
     /// Accepted bearer tokens (none: authentication off). Never printed.
-    pub api_tokens: crate::http::auth::Tokens,
+    pub api_tokens: ApiTokens,
     pub metrics_open: bool,
     pub idempotency_window: Duration,
     pub status_cache_entries: usize,
@@ -317,7 +356,7 @@ pub struct Config {
     pub lease: Duration,
     pub sweep_interval: Duration,
     pub claim_batch: usize,
-    pub http: crate::engine::http_step::HttpSettings,
+    pub http: HttpSettings,
     /// The retry policy of steps that do not give their own (and what theirs leave out).
     pub retry: crate::workflow::RetryPolicy,
     /// Step calls in flight at once to one downstream host, per instance.
@@ -472,7 +511,7 @@ impl Config {
             max_headers: a.max_headers,
             header_timeout: Duration::from_millis(a.header_timeout_ms),
             keep_alive_timeout: Duration::from_millis(a.keep_alive_timeout_ms),
-            api_tokens: crate::http::auth::Tokens::new(&tokens),
+            api_tokens: ApiTokens::new(&tokens),
             metrics_open: a.metrics_open,
             idempotency_window: Duration::from_secs_f64(a.idempotency_window_hours * 3600.0),
             status_cache_entries: a.status_cache_entries,
@@ -484,7 +523,7 @@ impl Config {
             lease: Duration::from_millis(a.lease_ms),
             sweep_interval: Duration::from_millis(a.sweep_interval_ms.max(1)),
             claim_batch: a.claim_batch,
-            http: crate::engine::http_step::HttpSettings {
+            http: HttpSettings {
                 connect_timeout: Duration::from_millis(a.step_connect_timeout_ms.max(1)),
                 timeout: Duration::from_millis(a.step_timeout_ms),
                 max_response_bytes: a.step_max_response.max(1),

@@ -14,8 +14,9 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
+use crate::engine::App;
 use crate::http::conn::{ConnIo, ConnState, Timeouts};
-use crate::state::{App, Core};
+use crate::state::Core;
 use crate::store::buffer::{self, FlusherConfig};
 use crate::store::pool;
 

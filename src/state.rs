@@ -1,34 +1,10 @@
-//! What the handlers see: `App`, shared by every runtime, and `Core`, one per runtime.
+//! `Core`: one runtime's own resources, as the handlers and consumers of that runtime see
+//! them (the shared part is `engine::App`).
 
 use std::sync::Arc;
 
-use uuid::Uuid;
-
-use crate::config::Config;
-use crate::metrics::Metrics;
-use crate::store::WorkflowMap;
+use crate::engine::App;
 use crate::store::{Pool, WriteBuffer};
-
-/// State shared by all runtimes: read-mostly, so the hot path only takes read locks.
-pub struct App {
-    pub config: Config,
-    pub workflows: WorkflowMap,
-    pub metrics: Arc<Metrics>,
-    /// Unique per process start: the owner id of every lease this instance takes.
-    pub instance_id: Uuid,
-    /// Header names (lower case) never persisted or forwarded.
-    pub header_denylist: Vec<&'static str>,
-    /// Write buffers of every runtime, for the depth gauge.
-    pub buffers: parking_lot::Mutex<Vec<WriteBuffer>>,
-    /// Requests running on any runtime of this process.
-    pub running: crate::engine::running::Running,
-    /// Step calls in flight per downstream host, for the whole process.
-    pub downstream: crate::engine::limits::HostLimits,
-    /// Final status answers, kept for reads that come after.
-    pub status_cache: crate::store::status_cache::StatusCache,
-    /// Who waits (long polls) for a request's next committed change.
-    pub changes: crate::engine::watch::Changes,
-}
 
 /// One runtime's own resources: the hot path touches nothing shared but `App`'s map and counters.
 pub struct Core {
@@ -38,58 +14,4 @@ pub struct Core {
     /// Status reads, batched.
     pub reader: crate::store::reader::StatusReader,
     pub executor: Arc<crate::engine::Executor>,
-}
-
-/// Headers that are never persisted with a service request nor forwarded to steps:
-/// hop-by-hop headers, framing, and credentials (unless configured otherwise).
-pub const DEFAULT_HEADER_DENYLIST: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
-    "content-type",
-    "accept-encoding",
-    "expect",
-    "authorization",
-    "cookie",
-    // The client's key for an idempotent create; steps get their own.
-    "idempotency-key",
-];
-
-impl App {
-    pub fn new(config: Config, metrics: Arc<Metrics>) -> App {
-        let header_denylist = DEFAULT_HEADER_DENYLIST
-            .iter()
-            .copied()
-            .filter(|h| !config.forward_headers_extra.iter().any(|x| x == h))
-            .collect();
-        let downstream = crate::engine::limits::HostLimits::new(
-            config.downstream_limit,
-            config.downstream_wait,
-            metrics.clone(),
-        );
-        let status_cache = crate::store::status_cache::StatusCache::new(
-            config.status_cache_entries,
-            config.retention,
-        );
-        App {
-            status_cache,
-            changes: Default::default(),
-            config,
-            workflows: WorkflowMap::default(),
-            metrics,
-            instance_id: Uuid::now_v7(),
-            header_denylist,
-            buffers: parking_lot::Mutex::new(Vec::new()),
-            running: Default::default(),
-            downstream,
-        }
-    }
 }

@@ -1,6 +1,5 @@
-//! AMQP steps (publish with publisher confirms) and the AMQP step-response consumer.
+//! The AMQP step-response consumer.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,168 +10,13 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::Confirmation;
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
-use parking_lot::Mutex;
-use tokio::sync::{watch, OnceCell};
+use lapin::{Channel, Connection, ConnectionProperties};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::reply::{self, Handled};
-use super::{away, Attempt, ConsumerError, StepMessage};
-use crate::engine::call::CallError;
-use crate::metrics::Metrics;
+use super::{away, ConsumerError};
 use crate::state::Core;
-use crate::workflow::AmqpVal;
-
-/// A confirm-mode channel on its own connection, opened on first use.
-#[derive(Default)]
-struct Slot {
-    open: OnceCell<(Connection, Channel)>,
-}
-
-/// Publishes AMQP steps: one connection and confirm-mode channel per broker URL, reused
-/// by every step of this runtime and replaced when the broker drops it.
-pub struct AmqpPublisher {
-    slots: Mutex<HashMap<String, Arc<Slot>>>,
-    metrics: Arc<Metrics>,
-}
-
-async fn open_channel(url: &str) -> Result<(Connection, Channel), lapin::Error> {
-    let conn = Connection::connect(url, ConnectionProperties::default()).await?;
-    let ch = conn.create_channel().await?;
-    ch.confirm_select(ConfirmSelectOptions::default()).await?;
-    Ok((conn, ch))
-}
-
-impl AmqpPublisher {
-    pub fn new(metrics: Arc<Metrics>) -> AmqpPublisher {
-        AmqpPublisher {
-            slots: Mutex::new(HashMap::new()),
-            metrics,
-        }
-    }
-
-    /// Publishes a step's request and waits for the broker's confirm (one attempt,
-    /// bounded by `msg.timeout`).
-    pub async fn publish(&self, val: &AmqpVal, msg: &StepMessage<'_>) -> Result<(), CallError> {
-        let (exchange, routing_key) = if val.exchange_name.is_empty() {
-            ("", val.queue_name.as_str())
-        } else {
-            (val.exchange_name.as_str(), val.routing_key.as_str())
-        };
-        let target = if exchange.is_empty() {
-            format!("queue '{routing_key}'")
-        } else {
-            format!("exchange '{exchange}' (routing key '{routing_key}')")
-        };
-        let props = properties(val, msg);
-        super::publish_attempt(
-            &self.metrics,
-            "amqp",
-            &format!("AMQP publish to {target}"),
-            "no confirm from the broker",
-            msg.timeout,
-            self.publish_once(&val.connection_url, exchange, routing_key, msg.body, &props),
-        )
-        .await
-    }
-
-    async fn publish_once(
-        &self,
-        url: &str,
-        exchange: &str,
-        routing_key: &str,
-        body: &[u8],
-        props: &BasicProperties,
-    ) -> Result<(), Attempt> {
-        let slot = self
-            .slots
-            .lock()
-            .entry(url.to_string())
-            .or_default()
-            .clone();
-        let ch = match slot.open.get_or_try_init(|| open_channel(url)).await {
-            Ok((_, ch)) if ch.status().connected() => ch.clone(),
-            Ok(_) => {
-                self.forget(url, &slot);
-                return Err(Attempt::Retry("the broker closed the channel".into()));
-            }
-            Err(e) => {
-                self.forget(url, &slot);
-                return Err(Attempt::Retry(format!("cannot connect: {e}")));
-            }
-        };
-        // `mandatory`: a message no queue takes comes back instead of vanishing.
-        let opts = BasicPublishOptions {
-            mandatory: true,
-            immediate: false,
-        };
-        let confirm = match ch
-            .basic_publish(
-                exchange.into(),
-                routing_key.into(),
-                opts,
-                body,
-                props.clone(),
-            )
-            .await
-        {
-            Ok(c) => c,
-            Err(e) => {
-                self.forget(url, &slot);
-                return Err(Attempt::Retry(e.to_string()));
-            }
-        };
-        match confirm.await {
-            Ok(Confirmation::Ack(None)) => Ok(()),
-            Ok(Confirmation::Ack(Some(returned))) => Err(Attempt::Refused(format!(
-                "unroutable ({} {})",
-                returned.reply_code, returned.reply_text
-            ))),
-            Ok(Confirmation::Nack(_)) => Err(Attempt::Retry("the broker nacked it".into())),
-            Ok(Confirmation::NotRequested) => Ok(()),
-            Err(e) => {
-                self.forget(url, &slot);
-                Err(Attempt::Retry(e.to_string()))
-            }
-        }
-    }
-
-    /// Drops a broken connection so the next publish opens a new one.
-    fn forget(&self, url: &str, slot: &Arc<Slot>) {
-        let mut slots = self.slots.lock();
-        if slots.get(url).is_some_and(|s| Arc::ptr_eq(s, slot)) {
-            slots.remove(url);
-        }
-    }
-}
-
-/// The message properties: JSON, persistent, the reply queue, and whose step it is.
-fn properties(val: &AmqpVal, msg: &StepMessage<'_>) -> BasicProperties {
-    let mut headers = FieldTable::default();
-    for (k, v) in msg.headers {
-        headers.insert(k.as_str().into(), AMQPValue::LongString(v.as_str().into()));
-    }
-    let id = msg.service_request_id.to_string();
-    headers.insert(
-        "serviceRequestId".into(),
-        AMQPValue::LongString(id.as_str().into()),
-    );
-    headers.insert(
-        "stepId".into(),
-        AMQPValue::LongLongInt(i64::from(msg.step_id)),
-    );
-    let mut props = BasicProperties::default()
-        .with_content_type(val.content_type.as_str().into())
-        .with_delivery_mode(2)
-        .with_correlation_id(id.as_str().into())
-        .with_message_id(msg.idempotency_key().as_str().into())
-        .with_app_id("clamp".into())
-        .with_headers(headers);
-    if !val.reply_to.is_empty() {
-        props = props.with_reply_to(val.reply_to.as_str().into());
-    }
-    props
-}
 
 /// Consumes step responses from the configured queue until `stop` turns true,
 /// reconnecting with backoff whenever the broker goes away.

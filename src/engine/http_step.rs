@@ -23,18 +23,8 @@ pub struct HttpClient {
     max_response: usize,
 }
 
-/// Settings for step HTTP calls.
-#[derive(Debug, Clone)]
-pub struct HttpSettings {
-    pub connect_timeout: Duration,
-    /// Total time for one call, unless the step overrides it.
-    pub timeout: Duration,
-    pub max_response_bytes: usize,
-    pub max_idle_per_host: usize,
-}
-
 impl HttpClient {
-    pub fn new(s: &HttpSettings) -> HttpClient {
+    pub fn new(s: &crate::config::HttpSettings) -> HttpClient {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(s.connect_timeout));
         connector.set_nodelay(true);

@@ -339,8 +339,8 @@ fn step_message<'a>(
     job: &'a Job,
     step: &CompiledStep,
     body: &'a Doc,
-) -> crate::broker::StepMessage<'a> {
-    crate::broker::StepMessage {
+) -> super::publish::StepMessage<'a> {
+    super::publish::StepMessage {
         service_request_id: job.id,
         step_id: step.id,
         body: body.as_bytes(),

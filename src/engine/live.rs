@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use super::doc::Doc;
 use super::writer::{StepRecord, Transition};
-use crate::state::App;
+use crate::engine::App;
 use crate::store::status::{self, Head, Live, StepRow};
 
 /// Starts keeping the step rows of a request this process runs from its first step.

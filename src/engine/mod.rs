@@ -7,6 +7,7 @@
 //! one `UPDATE … FOR UPDATE SKIP LOCKED` statement; a renewer keeps the leases of running
 //! requests fresh and stops any request whose lease another instance took.
 
+mod app;
 pub mod call;
 pub mod doc;
 pub mod error;
@@ -14,11 +15,13 @@ pub mod http_step;
 pub mod job;
 pub mod limits;
 pub mod live;
+pub mod publish;
 pub mod resume;
 pub mod running;
 pub mod watch;
 pub mod writer;
 
+pub use app::{App, DEFAULT_HEADER_DENYLIST};
 pub use error::{EngineError, Result};
 
 use std::collections::HashMap;
@@ -31,7 +34,6 @@ use parking_lot::Mutex;
 use tokio::task::AbortHandle;
 use uuid::Uuid;
 
-use crate::state::App;
 use crate::store::buffer::{Handoff, Inserted};
 use crate::store::leases::{self, Claimed};
 use crate::store::Pool;
@@ -47,8 +49,8 @@ pub struct Executor {
     pub app: Arc<App>,
     pub pool: Pool,
     pub http: HttpClient,
-    pub amqp: crate::broker::amqp::AmqpPublisher,
-    pub kafka: crate::broker::kafka::KafkaProducer,
+    pub amqp: publish::amqp::AmqpPublisher,
+    pub kafka: publish::kafka::KafkaProducer,
     pub writer: StepWriter,
     capacity: usize,
     in_use: AtomicUsize,
@@ -79,8 +81,8 @@ impl Executor {
         );
         Arc::new(Executor {
             capacity: cfg.max_running,
-            amqp: crate::broker::amqp::AmqpPublisher::new(app.metrics.clone()),
-            kafka: crate::broker::kafka::KafkaProducer::new(app.metrics.clone()),
+            amqp: publish::amqp::AmqpPublisher::new(app.metrics.clone()),
+            kafka: publish::kafka::KafkaProducer::new(app.metrics.clone()),
             app,
             pool,
             http,

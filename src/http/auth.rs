@@ -10,62 +10,38 @@ use hyper::StatusCode;
 use subtle::ConstantTimeEq;
 
 use super::response::{error, Resp};
+use crate::config::ApiTokens;
 
-/// The accepted tokens (none: authentication is off).
-#[derive(Clone, Default)]
-pub struct Tokens(Vec<Box<[u8]>>);
-
-impl std::fmt::Debug for Tokens {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Tokens({} configured)", self.0.len())
+/// Ok when authentication is off or the request carries an accepted bearer token; else
+/// the 401 to answer.
+pub fn check(tokens: &ApiTokens, headers: &HeaderMap) -> Result<(), Resp> {
+    if !tokens.is_on() {
+        return Ok(());
     }
-}
-
-impl Tokens {
-    pub fn new<S: AsRef<str>>(tokens: &[S]) -> Tokens {
-        Tokens(
-            tokens
-                .iter()
-                .map(|t| t.as_ref().as_bytes().into())
-                .collect(),
-        )
+    let presented = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, token) = v.trim().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        });
+    let Some(token) = presented else {
+        return Err(unauthorized(
+            "a bearer token is required (Authorization: Bearer <token>)",
+            r#"Bearer realm="clamp""#,
+        ));
+    };
+    let mut ok = subtle::Choice::from(0);
+    for t in tokens.iter() {
+        ok |= t.ct_eq(token.as_bytes());
     }
-
-    pub fn is_on(&self) -> bool {
-        !self.0.is_empty()
-    }
-
-    /// Ok when authentication is off or the request carries an accepted bearer token;
-    /// else the 401 to answer.
-    pub fn check(&self, headers: &HeaderMap) -> Result<(), Resp> {
-        if !self.is_on() {
-            return Ok(());
-        }
-        let presented = headers
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                let (scheme, token) = v.trim().split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-            });
-        let Some(token) = presented else {
-            return Err(unauthorized(
-                "a bearer token is required (Authorization: Bearer <token>)",
-                r#"Bearer realm="clamp""#,
-            ));
-        };
-        let mut ok = subtle::Choice::from(0);
-        for t in &self.0 {
-            ok |= t.ct_eq(token.as_bytes());
-        }
-        if bool::from(ok) {
-            Ok(())
-        } else {
-            Err(unauthorized(
-                "the bearer token is not valid",
-                r#"Bearer realm="clamp", error="invalid_token""#,
-            ))
-        }
+    if bool::from(ok) {
+        Ok(())
+    } else {
+        Err(unauthorized(
+            "the bearer token is not valid",
+            r#"Bearer realm="clamp", error="invalid_token""#,
+        ))
     }
 }
 
@@ -88,21 +64,21 @@ mod tests {
 
     #[test]
     fn accepts_any_configured_token_and_nothing_else() {
-        let t = Tokens::new(&["first-token-0123456789", "second-token-0123456789"]);
-        assert!(t.check(&with("Bearer first-token-0123456789")).is_ok());
-        assert!(t.check(&with("bearer second-token-0123456789")).is_ok());
+        let t = ApiTokens::new(&["first-token-0123456789", "second-token-0123456789"]);
+        assert!(check(&t, &with("Bearer first-token-0123456789")).is_ok());
+        assert!(check(&t, &with("bearer second-token-0123456789")).is_ok());
         for bad in [
             "Bearer first-token-012345678",
             "Basic Zmlyc3Q=",
             "Bearer",
             "first-token-0123456789",
         ] {
-            let r = t.check(&with(bad)).unwrap_err();
+            let r = check(&t, &with(bad)).unwrap_err();
             assert_eq!(r.status(), 401, "{bad}");
             assert!(r.headers().contains_key(WWW_AUTHENTICATE));
         }
-        assert_eq!(t.check(&HeaderMap::new()).unwrap_err().status(), 401);
-        assert!(Tokens::default().check(&HeaderMap::new()).is_ok());
+        assert_eq!(check(&t, &HeaderMap::new()).unwrap_err().status(), 401);
+        assert!(check(&ApiTokens::default(), &HeaderMap::new()).is_ok());
         assert_eq!(format!("{t:?}"), "Tokens(2 configured)");
     }
 }

@@ -185,7 +185,7 @@ async fn dispatch(core: &Core, parts: &Parts, body: &mut Body) -> (Route, Resp) 
     let route = def.route;
     let open = def.open || (route == Route::Metrics && core.app.config.metrics_open);
     if !open {
-        if let Err(resp) = core.app.config.api_tokens.check(&parts.headers) {
+        if let Err(resp) = auth::check(&core.app.config.api_tokens, &parts.headers) {
             return (route, resp);
         }
     }

@@ -22,12 +22,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(1);
 /// Readiness: migrations are done (the server only listens after them) and the database
 /// answers a query now.
 pub async fn ready(core: &Core) -> Resp {
-    let check = async {
-        let conn = core.pool.get().await.ok()?;
-        conn.client.simple_query("SELECT 1").await.ok()
-    };
-    match tokio::time::timeout(READY_TIMEOUT, check).await {
-        Ok(Some(_)) => json_bytes(
+    match tokio::time::timeout(READY_TIMEOUT, crate::store::pool::ping(&core.pool)).await {
+        Ok(true) => json_bytes(
             StatusCode::OK,
             Bytes::from_static(b"{\"status\":\"READY\"}"),
         ),

@@ -27,3 +27,34 @@ pub async fn set(conn: &PgConn, topic: &str, partition: i32, next: i64) -> Resul
         .await?;
     Ok(())
 }
+
+/// Partition locks (Postgres advisory locks) held by a dedicated connection: one instance
+/// reads a partition at a time, and the locks go when the connection does.
+pub struct PartitionLocks {
+    client: tokio_postgres::Client,
+    task: tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>,
+}
+
+impl PartitionLocks {
+    pub async fn connect(database_url: &str) -> Result<PartitionLocks, StoreError> {
+        let (client, conn) = tokio_postgres::connect(database_url, tokio_postgres::NoTls).await?;
+        Ok(PartitionLocks {
+            client,
+            task: tokio::spawn(conn),
+        })
+    }
+
+    /// Takes the lock of (`key`, `partition`) if it is free; true when held now.
+    pub async fn try_lock(&self, key: i32, partition: i32) -> Result<bool, StoreError> {
+        Ok(self
+            .client
+            .query_one("SELECT pg_try_advisory_lock($1, $2)", &[&key, &partition])
+            .await?
+            .get(0))
+    }
+
+    /// True once the connection is gone (and with it every lock it held).
+    pub fn is_lost(&self) -> bool {
+        self.task.is_finished()
+    }
+}

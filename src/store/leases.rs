@@ -33,7 +33,9 @@ pub struct Claimed {
 const CLAIM: &str = concat!(
     "\
 UPDATE service_requests s SET lease_owner = $1,
-       lease_until = now() + $2::float8 * interval '1 millisecond', updated_at = now()
+       lease_until = ",
+    crate::now_plus_ms!("$2"),
+    ", updated_at = now()
 WHERE s.id IN (
     SELECT id FROM service_requests
     WHERE status IN ('NEW', 'IN_PROGRESS', 'RESUMED') AND lease_until < now()
@@ -84,14 +86,18 @@ impl Claimed {
 /// Extends the leases of `ids` still held by `owner`; returns the ids another instance
 /// holds now (lost). Ids whose lease this instance released (finished or paused
 /// meanwhile) are neither renewed nor lost.
-const RENEW: &str = "\
+const RENEW: &str = concat!(
+    "\
 WITH ids AS (SELECT unnest($3::uuid[]) AS id),
 renewed AS (
-    UPDATE service_requests s SET lease_until = now() + $2::float8 * interval '1 millisecond'
+    UPDATE service_requests s SET lease_until = ",
+    crate::now_plus_ms!("$2"),
+    "
     FROM ids WHERE s.id = ids.id AND s.lease_owner = $1
     RETURNING s.id)
 SELECT s.id FROM ids JOIN service_requests s ON s.id = ids.id
-WHERE s.lease_owner IS NOT NULL AND s.lease_owner <> $1";
+WHERE s.lease_owner IS NOT NULL AND s.lease_owner <> $1"
+);
 
 pub async fn renew(
     conn: &PgConn,
@@ -116,12 +122,13 @@ pub async fn release(
     delay: Duration,
 ) -> Result<u64, StoreError> {
     let stmt = conn
-        .stmt(
+        .stmt(concat!(
             "UPDATE service_requests SET lease_owner = NULL, \
-             lease_until = CASE WHEN $3::float8 > 0 THEN now() + $3::float8 * interval '1 millisecond' \
-                                ELSE '-infinity' END \
-             WHERE lease_owner = $1 AND id = ANY($2)",
-        )
+             lease_until = CASE WHEN $3::float8 > 0 THEN ",
+            crate::now_plus_ms!("$3"),
+            " ELSE '-infinity' END \
+             WHERE lease_owner = $1 AND id = ANY($2)"
+        ))
         .await?;
     Ok(conn
         .client

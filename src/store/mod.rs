@@ -18,6 +18,7 @@ mod sql;
 pub mod status;
 pub mod status_cache;
 pub mod step_responses;
+pub mod transitions;
 pub mod workflow_map;
 
 pub use buffer::{AckError, Created, PendingRow, WriteBuffer};

@@ -120,3 +120,11 @@ pub fn build(config: &Config, size: u32) -> Pool {
         .retry_connection(false)
         .build_unchecked(manager)
 }
+
+/// True when a connection can be had and the database answers a query now.
+pub async fn ping(pool: &Pool) -> bool {
+    match pool.get().await {
+        Ok(conn) => conn.client.simple_query("SELECT 1").await.is_ok(),
+        Err(_) => false,
+    }
+}

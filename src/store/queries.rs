@@ -103,12 +103,14 @@ pub async fn service_requests_page(
     let rows = conn
         .client
         .query(
-            "SELECT id, workflow_name, \
-                    CASE WHEN status = 'NEW' AND (current_step_id > 0 OR lease_until > now()) \
-                         THEN 'IN_PROGRESS' ELSE status END AS status, \
-                    to_json(created_at) #>> '{}' AS created_at, payload, \
-                    current_step_id, reason \
-             FROM service_requests WHERE workflow_name = $1 ORDER BY id DESC LIMIT $2 OFFSET $3",
+            concat!(
+                "SELECT s.id, s.workflow_name, ",
+                crate::derived_status!("s"),
+                " AS status, \
+                    to_json(s.created_at) #>> '{}' AS created_at, s.payload, \
+                    s.current_step_id, s.reason \
+             FROM service_requests s WHERE s.workflow_name = $1 ORDER BY s.id DESC LIMIT $2 OFFSET $3"
+            ),
             &[&workflow, &page_size, &offset],
         )
         .await?;

@@ -64,7 +64,7 @@ WITH resumed AS (
         -- otherwise free for any sweeper.
         lease_owner = $10,
         lease_until = CASE WHEN $10::uuid IS NULL THEN '-infinity'::timestamptz
-                           ELSE now() + $11::float8 * interval '1 millisecond' END
+                           ELSE ", crate::now_plus_ms!("$11"), " END
     WHERE id = $1 AND status = 'PAUSED' AND current_step_id = $2
     RETURNING id, workflow_name, status, payload, headers, current_step_id, step_request,
               failed_step_id, reason, step_attempts, ",

@@ -1,0 +1,72 @@
+//! Step transitions: the executor's one write per finished step, fenced on its lease and
+//! on the request not being cancelled (`engine::writer` batches them).
+
+use std::time::Duration;
+
+use tokio_postgres::types::ToSql;
+use uuid::Uuid;
+
+use super::pool::PgConn;
+use super::StoreError;
+
+/// Longest a batch of transitions may take before it counts as unavailable.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The statement: fence on the lease, update the request row, insert the step record.
+const WRITE_TRANSITIONS: &str = concat!("\
+WITH input AS (
+    SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::int[], $4::text[], $5::int[], $6::text[], $7::bool[],
+                         $8::int[], $9::text[], $10::text[], $11::text[], $12::text[], $13::float8[], $14::float8[], $15::text[],
+                         $16::int[], $17::int[], $18::float8[], $19::text[])
+        AS t(id, status, next_step, next_request, failed_step, reason, release,
+             step_id, step_name, step_status, step_request, step_response, started_ms, finished_ms, step_reason,
+             step_attempts, attempts, retry_in_ms, last_error)
+), fenced AS (
+    UPDATE service_requests s SET
+        -- Between steps the stored status stays NEW (or RESUMED): status is in the claim
+        -- index's predicate, so leaving it alone lets the update be HOT (no index writes).
+        -- Reads show such a request as IN_PROGRESS.
+        status = CASE WHEN i.status = 'IN_PROGRESS' THEN s.status ELSE i.status END,
+        current_step_id = i.next_step, step_request = i.next_request,
+        failed_step_id = i.failed_step, reason = i.reason, updated_at = now(),
+        step_attempts = i.attempts, last_error = i.last_error,
+        finished_at = CASE WHEN i.status IN ('COMPLETED', 'FAILED') THEN now() END,
+        lease_owner = CASE WHEN i.release THEN NULL ELSE s.lease_owner END,
+        -- A pending retry waits unowned until it is due; the sweeper claims it then.
+        lease_until = CASE WHEN i.retry_in_ms IS NOT NULL
+                           THEN ", crate::now_plus_ms!("i.retry_in_ms"), "
+                           WHEN i.release THEN '-infinity'::timestamptz ELSE s.lease_until END
+    FROM input i
+    -- The fence: still leased to this instance, and not cancelled meanwhile.
+    WHERE s.id = i.id AND s.lease_owner = $20 AND s.status <> 'CANCELLED'
+    RETURNING s.id
+), records AS (
+    INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
+                              started_at, finished_at, time_taken_ms, reason, attempts)
+    SELECT i.id, i.step_id, i.step_name, i.step_status, i.step_request, i.step_response,
+           to_timestamp(i.started_ms / 1000.0), to_timestamp(i.finished_ms / 1000.0),
+           CASE WHEN i.finished_ms IS NULL THEN NULL ELSE round(i.finished_ms - i.started_ms)::bigint END,
+           i.step_reason, i.step_attempts
+    FROM input i LEFT JOIN fenced f ON f.id = i.id
+    -- A request cancelled while one of its steps was in flight still gets that step's
+    -- outcome as its entry (nothing after it starts); only unfenced rows are looked at.
+    WHERE i.step_id > 0
+      AND (f.id IS NOT NULL
+           OR EXISTS (SELECT 1 FROM service_requests c WHERE c.id = i.id AND c.status = 'CANCELLED'))
+)
+SELECT id FROM fenced");
+
+/// Writes a batch of transitions, one array per column of `WRITE_TRANSITIONS`' input
+/// (`$1`–`$19`) and the lease owner (`$20`); returns the ids that passed the fence.
+pub async fn write(
+    conn: &PgConn,
+    params: &[&(dyn ToSql + Sync); 20],
+) -> Result<Vec<Uuid>, StoreError> {
+    let rows = tokio::time::timeout(WRITE_TIMEOUT, async {
+        let stmt = conn.stmt(WRITE_TRANSITIONS).await?;
+        conn.client.query(&stmt, params).await
+    })
+    .await
+    .map_err(|_| StoreError::Unavailable("step write timed out".into()))??;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
