@@ -130,6 +130,15 @@ pub async fn serve_core(
             background_stop.clone(),
         )));
     }
+    // Expired idempotency keys: one task per instance too, on the retention schedule.
+    if index == 0 {
+        background.push(tokio::spawn(crate::store::idempotency::run_cleanup(
+            core.pool.clone(),
+            cfg.idempotency_window,
+            cfg.retention_interval,
+            background_stop.clone(),
+        )));
+    }
     if cfg.brokers.kafka_enabled && index == 0 {
         background.push(tokio::spawn(crate::broker::kafka::consume(
             core.clone(),

@@ -12,6 +12,7 @@ mod engine_recovery;
 mod faults;
 mod front_door;
 mod hardening;
+mod idempotency_cleanup;
 mod openapi;
 mod retention;
 mod status_reads;
