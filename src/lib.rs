@@ -9,6 +9,7 @@ pub mod backoff;
 pub mod broker;
 pub mod config;
 pub mod engine;
+pub mod error_chain;
 pub mod http;
 pub mod ids;
 pub mod metrics;
@@ -84,18 +85,18 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         .map_err(|e| match e {
             store::migrate::MigrateError::Connect(source) => StartError::Database {
                 url: url.clone(),
-                reason: error_chain(&source),
+                reason: error_chain::one_line(&source),
             },
             other => StartError::Migrate {
                 url: url.clone(),
-                reason: error_chain(&other),
+                reason: error_chain::one_line(&other),
             },
         })?;
     let n_applied = store::migrate::run(&mut client)
         .await
         .map_err(|e| StartError::Migrate {
             url: url.clone(),
-            reason: error_chain(&e),
+            reason: error_chain::one_line(&e),
         })?;
     if n_applied > 0 {
         tracing::info!(n_applied, "applied migrations");
@@ -140,19 +141,4 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         shutdown,
         done,
     })
-}
-
-/// An error and its sources on one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(inner) = cur {
-        let msg = inner.to_string();
-        if !s.contains(&msg) {
-            s.push_str(": ");
-            s.push_str(&msg);
-        }
-        cur = inner.source();
-    }
-    s
 }

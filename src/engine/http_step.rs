@@ -143,8 +143,7 @@ fn describe(e: &hyper_util::client::legacy::Error) -> CallError {
     } else {
         CallErrorKind::Broken
     };
-    let mut cur: Option<&dyn std::error::Error> = std::error::Error::source(e);
-    while let Some(c) = cur {
+    for c in crate::error_chain::sources(e).skip(1) {
         if let Some(h) = c.downcast_ref::<hyper::Error>() {
             if h.is_parse() || h.is_parse_status() || h.is_parse_too_large() {
                 kind = CallErrorKind::Other;
@@ -152,7 +151,6 @@ fn describe(e: &hyper_util::client::legacy::Error) -> CallError {
         }
         message.push_str(": ");
         message.push_str(&c.to_string());
-        cur = c.source();
     }
     CallError::new(kind, message)
 }

@@ -60,6 +60,8 @@ pub struct Executor {
     stopping: AtomicBool,
     /// Wakes the sweeper early (a request was resumed).
     wake: tokio::sync::Notify,
+    /// Notified whenever a running request is forgotten (shutdown waits on it).
+    forgotten: tokio::sync::Notify,
 }
 
 impl Executor {
@@ -91,6 +93,7 @@ impl Executor {
             running: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
             wake: tokio::sync::Notify::new(),
+            forgotten: tokio::sync::Notify::new(),
         })
     }
 
@@ -167,6 +170,7 @@ impl Executor {
         if self.running.lock().remove(&id).is_some() {
             self.app.running.remove(&id);
             self.unreserve(1);
+            self.forgotten.notify_waiters();
         }
     }
 
@@ -435,8 +439,15 @@ impl Executor {
     pub async fn shutdown(&self, deadline: Duration) {
         self.stopping.store(true, Ordering::Relaxed);
         let until = tokio::time::Instant::now() + deadline;
-        while self.n_running() > 0 && tokio::time::Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        loop {
+            // Registered before the check, so a request finishing in between still wakes us.
+            let forgotten = self.forgotten.notified();
+            if self.n_running() == 0 {
+                break;
+            }
+            if tokio::time::timeout_at(until, forgotten).await.is_err() {
+                break;
+            }
         }
         let left: Vec<(Uuid, AbortHandle)> = self
             .running
