@@ -120,8 +120,22 @@ async fn pages_service_requests_from_zero() {
     let mut ids = Vec::new();
     for i in 0..5 {
         let r = s.post_json("/serviceRequest/wf", &json!({"i": i})).await;
-        ids.push(r.json()["serviceRequestId"].as_str().unwrap().to_string());
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        let id = r.json()["serviceRequestId"].as_str().unwrap().to_string();
+        // Ids order by their millisecond (UUIDv7): the next one must come from a later one.
+        let made_ms = u64::from_str_radix(&id.replace('-', "")[..12], 16).unwrap();
+        wait_for(
+            "the clock to pass the millisecond of the last id",
+            std::time::Duration::from_secs(1),
+            || async {
+                let now_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis() as u64;
+                (now_ms > made_ms).then_some(())
+            },
+        )
+        .await;
+        ids.push(id);
     }
     s.post("/serviceRequest/other", "{}").await;
     let page = |n: i64| {

@@ -220,6 +220,7 @@ async fn finds_workflows_created_by_another_instance() {
         .expect_error(404);
     a.create_workflow(&simple_workflow("shared")).await;
     // The miss is remembered briefly, then Postgres is asked again.
+    // time is what is tested: the negative cache entry must expire after NEGATIVE_TTL.
     tokio::time::sleep(
         clamp::store::workflow_map::NEGATIVE_TTL + std::time::Duration::from_millis(100),
     )

@@ -83,22 +83,18 @@ impl Rabbit {
 
     /// Takes the next message of `queue`, waiting up to 10 s.
     pub async fn next(&self, queue: &str) -> lapin::message::Delivery {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            let got = self
-                .ch
-                .basic_get(queue.into(), BasicGetOptions { no_ack: true })
-                .await
-                .unwrap();
-            if let Some(m) = got {
-                return m.delivery;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no message on {queue}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_for(
+            &format!("a message on {queue}"),
+            Duration::from_secs(10),
+            || async {
+                self.ch
+                    .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+                    .await
+                    .unwrap()
+                    .map(|m| m.delivery)
+            },
+        )
+        .await
     }
 
     /// Waits until the step message of request `id` is on `steps` and the request paused.
@@ -107,8 +103,19 @@ impl Rabbit {
         wait_status(s, id, &["PAUSED"], Duration::from_secs(5)).await;
     }
 
-    /// Messages waiting in `queue`.
+    /// Messages ready in `queue`. A message delivered to a consumer and not acknowledged
+    /// yet is not counted: it is counted again only once its consumer's channel closes
+    /// and the broker requeues it (see `wait_no_consumers`).
     pub async fn depth(&self, queue: &str) -> u32 {
+        self.passive(queue).await.message_count()
+    }
+
+    /// Consumers of `queue`.
+    pub async fn consumers(&self, queue: &str) -> u32 {
+        self.passive(queue).await.consumer_count()
+    }
+
+    async fn passive(&self, queue: &str) -> lapin::Queue {
         self.ch
             .queue_declare(
                 queue.into(),
@@ -120,7 +127,17 @@ impl Rabbit {
             )
             .await
             .unwrap()
-            .message_count()
+    }
+
+    /// Waits until `queue` has no consumer: their channels are closed, so every delivery
+    /// they had not acknowledged is back in the queue, ready (and counted by `depth`).
+    pub async fn wait_no_consumers(&self, queue: &str) {
+        wait_for(
+            &format!("no consumer on {queue}"),
+            Duration::from_secs(10),
+            || async { (self.consumers(queue).await == 0).then_some(()) },
+        )
+        .await;
     }
 
     pub async fn publish(&self, queue: &str, body: &[u8]) {
@@ -229,9 +246,15 @@ async fn amqp_step_publishes_and_a_reply_on_the_response_queue_completes_it() {
         v["steps"][1]["payload"]["response"],
         json!({"approved": true})
     );
-    // Acknowledged after the resume committed: nothing is left on the queue.
-    assert_eq!(r.depth(&responses).await, 0);
+    // Acknowledged: once the server's connection is closed, a delivery it had not
+    // acknowledged would be back on the queue, ready.
     s.shutdown().await;
+    r.wait_no_consumers(&responses).await;
+    assert_eq!(
+        r.depth(&responses).await,
+        0,
+        "the reply was not acknowledged"
+    );
     r.cleanup().await;
 }
 
@@ -286,10 +309,12 @@ async fn malformed_and_unknown_replies_are_dead_lettered_and_later_ones_still_ap
 
     let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(10)).await;
     assert_eq!(v["status"], "COMPLETED", "{v}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while r.depth(&dead).await < 3 && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for(
+        "the malformed and unknown replies to be parked",
+        Duration::from_secs(5),
+        || async { (r.depth(&dead).await >= 3).then_some(()) },
+    )
+    .await;
     assert_eq!(
         r.depth(&dead).await,
         3,
@@ -399,12 +424,25 @@ async fn consumer_and_publisher_reconnect_after_the_broker_connection_is_cut() {
     s.create_workflow(&wf).await;
     let id = create_request(&s, "amqp6", &json!({})).await;
     r.paused(&s, &id, &steps).await;
-    // The broker goes away for a while; a reply is sent meanwhile.
+    wait_for(
+        "the server to consume the response queue",
+        Duration::from_secs(10),
+        || async { (r.consumers(&responses).await > 0).then_some(()) },
+    )
+    .await;
+    // The broker goes away (its consumers go with the connection); a reply is sent meanwhile.
     proxy.cut();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    r.wait_no_consumers(&responses).await;
     let reply = step_reply(&id, json!({"back": true}));
     r.publish(&responses, &reply).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Nobody can take it while the broker is away: it waits on the queue, ready.
+    wait_for(
+        "the reply to be on the queue",
+        Duration::from_secs(5),
+        || async { (r.depth(&responses).await == 1).then_some(()) },
+    )
+    .await;
+    assert_eq!(r.consumers(&responses).await, 0);
     assert_eq!(
         s.get(&format!("/serviceRequest/{id}")).await.json()["status"],
         "PAUSED"
@@ -529,10 +567,9 @@ async fn a_reply_whose_workflow_no_longer_validates_is_dead_lettered_and_the_nex
         other => panic!("{other:?}"),
     };
     assert!(why.contains("no longer validates"), "{why}");
-    // Its request waits, paused, for a fix; nothing else was left on the queue.
+    // Its request waits, paused, for a fix.
     let v = s.get(&format!("/serviceRequest/{broken}")).await.json();
     assert_eq!(v["status"], "PAUSED", "{v}");
-    assert_eq!(r.depth(&responses).await, 0);
     // Over HTTP the same response is refused as one that can never apply.
     let msg = s
         .post(
@@ -542,7 +579,11 @@ async fn a_reply_whose_workflow_no_longer_validates_is_dead_lettered_and_the_nex
         .await
         .expect_error(422);
     assert!(msg.contains("no longer validates"), "{msg}");
+    // Both replies were acknowledged (one parked, one applied): with the server's
+    // connection closed, nothing it had not acknowledged comes back to the queue.
     s.shutdown().await;
+    r.wait_no_consumers(&responses).await;
+    assert_eq!(r.depth(&responses).await, 0, "a reply was not acknowledged");
     r.cleanup().await;
 }
 

@@ -64,6 +64,7 @@ fn start_tansu(port: u16) -> std::process::Child {
             std::time::Instant::now() < deadline,
             "tansu did not listen on {addr}"
         );
+        // The poll interval of this wait (a blocking one: it runs on a plain thread).
         std::thread::sleep(Duration::from_millis(50));
     }
     child
@@ -174,19 +175,16 @@ impl Kafka {
     /// Every record of `topic` from offset 0, waiting until there are `n`.
     async fn records(&self, topic: &str, n: usize) -> Vec<Record> {
         let p = self.partition(topic).await;
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            let (got, _) = p.fetch_records(0, 1..1_000_000, 200).await.unwrap();
-            if got.len() >= n {
-                return got.into_iter().map(|r| r.record).collect();
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{} of {n} records on {topic}",
-                got.len()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let p = &p;
+        wait_for(
+            &format!("{n} records on {topic}"),
+            Duration::from_secs(10),
+            || async move {
+                let (got, _) = p.fetch_records(0, 1..1_000_000, 200).await.unwrap();
+                (got.len() >= n).then(|| got.into_iter().map(|r| r.record).collect())
+            },
+        )
+        .await
     }
 }
 
@@ -242,13 +240,15 @@ async fn kafka_step_produces_and_a_reply_on_the_response_topic_completes_it() {
     assert_eq!(v["status"], "COMPLETED", "{v}");
     assert_eq!(d.received("/api/echo")[0].body, json!({"approved": true}));
     // The position is stored after the resume committed.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let sql = format!(
         "SELECT coalesce(max(next_offset), 0) FROM kafka_offsets WHERE topic = '{responses}'"
     );
-    while db.count(&sql).await < 1 && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for(
+        "the position to be stored",
+        Duration::from_secs(5),
+        || async { (db.count(&sql).await >= 1).then_some(()) },
+    )
+    .await;
     assert_eq!(db.count(&sql).await, 1);
     s.shutdown().await;
 }
@@ -299,17 +299,24 @@ async fn malformed_unknown_and_duplicate_replies_do_not_stop_later_ones() {
 
     let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(15)).await;
     assert_eq!(v["status"], "COMPLETED", "{v}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    let m = loop {
-        let m = s.get("/metrics").await.text();
-        if m.contains(r#"clamp_broker_replies_total{broker="kafka",outcome="duplicate"} 1"#)
-            || std::time::Instant::now() > deadline
-        {
-            break m;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    for outcome in ["malformed", "rejected", "resumed", "duplicate"] {
+    let outcomes = ["malformed", "rejected", "resumed", "duplicate"];
+    let m = wait_for(
+        "every reply to be counted",
+        Duration::from_secs(5),
+        || async {
+            let m = s.get("/metrics").await.text();
+            outcomes
+                .iter()
+                .all(|o| {
+                    m.contains(&format!(
+                        r#"clamp_broker_replies_total{{broker="kafka",outcome="{o}"}}"#
+                    ))
+                })
+                .then_some(m)
+        },
+    )
+    .await;
+    for outcome in outcomes {
         assert!(
             m.contains(&format!(
                 r#"clamp_broker_replies_total{{broker="kafka",outcome="{outcome}"}} 1"#
@@ -405,6 +412,7 @@ async fn broker_restart(downtime: Duration) {
     drop(admin);
     own = {
         drop(own);
+        // time is what is tested: how long the broker stays away (see the callers).
         tokio::time::sleep(downtime).await;
         Killed(start_tansu(port))
     };
@@ -413,20 +421,20 @@ async fn broker_restart(downtime: Duration) {
         .build()
         .await
         .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !admin
-        .list_topics()
-        .await
-        .unwrap()
-        .iter()
-        .any(|t| t.name == responses)
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the consumer did not come back"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for(
+        "the consumer to come back and create its topic",
+        Duration::from_secs(20),
+        || async {
+            admin
+                .list_topics()
+                .await
+                .unwrap()
+                .iter()
+                .any(|t| t.name == responses)
+                .then_some(())
+        },
+    )
+    .await;
     let reply = step_reply(&id, json!({"back": true}));
     admin
         .partition_client(responses.as_str(), 0, UnknownTopicHandling::Retry)

@@ -77,12 +77,14 @@ impl Downstream {
             .collect()
     }
 
-    /// Waits (up to 5 s) until a request for `path` has arrived.
+    /// Waits (up to 5 s, else panics) until a request for `path` has arrived.
     pub async fn wait_for(&self, path: &str) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while self.received(path).is_empty() && std::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        crate::support::wait_for(
+            &format!("a request for {path} downstream"),
+            Duration::from_secs(5),
+            || async { (!self.received(path).is_empty()).then_some(()) },
+        )
+        .await;
     }
 
     pub fn max_calls_per_key(&self) -> usize {
@@ -170,6 +172,7 @@ async fn handle(
         p if p.starts_with("/status/") => {
             (p[8..].parse().unwrap_or(500), json!({"error": "as asked"}))
         }
+        // A peer that answers late on purpose: its delay is what the tests use.
         p if p.starts_with("/slow/") => {
             tokio::time::sleep(Duration::from_millis(p[6..].parse().unwrap_or(100))).await;
             (200, json!({"slow": true}))

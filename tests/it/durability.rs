@@ -55,16 +55,13 @@ async fn every_commit_ack_is_in_the_table_when_it_arrives() {
     s.shutdown().await;
 }
 
-/// Posts until a response arrives that satisfies `ok`, for at most `within`.
+/// Posts until a response arrives that satisfies `ok`, for at most `within` (then panics).
 async fn post_until(s: &TestServer, within: Duration, ok: impl Fn(&Resp) -> bool) -> Resp {
-    let deadline = Instant::now() + within;
-    loop {
+    wait_for("a create to be answered as expected", within, || async {
         let r = s.post("/serviceRequest/wf", "{}").await;
-        if ok(&r) || Instant::now() > deadline {
-            return r;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        ok(&r).then_some(r)
+    })
+    .await
 }
 
 #[tokio::test]
@@ -189,9 +186,10 @@ async fn postgres_stopped_mid_run_answers_503_and_loses_nothing() {
 
     let acked = std::sync::Arc::new(parking_lot::Mutex::new(Vec::<Uuid>::new()));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen_503 = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut clients = Vec::new();
     for _ in 0..4 {
-        let (acked, stop, addr) = (acked.clone(), stop.clone(), s.addr);
+        let (acked, stop, seen_503, addr) = (acked.clone(), stop.clone(), seen_503.clone(), s.addr);
         clients.push(tokio::spawn(async move {
             let mut n_503 = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -207,16 +205,35 @@ async fn postgres_stopped_mid_run_answers_503_and_loses_nothing() {
                     200 => acked.lock().push(
                         Uuid::parse_str(r.json()["serviceRequestId"].as_str().unwrap()).unwrap(),
                     ),
-                    503 => n_503 += 1,
+                    503 => {
+                        n_503 += 1;
+                        seen_503.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
                     other => panic!("unexpected {other}: {}", r.text()),
                 }
             }
             n_503
         }));
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Under load: creates are being acknowledged when Postgres stops.
+    wait_for(
+        "creates to be acknowledged",
+        Duration::from_secs(10),
+        || async { (acked.lock().len() >= 20).then_some(()) },
+    )
+    .await;
     cluster.stop();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The server has noticed: the clients are answered 503.
+    wait_for(
+        "a 503 during the outage",
+        Duration::from_secs(10),
+        || async {
+            seen_503
+                .load(std::sync::atomic::Ordering::Relaxed)
+                .then_some(())
+        },
+    )
+    .await;
     // While Postgres is down every create is a quick 503.
     for _ in 0..3 {
         let started = Instant::now();
@@ -275,11 +292,16 @@ async fn connections_an_outage_closed_are_not_handed_out_after_it() {
         // Several requests at once leave several idle connections in the pool.
         let warm = futures_util::future::join_all((0..6).map(|_| s.get("/ready"))).await;
         assert!(warm.iter().all(|r| r.status == 200));
-        // A short outage closes them all (the proxy drops each within 20 ms).
+        // A short outage closes them all (the proxy drops each within 20 ms), and the
+        // server's side of each sees the close (nothing uses them meanwhile).
         proxy.cut();
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        wait_for(
+            "the outage to close the pooled connections",
+            Duration::from_secs(5),
+            || async { (proxy.client_sockets_open() == 0).then_some(()) },
+        )
+        .await;
         proxy.restore();
-        tokio::time::sleep(Duration::from_millis(100)).await;
         let r = match probe {
             "ready" => s.get("/ready").await,
             _ => s.post("/serviceRequest/wf", "{}").await,

@@ -410,7 +410,7 @@ async fn postgres_stopped_longer_than_every_timeout_while_requests_execute_loses
         ids.push(create_request(&s, "wf", &json!({"i": i})).await);
     }
     cluster.stop();
-    // The outage is what is tested: longer than the lease, the statement and connect
+    // time is what is tested: an outage longer than the lease, the statement and connect
     // timeouts and a step's timeout.
     tokio::time::sleep(Duration::from_secs(5)).await;
     DevCluster::start(&dir, port);

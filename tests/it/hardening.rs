@@ -68,6 +68,7 @@ async fn slow_and_idle_clients_are_disconnected() {
         if c.write_all(b).await.is_err() {
             break;
         }
+        // time is what is tested: a client that trickles its head in.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let (_, closed) = read_until_close(&mut c, Duration::from_secs(5)).await;
@@ -122,12 +123,36 @@ async fn graceful_shutdown_answers_in_flight_requests() {
     let addr = s.addr;
     // Start a request whose body is still arriving when shutdown begins.
     let mut c = TcpStream::connect(addr).await.unwrap();
-    c.write_all(b"POST /serviceRequest/wf HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\n{\"a\":")
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.write_all(
+        b"POST /serviceRequest/wf HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 9\r\n\r\n{\"a\":",
+    )
+    .await
+    .unwrap();
+    // The request is in flight: its handler is reading the body (hyper answers
+    // `100 Continue` when the body is first asked for).
+    let mut interim = Vec::new();
+    let mut buf = [0u8; 256];
+    while !interim.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf))
+            .await
+            .expect("no 100 Continue: the request is not being read")
+            .unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&interim));
+        interim.extend_from_slice(&buf[..n]);
+    }
+    assert!(
+        interim.starts_with(b"HTTP/1.1 100 Continue\r\n"),
+        "{}",
+        String::from_utf8_lossy(&interim)
+    );
     let shutdown = tokio::spawn(s.shutdown());
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Shutdown has begun: the server no longer accepts connections.
+    wait_for(
+        "the server to stop listening",
+        Duration::from_secs(5),
+        || async { TcpStream::connect(addr).await.is_err().then_some(()) },
+    )
+    .await;
     c.write_all(b" 1}\n").await.unwrap();
     let (text, _) = read_until_close(&mut c, Duration::from_secs(5)).await;
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");

@@ -61,12 +61,21 @@ async fn finished_requests_past_the_retention_are_deleted_and_nothing_else() {
         .await
         .unwrap();
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while db.count("SELECT count(*) FROM service_requests").await > 3
-        && std::time::Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // A retention pass has deleted (and then counted) the two it must.
+    wait_for(
+        "the retention pass to delete the old finished requests",
+        Duration::from_secs(10),
+        || async {
+            let m = s.get("/metrics").await.text();
+            let deleted = m
+                .lines()
+                .find_map(|l| l.strip_prefix("clamp_retention_deleted_total "))
+                .and_then(|n| n.trim().parse::<f64>().ok())
+                .unwrap_or(0.0);
+            (deleted >= 2.0).then_some(())
+        },
+    )
+    .await;
     for (id, status, _, survives) in &rows {
         let left = c
             .query_one(

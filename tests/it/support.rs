@@ -373,6 +373,24 @@ impl PgProxy {
         self.cut.store(false, Ordering::SeqCst);
         self.stalled.store(false, Ordering::SeqCst);
     }
+
+    /// Connections to this proxy that their client (the server under test) still holds
+    /// open: established, connecting, or closed by the proxy and not yet noticed by the
+    /// client. Read from `/proc/net/tcp`, which lists the whole network namespace; the
+    /// proxy's port is its own, so only its clients' sockets have it as remote address.
+    pub fn client_sockets_open(&self) -> usize {
+        let remote = format!("0100007F:{:04X}", self.addr.port());
+        let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp is readable");
+        table
+            .lines()
+            .skip(1)
+            .filter(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                // 01 ESTABLISHED, 02 SYN_SENT, 08 CLOSE_WAIT (the peer closed, we did not).
+                f.len() > 3 && f[2] == remote && matches!(f[3], "01" | "02" | "08")
+            })
+            .count()
+    }
 }
 
 async fn pump<R, W>(
@@ -388,6 +406,7 @@ async fn pump<R, W>(
     use tokio::io::AsyncReadExt;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
+        // The proxy's own tick: an idle connection checks every 20 ms whether it was cut.
         let n = tokio::select! {
             r = r.read(&mut buf) => match r { Ok(0) | Err(_) => return, Ok(n) => n },
             _ = tokio::time::sleep(Duration::from_millis(20)) => {
@@ -395,6 +414,7 @@ async fn pump<R, W>(
                 continue;
             }
         };
+        // Stalled: hold the bytes (a hung database is what is tested), checking every 10 ms.
         while stalled.load(Ordering::SeqCst) {
             if !alive() {
                 return;
@@ -418,15 +438,20 @@ async fn pump<R, W>(
     }
 }
 
-/// Polls `GET /serviceRequest/{id}` until its status is one of `want` (or `within` passes).
+/// Polls `GET /serviceRequest/{id}` until its status is one of `want`, and returns it;
+/// panics (with the last answer) when `within` passes first.
 pub async fn wait_status(s: &TestServer, id: &str, want: &[&str], within: Duration) -> Value {
     let deadline = std::time::Instant::now() + within;
     loop {
         let v = s.get(&format!("/serviceRequest/{id}")).await.json();
         let st = v["status"].as_str().unwrap_or("").to_string();
-        if want.contains(&st.as_str()) || std::time::Instant::now() > deadline {
+        if want.contains(&st.as_str()) {
             return v;
         }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {within:?} waiting for {id} to be one of {want:?}: {v}"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
