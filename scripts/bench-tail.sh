@@ -8,6 +8,7 @@
 #
 #   scripts/bench-tail.sh                                   # 16,000/s, 3 runs of 20 s
 #   PG=machine RATE=8000 DURATION=60 RUNS=1 MID_CHECKPOINT=1 scripts/bench-tail.sh
+#   FIND_MAX=1 scripts/bench-tail.sh      # instead: the highest rate with p99 <= SLO (10ms), and its plot
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RATE=${RATE:-16000}
@@ -20,6 +21,7 @@ bin=${BIN:-target/release}
 out=perf/runs/$(date -u +%Y-%m-%d)-$(hostname)
 mkdir -p "$out"
 tag=${TAG:-tail-$RATE-${PG:-dev}-pg}
+[ "${FIND_MAX:-0}" != 1 ] || tag=${TAG:-find-max-${SLO:-10ms}-${PG:-dev}-pg}
 if [ "${PG:-dev}" = machine ]; then
   scripts/services.sh postgres >/dev/null
   base=postgres://postgres@127.0.0.1:5432
@@ -39,6 +41,25 @@ trap 'kill $server_pid 2>/dev/null || true; [ -z "${pg_dir:-}" ] || scripts/dev-
 for _ in $(seq 1 100); do curl -sf "localhost:$port/health" >/dev/null && break; sleep 0.1; done
 pg_settings=$(psql "$base/postgres" -Atc "select string_agg(name || '=' || current_setting(name), ', ' order by name) from pg_settings where name in ('max_wal_size', 'checkpoint_timeout', 'shared_buffers', 'synchronous_commit', 'fsync')")
 gen="$bin/clamp-bench create --url http://127.0.0.1:$port -c $CONNS -t 1 -r $RATE -q --downstream http://127.0.0.1:9"
+if [ "${FIND_MAX:-0}" = 1 ]; then
+  fm="$gen --find-max --slo-p99 ${SLO:-10ms} -d ${DURATION}s --warmup 5s --start-rate ${START_RATE:-4000}"
+  fm=${fm/ -r $RATE/}
+  $fm --plot "$out/$tag.svg" --json "$out/$tag.json" > "$out/$tag.txt" 2>&1
+  {
+    echo "# Highest create rate with p99 <= ${SLO:-10ms}, open loop, API-only"
+    echo
+    echo "- date: $(date -u +%FT%TZ), host $(hostname), nproc $(nproc), git $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+    echo "- server: \`$server_cmd\`"
+    echo "- search: \`$fm\`; plot: [$tag.svg]($tag.svg), raw: [$tag.json]($tag.json)"
+    echo "- Postgres: $pg_desc: $pg_settings"
+    echo
+    echo '```'
+    cat "$out/$tag.txt"
+    echo '```'
+  } > "$out/$tag.md"
+  cat "$out/$tag.md"
+  exit 0
+fi
 rows=()
 for run in $(seq 1 "$RUNS"); do
   $gen -d "${WARMUP}s" --warmup 0s > /dev/null
