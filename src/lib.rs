@@ -5,18 +5,18 @@
 //! the runtimes; the binary only parses configuration and waits for a signal, and tests
 //! start it in-process on port 0.
 
-pub mod backoff;
-pub mod broker;
+pub(crate) mod backoff;
+pub(crate) mod broker;
 pub mod config;
-pub mod engine;
-pub mod error_chain;
-pub mod http;
-pub mod ids;
-pub mod metrics;
+pub(crate) mod engine;
+pub(crate) mod error_chain;
+pub(crate) mod http;
+pub(crate) mod ids;
+pub(crate) mod metrics;
 pub mod runtime;
-pub mod state;
+pub(crate) mod state;
 pub mod store;
-pub mod workflow;
+pub(crate) mod workflow;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -7,9 +7,9 @@
 //! dead-lettered (AMQP: `<queue>.dead`; Kafka: the `dead_letters` table), counted, and
 //! logged once, and the consumer goes on.
 
-pub mod amqp;
-pub mod kafka;
-pub mod reply;
+pub(crate) mod amqp;
+pub(crate) mod kafka;
+pub(crate) mod reply;
 
 use std::future::Future;
 use std::time::Duration;

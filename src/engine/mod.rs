@@ -7,21 +7,21 @@
 //! one `UPDATE … FOR UPDATE SKIP LOCKED` statement; a renewer keeps the leases of running
 //! requests fresh and stops any request whose lease another instance took.
 
-mod app;
-pub mod call;
-pub mod doc;
-pub mod error;
-pub mod http_step;
-pub mod job;
-pub mod limits;
-pub mod live;
-pub mod publish;
-pub mod resume;
-pub mod running;
-pub mod watch;
-pub mod writer;
+pub(crate) mod app;
+pub(crate) mod call;
+pub(crate) mod doc;
+pub(crate) mod error;
+pub(crate) mod http_step;
+pub(crate) mod job;
+pub(crate) mod limits;
+pub(crate) mod live;
+pub(crate) mod publish;
+pub(crate) mod resume;
+pub(crate) mod running;
+pub(crate) mod watch;
+pub(crate) mod writer;
 
-pub use app::{App, DEFAULT_HEADER_DENYLIST};
+pub use app::App;
 pub use error::{EngineError, Result};
 
 use std::collections::HashMap;

@@ -5,14 +5,14 @@
 // Handlers return a ready response as their error; boxing it would only add an allocation.
 #![allow(clippy::result_large_err)]
 
-pub mod auth;
-pub mod body;
-pub mod conn;
-pub mod ops;
-pub mod response;
-pub mod service_requests;
-pub mod step_response;
-pub mod workflows;
+pub(crate) mod auth;
+pub(crate) mod body;
+pub(crate) mod conn;
+pub(crate) mod ops;
+pub(crate) mod response;
+pub(crate) mod service_requests;
+pub(crate) mod step_response;
+pub(crate) mod workflows;
 
 use std::borrow::Cow;
 use std::sync::Arc;

@@ -557,7 +557,7 @@ mod tests {
         h.insert("host", "x".parse().unwrap());
         h.append("x-multi", "1".parse().unwrap());
         h.append("x-multi", "2 \"q\"".parse().unwrap());
-        let b = forwardable_headers(crate::engine::DEFAULT_HEADER_DENYLIST, &h);
+        let b = forwardable_headers(crate::engine::app::DEFAULT_HEADER_DENYLIST, &h);
         let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
         assert_eq!(
             v,

@@ -1,24 +1,24 @@
 //! Postgres: the connection pool, embedded migrations, the bounded write-behind buffer
 //! and its flusher, and the queries the HTTP handlers and the engine run.
 
-pub mod buffer;
-pub mod cancel;
-pub mod copy;
-pub mod dead_letters;
-pub mod idempotency;
-pub mod kafka_offsets;
-pub mod leases;
-pub mod migrate;
-pub mod pool;
-pub mod queries;
-pub mod raw_json;
-pub mod reader;
+pub(crate) mod buffer;
+pub(crate) mod cancel;
+pub(crate) mod copy;
+pub(crate) mod dead_letters;
+pub(crate) mod idempotency;
+pub(crate) mod kafka_offsets;
+pub(crate) mod leases;
+pub(crate) mod migrate;
+pub(crate) mod pool;
+pub(crate) mod queries;
+pub(crate) mod raw_json;
+pub(crate) mod reader;
 pub mod retention;
 mod sql;
-pub mod status;
-pub mod status_cache;
-pub mod step_responses;
-pub mod transitions;
+pub(crate) mod status;
+pub(crate) mod status_cache;
+pub(crate) mod step_responses;
+pub(crate) mod transitions;
 pub mod workflow_map;
 
 pub use buffer::{AckError, Created, PendingRow, WriteBuffer};

@@ -4,8 +4,8 @@
 //! attempt of the step's call: a broker that is away fails it with a transient error,
 //! which the step's retry policy tries again.
 
-pub mod amqp;
-pub mod kafka;
+pub(crate) mod amqp;
+pub(crate) mod kafka;
 
 use std::future::Future;
 use std::time::Duration;
