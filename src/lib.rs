@@ -6,6 +6,7 @@
 //! start it in-process on port 0.
 
 pub(crate) mod backoff;
+pub(crate) mod batches;
 pub(crate) mod broker;
 pub mod config;
 pub(crate) mod engine;

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::doc::Doc;
@@ -131,26 +131,18 @@ pub fn start(
 }
 
 async fn run(
-    mut rx: mpsc::Receiver<Pending>,
+    rx: mpsc::Receiver<Pending>,
     pool: Pool,
     owner: Uuid,
     metrics: Arc<Metrics>,
     committed: OnCommit,
     concurrency: usize,
 ) {
-    let slots = Arc::new(Semaphore::new(concurrency));
-    loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let mut batch = Vec::with_capacity(64);
-        if rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
-            break;
-        }
+    crate::batches::drain(rx, MAX_BATCH, concurrency, |batch: Vec<Pending>| {
         let pool = pool.clone();
         let metrics = metrics.clone();
         let committed = committed.clone();
-        tokio::spawn(async move {
+        async move {
             let result = write(&pool, &batch, owner).await;
             let batch_len = batch.len();
             match result {
@@ -194,10 +186,9 @@ async fn run(
                     }
                 }
             }
-            drop(permit);
-        });
-    }
-    let _ = slots.acquire_many(concurrency as u32).await;
+        }
+    })
+    .await
 }
 
 async fn write(pool: &Pool, batch: &[Pending], owner: Uuid) -> Result<Vec<Uuid>, StoreError> {

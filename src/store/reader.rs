@@ -5,11 +5,10 @@
 //! acknowledged before that (read-your-writes across instances holds).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::pool::{PgConn, Pool};
@@ -72,18 +71,10 @@ impl StatusReader {
     }
 }
 
-async fn run(mut rx: mpsc::Receiver<Pending>, pool: Pool, concurrency: usize, limit: Duration) {
-    let slots = Arc::new(Semaphore::new(concurrency));
-    loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let mut batch = Vec::with_capacity(64);
-        if rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
-            return;
-        }
+async fn run(rx: mpsc::Receiver<Pending>, pool: Pool, concurrency: usize, limit: Duration) {
+    crate::batches::drain(rx, MAX_BATCH, concurrency, |batch: Vec<Pending>| {
         let pool = pool.clone();
-        tokio::spawn(async move {
+        async move {
             let (rows, whole): (Vec<Pending>, Vec<Pending>) =
                 batch.into_iter().partition(|p| p.want == Want::Row);
             let conn = match pool.get().await {
@@ -118,9 +109,9 @@ async fn run(mut rx: mpsc::Receiver<Pending>, pool: Pool, concurrency: usize, li
                     }
                 }
             }
-            drop(permit);
-        });
-    }
+        }
+    })
+    .await
 }
 
 /// The requests of `ids` that exist, by id.
