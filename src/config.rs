@@ -326,6 +326,29 @@ impl ApiTokens {
     }
 }
 
+/// Headers that are never persisted with a service request nor forwarded to steps:
+/// hop-by-hop headers, framing, and credentials (unless configured otherwise).
+pub const DEFAULT_HEADER_DENYLIST: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "content-type",
+    "accept-encoding",
+    "expect",
+    "authorization",
+    "cookie",
+    // The client's key for an idempotent create; steps get their own.
+    "idempotency-key",
+];
+
 /// The validated configuration every part of the server reads.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -363,8 +386,9 @@ pub struct Config {
     pub downstream_limit: usize,
     /// Longest wait for a free slot to a downstream host.
     pub downstream_wait: Duration,
-    /// Lower-cased names that are forwarded although hop-by-hop or sensitive by default.
-    pub forward_headers_extra: Vec<String>,
+    /// Header names (lower case) never persisted with a request nor forwarded to steps:
+    /// `DEFAULT_HEADER_DENYLIST` less those `--forward-headers` names.
+    pub header_denylist: Vec<&'static str>,
     pub brokers: BrokerConfig,
     pub step_write_concurrency: usize,
     /// How long finished requests are kept (None: forever), and how often that is enforced.
@@ -533,12 +557,18 @@ impl Config {
             retry,
             downstream_limit: a.downstream_max_in_flight,
             downstream_wait: Duration::from_millis(a.downstream_queue_timeout_ms.max(1)),
-            forward_headers_extra: a
-                .forward_headers
-                .iter()
-                .map(|h| h.trim().to_ascii_lowercase())
-                .filter(|h| !h.is_empty())
-                .collect(),
+            header_denylist: {
+                let forwarded: Vec<String> = a
+                    .forward_headers
+                    .iter()
+                    .map(|h| h.trim().to_ascii_lowercase())
+                    .collect();
+                DEFAULT_HEADER_DENYLIST
+                    .iter()
+                    .copied()
+                    .filter(|h| !forwarded.iter().any(|x| x == h))
+                    .collect()
+            },
             brokers: BrokerConfig {
                 amqp_enabled: a.enable_amqp,
                 amqp_url: a.amqp_url,
@@ -566,7 +596,7 @@ impl Config {
         // Tests run many servers side by side on one Postgres.
         args.pool_size = 6;
         let mut c = Config::from_args(args).expect("test config is valid");
-        c.forward_headers_extra.clear();
+        c.header_denylist = DEFAULT_HEADER_DENYLIST.to_vec();
         c.brokers.amqp_enabled = false;
         c.brokers.kafka_enabled = false;
         c

@@ -184,6 +184,9 @@ impl EncodeMetric for AtomicHistogram {
     }
 }
 
+/// A gauge's source, read when the metrics are scraped.
+type DepthProbe = Box<dyn Fn() -> usize + Send + Sync>;
+
 /// Handles to every metric; shared by all runtimes.
 pub struct Metrics {
     registry: Mutex<Registry>,
@@ -196,7 +199,9 @@ pub struct Metrics {
     pub flush_errors: Counter,
     pub rows_written: Counter,
     pub rejected_overload: Counter,
-    pub buffer_depth: Gauge,
+    buffer_depth: Gauge,
+    /// Each write buffer's depth, read at every scrape into `buffer_depth`.
+    buffer_probes: Mutex<Vec<DepthProbe>>,
     pub completed: Counter,
     pub failed: Counter,
     pub cancelled: Counter,
@@ -288,6 +293,7 @@ impl Metrics {
             rows_written: Counter::default(),
             rejected_overload: Counter::default(),
             buffer_depth: Gauge::default(),
+            buffer_probes: Mutex::new(Vec::new()),
             completed: Counter::default(),
             failed: Counter::default(),
             cancelled: Counter::default(),
@@ -435,8 +441,15 @@ impl Metrics {
         self.step_retries.get_or_create(&CauseLabel { cause }).inc();
     }
 
+    /// Adds a write buffer to the depth gauge (`depth` is read at every scrape).
+    pub fn watch_buffer(&self, depth: impl Fn() -> usize + Send + Sync + 'static) {
+        self.buffer_probes.lock().push(Box::new(depth));
+    }
+
     /// The Prometheus text exposition.
     pub fn encode(&self) -> String {
+        let depth: usize = self.buffer_probes.lock().iter().map(|d| d()).sum();
+        self.buffer_depth.set(depth as i64);
         let mut out = String::with_capacity(16 * 1024);
         let registry = self.registry.lock();
         prometheus_client::encoding::text::encode(&mut out, &registry)

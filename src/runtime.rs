@@ -77,7 +77,10 @@ pub async fn serve_core(
     let cfg = &app.config;
     let pool = pool::build(cfg, cfg.pool_size);
     let (buffer, rx) = buffer::channel(cfg.buffer_rows);
-    app.buffers.lock().push(buffer.clone());
+    {
+        let buffer = buffer.clone();
+        app.metrics.watch_buffer(move || buffer.depth());
+    }
     let (close_tx, close_rx) = oneshot::channel();
     let executor = crate::engine::Executor::new(app.clone(), pool.clone());
     let (stop_engine, engine_stop) = watch::channel(false);

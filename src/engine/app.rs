@@ -8,7 +8,6 @@ use uuid::Uuid;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::store::WorkflowMap;
-use crate::store::WriteBuffer;
 
 /// State shared by all runtimes: read-mostly, so the hot path only takes read locks.
 pub struct App {
@@ -17,10 +16,6 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     /// Unique per process start: the owner id of every lease this instance takes.
     pub instance_id: Uuid,
-    /// Header names (lower case) never persisted or forwarded.
-    pub header_denylist: Vec<&'static str>,
-    /// Write buffers of every runtime, for the depth gauge.
-    pub buffers: parking_lot::Mutex<Vec<WriteBuffer>>,
     /// Requests running on any runtime of this process.
     pub running: super::running::Running,
     /// Step calls in flight per downstream host, for the whole process.
@@ -31,36 +26,8 @@ pub struct App {
     pub changes: super::watch::Changes,
 }
 
-/// Headers that are never persisted with a service request nor forwarded to steps:
-/// hop-by-hop headers, framing, and credentials (unless configured otherwise).
-pub const DEFAULT_HEADER_DENYLIST: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
-    "content-type",
-    "accept-encoding",
-    "expect",
-    "authorization",
-    "cookie",
-    // The client's key for an idempotent create; steps get their own.
-    "idempotency-key",
-];
-
 impl App {
     pub fn new(config: Config, metrics: Arc<Metrics>) -> App {
-        let header_denylist = DEFAULT_HEADER_DENYLIST
-            .iter()
-            .copied()
-            .filter(|h| !config.forward_headers_extra.iter().any(|x| x == h))
-            .collect();
         let downstream = super::limits::HostLimits::new(
             config.downstream_limit,
             config.downstream_wait,
@@ -77,8 +44,6 @@ impl App {
             workflows: WorkflowMap::default(),
             metrics,
             instance_id: Uuid::now_v7(),
-            header_denylist,
-            buffers: parking_lot::Mutex::new(Vec::new()),
             running: Default::default(),
             downstream,
         }

@@ -7,7 +7,7 @@
 //! one `UPDATE … FOR UPDATE SKIP LOCKED` statement; a renewer keeps the leases of running
 //! requests fresh and stops any request whose lease another instance took.
 
-pub(crate) mod app;
+mod app;
 pub(crate) mod call;
 pub(crate) mod doc;
 pub(crate) mod error;

@@ -47,8 +47,6 @@ static OPENAPI: &[u8] = include_bytes!("../../openapi.json");
 /// Prometheus text exposition.
 pub fn metrics(core: &Core) -> Resp {
     let app = &core.app;
-    let depth: usize = app.buffers.lock().iter().map(|b| b.depth()).sum();
-    app.metrics.buffer_depth.set(depth as i64);
     let mut r = Response::new(Full::new(Bytes::from(app.metrics.encode())));
     r.headers_mut().insert(
         CONTENT_TYPE,

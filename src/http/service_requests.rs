@@ -155,7 +155,7 @@ pub async fn create(core: &Core, name: &str, parts: &Parts, body: &mut Body) -> 
         app.metrics.rejected_overload.inc();
         return unavailable("database unavailable, retry later");
     }
-    let headers = forwardable_headers(&app.header_denylist, &parts.headers);
+    let headers = forwardable_headers(&app.config.header_denylist, &parts.headers);
     let limits = (app.config.body_limit, app.config.header_timeout);
     let body = match body.read(&parts.headers, limits.0, limits.1).await {
         Ok(b) => b,
@@ -557,7 +557,7 @@ mod tests {
         h.insert("host", "x".parse().unwrap());
         h.append("x-multi", "1".parse().unwrap());
         h.append("x-multi", "2 \"q\"".parse().unwrap());
-        let b = forwardable_headers(crate::engine::app::DEFAULT_HEADER_DENYLIST, &h);
+        let b = forwardable_headers(crate::config::DEFAULT_HEADER_DENYLIST, &h);
         let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
         assert_eq!(
             v,
