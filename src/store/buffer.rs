@@ -25,6 +25,7 @@ use super::copy;
 use super::idempotency;
 use super::pool::{PgConn, Pool};
 use super::raw_json::RawJson;
+use super::Result;
 use super::StoreError;
 use crate::backoff::Backoff;
 use crate::config::AckMode;
@@ -373,7 +374,7 @@ async fn write_batch(
     n_leased: usize,
     handoff: Option<&dyn Handoff>,
     cfg: &FlusherConfig,
-) -> Result<Written, StoreError> {
+) -> Result<Written> {
     let conn = pool.get().await?;
     let owner: Option<Uuid> = handoff.filter(|_| n_leased > 0).map(|h| h.owner());
     let lease_ms: f64 = handoff.map_or(0.0, |h| h.lease().as_secs_f64() * 1000.0);
@@ -484,7 +485,7 @@ fn system_time(us: i64) -> SystemTime {
 /// Runs a statement with a client-side bound: a connection that stops answering is given
 /// up on, and the statement is cancelled server-side so it cannot commit later (the
 /// outcome is unknown, so the rows are answered 503).
-async fn bounded<T, E, F>(conn: &PgConn, limit: Duration, fut: F) -> Result<T, StoreError>
+async fn bounded<T, E, F>(conn: &PgConn, limit: Duration, fut: F) -> Result<T>
 where
     F: std::future::Future<Output = Result<T, E>>,
     E: Into<StoreError>,

@@ -5,7 +5,8 @@
 
 use uuid::Uuid;
 
-use super::{PgConn, StoreError};
+use super::PgConn;
+use super::Result;
 
 /// What a cancel did.
 #[derive(Debug, PartialEq, Eq)]
@@ -23,7 +24,7 @@ pub enum Cancelled {
     Unknown,
 }
 
-pub async fn cancel(conn: &PgConn, id: Uuid, reason: &str) -> Result<Cancelled, StoreError> {
+pub async fn cancel(conn: &PgConn, id: Uuid, reason: &str) -> Result<Cancelled> {
     let stmt = conn
         .stmt(
             "UPDATE service_requests SET status = 'CANCELLED', reason = $2, \

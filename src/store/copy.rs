@@ -22,7 +22,7 @@ use uuid::Uuid;
 use super::buffer::PendingRow;
 use super::pool::PgConn;
 use super::raw_json::RawJson;
-use super::StoreError;
+use super::Result;
 
 /// The columns `copy_requests` writes, in order.
 pub const COPY_REQUESTS: &str = "COPY service_requests \
@@ -47,7 +47,7 @@ pub async fn copy_requests(
     n_leased: usize,
     owner: Option<Uuid>,
     lease_us: i64,
-) -> Result<(), StoreError> {
+) -> Result<()> {
     let stmt = conn.stmt(COPY_REQUESTS).await?;
     // Sent in this order on the connection: BEGIN, then the COPY.
     let (begun, sink) = tokio::join!(

@@ -1,7 +1,8 @@
 //! Step responses consumed from Kafka that can never apply, kept with the reason so the
 //! consumer can move past them without losing them (AMQP parks them on `<queue>.dead`).
 
-use super::{PgConn, StoreError};
+use super::PgConn;
+use super::Result;
 
 /// Where a dead letter came from.
 pub struct Origin<'a> {
@@ -11,12 +12,7 @@ pub struct Origin<'a> {
     pub offset: Option<i64>,
 }
 
-pub async fn insert(
-    conn: &PgConn,
-    origin: &Origin<'_>,
-    body: &[u8],
-    reason: &str,
-) -> Result<(), StoreError> {
+pub async fn insert(conn: &PgConn, origin: &Origin<'_>, body: &[u8], reason: &str) -> Result<()> {
     let stmt = conn
         .stmt(
             "INSERT INTO dead_letters (source, topic, partition, record_offset, body, reason) \

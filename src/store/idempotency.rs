@@ -14,7 +14,8 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::raw_json::RawJson;
-use super::{PgConn, Pool, StoreError};
+use super::Result;
+use super::{PgConn, Pool};
 
 /// A key's digest: the first 128 bits of SHA-256 over the workflow name (after its
 /// length, so no name and key run into another pair) and the key, so every key is one
@@ -125,7 +126,7 @@ pub struct Lookup<'a> {
 
 /// Looks up who holds each key; a row missing from the answer had its key expire and be
 /// deleted in between (the caller answers it as unavailable, and the client retries).
-pub async fn holders(conn: &PgConn, rows: &[Lookup<'_>]) -> Result<Vec<(i32, Holder)>, StoreError> {
+pub async fn holders(conn: &PgConn, rows: &[Lookup<'_>]) -> Result<Vec<(i32, Holder)>> {
     let idx: Vec<i32> = rows.iter().map(|r| r.idx).collect();
     let hashes: Vec<Uuid> = rows.iter().map(|r| r.key_hash).collect();
     let payload: Vec<RawJson> = rows.iter().map(|r| RawJson(r.payload)).collect();
@@ -150,7 +151,7 @@ pub async fn holders(conn: &PgConn, rows: &[Lookup<'_>]) -> Result<Vec<(i32, Hol
 const DELETE_BATCH: i64 = 5_000;
 
 /// Deletes keys past the window, in batches; returns how many.
-pub async fn delete_expired(pool: &Pool, window: Duration) -> Result<u64, StoreError> {
+pub async fn delete_expired(pool: &Pool, window: Duration) -> Result<u64> {
     let mut total = 0;
     loop {
         let conn = pool.get().await?;

@@ -1,9 +1,10 @@
 //! Where the Kafka response consumer is in each partition: the offset of the next record
 //! to apply, advanced only after the responses before it have committed.
 
-use super::{PgConn, StoreError};
+use super::PgConn;
+use super::Result;
 
-pub async fn get(conn: &PgConn, topic: &str, partition: i32) -> Result<Option<i64>, StoreError> {
+pub async fn get(conn: &PgConn, topic: &str, partition: i32) -> Result<Option<i64>> {
     let stmt = conn
         .stmt("SELECT next_offset FROM kafka_offsets WHERE topic = $1 AND partition = $2")
         .await?;
@@ -14,7 +15,7 @@ pub async fn get(conn: &PgConn, topic: &str, partition: i32) -> Result<Option<i6
         .map(|r| r.get(0)))
 }
 
-pub async fn set(conn: &PgConn, topic: &str, partition: i32, next: i64) -> Result<(), StoreError> {
+pub async fn set(conn: &PgConn, topic: &str, partition: i32, next: i64) -> Result<()> {
     let stmt = conn
         .stmt(
             "INSERT INTO kafka_offsets (topic, partition, next_offset) VALUES ($1, $2, $3) \
@@ -36,7 +37,7 @@ pub struct PartitionLocks {
 }
 
 impl PartitionLocks {
-    pub async fn connect(database_url: &str) -> Result<PartitionLocks, StoreError> {
+    pub async fn connect(database_url: &str) -> Result<PartitionLocks> {
         let (client, conn) = tokio_postgres::connect(database_url, tokio_postgres::NoTls).await?;
         Ok(PartitionLocks {
             client,
@@ -45,7 +46,7 @@ impl PartitionLocks {
     }
 
     /// Takes the lock of (`key`, `partition`) if it is free; true when held now.
-    pub async fn try_lock(&self, key: i32, partition: i32) -> Result<bool, StoreError> {
+    pub async fn try_lock(&self, key: i32, partition: i32) -> Result<bool> {
         Ok(self
             .client
             .query_one("SELECT pg_try_advisory_lock($1, $2)", &[&key, &partition])

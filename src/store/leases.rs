@@ -7,7 +7,8 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::queries::parse_opt;
-use super::{PgConn, StoreError};
+use super::PgConn;
+use super::Result;
 
 /// A request this instance just claimed.
 #[derive(Debug)]
@@ -52,7 +53,7 @@ pub async fn claim(
     owner: Uuid,
     lease: Duration,
     limit: i64,
-) -> Result<Vec<Claimed>, StoreError> {
+) -> Result<Vec<Claimed>> {
     let stmt = conn.stmt(CLAIM).await?;
     // Pinned to the claim index like every statement (the pool's sessions run with
     // enable_seqscan = off; see `store::pool::pg_config`).
@@ -99,12 +100,7 @@ SELECT s.id FROM ids JOIN service_requests s ON s.id = ids.id
 WHERE s.lease_owner IS NOT NULL AND s.lease_owner <> $1"
 );
 
-pub async fn renew(
-    conn: &PgConn,
-    owner: Uuid,
-    lease: Duration,
-    ids: &[Uuid],
-) -> Result<Vec<Uuid>, StoreError> {
+pub async fn renew(conn: &PgConn, owner: Uuid, lease: Duration, ids: &[Uuid]) -> Result<Vec<Uuid>> {
     let stmt = conn.stmt(RENEW).await?;
     let rows = conn
         .client
@@ -115,12 +111,7 @@ pub async fn renew(
 
 /// Gives up the leases `owner` holds on `ids`, so another instance can continue them
 /// after `delay` (zero: at once).
-pub async fn release(
-    conn: &PgConn,
-    owner: Uuid,
-    ids: &[Uuid],
-    delay: Duration,
-) -> Result<u64, StoreError> {
+pub async fn release(conn: &PgConn, owner: Uuid, ids: &[Uuid], delay: Duration) -> Result<u64> {
     let stmt = conn
         .stmt(concat!(
             "UPDATE service_requests SET lease_owner = NULL, \
@@ -138,7 +129,7 @@ pub async fn release(
 
 /// The context of finished steps (`{step_context_name: {request, response}}`), rebuilt
 /// from their records when a request continues after a pause or a restart.
-pub async fn load_context(conn: &PgConn, id: Uuid) -> Result<Map<String, Value>, StoreError> {
+pub async fn load_context(conn: &PgConn, id: Uuid) -> Result<Map<String, Value>> {
     let rows = conn
         .client
         .query(

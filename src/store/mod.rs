@@ -25,6 +25,9 @@ pub use buffer::{AckError, Created, PendingRow, WriteBuffer};
 pub use pool::{PgConn, Pool};
 pub use workflow_map::{LoadError, WorkflowMap};
 
+/// What the store's functions return.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
 /// A failure talking to Postgres, as the request path and the engine see it. Every
 /// variant has a class: `Unavailable` is transient (the same work can succeed later);
 /// the others are permanent (trying again changes nothing).

@@ -6,16 +6,13 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::pool::PgConn;
+use super::Result;
 use super::StoreError;
 use crate::workflow::WorkflowDef;
 
 /// Inserts a workflow, stamping `created_at`/`updated_at` into the stored definition;
 /// returns that timestamp (RFC 3339). A taken name is `Conflict`.
-pub async fn insert_workflow(
-    conn: &PgConn,
-    def: &WorkflowDef,
-    id: Uuid,
-) -> Result<String, StoreError> {
+pub async fn insert_workflow(conn: &PgConn, def: &WorkflowDef, id: Uuid) -> Result<String> {
     let definition = serde_json::to_value(def).expect("a workflow always serializes");
     let row = conn
         .client
@@ -30,10 +27,7 @@ pub async fn insert_workflow(
 }
 
 /// One workflow's stored definition, or None.
-pub async fn workflow_by_name(
-    conn: &PgConn,
-    name: &str,
-) -> Result<Option<WorkflowDef>, StoreError> {
+pub async fn workflow_by_name(conn: &PgConn, name: &str) -> Result<Option<WorkflowDef>> {
     let row = conn
         .client
         .query_opt("SELECT definition FROM workflows WHERE name = $1", &[&name])
@@ -42,9 +36,7 @@ pub async fn workflow_by_name(
 }
 
 /// Every workflow, for warming the in-memory map at startup.
-pub async fn all_workflows(
-    client: &tokio_postgres::Client,
-) -> Result<Vec<WorkflowDef>, StoreError> {
+pub async fn all_workflows(client: &tokio_postgres::Client) -> Result<Vec<WorkflowDef>> {
     let rows = client
         .query("SELECT definition FROM workflows ORDER BY created_at", &[])
         .await?;
@@ -99,7 +91,7 @@ pub async fn service_requests_page(
     workflow: &str,
     page_size: i64,
     offset: i64,
-) -> Result<Vec<Value>, StoreError> {
+) -> Result<Vec<Value>> {
     let rows = conn
         .client
         .query(

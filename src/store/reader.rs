@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::pool::{PgConn, Pool};
 use super::status::{Head, StepRow};
+use super::Result;
 use super::StoreError;
 
 /// What a read asks for: the request row alone, or with its step rows.
@@ -32,7 +33,7 @@ pub struct Found {
     pub finished_ms: Option<f64>,
 }
 
-type Answer = Result<Option<Found>, StoreError>;
+type Answer = Result<Option<Found>>;
 
 struct Pending {
     id: Uuid,
@@ -115,11 +116,7 @@ async fn run(rx: mpsc::Receiver<Pending>, pool: Pool, concurrency: usize, limit:
 }
 
 /// The requests of `ids` that exist, by id.
-async fn fetch(
-    conn: &PgConn,
-    ids: &[Uuid],
-    want: Want,
-) -> Result<HashMap<Uuid, Found>, StoreError> {
+async fn fetch(conn: &PgConn, ids: &[Uuid], want: Want) -> Result<HashMap<Uuid, Found>> {
     let sql = match want {
         Want::Row => super::status::GET_HEADS,
         Want::Whole => super::status::GET_WHOLE,

@@ -12,7 +12,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use super::{Pool, StoreError};
+use super::Pool;
+use super::Result;
 use crate::metrics::Metrics;
 
 /// Rows deleted per statement: small enough to keep each transaction short.
@@ -68,7 +69,7 @@ pub async fn sweep(
     keep: Duration,
     metrics: &Metrics,
     stop: &watch::Receiver<bool>,
-) -> Result<u64, StoreError> {
+) -> Result<u64> {
     let floor = v7_floor(SystemTime::now() - keep);
     let keep_ms = keep.as_secs_f64() * 1000.0;
     let mut total = 0;

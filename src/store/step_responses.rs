@@ -5,7 +5,8 @@
 use uuid::Uuid;
 
 use super::leases::Claimed;
-use super::{PgConn, StoreError};
+use super::PgConn;
+use super::Result;
 
 /// Where a request stands, as a step response needs to know it.
 pub struct RequestState {
@@ -16,7 +17,7 @@ pub struct RequestState {
 
 /// The request's workflow, stored status and current step, or None when there is no
 /// such request.
-pub async fn request_state(conn: &PgConn, id: Uuid) -> Result<Option<RequestState>, StoreError> {
+pub async fn request_state(conn: &PgConn, id: Uuid) -> Result<Option<RequestState>> {
     let stmt = conn
         .stmt("SELECT workflow_name, status, current_step_id FROM service_requests WHERE id = $1")
         .await?;
@@ -79,7 +80,7 @@ WITH resumed AS (
 SELECT * FROM resumed");
 
 /// Applies `r`; the resumed request as claimed, or None when it was not paused at that step.
-pub async fn resume(conn: &PgConn, r: &Resume<'_>) -> Result<Option<Claimed>, StoreError> {
+pub async fn resume(conn: &PgConn, r: &Resume<'_>) -> Result<Option<Claimed>> {
     let stmt = conn.stmt(RESUME).await?;
     let row = conn
         .client
@@ -104,7 +105,7 @@ pub async fn resume(conn: &PgConn, r: &Resume<'_>) -> Result<Option<Claimed>, St
 }
 
 /// Whether the step has a final answer recorded already.
-pub async fn answered(conn: &PgConn, id: Uuid, step_id: u32) -> Result<bool, StoreError> {
+pub async fn answered(conn: &PgConn, id: Uuid, step_id: u32) -> Result<bool> {
     let stmt = conn
         .stmt(
             "SELECT EXISTS (SELECT 1 FROM steps_status WHERE service_request_id = $1 \

@@ -7,6 +7,7 @@ use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
 use super::pool::PgConn;
+use super::Result;
 use super::StoreError;
 
 /// Longest a batch of transitions may take before it counts as unavailable.
@@ -58,10 +59,7 @@ SELECT id FROM fenced");
 
 /// Writes a batch of transitions, one array per column of `WRITE_TRANSITIONS`' input
 /// (`$1`–`$19`) and the lease owner (`$20`); returns the ids that passed the fence.
-pub async fn write(
-    conn: &PgConn,
-    params: &[&(dyn ToSql + Sync); 20],
-) -> Result<Vec<Uuid>, StoreError> {
+pub async fn write(conn: &PgConn, params: &[&(dyn ToSql + Sync); 20]) -> Result<Vec<Uuid>> {
     let rows = tokio::time::timeout(WRITE_TIMEOUT, async {
         let stmt = conn.stmt(WRITE_TRANSITIONS).await?;
         conn.client.query(&stmt, params).await
