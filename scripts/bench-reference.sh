@@ -10,6 +10,9 @@
 #
 #   scripts/bench-reference.sh                  # 5 rounds of 10 s
 #   ROUNDS=7 SERVER_FLAGS="--flush-concurrency 3" TAG=ref-fc3 scripts/bench-reference.sh
+#   REF_CMD="/tmp/old/clamp --max-running 0" TAG=ab scripts/bench-reference.sh
+#       # another server in the reference's place (given --port and --database-url here;
+#       # it must serve the `bench` workflow the script creates on both)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONNS=${CONNS:-128}
@@ -29,7 +32,7 @@ for db in clamp_bench_product clamp_bench_reference; do
   psql "$base/postgres" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
 done
 server_cmd="$bin/clamp --port $port --bind 127.0.0.1 --database-url $base/clamp_bench_product --max-running 0 ${SERVER_FLAGS:-}"
-ref_cmd="$bin/clamp-reference --port $ref_port --database-url $base/clamp_bench_reference ${REF_FLAGS:-}"
+ref_cmd="${REF_CMD:-$bin/clamp-reference} --port $ref_port --database-url $base/clamp_bench_reference ${REF_FLAGS:-}"
 $server_cmd > "$out/$tag-server.log" 2>&1 &
 server_pid=$!
 $ref_cmd > "$out/$tag-reference.log" 2>&1 &
@@ -38,7 +41,10 @@ trap 'kill $server_pid $ref_pid 2>/dev/null || true; scripts/dev-postgres.sh sto
 for p in $port $ref_port; do
   for _ in $(seq 1 100); do curl -sf "localhost:$p/health" >/dev/null && break; sleep 0.1; done
 done
-curl -sf "localhost:$port/workflow" -d '{"name":"bench","steps":[{"name":"step1","mode":"HTTP","val":{"method":"POST","url":"http://127.0.0.1:9/none"}}]}' >/dev/null
+for p in $port $ref_port; do
+  # (the bare reference has no workflows and answers 404 here; it takes any name)
+  curl -s "localhost:$p/workflow" -d '{"name":"bench","steps":[{"name":"step1","mode":"HTTP","val":{"method":"POST","url":"http://127.0.0.1:9/none"}}]}' >/dev/null
+done
 pg_settings=$(psql "$base/postgres" -Atc "select string_agg(name || '=' || current_setting(name), ', ' order by name) from pg_settings where name in ('max_wal_size', 'checkpoint_timeout', 'shared_buffers', 'synchronous_commit', 'fsync')")
 
 # Cumulative CPU ticks (1/100 s) of a process and of every Postgres process.
@@ -84,7 +90,7 @@ for round in $(seq 1 "$ROUNDS"); do
   rows+=("$round $rh $ph $rc $pc $re $pe $rp $pp $rs $rq $ps $pq")
   echo "round $round: reference health $rh/s create $rc/s; product health $ph/s create $pc/s"
 done
-stored=$(psql "$base/clamp_bench_reference" -Atc "select count(*) from reference_requests"),$(psql "$base/clamp_bench_product" -Atc "select count(*) from service_requests")
+stored=$(psql "$base/clamp_bench_reference" -Atc "select count(*) from reference_requests" 2>/dev/null || psql "$base/clamp_bench_reference" -Atc "select count(*) from service_requests"),$(psql "$base/clamp_bench_product" -Atc "select count(*) from service_requests")
 {
   echo "# The product's create against the bare reference, wrk -t1 -c$CONNS"
   echo

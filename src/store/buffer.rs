@@ -21,7 +21,6 @@ use uuid::Uuid;
 
 use std::collections::HashSet;
 
-use super::copy;
 use super::idempotency;
 use super::pool::{PgConn, Pool};
 use super::raw_json::RawJson;
@@ -379,9 +378,17 @@ async fn write_batch(
     let owner: Option<Uuid> = handoff.filter(|_| n_leased > 0).map(|h| h.owner());
     let lease_ms: f64 = handoff.map_or(0.0, |h| h.lease().as_secs_f64() * 1000.0);
     if rows.iter().all(|r| r.key.is_none()) {
-        let lease_us = handoff.map_or(0, |h| h.lease().as_micros() as i64);
+        let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+        let names: Vec<&str> = rows.iter().map(|r| r.workflow.def.name.as_str()).collect();
+        let payloads: Vec<RawJson> = rows.iter().map(|r| RawJson(&r.payload)).collect();
+        let headers: Vec<RawJson> = rows.iter().map(|r| RawJson(&r.headers)).collect();
+        let leased: Vec<bool> = (0..rows.len()).map(|i| i < n_leased).collect();
+        let created: Vec<SystemTime> = rows.iter().map(|r| system_time(r.created_us)).collect();
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+            &ids, &names, &payloads, &headers, &leased, &owner, &lease_ms, &created,
+        ];
         bounded(&conn, cfg.hard_timeout, async {
-            copy::copy_requests(&conn, rows, n_leased, owner, lease_us).await
+            conn.client.execute(&conn.insert_requests, &params).await
         })
         .await?;
         return Ok(Written::AllNew);

@@ -3,7 +3,6 @@
 
 pub(crate) mod buffer;
 pub(crate) mod cancel;
-pub(crate) mod copy;
 pub(crate) mod dead_letters;
 pub(crate) mod idempotency;
 pub(crate) mod kafka_offsets;

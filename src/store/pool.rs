@@ -11,8 +11,8 @@ use crate::config::Config;
 /// A pooled connection and the statements prepared on it.
 pub struct PgConn {
     pub client: Client,
-    /// `COPY service_requests … FROM STDIN (FORMAT binary)` (`store::copy`).
-    pub copy_requests: Statement,
+    /// `INSERT … SELECT * FROM UNNEST(…)` of new service requests.
+    pub insert_requests: Statement,
     /// Set when a statement was abandoned midway (a client-side timeout): the session's
     /// state is unknown (it may be inside a transaction), so the pool drops it.
     poisoned: std::sync::atomic::AtomicBool,
@@ -38,6 +38,24 @@ impl PgConn {
     }
 }
 
+/// Statement texts, kept beside the manager that prepares them.
+pub mod sql {
+    /// `created_at` comes from the server (its clock made the UUIDv7 id too), so the
+    /// executor can render a request's status answer without reading it back.
+    pub const INSERT_REQUESTS: &str = concat!(
+        "INSERT INTO service_requests \
+        (id, workflow_name, payload, headers, lease_owner, lease_until, created_at) \
+        SELECT id, wf, payload, headers, \
+               CASE WHEN leased THEN $6::uuid END, \
+               CASE WHEN leased THEN ",
+        crate::now_plus_ms!("$7"),
+        " ELSE '-infinity' END, \
+               created \
+        FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::timestamptz[]) \
+             AS t(id, wf, payload, headers, leased, created)"
+    );
+}
+
 /// Opens connections with the server's session settings and prepares the hot statements.
 pub struct PgManager {
     inner: PostgresConnectionManager<NoTls>,
@@ -49,10 +67,10 @@ impl bb8::ManageConnection for PgManager {
 
     async fn connect(&self) -> Result<PgConn, Self::Error> {
         let client = self.inner.connect().await?;
-        let copy_requests = client.prepare(super::copy::COPY_REQUESTS).await?;
+        let insert_requests = client.prepare(sql::INSERT_REQUESTS).await?;
         Ok(PgConn {
             client,
-            copy_requests,
+            insert_requests,
             poisoned: Default::default(),
             cache: Default::default(),
         })

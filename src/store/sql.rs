@@ -21,9 +21,8 @@ macro_rules! derived_status {
 }
 
 /// `now()` plus the milliseconds in the parameter or column (cast to float8), on the
-/// database's clock: leases and due times are renewed and compared on one clock,
-/// whichever instance writes them (a fresh lease written by `COPY` is the one exception:
-/// `store::copy`).
+/// database's clock: every lease and due time is taken from one clock, whichever instance
+/// writes it.
 #[macro_export]
 macro_rules! now_plus_ms {
     ($param:literal) => {
