@@ -60,7 +60,7 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
     // The partition locks live as long as this connection, which closes when `locks` is
     // dropped, however the session ends: that releases them for the next session or
     // another instance.
-    let locks = kafka_offsets::PartitionLocks::connect(&core.app.config.database_url).await?;
+    let locks = kafka_offsets::PartitionLocks::connect(&core.app.config).await?;
     let mut owned: BTreeMap<i32, Owned> = BTreeMap::new();
     let mut next_lock_try = Instant::now();
     tracing::info!(

@@ -37,8 +37,12 @@ pub struct PartitionLocks {
 }
 
 impl PartitionLocks {
-    pub async fn connect(database_url: &str) -> Result<PartitionLocks> {
-        let (client, conn) = tokio_postgres::connect(database_url, tokio_postgres::NoTls).await?;
+    /// Opens the connection with the pool's session settings (statement_timeout above
+    /// all, so a stalled database cannot hold a lock call forever).
+    pub async fn connect(config: &crate::config::Config) -> Result<PartitionLocks> {
+        let (client, conn) = super::pool::pg_config(config)
+            .connect(tokio_postgres::NoTls)
+            .await?;
         Ok(PartitionLocks {
             client,
             task: tokio::spawn(conn),
