@@ -11,6 +11,7 @@
 #   CONNS=256 ROUNDS=7 TAG=keys-c256 scripts/bench-keys.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 CONNS=${CONNS:-128}
 DURATION=${DURATION:-8}
 ROUNDS=${ROUNDS:-6}
@@ -29,15 +30,11 @@ psql "$base/postgres" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/nul
 $server_cmd > "$out/$tag-server.log" 2>&1 &
 server_pid=$!
 trap 'kill $server_pid 2>/dev/null || true; scripts/dev-postgres.sh stop $pg_dir >/dev/null' EXIT
-for _ in $(seq 1 100); do curl -sf "localhost:$port/health" >/dev/null && break; sleep 0.1; done
-pg_settings=$(psql "$base/postgres" -Atc "select string_agg(name || '=' || current_setting(name), ', ' order by name) from pg_settings where name in ('max_wal_size', 'checkpoint_timeout', 'shared_buffers', 'synchronous_commit', 'fsync')")
+wait_up $port
+pg_settings=$(pg_settings "$base")
 
 # Cumulative CPU ticks (1/100 s) of the server and of every Postgres process.
-ticks() {
-  local p pg=0
-  for p in $(pgrep -x postgres); do pg=$((pg + $(awk '{print $14+$15}' /proc/$p/stat 2>/dev/null || echo 0))); done
-  echo "$(awk '{print $14+$15}' /proc/$server_pid/stat) $pg"
-}
+ticks() { echo "$(proc_ticks $server_pid) $(sum_ticks postgres)"; }
 gen() {  # gen <kind> <extra flags...>: one round; prints rate, errors, server and Postgres µs per request
   local kind=$1; shift
   "$bin/clamp-bench" "$kind" --url "http://127.0.0.1:$port" -c "$CONNS" -t 2 -d "${DURATION}s" --warmup 1s -q \

@@ -9,6 +9,7 @@
 #   CONNS=256 ROUNDS=3 scripts/bench-poll.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 CONNS=${CONNS:-512}
 POLL=${POLL:-20ms}
 LONG=${LONG:-2s}
@@ -36,16 +37,11 @@ mock_cmd="$bin/clamp-bench mock --port $mock_port --threads 1"
 $mock_cmd >/dev/null 2>&1 &
 mock_pid=$!
 trap 'kill $server_pid $mock_pid 2>/dev/null || true; [ -z "${pg_dir:-}" ] || scripts/dev-postgres.sh stop $pg_dir >/dev/null' EXIT
-for _ in $(seq 1 100); do curl -sf "localhost:$port/health" >/dev/null && break; sleep 0.1; done
-pg_settings=$(psql "$base/postgres" -Atc "select string_agg(name || '=' || current_setting(name), ', ' order by name) from pg_settings where name in ('max_wal_size', 'checkpoint_timeout', 'shared_buffers', 'synchronous_commit', 'fsync')")
+wait_up $port
+pg_settings=$(pg_settings "$base")
 reads() { curl -s "localhost:$port/metrics" | awk -v s="$1" '$1 == "clamp_status_reads_total{source=\"" s "\"}" {print $2}'; }
 # Cumulative CPU ticks (1/100 s): server, every Postgres process, the generator and the mock.
-ticks() {
-  local p pg=0 gen=0
-  for p in $(pgrep -x postgres); do pg=$((pg + $(awk '{print $14+$15}' /proc/$p/stat 2>/dev/null || echo 0))); done
-  for p in $(pgrep -x clamp-bench); do gen=$((gen + $(awk '{print $14+$15}' /proc/$p/stat 2>/dev/null || echo 0))); done
-  echo "$(awk '{print $14+$15}' /proc/$server_pid/stat) $pg $gen"
-}
+ticks() { echo "$(proc_ticks $server_pid) $(sum_ticks postgres) $(sum_ticks clamp-bench)"; }
 gen="$bin/clamp-bench e2e --url http://127.0.0.1:$port --downstream http://127.0.0.1:$mock_port -c $CONNS -t 2 -d ${DURATION}s --warmup 2s -q --timeout 10s"
 rows=()
 for round in $(seq 1 "$ROUNDS"); do

@@ -10,6 +10,7 @@
 #   scripts/bench-reference-costs.sh            # 3 rounds of 8 s
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 CONNS=${CONNS:-128}
 DURATION=${DURATION:-8}
 ROUNDS=${ROUNDS:-3}
@@ -43,15 +44,9 @@ for i in 0 1 2 3; do
     > "/tmp/$tag-$i.log" 2>&1 &
   pids+=($!)
 done
-for i in 0 1 2 3; do
-  for _ in $(seq 1 100); do curl -sf "localhost:$((18520 + i))/health" >/dev/null && break; sleep 0.1; done
-done
-pg_settings=$(psql "$base/postgres" -Atc "select string_agg(name || '=' || current_setting(name), ', ' order by name) from pg_settings where name in ('max_wal_size', 'checkpoint_timeout', 'shared_buffers', 'synchronous_commit', 'fsync')")
-ticks() {
-  local p pg=0
-  for p in $(pgrep -x postgres); do pg=$((pg + $(awk '{print $14+$15}' /proc/$p/stat 2>/dev/null || echo 0))); done
-  echo "$(awk '{print $14+$15}' /proc/$1/stat) $pg"
-}
+wait_up 18520 18521 18522 18523
+pg_settings=$(pg_settings "$base")
+ticks() { echo "$(proc_ticks "$1") $(sum_ticks postgres)"; }
 run() {  # run <variant>: prints rate, server and Postgres CPU µs per request
   local i=$1 f a b
   f=$(mktemp)

@@ -15,6 +15,7 @@
 #       # it must serve the `bench` workflow the script creates on both)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 CONNS=${CONNS:-128}
 DURATION=${DURATION:-10}
 ROUNDS=${ROUNDS:-5}
@@ -38,21 +39,15 @@ server_pid=$!
 $ref_cmd > "$out/$tag-reference.log" 2>&1 &
 ref_pid=$!
 trap 'kill $server_pid $ref_pid 2>/dev/null || true; scripts/dev-postgres.sh stop $pg_dir >/dev/null' EXIT
-for p in $port $ref_port; do
-  for _ in $(seq 1 100); do curl -sf "localhost:$p/health" >/dev/null && break; sleep 0.1; done
-done
+wait_up $port $ref_port
 for p in $port $ref_port; do
   # (the bare reference has no workflows and answers 404 here; it takes any name)
   curl -s "localhost:$p/workflow" -d '{"name":"bench","steps":[{"name":"step1","mode":"HTTP","val":{"method":"POST","url":"http://127.0.0.1:9/none"}}]}' >/dev/null
 done
-pg_settings=$(psql "$base/postgres" -Atc "select string_agg(name || '=' || current_setting(name), ', ' order by name) from pg_settings where name in ('max_wal_size', 'checkpoint_timeout', 'shared_buffers', 'synchronous_commit', 'fsync')")
+pg_settings=$(pg_settings "$base")
 
 # Cumulative CPU ticks (1/100 s) of a process and of every Postgres process.
-ticks() {
-  local p pg=0
-  for p in $(pgrep -x postgres); do pg=$((pg + $(awk '{print $14+$15}' /proc/$p/stat 2>/dev/null || echo 0))); done
-  echo "$(awk '{print $14+$15}' /proc/$1/stat) $pg"
-}
+ticks() { echo "$(proc_ticks "$1") $(sum_ticks postgres)"; }
 # run <pid> <port> <health|create>: one wrk run; prints rate, non-2xx, p99, server and
 # Postgres CPU µs per request.
 run() {

@@ -11,6 +11,7 @@
 #   FIND_MAX=1 scripts/bench-tail.sh      # instead: the highest rate with p99 <= SLO (10ms), and its plot
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 RATE=${RATE:-16000}
 CONNS=${CONNS:-256}
 WARMUP=${WARMUP:-20}
@@ -38,8 +39,8 @@ server_cmd="$bin/clamp --port $port --bind 127.0.0.1 --database-url $base/$db --
 $server_cmd > "$out/$tag-server.log" 2>&1 &
 server_pid=$!
 trap 'kill $server_pid 2>/dev/null || true; [ -z "${pg_dir:-}" ] || scripts/dev-postgres.sh stop $pg_dir >/dev/null' EXIT
-for _ in $(seq 1 100); do curl -sf "localhost:$port/health" >/dev/null && break; sleep 0.1; done
-pg_settings=$(psql "$base/postgres" -Atc "select string_agg(name || '=' || current_setting(name), ', ' order by name) from pg_settings where name in ('max_wal_size', 'checkpoint_timeout', 'shared_buffers', 'synchronous_commit', 'fsync')")
+wait_up $port
+pg_settings=$(pg_settings "$base")
 gen="$bin/clamp-bench create --url http://127.0.0.1:$port -c $CONNS -t 1 -r $RATE -q --downstream http://127.0.0.1:9"
 if [ "${FIND_MAX:-0}" = 1 ]; then
   fm="$gen --find-max --slo-p99 ${SLO:-10ms} -d ${DURATION}s --warmup 5s --start-rate ${START_RATE:-4000}"
