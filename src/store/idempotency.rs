@@ -32,37 +32,6 @@ pub fn key_hash(workflow: &str, key: &str) -> Uuid {
     Uuid::from_bytes(first)
 }
 
-/// The batch with keys, as `$1..$7` of the plain insert plus `$8` the key digests (NULL
-/// for rows without a key; no digest twice in one batch), `$9` the creation times and
-/// `$10` the window in seconds; `$claim` is how the keys are claimed. Returns the ids
-/// inserted.
-macro_rules! insert_keyed {
-    ($claim:literal) => {
-        concat!(
-            "WITH input AS (
-    SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::uuid[],
-                         $9::timestamptz[])
-        AS t(id, wf, payload, headers, leased, h, created)
-), claimed AS (",
-            $claim,
-            "
-    RETURNING service_request_id
-), inserted AS (
-    INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until, created_at)
-    SELECT id, wf, payload, headers,
-           CASE WHEN leased THEN $6::uuid END,
-           CASE WHEN leased THEN ",
-            crate::now_plus_ms!("$7"),
-            " ELSE '-infinity' END, created
-    FROM input i
-    WHERE i.h IS NULL OR i.id IN (SELECT service_request_id FROM claimed)
-    RETURNING id
-)
-SELECT id FROM inserted"
-        )
-    };
-}
-
 /// The usual case: every key is new, and a plain insert claims them while every row is
 /// inserted. A key held already (a repeat, a concurrent claim, an expired entry) makes
 /// the statement fail with a unique violation, and `INSERT_KEYED_CONFLICTS` does the batch
@@ -75,24 +44,40 @@ pub const INSERT_KEYED: &str = concat!(
     SELECT h, id FROM UNNEST($8::uuid[], $1::uuid[]) AS k(h, id) WHERE h IS NOT NULL
 )
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until, created_at)
-SELECT id, wf, payload, headers,
-       CASE WHEN leased THEN $6::uuid END,
-       CASE WHEN leased THEN ",
-    crate::now_plus_ms!("$7"),
-    " ELSE '-infinity' END, created
+SELECT id, wf, payload, headers, ",
+    crate::fresh_lease!(),
+    ", created
 FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $9::timestamptz[])
     AS t(id, wf, payload, headers, leased, created)"
 );
 
-/// The batch again when a key was held: `ON CONFLICT` leaves a live entry be (waiting for
-/// a concurrent claim of it to commit) and takes over an expired one.
-pub const INSERT_KEYED_CONFLICTS: &str = insert_keyed!(
-    "
+/// The batch again when a key was held, as `$1..$7` of the plain insert plus `$8` the
+/// key digests (NULL for rows without a key; no digest twice in one batch), `$9` the
+/// creation times and `$10` the window in seconds; returns the ids inserted. `ON CONFLICT`
+/// leaves a live entry be (waiting for a concurrent claim of it to commit) and takes over
+/// an expired one.
+pub const INSERT_KEYED_CONFLICTS: &str = concat!(
+    "WITH input AS (
+    SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::uuid[],
+                         $9::timestamptz[])
+        AS t(id, wf, payload, headers, leased, h, created)
+), claimed AS (
     INSERT INTO idempotency_keys AS k (key_hash, service_request_id)
     SELECT h, id FROM input WHERE h IS NOT NULL
     ON CONFLICT (key_hash) DO UPDATE
         SET service_request_id = EXCLUDED.service_request_id, created_at = now()
-        WHERE k.created_at < now() - $10::float8 * interval '1 second'"
+        WHERE k.created_at < now() - $10::float8 * interval '1 second'
+    RETURNING service_request_id
+), inserted AS (
+    INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until, created_at)
+    SELECT id, wf, payload, headers, ",
+    crate::fresh_lease!(),
+    ", created
+    FROM input i
+    WHERE i.h IS NULL OR i.id IN (SELECT service_request_id FROM claimed)
+    RETURNING id
+)
+SELECT id FROM inserted"
 );
 
 /// The requests that hold keys: per input row (its index), the request's id, whether its

@@ -45,12 +45,9 @@ pub mod sql {
     pub const INSERT_REQUESTS: &str = concat!(
         "INSERT INTO service_requests \
         (id, workflow_name, payload, headers, lease_owner, lease_until, created_at) \
-        SELECT id, wf, payload, headers, \
-               CASE WHEN leased THEN $6::uuid END, \
-               CASE WHEN leased THEN ",
-        crate::now_plus_ms!("$7"),
-        " ELSE '-infinity' END, \
-               created \
+        SELECT id, wf, payload, headers, ",
+        crate::fresh_lease!(),
+        ", created \
         FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::timestamptz[]) \
              AS t(id, wf, payload, headers, leased, created)"
     );

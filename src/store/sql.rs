@@ -42,3 +42,16 @@ macro_rules! created_us {
         )
     };
 }
+
+/// A new request row's `lease_owner, lease_until`: leased to `$6` for `$7` ms when the
+/// input column `leased` says so (the local executor takes it after commit), else free.
+#[macro_export]
+macro_rules! fresh_lease {
+    () => {
+        concat!(
+            "CASE WHEN leased THEN $6::uuid END, CASE WHEN leased THEN ",
+            $crate::now_plus_ms!("$7"),
+            " ELSE '-infinity' END"
+        )
+    };
+}
