@@ -3,7 +3,9 @@
 # (perf/src/bin/clamp-reference.rs) run four times side by side, each on its own database
 # of one throwaway Postgres with the README's settings, its table growing one feature of
 # the product's `service_requests` at a time (its columns with their defaults and
-# fillfactor, the by-workflow index, the claimable index). `wrk -t1 -c128` creates against
+# fillfactor, the by-workflow index, the claimable index), and a fifth that stores each
+# flush as one row of arrays (`--batch-rows`: one tuple per commit, the least per-row work
+# a layout can ask of Postgres). `wrk -t1 -c128` creates against
 # each in rotating order per round; CPU per request of the server and of Postgres is
 # sampled inside each run. Writes perf/runs/<date>-<host>/<tag>.md.
 #
@@ -34,17 +36,20 @@ ADD COLUMN step_attempts integer NOT NULL DEFAULT 0, ADD COLUMN last_error text;
 ALTER TABLE $t SET (fillfactor = 80);"
 by_workflow="CREATE INDEX ON $t (workflow_name, id);"
 claimable="CREATE INDEX ON $t (lease_until) WHERE status IN ('NEW', 'IN_PROGRESS', 'RESUMED');"
-names=("primary key only" "+ the product's columns" "+ by-workflow index" "+ claimable index (the product's table)")
-ddls=("" "$columns" "$columns $by_workflow" "$columns $by_workflow $claimable")
+names=("primary key only" "+ the product's columns" "+ by-workflow index" "+ claimable index (the product's table)"
+  "one row per flush (ids[], payloads[]), primary key only")
+ddls=("" "$columns" "$columns $by_workflow" "$columns $by_workflow $claimable" "")
+flags=("" "" "" "" "--batch-rows")
+n=${#names[@]}
 pids=()
 trap 'kill ${pids[*]} 2>/dev/null || true; scripts/dev-postgres.sh stop $pg_dir >/dev/null' EXIT
-for i in 0 1 2 3; do
+for i in $(seq 0 $((n - 1))); do
   psql "$base/postgres" -qAtc "DROP DATABASE IF EXISTS clamp_refcost_$i WITH (FORCE)" >/dev/null 2>&1
-  "$bin/clamp-reference" --port $((18520 + i)) --database-url "$base/clamp_refcost_$i" --ddl "${ddls[$i]}" \
+  "$bin/clamp-reference" --port $((18520 + i)) --database-url "$base/clamp_refcost_$i" --ddl "${ddls[$i]}" ${flags[$i]} \
     > "/tmp/$tag-$i.log" 2>&1 &
   pids+=($!)
 done
-wait_up 18520 18521 18522 18523
+wait_up $(seq 18520 $((18520 + n - 1)))
 pg_settings=$(pg_settings "$base")
 ticks() { echo "$(proc_ticks "$1") $(sum_ticks postgres)"; }
 run() {  # run <variant>: prints rate, server and Postgres CPU µs per request
@@ -65,8 +70,8 @@ EOF
 }
 results=()
 for round in $(seq 1 "$ROUNDS"); do
-  for k in 0 1 2 3; do
-    i=$(( (k + round - 1) % 4 ))
+  for k in $(seq 0 $((n - 1))); do
+    i=$(( (k + round - 1) % n ))
     read -r r s p < <(run "$i")
     results+=("$i $r $s $p")
     echo "round $round: ${names[$i]}: $r/s, $s µs server, $p µs Postgres"
@@ -81,19 +86,29 @@ done
   echo "- load: \`wrk -t1 -c$CONNS -d${DURATION}s -s perf/wrk/create.lua http://… -- bench\`, the variants in rotating order per round"
   echo "- Postgres: throwaway cluster from \`scripts/dev-postgres.sh\` (the README's settings): $pg_settings"
   echo
-  echo "| table | creates/s (median) | server µs/request | Postgres µs/request | Postgres µs added by this step |"
-  echo "|---|---|---|---|---|"
+  echo "| table | creates/s (median) | ÷ primary key only (median of rounds) | server µs/request | Postgres µs/request | Postgres µs added by this step |"
+  echo "|---|---|---|---|---|---|"
   printf '%s\n' "${results[@]}" | python3 -c "
 import sys, statistics
 names = '''$(printf '%s\n' "${names[@]}")'''.splitlines()
 rows = [l.split() for l in sys.stdin if l.strip()]
+base = [r for r in rows if int(r[0]) == 0]
 prev = None
 for i, name in enumerate(names):
     mine = [r for r in rows if int(r[0]) == i]
     rate = statistics.median(int(r[1]) for r in mine)
+    # Each round's variant against the same round's primary-key-only run.
+    ratio = statistics.median(int(m[1]) / int(b[1]) for m, b in zip(mine, base))
     s = statistics.median(float(r[2]) for r in mine)
     p = statistics.median(float(r[3]) for r in mine)
-    added = '' if prev is None else f'{p - prev:+.1f}'
-    print(f'| {name} | {rate:,} | {s:.1f} | {p:.1f} | {added} |')
+    if i == 0:
+        added = ''
+    elif i == len(names) - 1:
+        added = f'{p - p0:+.1f} against primary key only'
+    else:
+        added = f'{p - prev:+.1f}'
+    print(f'| {name} | {rate:,} | {ratio:.2f} | {s:.1f} | {p:.1f} | {added} |')
+    if i == 0:
+        p0 = p
     prev = p"
 } | tee "$out/$tag.md"

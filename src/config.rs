@@ -92,6 +92,11 @@ pub struct Args {
     #[arg(long, env = "CLAMP_FLUSH_CONCURRENCY", default_value_t = 2)]
     pub flush_concurrency: usize,
 
+    /// Store each flush of plain creates (acknowledged after commit, no Idempotency-Key)
+    /// as one intake-batch row; false: one service_requests row per request.
+    #[arg(long, env = "CLAMP_INTAKE_BATCHES", default_value_t = true, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    pub intake_batches: bool,
+
     /// How long a request waits for room in a full buffer before it gets 503, in milliseconds.
     #[arg(long, env = "CLAMP_ENQUEUE_WAIT_MS", default_value_t = 200)]
     pub enqueue_wait_ms: u64,
@@ -360,6 +365,7 @@ pub struct Config {
     pub buffer_rows: usize,
     pub max_batch: usize,
     pub flush_concurrency: usize,
+    pub intake_batches: bool,
     pub enqueue_wait: Duration,
     pub flush_timeout: Duration,
     pub body_limit: usize,
@@ -529,6 +535,7 @@ impl Config {
             buffer_rows: a.buffer_rows,
             max_batch: a.max_batch.min(a.buffer_rows),
             flush_concurrency: a.flush_concurrency,
+            intake_batches: a.intake_batches,
             enqueue_wait: Duration::from_millis(a.enqueue_wait_ms),
             flush_timeout: Duration::from_millis(a.flush_timeout_ms),
             body_limit: a.body_limit,

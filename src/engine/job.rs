@@ -36,6 +36,9 @@ pub struct Job {
     pub fresh: bool,
     /// When the request was created, in microseconds since the Unix epoch.
     pub created_us: i64,
+    /// A request of an intake batch without a row of its own yet (the executor keeps it
+    /// while the job runs: `Executor::unwritten`).
+    pub unwritten: Option<Arc<super::writer::Unwritten>>,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -117,6 +120,7 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
                 attempts: 0,
                 retry_in_ms: None,
                 last_error: None,
+                unwritten: None,
             };
             if write(exec, t).await {
                 exec.count_finished(status);
@@ -201,6 +205,7 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
                     attempts: 0,
                     retry_in_ms: None,
                     last_error: None,
+                    unwritten: None,
                 };
                 write(exec, t).await;
                 return;
@@ -422,6 +427,7 @@ async fn retry(
         attempts,
         retry_in_ms: (!at_once).then_some(wait.as_secs_f64() * 1000.0),
         last_error: Some(format!("attempt {attempts} failed: {}", e.message)),
+        unwritten: None,
     };
     if !write(exec, t).await {
         return false;
@@ -458,6 +464,7 @@ fn transition(
         attempts: 0,
         retry_in_ms: None,
         last_error: None,
+        unwritten: None,
     }
 }
 
@@ -482,10 +489,22 @@ async fn advance(exec: &Executor, t: Transition) -> bool {
 /// request with the reason instead, and is false too.
 async fn write(exec: &Executor, mut t: Transition) -> bool {
     let mut backoff = Backoff::new(WRITE_RETRY, MAX_WRITE_RETRY);
+    // The first transition of a request of an intake batch inserts its row.
+    t.unwritten = exec.unwritten(&t.id);
     loop {
         match exec.writer.write(t.clone()).await {
-            Ok(()) => return true,
-            Err(WriteError::LeaseLost) => return false,
+            Ok(()) => {
+                if t.unwritten.is_some() {
+                    exec.written(&t.id);
+                }
+                return true;
+            }
+            Err(WriteError::LeaseLost) => {
+                if t.unwritten.is_some() {
+                    exec.written(&t.id);
+                }
+                return false;
+            }
             Err(WriteError::Unavailable) => {
                 if exec.is_stopping() {
                     return false;

@@ -5,7 +5,10 @@
 //! their batch commits (the write buffer's `Handoff`); a sweeper claims whatever else is
 //! runnable (new rows inserted unleased, resumed rows, and rows whose owner died) with
 //! one `UPDATE … FOR UPDATE SKIP LOCKED` statement; a renewer keeps the leases of running
-//! requests fresh and stops any request whose lease another instance took.
+//! requests fresh and stops any request whose lease another instance took. Plain creates
+//! arrive as intake batches (`store::intake`): the executor holds the batch's lease, each
+//! request's first transition inserts its row, and the sweeper takes over batches whose
+//! lease ran out.
 
 mod app;
 pub(crate) mod call;
@@ -35,14 +38,27 @@ use tokio::task::AbortHandle;
 use uuid::Uuid;
 
 use crate::store::buffer::{Handoff, Inserted};
+use crate::store::intake;
 use crate::store::leases::{self, Claimed};
 use crate::store::Pool;
 use http_step::HttpClient;
 use job::Job;
-use writer::StepWriter;
+use writer::{StepWriter, Unwritten};
 
 /// How long a request set aside after a transient failure waits before it is claimed again.
 const RELEASE_BACKOFF: Duration = Duration::from_millis(500);
+
+/// Most intake batches one sweep turns into rows.
+const INTAKE_CLAIM_BATCHES: i64 = 16;
+
+/// A request this executor runs.
+struct Held {
+    task: AbortHandle,
+    /// When its lease runs out, as far as this process knows (renewals move it).
+    expires: Instant,
+    /// Set while it is a request of an intake batch without a row of its own.
+    unwritten: Option<Arc<Unwritten>>,
+}
 
 /// One runtime's executor.
 pub struct Executor {
@@ -54,9 +70,11 @@ pub struct Executor {
     pub writer: StepWriter,
     capacity: usize,
     in_use: AtomicUsize,
-    /// Running requests: their task, and when their lease runs out (as far as this
-    /// process knows; renewals move it).
-    running: Mutex<HashMap<Uuid, (AbortHandle, Instant)>>,
+    /// Running requests.
+    running: Mutex<HashMap<Uuid, Held>>,
+    /// Intake batches whose every request has its own row now: deleted by the next
+    /// transition statement (or the renewer, when none comes).
+    settled_batches: Arc<Mutex<Vec<Uuid>>>,
     stopping: AtomicBool,
     /// Wakes the sweeper early (a request was resumed).
     wake: tokio::sync::Notify,
@@ -73,6 +91,7 @@ impl Executor {
             let app = app.clone();
             Arc::new(move |t: &writer::Transition| live::committed(&app, t))
         };
+        let settled_batches = Arc::new(Mutex::new(Vec::new()));
         let writer = writer::start(
             pool.clone(),
             app.instance_id,
@@ -80,6 +99,7 @@ impl Executor {
             committed,
             cfg.max_running,
             cfg.step_write_concurrency,
+            settled_batches.clone(),
         );
         Arc::new(Executor {
             capacity: cfg.max_running,
@@ -91,6 +111,7 @@ impl Executor {
             writer,
             in_use: AtomicUsize::new(0),
             running: Mutex::new(HashMap::new()),
+            settled_batches,
             stopping: AtomicBool::new(false),
             wake: tokio::sync::Notify::new(),
             forgotten: tokio::sync::Notify::new(),
@@ -145,8 +166,9 @@ impl Executor {
     }
 
     /// Starts a job in a slot already reserved for it.
-    pub fn spawn(self: &Arc<Self>, job: Job) {
+    pub fn spawn(self: &Arc<Self>, mut job: Job) {
         let id = job.id;
+        let unwritten = job.unwritten.take();
         let fresh = job.fresh;
         let (name, created_us) = (job.wf.def.name.clone(), job.created_us);
         let exec = self.clone();
@@ -158,10 +180,37 @@ impl Executor {
         });
         // The lease was taken (by the insert or the claim) just before: it lasts until about now + lease.
         let expires = Instant::now() + self.app.config.lease;
-        running.insert(id, (handle.abort_handle(), expires));
+        running.insert(
+            id,
+            Held {
+                task: handle.abort_handle(),
+                expires,
+                unwritten,
+            },
+        );
         self.app.running.insert(id);
         if fresh {
             live::start(&self.app, &id, &name, created_us);
+        }
+    }
+
+    /// What the next transition of `id` must insert, while it has no row of its own.
+    pub fn unwritten(&self, id: &Uuid) -> Option<Arc<Unwritten>> {
+        self.running.lock().get(id)?.unwritten.clone()
+    }
+
+    /// `id` has its own row now (its transition committed), or is no longer this
+    /// instance's (its transition was refused): its batch waits for one request less.
+    pub fn written(&self, id: &Uuid) {
+        let unwritten = self
+            .running
+            .lock()
+            .get_mut(id)
+            .and_then(|h| h.unwritten.take());
+        if let Some(u) = unwritten {
+            if u.batch.settled() {
+                self.settled_batches.lock().push(u.batch.id);
+            }
         }
     }
 
@@ -205,6 +254,7 @@ impl Executor {
                 attempts: 0,
                 fresh: true,
                 created_us: c.created_us,
+                unwritten: None,
             });
         }
         let context = if wf.uses_context {
@@ -236,6 +286,7 @@ impl Executor {
             attempts: c.step_attempts,
             fresh: false,
             created_us: c.created_us,
+            unwritten: None,
         })
     }
 
@@ -275,6 +326,21 @@ impl Executor {
         let want = self.try_reserve(self.app.config.claim_batch);
         if want == 0 {
             return Ok(0);
+        }
+        // Intake batches nobody runs (written by an API-only instance, or whose owner
+        // died) become rows first, so the claim below sees them.
+        let taken_over = async {
+            let conn = self
+                .pool
+                .get()
+                .await
+                .map_err(crate::store::StoreError::from)?;
+            intake::claim_expired(&conn, INTAKE_CLAIM_BATCHES).await
+        }
+        .await;
+        if let Err(e) = taken_over {
+            self.unreserve(want);
+            return Err(e.into());
         }
         let claimed = async {
             let conn = self
@@ -390,9 +456,10 @@ impl Executor {
                 .running
                 .lock()
                 .iter()
-                .filter(|(_, (_, expires))| *expires <= horizon)
+                .filter(|(_, held)| held.expires <= horizon)
                 .map(|(id, _)| *id)
                 .collect();
+            self.delete_settled_batches().await;
             if ids.is_empty() {
                 continue;
             }
@@ -411,8 +478,8 @@ impl Executor {
                     {
                         let mut running = self.running.lock();
                         for id in &ids {
-                            if let Some(entry) = running.get_mut(id) {
-                                entry.1 = renewed_at + lease;
+                            if let Some(held) = running.get_mut(id) {
+                                held.expires = renewed_at + lease;
                             }
                         }
                     }
@@ -421,7 +488,7 @@ impl Executor {
                     }
                     for id in &lost {
                         // Another instance holds it now: stop working on it.
-                        let handle = self.running.lock().get(id).map(|e| e.0.clone());
+                        let handle = self.running.lock().get(id).map(|h| h.task.clone());
                         if let Some(h) = handle {
                             h.abort();
                             self.forget(*id);
@@ -449,25 +516,57 @@ impl Executor {
                 break;
             }
         }
-        let left: Vec<(Uuid, AbortHandle)> = self
-            .running
-            .lock()
-            .drain()
-            .map(|(id, (h, _))| (id, h))
-            .collect();
+        let left: Vec<(Uuid, Held)> = self.running.lock().drain().collect();
+        self.delete_settled_batches().await;
         if left.is_empty() {
             return;
         }
         for (id, h) in &left {
-            h.abort();
+            h.task.abort();
             self.app.running.remove(id);
         }
         let ids: Vec<Uuid> = left.iter().map(|(id, _)| *id).collect();
+        let mut batches: Vec<Uuid> = left
+            .iter()
+            .filter_map(|(_, h)| h.unwritten.as_ref().map(|u| u.batch.id))
+            .collect();
+        batches.sort_unstable();
+        batches.dedup();
         if let Ok(conn) = self.pool.get().await {
-            match leases::release(&conn, self.app.instance_id, &ids, Duration::ZERO).await {
+            let owner = self.app.instance_id;
+            match leases::release(&conn, owner, &ids, Duration::ZERO).await {
                 Ok(n) => tracing::info!(released = n, "released leases of unfinished requests"),
                 Err(e) => tracing::warn!(error = %e, "could not release leases; they will expire"),
             }
+            if !batches.is_empty() {
+                match intake::release(&conn, owner, &batches).await {
+                    Ok(n) => tracing::info!(released = n, "released intake batches"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not release intake batches; they will expire")
+                    }
+                }
+            }
+        }
+    }
+
+    /// Deletes the intake batches settled since the last transition statement (which
+    /// deletes them as it goes); one left behind only waits for its lease to run out.
+    async fn delete_settled_batches(&self) {
+        let batches = std::mem::take(&mut *self.settled_batches.lock());
+        if batches.is_empty() {
+            return;
+        }
+        let deleted = async {
+            let conn = self
+                .pool
+                .get()
+                .await
+                .map_err(crate::store::StoreError::from)?;
+            intake::delete_settled(&conn, self.app.instance_id, &batches).await
+        }
+        .await;
+        if let Err(e) = deleted {
+            tracing::warn!(error = %e, "could not delete settled intake batches; they will expire");
         }
     }
 }
@@ -484,6 +583,15 @@ impl Handoff for Executor {
     fn start(self: Arc<Self>, rows: Vec<Inserted>) {
         let me = self;
         for r in rows {
+            let unwritten = r.intake.map(|batch| {
+                Arc::new(Unwritten {
+                    batch,
+                    workflow: r.workflow.clone(),
+                    payload: r.payload.clone(),
+                    headers: r.headers.clone(),
+                    created_us: r.created_us,
+                })
+            });
             me.spawn(Job {
                 id: r.id,
                 next: r.workflow.main.first().copied(),
@@ -495,6 +603,7 @@ impl Handoff for Executor {
                 attempts: 0,
                 fresh: true,
                 created_us: r.created_us,
+                unwritten,
             });
         }
     }

@@ -9,13 +9,30 @@
 //! the write is refused) or waits for this commit.
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
+use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::doc::Doc;
 use crate::metrics::Metrics;
+use crate::store::intake::IntakeBatch;
+use crate::store::raw_json::RawJson;
 use crate::store::{transitions, Pool, StoreError};
+use crate::workflow::Workflow;
+
+/// A request of an intake batch that has no row of its own yet: what its first
+/// transition inserts (fenced on the batch's lease instead of the row's).
+#[derive(Debug)]
+pub struct Unwritten {
+    pub batch: Arc<IntakeBatch>,
+    pub workflow: Arc<Workflow>,
+    pub payload: Bytes,
+    pub headers: Bytes,
+    pub created_us: i64,
+}
 
 /// A step's record, as written to `steps_status`.
 #[derive(Debug, Clone)]
@@ -55,6 +72,8 @@ pub struct Transition {
     pub retry_in_ms: Option<f64>,
     /// Why the last attempt failed, while a retry is pending.
     pub last_error: Option<String>,
+    /// Set when this transition inserts the request's row (see `Unwritten`).
+    pub unwritten: Option<Arc<Unwritten>>,
 }
 
 impl Transition {
@@ -72,6 +91,7 @@ impl Transition {
             attempts: 0,
             retry_in_ms: None,
             last_error: None,
+            unwritten: None,
         }
     }
 }
@@ -124,26 +144,40 @@ pub fn start(
     committed: OnCommit,
     capacity: usize,
     concurrency: usize,
+    settled_batches: Arc<Mutex<Vec<Uuid>>>,
 ) -> StepWriter {
     let (tx, rx) = mpsc::channel(capacity.max(1));
-    tokio::spawn(run(rx, pool, owner, metrics, committed, concurrency.max(1)));
+    let w = Writer {
+        pool,
+        owner,
+        metrics,
+        committed,
+        settled_batches,
+    };
+    tokio::spawn(run(rx, Arc::new(w), concurrency.max(1)));
     StepWriter { tx }
 }
 
-async fn run(
-    rx: mpsc::Receiver<Pending>,
+/// What every batch of one writer shares.
+struct Writer {
     pool: Pool,
     owner: Uuid,
     metrics: Arc<Metrics>,
     committed: OnCommit,
-    concurrency: usize,
-) {
+    /// Intake batches to delete with the next statement.
+    settled_batches: Arc<Mutex<Vec<Uuid>>>,
+}
+
+async fn run(rx: mpsc::Receiver<Pending>, w: Arc<Writer>, concurrency: usize) {
     crate::batches::drain(rx, MAX_BATCH, concurrency, |batch: Vec<Pending>| {
-        let pool = pool.clone();
-        let metrics = metrics.clone();
-        let committed = committed.clone();
+        let w = w.clone();
         async move {
-            let result = write(&pool, &batch, owner).await;
+            let (pool, owner, metrics, committed) = (&w.pool, w.owner, &w.metrics, &w.committed);
+            let settled = std::mem::take(&mut *w.settled_batches.lock());
+            let result = write(pool, &batch, owner, &settled).await;
+            if result.is_err() && !settled.is_empty() {
+                w.settled_batches.lock().extend(settled);
+            }
             let batch_len = batch.len();
             match result {
                 Ok(applied) => {
@@ -173,7 +207,7 @@ async fn run(
                     // again on its own, and only those Postgres refuses are told so.
                     tracing::warn!(n = batch.len(), error = %e, "step transitions refused; writing them one by one");
                     for p in batch {
-                        let result = match write(&pool, std::slice::from_ref(&p), owner).await {
+                        let result = match write(pool, std::slice::from_ref(&p), owner, &[]).await {
                             Ok(applied) if applied.contains(&p.t.id) => {
                                 committed(&p.t);
                                 Ok(())
@@ -191,7 +225,12 @@ async fn run(
     .await
 }
 
-async fn write(pool: &Pool, batch: &[Pending], owner: Uuid) -> Result<Vec<Uuid>, StoreError> {
+async fn write(
+    pool: &Pool,
+    batch: &[Pending],
+    owner: Uuid,
+    settled_batches: &[Uuid],
+) -> Result<Vec<Uuid>, StoreError> {
     let conn = pool.get().await?;
     let n = batch.len();
     let mut ids = Vec::with_capacity(n);
@@ -213,6 +252,11 @@ async fn write(pool: &Pool, batch: &[Pending], owner: Uuid) -> Result<Vec<Uuid>,
     let mut attempts = Vec::with_capacity(n);
     let mut retry_in = Vec::with_capacity(n);
     let mut last_error = Vec::with_capacity(n);
+    let mut intake_batch = Vec::with_capacity(n);
+    let mut workflow = Vec::with_capacity(n);
+    let mut payload = Vec::with_capacity(n);
+    let mut headers = Vec::with_capacity(n);
+    let mut created = Vec::with_capacity(n);
     for p in batch {
         let t = &p.t;
         ids.push(t.id);
@@ -225,6 +269,12 @@ async fn write(pool: &Pool, batch: &[Pending], owner: Uuid) -> Result<Vec<Uuid>,
         attempts.push(t.attempts as i32);
         retry_in.push(t.retry_in_ms);
         last_error.push(t.last_error.as_deref());
+        let u = t.unwritten.as_deref();
+        intake_batch.push(u.map(|u| u.batch.id));
+        workflow.push(u.map(|u| u.workflow.def.name.as_str()));
+        payload.push(u.map(|u| RawJson(&u.payload)));
+        headers.push(u.map(|u| RawJson(&u.headers)));
+        created.push(u.map(|u| UNIX_EPOCH + Duration::from_micros(u.created_us.max(0) as u64)));
         match &t.step {
             Some(s) => {
                 step_id.push(s.step_id as i32);
@@ -250,7 +300,8 @@ async fn write(pool: &Pool, batch: &[Pending], owner: Uuid) -> Result<Vec<Uuid>,
             }
         }
     }
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 20] = [
+    let created: Vec<Option<SystemTime>> = created;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 26] = [
         &ids,
         &status,
         &next_step,
@@ -271,6 +322,12 @@ async fn write(pool: &Pool, batch: &[Pending], owner: Uuid) -> Result<Vec<Uuid>,
         &retry_in,
         &last_error,
         &owner,
+        &intake_batch,
+        &workflow,
+        &payload,
+        &headers,
+        &created,
+        &settled_batches,
     ];
     transitions::write(&conn, &params).await
 }

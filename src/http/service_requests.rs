@@ -200,7 +200,7 @@ pub async fn create(core: &Core, name: &str, parts: &Parts, body: &mut Body) -> 
         return json_bytes(StatusCode::OK, created_body(&id, "NEW"));
     };
     match done.await {
-        Ok(Ok(Created::New)) => json_bytes(StatusCode::OK, created_body(&id, "NEW")),
+        Ok(Ok(Created::New(id))) => json_bytes(StatusCode::OK, created_body(&id, "NEW")),
         Ok(Ok(Created::Existing { id, status })) => {
             // A request deleted by retention since: its final status is not known any more.
             let status = status.as_deref().unwrap_or("DELETED");

@@ -22,6 +22,7 @@ use uuid::Uuid;
 use std::collections::HashSet;
 
 use super::idempotency;
+use super::intake::{self, IntakeBatch, IntakeRow};
 use super::pool::{PgConn, Pool};
 use super::raw_json::RawJson;
 use super::Result;
@@ -34,8 +35,9 @@ use crate::workflow::Workflow;
 /// What a create became, once its batch committed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Created {
-    /// This row: a new service request.
-    New,
+    /// This row: a new service request, with this id (an intake batch gives its rows
+    /// ids of its own when it is written).
+    New(Uuid),
     /// Its `Idempotency-Key` was used before, for this workflow, with the same payload:
     /// that request, and its status now (None: deleted by retention since).
     Existing { id: Uuid, status: Option<String> },
@@ -85,6 +87,8 @@ pub struct Inserted {
     pub payload: Bytes,
     pub headers: Bytes,
     pub created_us: i64,
+    /// The intake batch it was written in (None: it has its own row already).
+    pub intake: Option<Arc<IntakeBatch>>,
 }
 
 /// Lets the flusher insert rows already leased to the local executor, and hand them over
@@ -162,6 +166,8 @@ pub struct FlusherConfig {
     pub hard_timeout: Duration,
     /// How long an idempotency key holds.
     pub key_window: Duration,
+    /// Write plain batches as intake batches (`store::intake`).
+    pub intake: bool,
 }
 
 /// Creates a runtime's buffer; returns the handler side and the receiver the flusher drains.
@@ -244,7 +250,17 @@ impl Shared {
             let handoff = self.handoff.as_deref();
             let n_leased = handoff.map_or(0, |h| h.reserve(batch.len()));
             let started = Instant::now();
-            let result = write_batch(&self.pool, &batch, n_leased, handoff, &self.cfg).await;
+            let intake = self.intake_for(&batch, n_leased);
+            let result = match intake {
+                Some(id) => {
+                    // The batch's rows take their ids from it (answered after the commit).
+                    for (i, row) in batch.iter_mut().enumerate() {
+                        row.id = crate::ids::intake_slot(id, i);
+                    }
+                    write_intake(&self.pool, id, &batch, n_leased, handoff, &self.cfg).await
+                }
+                None => write_batch(&self.pool, &batch, n_leased, handoff, &self.cfg).await,
+            };
             self.metrics
                 .commit_seconds
                 .observe_duration(started.elapsed());
@@ -252,7 +268,9 @@ impl Shared {
             let e = match result {
                 Ok(written) => {
                     self.state.unavailable_until_ms.store(0, Ordering::Relaxed);
-                    self.settle(batch, n_leased, written);
+                    let intake = intake.filter(|_| n_leased > 0);
+                    let intake = intake.map(|id| Arc::new(IntakeBatch::new(id, n_leased)));
+                    self.settle(batch, n_leased, written, intake);
                     return;
                 }
                 Err(e) => e,
@@ -285,29 +303,47 @@ impl Shared {
         }
     }
 
+    /// Whether `batch` goes in as an intake batch, and its id: plain creates answered
+    /// after the commit, leased to this instance all together or not at all.
+    fn intake_for(&self, batch: &[PendingRow], n_leased: usize) -> Option<Uuid> {
+        let eligible = self.cfg.intake
+            && self.cfg.ack == AckMode::Commit
+            && batch.len() <= crate::ids::INTAKE_SLOTS
+            && (n_leased == 0 || n_leased == batch.len())
+            && batch.iter().all(|r| r.key.is_none());
+        eligible.then(crate::ids::new_intake_batch)
+    }
+
     /// After a commit: hands the rows inserted leased to the executor, gives back the
     /// slots of leased rows that were not inserted (their key was taken), answers every row.
-    fn settle(&self, batch: Vec<PendingRow>, n_leased: usize, written: Written) {
+    fn settle(
+        &self,
+        batch: Vec<PendingRow>,
+        n_leased: usize,
+        written: Written,
+        intake: Option<Arc<IntakeBatch>>,
+    ) {
         let created = |i: usize| match &written {
-            Written::AllNew => Created::New,
+            Written::AllNew => Created::New(batch[i].id),
             Written::Each(each) => each[i].clone(),
         };
         let n_new = match &written {
             Written::AllNew => batch.len(),
-            Written::Each(each) => each.iter().filter(|c| **c == Created::New).count(),
+            Written::Each(each) => each.iter().filter(|c| matches!(c, Created::New(_))).count(),
         };
         self.metrics.rows_written.inc_by(n_new as u64);
         if let (Some(h), true) = (&self.handoff, n_leased > 0) {
             let rows: Vec<_> = batch[..n_leased]
                 .iter()
                 .enumerate()
-                .filter(|(i, _)| created(*i) == Created::New)
+                .filter(|(i, _)| matches!(created(*i), Created::New(_)))
                 .map(|(_, r)| Inserted {
                     id: r.id,
                     workflow: r.workflow.clone(),
                     payload: r.payload.clone(),
                     headers: r.headers.clone(),
                     created_us: r.created_us,
+                    intake: intake.clone(),
                 })
                 .collect();
             h.release(n_leased - rows.len());
@@ -315,15 +351,10 @@ impl Shared {
                 h.clone().start(rows);
             }
         }
-        for (i, row) in batch.into_iter().enumerate() {
-            match (row.ack, &written) {
-                (Some(ack), Written::AllNew) => {
-                    let _ = ack.send(Ok(Created::New));
-                }
-                (Some(ack), Written::Each(_)) => {
-                    let _ = ack.send(Ok(created(i)));
-                }
-                (None, _) => {}
+        let answers: Vec<Created> = (0..batch.len()).map(created).collect();
+        for (row, answer) in batch.into_iter().zip(answers) {
+            if let Some(ack) = row.ack {
+                let _ = ack.send(Ok(answer));
             }
         }
     }
@@ -335,11 +366,11 @@ impl Shared {
             let answer = match write_batch(&self.pool, rows, 0, None, &self.cfg).await {
                 Ok(Written::AllNew) => {
                     self.metrics.rows_written.inc();
-                    Ok(Created::New)
+                    Ok(Created::New(row.id))
                 }
                 Ok(Written::Each(mut each)) => {
                     let c = each.pop().expect("one row, one answer");
-                    if c == Created::New {
+                    if matches!(c, Created::New(_)) {
                         self.metrics.rows_written.inc();
                     }
                     Ok(c)
@@ -442,7 +473,7 @@ async fn write_batch(
     };
     let mut each: Vec<Option<Created>> = rows
         .iter()
-        .map(|r| inserted.contains(&r.id).then_some(Created::New))
+        .map(|r| inserted.contains(&r.id).then_some(Created::New(r.id)))
         .collect();
     let lost: Vec<idempotency::Lookup> = rows
         .iter()
@@ -482,6 +513,36 @@ async fn write_batch(
     Ok(Written::Each(
         each.into_iter().map(Option::unwrap).collect(),
     ))
+}
+
+/// Writes `rows` as one intake batch `id`, leased to this instance when `n_leased` > 0
+/// (all of them, then).
+async fn write_intake(
+    pool: &Pool,
+    id: Uuid,
+    rows: &[PendingRow],
+    n_leased: usize,
+    handoff: Option<&dyn Handoff>,
+    cfg: &FlusherConfig,
+) -> Result<Written> {
+    let conn = pool.get().await?;
+    let owner: Option<Uuid> = handoff.filter(|_| n_leased > 0).map(|h| h.owner());
+    let lease = handoff.map_or(Duration::ZERO, |h| h.lease());
+    let batch: Vec<IntakeRow> = rows
+        .iter()
+        .map(|r| IntakeRow {
+            id: r.id,
+            workflow: r.workflow.def.name.as_str(),
+            payload: &r.payload,
+            headers: &r.headers,
+            created: system_time(r.created_us),
+        })
+        .collect();
+    bounded(&conn, cfg.hard_timeout, async {
+        intake::insert(&conn, id, owner, lease, &batch).await
+    })
+    .await?;
+    Ok(Written::AllNew)
 }
 
 /// Microseconds since the Unix epoch as a `SystemTime` (sent to Postgres exactly).

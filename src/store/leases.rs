@@ -84,27 +84,45 @@ impl Claimed {
     }
 }
 
-/// Extends the leases of `ids` still held by `owner`; returns the ids another instance
-/// holds now (lost). Ids whose lease this instance released (finished or paused
+/// Extends the leases of `ids` still held by `owner`, and of the intake batches those
+/// without a row yet belong to; returns the ids another instance holds now (lost): a
+/// row leased to another, or no row and no batch leased to `owner` any more (a sweeper
+/// took the batch over). Ids whose lease this instance released (finished or paused
 /// meanwhile) are neither renewed nor lost.
 const RENEW: &str = concat!(
     "\
-WITH ids AS (SELECT unnest($3::uuid[]) AS id),
+WITH ids AS (SELECT * FROM unnest($3::uuid[], $4::uuid[]) AS t(id, batch)),
 renewed AS (
     UPDATE service_requests s SET lease_until = ",
     crate::now_plus_ms!("$2"),
     "
     FROM ids WHERE s.id = ids.id AND s.lease_owner = $1
-    RETURNING s.id)
-SELECT s.id FROM ids JOIN service_requests s ON s.id = ids.id
-WHERE s.lease_owner IS NOT NULL AND s.lease_owner <> $1"
+    RETURNING s.id),
+renewed_batches AS (
+    UPDATE intake_batches b SET lease_until = ",
+    crate::now_plus_ms!("$2"),
+    "
+    WHERE b.id IN (SELECT batch FROM ids) AND b.lease_owner = $1
+    RETURNING b.id)
+SELECT ids.id FROM ids LEFT JOIN service_requests s ON s.id = ids.id
+WHERE CASE WHEN s.id IS NOT NULL THEN s.lease_owner IS NOT NULL AND s.lease_owner <> $1
+           ELSE NOT EXISTS (SELECT 1 FROM intake_batches b
+                            WHERE b.id = ids.batch AND b.lease_owner = $1) END"
 );
 
 pub async fn renew(conn: &PgConn, owner: Uuid, lease: Duration, ids: &[Uuid]) -> Result<Vec<Uuid>> {
     let stmt = conn.stmt(RENEW).await?;
+    // The batch each id would belong to (an id not made by a batch names none).
+    let batches: Vec<Uuid> = ids
+        .iter()
+        .map(|id| crate::ids::intake_batch_of(*id))
+        .collect();
     let rows = conn
         .client
-        .query(&stmt, &[&owner, &(lease.as_secs_f64() * 1000.0), &ids])
+        .query(
+            &stmt,
+            &[&owner, &(lease.as_secs_f64() * 1000.0), &ids, &batches],
+        )
         .await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }

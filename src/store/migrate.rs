@@ -10,6 +10,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (2, include_str!("migrations/0002_kafka_offsets.sql")),
     (3, include_str!("migrations/0003_step_attempts.sql")),
     (4, include_str!("migrations/0004_idempotency_keys.sql")),
+    (5, include_str!("migrations/0005_intake_batches.sql")),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.

@@ -115,7 +115,9 @@ async fn run(rx: mpsc::Receiver<Pending>, pool: Pool, concurrency: usize, limit:
     .await
 }
 
-/// The requests of `ids` that exist, by id.
+/// The requests of `ids` that exist, by id: one statement on their rows, and for those
+/// it did not find (requests of intake batches without a row yet, or no such request)
+/// a second that reads rows and intake batches in one snapshot.
 async fn fetch(conn: &PgConn, ids: &[Uuid], want: Want) -> Result<HashMap<Uuid, Found>> {
     let sql = match want {
         Want::Row => super::status::GET_HEADS,
@@ -124,7 +126,31 @@ async fn fetch(conn: &PgConn, ids: &[Uuid], want: Want) -> Result<HashMap<Uuid, 
     let stmt = conn.stmt(sql).await?;
     let rows = conn.client.query(&stmt, &[&ids]).await?;
     let mut out: HashMap<Uuid, Found> = HashMap::with_capacity(ids.len());
-    for r in &rows {
+    collect(&rows, want, &mut out);
+    let missed: Vec<Uuid> = ids
+        .iter()
+        .filter(|id| !out.contains_key(id))
+        .copied()
+        .collect();
+    if !missed.is_empty() {
+        let sql = match want {
+            Want::Row => super::status::GET_HEADS_ANYWHERE,
+            Want::Whole => super::status::GET_WHOLE_ANYWHERE,
+        };
+        let batches: Vec<Uuid> = missed
+            .iter()
+            .map(|id| crate::ids::intake_batch_of(*id))
+            .collect();
+        let stmt = conn.stmt(sql).await?;
+        let rows = conn.client.query(&stmt, &[&missed, &batches]).await?;
+        collect(&rows, want, &mut out);
+    }
+    Ok(out)
+}
+
+/// Adds the requests in `rows` (a status statement's result) to `out`.
+fn collect(rows: &[tokio_postgres::Row], want: Want, out: &mut HashMap<Uuid, Found>) {
+    for r in rows {
         let id: Uuid = r.get("id");
         let f = out.entry(id).or_insert_with(|| Found {
             head: Head {
@@ -155,5 +181,4 @@ async fn fetch(conn: &PgConn, ids: &[Uuid], want: Want) -> Result<HashMap<Uuid, 
             });
         }
     }
-    Ok(out)
 }

@@ -24,12 +24,31 @@ macro_rules! head_columns {
     };
 }
 
+/// The requests `$1` wherever they are: their own rows, or slots of the intake batches
+/// `$2` (`store::intake`) for those without a row yet, read in one snapshot.
+macro_rules! requests_anywhere {
+    () => {
+        "(SELECT id, workflow_name, status, current_step_id, reason, created_at, finished_at, \
+                 step_attempts, last_error, lease_owner, lease_until \
+          FROM service_requests WHERE id = ANY($1) \
+          UNION ALL \
+          SELECT i.id, i.workflow_name, i.status, i.current_step_id, i.reason, i.created_at, \
+                 i.finished_at, i.step_attempts, i.last_error, i.lease_owner, i.lease_until \
+          FROM intake_requests i WHERE i.batch_id = ANY($2) AND i.id = ANY($1) \
+            AND NOT EXISTS (SELECT 1 FROM service_requests x WHERE x.id = i.id)) r"
+    };
+}
+
 /// The rows of the requests `$1`, for those whose step rows the reader has already.
 pub const GET_HEADS: &str = concat!(
     "SELECT ",
     head_columns!(),
     " FROM service_requests r WHERE r.id = ANY($1)"
 );
+
+/// `GET_HEADS` for ids it did not find, looking in intake batches `$2` too.
+pub const GET_HEADS_ANYWHERE: &str =
+    concat!("SELECT ", head_columns!(), " FROM ", requests_anywhere!());
 
 /// The requests `$1` with their step attempts, oldest first: many status reads in one
 /// statement (polls are frequent, and Postgres's cost is mostly per statement).
@@ -42,6 +61,19 @@ pub const GET_WHOLE: &str = concat!(
      extract(epoch FROM st.finished_at)::float8 * 1000 AS finished_ms \
      FROM service_requests r LEFT JOIN steps_status st ON st.service_request_id = r.id \
      WHERE r.id = ANY($1) ORDER BY r.id, st.id"
+);
+
+/// `GET_WHOLE` for ids it did not find, looking in intake batches `$2` too.
+pub const GET_WHOLE_ANYWHERE: &str = concat!(
+    "SELECT ",
+    head_columns!(),
+    ", st.step_id, st.step_name, st.status AS step_status, st.request, st.response, \
+     st.time_taken_ms, st.attempts, st.reason AS step_reason, \
+     extract(epoch FROM st.started_at)::float8 * 1000 AS started_ms, \
+     extract(epoch FROM st.finished_at)::float8 * 1000 AS finished_ms \
+     FROM ",
+    requests_anywhere!(),
+    " LEFT JOIN steps_status st ON st.service_request_id = r.id ORDER BY r.id, st.id"
 );
 
 /// The request row, as the answer shows it.

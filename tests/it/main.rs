@@ -13,6 +13,7 @@ mod faults;
 mod front_door;
 mod hardening;
 mod idempotency_cleanup;
+mod intake;
 mod openapi;
 mod retention;
 mod status_reads;

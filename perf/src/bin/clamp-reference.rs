@@ -53,12 +53,19 @@ struct Args {
     /// like the product's), to measure what each costs Postgres on this insert.
     #[arg(long, default_value = "")]
     ddl: String,
+    /// Store each batch as one row (`id, ids[], payloads[]`) instead of a row per request:
+    /// what Postgres's work per commit is when it writes one tuple per flush.
+    #[arg(long)]
+    batch_rows: bool,
 }
 
 const TABLE: &str =
     "CREATE TABLE IF NOT EXISTS reference_requests (id uuid PRIMARY KEY, payload text NOT NULL)";
 const INSERT: &str = "INSERT INTO reference_requests (id, payload) \
     SELECT * FROM UNNEST($1::uuid[], $2::text[]) AS t(id, p)";
+const BATCH_TABLE: &str = "CREATE TABLE IF NOT EXISTS reference_batches \
+    (id uuid PRIMARY KEY, ids uuid[] NOT NULL, payloads text[] NOT NULL)";
+const INSERT_BATCH: &str = "INSERT INTO reference_batches (id, ids, payloads) VALUES ($1, $2, $3)";
 
 type Row = (uuid::Uuid, String, oneshot::Sender<bool>);
 
@@ -72,7 +79,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     setup.block_on(async {
         let db = create_database(&args.database_url).await?;
-        db.batch_execute(TABLE).await?;
+        db.batch_execute(if args.batch_rows { BATCH_TABLE } else { TABLE })
+            .await?;
         db.batch_execute(&args.ddl).await
     })?;
     let addr: SocketAddr = ([127, 0, 0, 1], args.port).into();
@@ -137,10 +145,15 @@ async fn serve(listener: std::net::TcpListener, args: Arc<Args>) {
     let mut clients = Vec::new();
     for _ in 0..args.flushers {
         let c = connect(&args.database_url).await.expect("connect");
-        let stmt = c.prepare(INSERT).await.expect("prepare");
+        let sql = if args.batch_rows {
+            INSERT_BATCH
+        } else {
+            INSERT
+        };
+        let stmt = c.prepare(sql).await.expect("prepare");
         clients.push((Arc::new(c), stmt));
     }
-    tokio::spawn(batcher(rx, clients, args.max_batch));
+    tokio::spawn(batcher(rx, clients, args.max_batch, args.batch_rows));
     let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
     loop {
         let Ok((stream, _)) = listener.accept().await else {
@@ -203,6 +216,7 @@ async fn batcher(
     mut rx: mpsc::Receiver<Row>,
     clients: Vec<(Arc<Client>, Statement)>,
     max_batch: usize,
+    batch_rows: bool,
 ) {
     let free = Arc::new(Semaphore::new(clients.len()));
     let (back, mut returned) = mpsc::channel(clients.len());
@@ -226,7 +240,13 @@ async fn batcher(
                 payloads.push(p);
                 acks.push(ack);
             }
-            let ok = client.execute(&stmt, &[&ids, &payloads]).await.is_ok();
+            let ok = if batch_rows {
+                let batch = uuid::Uuid::now_v7();
+                client.execute(&stmt, &[&batch, &ids, &payloads]).await
+            } else {
+                client.execute(&stmt, &[&ids, &payloads]).await
+            }
+            .is_ok();
             for a in acks {
                 let _ = a.send(ok);
             }
