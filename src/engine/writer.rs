@@ -9,7 +9,7 @@
 //! the write is refused) or waits for this commit.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 use super::doc::Doc;
 use crate::metrics::Metrics;
+use crate::store::buffer::system_time;
 use crate::store::intake::IntakeBatch;
 use crate::store::raw_json::RawJson;
 use crate::store::{transitions, Pool, StoreError};
@@ -274,7 +275,7 @@ async fn write(
         workflow.push(u.map(|u| u.workflow.def.name.as_str()));
         payload.push(u.map(|u| RawJson(&u.payload)));
         headers.push(u.map(|u| RawJson(&u.headers)));
-        created.push(u.map(|u| UNIX_EPOCH + Duration::from_micros(u.created_us.max(0) as u64)));
+        created.push(u.map(|u| system_time(u.created_us)));
         match &t.step {
             Some(s) => {
                 step_id.push(s.step_id as i32);

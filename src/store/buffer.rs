@@ -22,7 +22,7 @@ use uuid::Uuid;
 use std::collections::HashSet;
 
 use super::idempotency;
-use super::intake::{self, IntakeBatch, IntakeRow};
+use super::intake::{self, IntakeBatch};
 use super::pool::{PgConn, Pool};
 use super::raw_json::RawJson;
 use super::Result;
@@ -528,25 +528,15 @@ async fn write_intake(
     let conn = pool.get().await?;
     let owner: Option<Uuid> = handoff.filter(|_| n_leased > 0).map(|h| h.owner());
     let lease = handoff.map_or(Duration::ZERO, |h| h.lease());
-    let batch: Vec<IntakeRow> = rows
-        .iter()
-        .map(|r| IntakeRow {
-            id: r.id,
-            workflow: r.workflow.def.name.as_str(),
-            payload: &r.payload,
-            headers: &r.headers,
-            created: system_time(r.created_us),
-        })
-        .collect();
     bounded(&conn, cfg.hard_timeout, async {
-        intake::insert(&conn, id, owner, lease, &batch).await
+        intake::insert(&conn, id, owner, lease, rows).await
     })
     .await?;
     Ok(Written::AllNew)
 }
 
 /// Microseconds since the Unix epoch as a `SystemTime` (sent to Postgres exactly).
-fn system_time(us: i64) -> SystemTime {
+pub(crate) fn system_time(us: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_micros(us.max(0) as u64)
 }
 

@@ -21,6 +21,7 @@ use std::time::{Duration, SystemTime};
 
 use uuid::Uuid;
 
+use super::buffer::{system_time, PendingRow};
 use super::pool::PgConn;
 use super::raw_json::RawJson;
 use super::Result;
@@ -48,15 +49,6 @@ impl IntakeBatch {
     }
 }
 
-/// One request of a batch, as written.
-pub struct IntakeRow<'a> {
-    pub id: Uuid,
-    pub workflow: &'a str,
-    pub payload: &'a [u8],
-    pub headers: &'a [u8],
-    pub created: SystemTime,
-}
-
 const INSERT: &str = concat!(
     "INSERT INTO intake_batches (id, lease_owner, lease_until, ids, workflows, payloads, headers, created) \
      VALUES ($1, $2, CASE WHEN $2::uuid IS NULL THEN '-infinity' ELSE ",
@@ -64,26 +56,27 @@ const INSERT: &str = concat!(
     " END, $4, $5, $6, $7, $8)"
 );
 
-/// Writes one batch (committing on its own), leased to `owner` for `lease` if given.
+/// Writes `rows` as batch `id` (committing on its own), leased to `owner` for `lease` if
+/// given; each row's id is already `ids::intake_slot(id, its index)`.
 pub async fn insert(
     conn: &PgConn,
-    batch: Uuid,
+    id: Uuid,
     owner: Option<Uuid>,
     lease: Duration,
-    rows: &[IntakeRow<'_>],
+    rows: &[PendingRow],
 ) -> std::result::Result<u64, tokio_postgres::Error> {
     let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
-    let names: Vec<&str> = rows.iter().map(|r| r.workflow).collect();
-    let payloads: Vec<RawJson> = rows.iter().map(|r| RawJson(r.payload)).collect();
-    let headers: Vec<RawJson> = rows.iter().map(|r| RawJson(r.headers)).collect();
-    let created: Vec<SystemTime> = rows.iter().map(|r| r.created).collect();
+    let names: Vec<&str> = rows.iter().map(|r| r.workflow.def.name.as_str()).collect();
+    let payloads: Vec<RawJson> = rows.iter().map(|r| RawJson(&r.payload)).collect();
+    let headers: Vec<RawJson> = rows.iter().map(|r| RawJson(&r.headers)).collect();
+    let created: Vec<SystemTime> = rows.iter().map(|r| system_time(r.created_us)).collect();
     let lease_ms = lease.as_secs_f64() * 1000.0;
     let stmt = conn.stmt(INSERT).await?;
     conn.client
         .execute(
             &stmt,
             &[
-                &batch, &owner, &lease_ms, &ids, &names, &payloads, &headers, &created,
+                &id, &owner, &lease_ms, &ids, &names, &payloads, &headers, &created,
             ],
         )
         .await
