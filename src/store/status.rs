@@ -24,6 +24,16 @@ macro_rules! head_columns {
     };
 }
 
+/// The step-record columns every whole status read returns (`st`: its `steps_status`).
+macro_rules! step_columns {
+    () => {
+        ", st.step_id, st.step_name, st.status AS step_status, st.request, st.response, \
+         st.time_taken_ms, st.attempts, st.reason AS step_reason, \
+         extract(epoch FROM st.started_at)::float8 * 1000 AS started_ms, \
+         extract(epoch FROM st.finished_at)::float8 * 1000 AS finished_ms"
+    };
+}
+
 /// The requests `$1` wherever they are: their own rows, or slots of the intake batches
 /// `$2` (`store::intake`) for those without a row yet, read in one snapshot.
 macro_rules! requests_anywhere {
@@ -55,11 +65,8 @@ pub const GET_HEADS_ANYWHERE: &str =
 pub const GET_WHOLE: &str = concat!(
     "SELECT ",
     head_columns!(),
-    ", st.step_id, st.step_name, st.status AS step_status, st.request, st.response, \
-     st.time_taken_ms, st.attempts, st.reason AS step_reason, \
-     extract(epoch FROM st.started_at)::float8 * 1000 AS started_ms, \
-     extract(epoch FROM st.finished_at)::float8 * 1000 AS finished_ms \
-     FROM service_requests r LEFT JOIN steps_status st ON st.service_request_id = r.id \
+    step_columns!(),
+    " FROM service_requests r LEFT JOIN steps_status st ON st.service_request_id = r.id \
      WHERE r.id = ANY($1) ORDER BY r.id, st.id"
 );
 
@@ -67,11 +74,8 @@ pub const GET_WHOLE: &str = concat!(
 pub const GET_WHOLE_ANYWHERE: &str = concat!(
     "SELECT ",
     head_columns!(),
-    ", st.step_id, st.step_name, st.status AS step_status, st.request, st.response, \
-     st.time_taken_ms, st.attempts, st.reason AS step_reason, \
-     extract(epoch FROM st.started_at)::float8 * 1000 AS started_ms, \
-     extract(epoch FROM st.finished_at)::float8 * 1000 AS finished_ms \
-     FROM ",
+    step_columns!(),
+    " FROM ",
     requests_anywhere!(),
     " LEFT JOIN steps_status st ON st.service_request_id = r.id ORDER BY r.id, st.id"
 );

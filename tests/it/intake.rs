@@ -24,13 +24,6 @@ async fn create_many(s: &TestServer, workflow: &str, n: usize) -> Vec<String> {
     join_all(payloads.iter().map(|p| create_request(s, workflow, p))).await
 }
 
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0.0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn creates_nobody_runs_wait_in_batches_until_an_executor_takes_them_over() {
     let db = TestDb::new();

@@ -15,13 +15,6 @@ fn step(name: &str, url: String) -> Value {
     json!({"name": name, "mode": "HTTP", "val": {"method": "POST", "url": url}})
 }
 
-fn metric(text: &str, line_start: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(line_start))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0.0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_from_memory_are_the_database_answers_byte_for_byte() {
     let db = TestDb::new();
