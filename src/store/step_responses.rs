@@ -15,15 +15,23 @@ pub struct RequestState {
     pub current_step_id: i32,
 }
 
+/// Where request `$1` stands: its row, or (before it has one) its slot in intake batch `$2`,
+/// read in one snapshot.
+const REQUEST_STATE: &str = "\
+SELECT workflow_name, status, current_step_id FROM service_requests WHERE id = $1
+UNION ALL
+SELECT i.workflow_name, i.status, i.current_step_id FROM intake_requests i
+WHERE i.batch_id = $2 AND i.id = $1
+  AND NOT EXISTS (SELECT 1 FROM service_requests x WHERE x.id = i.id)";
+
 /// The request's workflow, stored status and current step, or None when there is no
 /// such request.
 pub async fn request_state(conn: &PgConn, id: Uuid) -> Result<Option<RequestState>> {
-    let stmt = conn
-        .stmt("SELECT workflow_name, status, current_step_id FROM service_requests WHERE id = $1")
-        .await?;
+    let stmt = conn.stmt(REQUEST_STATE).await?;
+    let batch = crate::ids::intake_batch_of(id);
     Ok(conn
         .client
-        .query_opt(&stmt, &[&id])
+        .query_opt(&stmt, &[&id, &batch])
         .await?
         .map(|row| RequestState {
             workflow_name: row.get(0),

@@ -156,3 +156,31 @@ async fn a_stopping_executor_hands_its_batches_over() {
     assert_eq!(db.count("SELECT count(*) FROM intake_batches").await, 0);
     second.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_response_finds_a_request_that_has_no_row_yet() {
+    // An answer that arrives before the request's ASYNC step was written as sent (its
+    // instance is still sending it) must be told "not yet", as for a request with a row,
+    // not "no such request".
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let mut api = config(&db.url);
+    api.max_running = 0;
+    let api = TestServer::start(api).await;
+    api.create_workflow(
+        &json!({"name": "asks", "steps": [{"name": "ask", "type": "ASYNC",
+        "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/accepted")}}]}),
+    )
+    .await;
+    let id = create_request(&api, "asks", &json!({})).await;
+    assert_eq!(db.count("SELECT count(*) FROM service_requests").await, 0);
+    let r = api
+        .post_json(
+            "/stepResponse",
+            &json!({"serviceRequestId": id, "stepId": 1, "response": {}}),
+        )
+        .await;
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert_eq!(db.count("SELECT count(*) FROM service_requests").await, 0);
+    api.shutdown().await;
+}
