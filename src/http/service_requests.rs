@@ -95,10 +95,8 @@ pub fn forwardable_headers(deny: &[&str], headers: &HeaderMap) -> Bytes {
 pub async fn find_workflow(core: &Core, name: &str) -> Result<Option<Arc<Workflow>>, Resp> {
     match core.app.workflows.get_or_load(&core.pool, name).await {
         Ok(found) => Ok(found),
-        Err(LoadError::Invalid { reason, .. }) => {
-            tracing::error!(workflow = name, %reason, "stored workflow no longer validates");
-            Ok(None)
-        }
+        // Logged once, where it was found (`WorkflowMap::get_or_load`).
+        Err(LoadError::Invalid { .. }) => Ok(None),
         Err(LoadError::Store(e)) => Err(store_error(e, "workflow lookup")),
     }
 }

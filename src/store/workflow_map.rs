@@ -1,8 +1,10 @@
 //! The in-memory workflow map. Workflows are never deleted, so a cached definition never
 //! goes stale; a name missing here is looked up in Postgres once (another instance may
 //! have created it), and misses are remembered briefly so a flood of unknown names
-//! cannot turn into a flood of queries. `get_or_load` is the one loader every caller
-//! (the create path, step responses, the executor) uses.
+//! cannot turn into a flood of queries. A stored definition that no longer validates is
+//! remembered for good (workflows never change; only a new server could accept it), and
+//! logged once, when found. `get_or_load` is the one loader every caller (the create
+//! path, step responses, the executor) uses.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,6 +38,8 @@ const MAX_NEGATIVE: usize = 16 * 1024;
 pub struct WorkflowMap {
     map: RwLock<HashMap<Box<str>, Arc<Workflow>>>,
     misses: Mutex<HashMap<Box<str>, Instant>>,
+    /// Stored definitions that no longer validate, with why.
+    invalid: Mutex<HashMap<Box<str>, Arc<str>>>,
 }
 
 impl WorkflowMap {
@@ -74,6 +78,20 @@ impl WorkflowMap {
         misses.insert(name.into(), Instant::now());
     }
 
+    /// Why the stored workflow `name` no longer validates, if it was found so.
+    pub fn known_invalid(&self, name: &str) -> Option<Arc<str>> {
+        self.invalid.lock().get(name).cloned()
+    }
+
+    /// Remembers that the stored workflow `name` does not validate (bounded like misses).
+    pub fn remember_invalid(&self, name: &str, reason: &str) {
+        let mut invalid = self.invalid.lock();
+        if invalid.len() >= MAX_NEGATIVE {
+            invalid.clear();
+        }
+        invalid.insert(name.into(), reason.into());
+    }
+
     /// The workflow named `name`: from memory, else from Postgres once (another instance
     /// may have created it), compiled and cached. `None` when no such workflow exists
     /// (remembered for `NEGATIVE_TTL`, and never asked for names that cannot exist).
@@ -88,6 +106,12 @@ impl WorkflowMap {
         if self.recently_missed(name) || crate::workflow::validate::check_name(name).is_err() {
             return Ok(None);
         }
+        if let Some(reason) = self.known_invalid(name) {
+            return Err(LoadError::Invalid {
+                name: name.to_string(),
+                reason: reason.to_string(),
+            });
+        }
         let conn = pool.get().await.map_err(StoreError::from)?;
         match super::queries::workflow_by_name(&conn, name).await? {
             Some(def) => match crate::workflow::compile(def) {
@@ -96,10 +120,14 @@ impl WorkflowMap {
                     self.insert(wf.clone());
                     Ok(Some(wf))
                 }
-                Err(e) => Err(LoadError::Invalid {
-                    name: name.to_string(),
-                    reason: e.0,
-                }),
+                Err(e) => {
+                    tracing::error!(workflow = name, reason = %e.0, "stored workflow no longer validates");
+                    self.remember_invalid(name, &e.0);
+                    Err(LoadError::Invalid {
+                        name: name.to_string(),
+                        reason: e.0,
+                    })
+                }
             },
             None => {
                 self.remember_miss(name);
@@ -143,5 +171,17 @@ mod tests {
         assert!(!m.recently_missed("w"));
         assert_eq!(m.get("w").unwrap().def.name, "w");
         assert_eq!(m.len(), 1);
+    }
+
+    #[test]
+    fn remembers_definitions_that_no_longer_validate() {
+        let m = WorkflowMap::default();
+        assert!(m.known_invalid("old").is_none());
+        m.remember_invalid("old", "a step has no name");
+        assert_eq!(
+            m.known_invalid("old").as_deref(),
+            Some("a step has no name")
+        );
+        assert!(m.known_invalid("other").is_none());
     }
 }
