@@ -35,17 +35,21 @@ macro_rules! step_columns {
 }
 
 /// The requests `$1` wherever they are: their own rows, or slots of the intake batches
-/// `$2` (`store::intake`) for those without a row yet, read in one snapshot.
+/// `$2` (`store::intake`) for those without a row yet, read in one snapshot. The slots
+/// are read as `intake_requests` shows them, from the batch's small arrays only: its
+/// payloads and headers (most of its size, kept out of line) are not read.
 macro_rules! requests_anywhere {
     () => {
         "(SELECT id, workflow_name, status, current_step_id, reason, created_at, finished_at, \
                  step_attempts, last_error, lease_owner, lease_until \
           FROM service_requests WHERE id = ANY($1) \
           UNION ALL \
-          SELECT i.id, i.workflow_name, i.status, i.current_step_id, i.reason, i.created_at, \
-                 i.finished_at, i.step_attempts, i.last_error, i.lease_owner, i.lease_until \
-          FROM intake_requests i WHERE i.batch_id = ANY($2) AND i.id = ANY($1) \
-            AND NOT EXISTS (SELECT 1 FROM service_requests x WHERE x.id = i.id)) r"
+          SELECT u.id, u.workflow_name, 'NEW', 0, NULL, u.created_at, NULL, 0, NULL, \
+                 b.lease_owner, b.lease_until \
+          FROM intake_batches b \
+          CROSS JOIN LATERAL unnest(b.ids, b.workflows, b.created) AS u(id, workflow_name, created_at) \
+          WHERE b.id = ANY($2) AND u.id = ANY($1) \
+            AND NOT EXISTS (SELECT 1 FROM service_requests x WHERE x.id = u.id)) r"
     };
 }
 

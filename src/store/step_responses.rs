@@ -15,14 +15,16 @@ pub struct RequestState {
     pub current_step_id: i32,
 }
 
-/// Where request `$1` stands: its row, or (before it has one) its slot in intake batch `$2`,
-/// read in one snapshot.
+/// Where request `$1` stands: its row, or (before it has one) its slot in intake batch `$2`
+/// (NEW at step 0, as `intake_requests` shows it; only the batch's small arrays are read),
+/// in one snapshot.
 const REQUEST_STATE: &str = "\
 SELECT workflow_name, status, current_step_id FROM service_requests WHERE id = $1
 UNION ALL
-SELECT i.workflow_name, i.status, i.current_step_id FROM intake_requests i
-WHERE i.batch_id = $2 AND i.id = $1
-  AND NOT EXISTS (SELECT 1 FROM service_requests x WHERE x.id = i.id)";
+SELECT u.workflow_name, 'NEW', 0 FROM intake_batches b
+CROSS JOIN LATERAL unnest(b.ids, b.workflows) AS u(id, workflow_name)
+WHERE b.id = $2 AND u.id = $1
+  AND NOT EXISTS (SELECT 1 FROM service_requests x WHERE x.id = u.id)";
 
 /// The request's workflow, stored status and current step, or None when there is no
 /// such request.
