@@ -36,9 +36,6 @@ pub struct Job {
     pub fresh: bool,
     /// When the request was created, in microseconds since the Unix epoch.
     pub created_us: i64,
-    /// A request of an intake batch without a row of its own yet (the executor keeps it
-    /// while the job runs: `Executor::unwritten`).
-    pub unwritten: Option<Arc<super::writer::Unwritten>>,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -492,19 +489,13 @@ async fn write(exec: &Executor, mut t: Transition) -> bool {
     // The first transition of a request of an intake batch inserts its row.
     t.unwritten = exec.unwritten(&t.id);
     loop {
-        match exec.writer.write(t.clone()).await {
-            Ok(()) => {
-                if t.unwritten.is_some() {
-                    exec.written(&t.id);
-                }
-                return true;
-            }
-            Err(WriteError::LeaseLost) => {
-                if t.unwritten.is_some() {
-                    exec.written(&t.id);
-                }
-                return false;
-            }
+        let outcome = exec.writer.write(t.clone()).await;
+        if t.unwritten.is_some() && matches!(outcome, Ok(()) | Err(WriteError::LeaseLost)) {
+            exec.written(&t.id);
+        }
+        match outcome {
+            Ok(()) => return true,
+            Err(WriteError::LeaseLost) => return false,
             Err(WriteError::Unavailable) => {
                 if exec.is_stopping() {
                     return false;

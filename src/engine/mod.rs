@@ -165,10 +165,10 @@ impl Executor {
         self.in_use.fetch_sub(n, Ordering::AcqRel);
     }
 
-    /// Starts a job in a slot already reserved for it.
-    pub fn spawn(self: &Arc<Self>, mut job: Job) {
+    /// Starts a job in a slot already reserved for it (`unwritten`: a request of an
+    /// intake batch, which its first transition gives a row).
+    pub fn spawn(self: &Arc<Self>, job: Job, unwritten: Option<Arc<Unwritten>>) {
         let id = job.id;
-        let unwritten = job.unwritten.take();
         let fresh = job.fresh;
         let (name, created_us) = (job.wf.def.name.clone(), job.created_us);
         let exec = self.clone();
@@ -254,7 +254,6 @@ impl Executor {
                 attempts: 0,
                 fresh: true,
                 created_us: c.created_us,
-                unwritten: None,
             });
         }
         let context = if wf.uses_context {
@@ -286,7 +285,6 @@ impl Executor {
             attempts: c.step_attempts,
             fresh: false,
             created_us: c.created_us,
-            unwritten: None,
         })
     }
 
@@ -327,27 +325,15 @@ impl Executor {
         if want == 0 {
             return Ok(0);
         }
-        // Intake batches nobody runs (written by an API-only instance, or whose owner
-        // died) become rows first, so the claim below sees them.
-        let taken_over = async {
-            let conn = self
-                .pool
-                .get()
-                .await
-                .map_err(crate::store::StoreError::from)?;
-            intake::claim_expired(&conn, INTAKE_CLAIM_BATCHES).await
-        }
-        .await;
-        if let Err(e) = taken_over {
-            self.unreserve(want);
-            return Err(e.into());
-        }
         let claimed = async {
             let conn = self
                 .pool
                 .get()
                 .await
                 .map_err(crate::store::StoreError::from)?;
+            // Intake batches nobody runs (written by an API-only instance, or whose owner
+            // died) become rows first, so the claim sees them.
+            intake::claim_expired(&conn, INTAKE_CLAIM_BATCHES).await?;
             leases::claim(
                 &conn,
                 self.app.instance_id,
@@ -394,7 +380,7 @@ impl Executor {
     async fn run_claimed(self: &Arc<Self>, c: Claimed) {
         let id = c.id;
         match self.job_for(c).await {
-            Ok(job) => self.spawn(job),
+            Ok(job) => self.spawn(job, None),
             Err(e) if e.is_transient() => {
                 self.unreserve(1);
                 self.app.metrics.requests_released.inc();
@@ -592,7 +578,7 @@ impl Handoff for Executor {
                     created_us: r.created_us,
                 })
             });
-            me.spawn(Job {
+            let job = Job {
                 id: r.id,
                 next: r.workflow.main.first().copied(),
                 wf: r.workflow,
@@ -603,8 +589,8 @@ impl Handoff for Executor {
                 attempts: 0,
                 fresh: true,
                 created_us: r.created_us,
-                unwritten,
-            });
+            };
+            me.spawn(job, unwritten);
         }
     }
 

@@ -9,7 +9,6 @@
 //! the write is refused) or waits for this commit.
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -301,7 +300,6 @@ async fn write(
             }
         }
     }
-    let created: Vec<Option<SystemTime>> = created;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 26] = [
         &ids,
         &status,

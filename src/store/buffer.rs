@@ -268,9 +268,11 @@ impl Shared {
             let e = match result {
                 Ok(written) => {
                     self.state.unavailable_until_ms.store(0, Ordering::Relaxed);
-                    let intake = intake.filter(|_| n_leased > 0);
-                    let intake = intake.map(|id| Arc::new(IntakeBatch::new(id, n_leased)));
-                    self.settle(batch, n_leased, written, intake);
+                    // The executor tracks a batch it was handed until each request has a row.
+                    let handed = intake
+                        .filter(|_| n_leased > 0)
+                        .map(|id| Arc::new(IntakeBatch::new(id, n_leased)));
+                    self.settle(batch, n_leased, written, handed);
                     return;
                 }
                 Err(e) => e,
@@ -351,11 +353,13 @@ impl Shared {
                 h.clone().start(rows);
             }
         }
-        let answers: Vec<Created> = (0..batch.len()).map(created).collect();
-        for (row, answer) in batch.into_iter().zip(answers) {
-            if let Some(ack) = row.ack {
-                let _ = ack.send(Ok(answer));
-            }
+        for (i, row) in batch.into_iter().enumerate() {
+            let Some(ack) = row.ack else { continue };
+            let answer = match &written {
+                Written::AllNew => Created::New(row.id),
+                Written::Each(each) => each[i].clone(),
+            };
+            let _ = ack.send(Ok(answer));
         }
     }
 
@@ -409,14 +413,17 @@ async fn write_batch(
     let owner: Option<Uuid> = handoff.filter(|_| n_leased > 0).map(|h| h.owner());
     let lease_ms: f64 = handoff.map_or(0.0, |h| h.lease().as_secs_f64() * 1000.0);
     if rows.iter().all(|r| r.key.is_none()) {
-        let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
-        let names: Vec<&str> = rows.iter().map(|r| r.workflow.def.name.as_str()).collect();
-        let payloads: Vec<RawJson> = rows.iter().map(|r| RawJson(&r.payload)).collect();
-        let headers: Vec<RawJson> = rows.iter().map(|r| RawJson(&r.headers)).collect();
+        let c = Columns::of(rows.iter());
         let leased: Vec<bool> = (0..rows.len()).map(|i| i < n_leased).collect();
-        let created: Vec<SystemTime> = rows.iter().map(|r| system_time(r.created_us)).collect();
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
-            &ids, &names, &payloads, &headers, &leased, &owner, &lease_ms, &created,
+            &c.ids,
+            &c.names,
+            &c.payloads,
+            &c.headers,
+            &leased,
+            &owner,
+            &lease_ms,
+            &c.created,
         ];
         bounded(&conn, cfg.hard_timeout, async {
             conn.client.execute(&conn.insert_requests, &params).await
@@ -430,22 +437,21 @@ async fn write_batch(
     let leaders: Vec<usize> = (0..rows.len())
         .filter(|&i| hashes[i].is_none_or(|h| seen.insert(h)))
         .collect();
-    let ids: Vec<Uuid> = leaders.iter().map(|&i| rows[i].id).collect();
-    let names: Vec<&str> = leaders
-        .iter()
-        .map(|&i| rows[i].workflow.def.name.as_str())
-        .collect();
-    let payloads: Vec<RawJson> = leaders.iter().map(|&i| RawJson(&rows[i].payload)).collect();
-    let headers: Vec<RawJson> = leaders.iter().map(|&i| RawJson(&rows[i].headers)).collect();
+    let c = Columns::of(leaders.iter().map(|&i| &rows[i]));
     let leased: Vec<bool> = leaders.iter().map(|&i| i < n_leased).collect();
     let keys: Vec<Option<Uuid>> = leaders.iter().map(|&i| hashes[i]).collect();
-    let created: Vec<SystemTime> = leaders
-        .iter()
-        .map(|&i| system_time(rows[i].created_us))
-        .collect();
     let window_s = cfg.key_window.as_secs_f64();
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
-        &ids, &names, &payloads, &headers, &leased, &owner, &lease_ms, &keys, &created, &window_s,
+        &c.ids,
+        &c.names,
+        &c.payloads,
+        &c.headers,
+        &leased,
+        &owner,
+        &lease_ms,
+        &keys,
+        &c.created,
+        &window_s,
     ];
     // The usual case: every key is new, and every row is inserted.
     let fast = bounded(&conn, cfg.hard_timeout, async {
@@ -533,6 +539,37 @@ async fn write_intake(
     })
     .await?;
     Ok(Written::AllNew)
+}
+
+/// The columns every insert of new requests sends, one array each (rows, keyed rows and
+/// intake batches alike).
+pub(super) struct Columns<'a> {
+    pub ids: Vec<Uuid>,
+    pub names: Vec<&'a str>,
+    pub payloads: Vec<RawJson<'a>>,
+    pub headers: Vec<RawJson<'a>>,
+    pub created: Vec<SystemTime>,
+}
+
+impl<'a> Columns<'a> {
+    pub fn of(rows: impl ExactSizeIterator<Item = &'a PendingRow>) -> Columns<'a> {
+        let n = rows.len();
+        let mut c = Columns {
+            ids: Vec::with_capacity(n),
+            names: Vec::with_capacity(n),
+            payloads: Vec::with_capacity(n),
+            headers: Vec::with_capacity(n),
+            created: Vec::with_capacity(n),
+        };
+        for r in rows {
+            c.ids.push(r.id);
+            c.names.push(r.workflow.def.name.as_str());
+            c.payloads.push(RawJson(&r.payload));
+            c.headers.push(RawJson(&r.headers));
+            c.created.push(system_time(r.created_us));
+        }
+        c
+    }
 }
 
 /// Microseconds since the Unix epoch as a `SystemTime` (sent to Postgres exactly).

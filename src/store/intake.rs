@@ -17,13 +17,12 @@
 //! (`IntakeBatch::settled`); until then it renews the batch's lease with its requests'.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::buffer::{system_time, PendingRow};
+use super::buffer::{Columns, PendingRow};
 use super::pool::PgConn;
-use super::raw_json::RawJson;
 use super::Result;
 
 /// A batch handed to the local executor: which batch, and how many of its requests do
@@ -65,18 +64,21 @@ pub async fn insert(
     lease: Duration,
     rows: &[PendingRow],
 ) -> std::result::Result<u64, tokio_postgres::Error> {
-    let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
-    let names: Vec<&str> = rows.iter().map(|r| r.workflow.def.name.as_str()).collect();
-    let payloads: Vec<RawJson> = rows.iter().map(|r| RawJson(&r.payload)).collect();
-    let headers: Vec<RawJson> = rows.iter().map(|r| RawJson(&r.headers)).collect();
-    let created: Vec<SystemTime> = rows.iter().map(|r| system_time(r.created_us)).collect();
+    let c = Columns::of(rows.iter());
     let lease_ms = lease.as_secs_f64() * 1000.0;
     let stmt = conn.stmt(INSERT).await?;
     conn.client
         .execute(
             &stmt,
             &[
-                &id, &owner, &lease_ms, &ids, &names, &payloads, &headers, &created,
+                &id,
+                &owner,
+                &lease_ms,
+                &c.ids,
+                &c.names,
+                &c.payloads,
+                &c.headers,
+                &c.created,
             ],
         )
         .await
