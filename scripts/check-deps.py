@@ -11,6 +11,11 @@ layer and use no project module themselves.
 Every `crate::<module>` path in a file under src/<module>/ (or src/<module>.rs), outside
 its tests, is an arrow; the check fails on any arrow against the direction.
 
+Inside one module, files may use each other but never in a circle: a file that uses a
+sibling (`super::x`, `crate::<module>::x`, or `x` named in `use super::{…}`) is an
+arrow between files, `mod.rs` (which declares and re-exports its children) aside, and
+the check fails on any cycle of such arrows.
+
     scripts/check-deps.py            # exit 1 and the offending files on a violation
 """
 import pathlib
@@ -64,8 +69,65 @@ def allowed(src: str, dst: str) -> bool:
     return LAYER[dst] < LAYER[src]
 
 
+def file_arrows(folder: pathlib.Path):
+    """Arrows between the files (and sub-folders) of one folder, from `super::x` and
+    `crate::<folder path>::x` paths; `mod.rs` is left out."""
+    nodes = {p.stem if p.is_file() else p.name: p for p in folder.iterdir()
+             if (p.suffix == ".rs" and p.name != "mod.rs") or (p.is_dir() and (p / "mod.rs").exists())}
+    prefix = "crate::" + "::".join(folder.relative_to(ROOT / "src").parts) + "::"
+    edges = {n: set() for n in nodes}
+    for name, path in nodes.items():
+        files = [path] if path.is_file() else sorted(path.rglob("*.rs"))
+        for f in files:
+            src = f.read_text().split("#[cfg(test)]")[0]
+            # Inside a sub-folder, `super::` names the sub-folder's own children.
+            sup = r"\bsuper::" if path.is_file() or f.parent != path else r"\bsuper::super::"
+            used = set(re.findall(sup + r"([a-z_][a-z0-9_]*)", src))
+            used |= set(re.findall(re.escape(prefix) + r"([a-z_][a-z0-9_]*)", src))
+            for group in re.findall(sup + r"\{([^}]*)\}", src, re.S):
+                used |= {m.group(1) for m in re.finditer(r"(?:^|,)\s*([a-z_][a-z0-9_]*)", group)}
+            edges[name] |= {u for u in used if u in nodes and u != name}
+    return edges
+
+
+def cycles(edges):
+    """One cycle per strongly connected group of two or more nodes (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
 def main() -> int:
     bad = 0
+    for folder in sorted(p.parent for p in (ROOT / "src").rglob("mod.rs")):
+        for group in cycles(file_arrows(folder)):
+            rel = folder.relative_to(ROOT)
+            print(f"check-deps: files of {rel}/ use each other in a circle: {', '.join(group)}")
+            bad += 1
     all_arrows = arrows()
     for (a, b), files in sorted(all_arrows.items()):
         if a not in LAYER and a not in LEAVES:

@@ -6,6 +6,10 @@
 #   scripts/dev-postgres.sh stop  [DIR]
 #   scripts/dev-postgres.sh url   [PORT]
 #
+# PG_EXTRA_CONF (optional): lines appended to the cluster's postgresql.conf before it is
+# started, e.g. PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'". Unset, the
+# cluster is started as always.
+#
 # Tests that stop Postgres on purpose use their own cluster from this script, so the
 # tests running beside them keep theirs.
 set -euo pipefail
@@ -38,6 +42,7 @@ case "$cmd" in
       "${as[@]}" "$bin/initdb" -D "$dir" -U postgres --auth=trust -E UTF8 >/dev/null
     fi
     if ! "${as[@]}" "$bin/pg_ctl" -D "$dir" status >/dev/null 2>&1; then
+      [ -z "${PG_EXTRA_CONF:-}" ] || printf '%s\n' "$PG_EXTRA_CONF" >> "$dir/postgresql.conf"
       "${as[@]}" "$bin/pg_ctl" -D "$dir" -l "$dir/server.log" -w -t 30 \
         -o "-p $port -c listen_addresses=127.0.0.1 -k $dir -c max_connections=200 -c max_wal_size=8GB -c checkpoint_timeout=15min" start >/dev/null
     fi

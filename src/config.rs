@@ -1,8 +1,9 @@
 //! Configuration: one `Config` struct parsed once from flags and environment.
 //!
 //! Raw input (`Args`, what clap parsed) is kept apart from the derived, validated
-//! `Config` that the rest of the server reads. Every environment key is named in
-//! [`env`] so the README table and the code cannot drift apart silently.
+//! `Config` that the rest of the server reads. [`env`] names the environment keys that
+//! code elsewhere reads too; the others stand beside their flag. A unit test checks that
+//! the README's table lists every flag and key, so the two cannot drift apart silently.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -92,10 +93,10 @@ pub struct Args {
     #[arg(long, env = "CLAMP_FLUSH_CONCURRENCY", default_value_t = 2)]
     pub flush_concurrency: usize,
 
-    /// Store each flush of plain creates (acknowledged after commit, no Idempotency-Key)
-    /// as one intake-batch row; false: one service_requests row per request.
-    #[arg(long, env = "CLAMP_INTAKE_BATCHES", default_value_t = true, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
-    pub intake_batches: bool,
+    /// Ignored (a request is always stored as one row); accepted for one release so that
+    /// deployments that set it still start, with a warning.
+    #[arg(long, env = "CLAMP_INTAKE_BATCHES", hide = true)]
+    pub intake_batches: Option<String>,
 
     /// How long a request waits for room in a full buffer before it gets 503, in milliseconds.
     #[arg(long, env = "CLAMP_ENQUEUE_WAIT_MS", default_value_t = 200)]
@@ -365,7 +366,8 @@ pub struct Config {
     pub buffer_rows: usize,
     pub max_batch: usize,
     pub flush_concurrency: usize,
-    pub intake_batches: bool,
+    /// Settings that were accepted but do nothing any more: logged once at startup.
+    pub ignored: Vec<&'static str>,
     pub enqueue_wait: Duration,
     pub flush_timeout: Duration,
     pub body_limit: usize,
@@ -535,7 +537,14 @@ impl Config {
             buffer_rows: a.buffer_rows,
             max_batch: a.max_batch.min(a.buffer_rows),
             flush_concurrency: a.flush_concurrency,
-            intake_batches: a.intake_batches,
+            ignored: a
+                .intake_batches
+                .iter()
+                .map(|_| {
+                    "--intake-batches (CLAMP_INTAKE_BATCHES) is ignored: every request is \
+                     stored as one row; the setting will be refused in a later release"
+                })
+                .collect(),
             enqueue_wait: Duration::from_millis(a.enqueue_wait_ms),
             flush_timeout: Duration::from_millis(a.flush_timeout_ms),
             body_limit: a.body_limit,

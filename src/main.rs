@@ -30,6 +30,9 @@ fn main() {
         .with_target(false)
         .with_ansi(ansi)
         .init();
+    for why in &config.ignored {
+        tracing::warn!("{why}");
+    }
     match clamp::runtime::raise_nofile_limit() {
         Ok((old, new)) => tracing::info!(old, new, "RLIMIT_NOFILE soft limit"),
         Err(e) => tracing::warn!(error = %e, "could not raise RLIMIT_NOFILE"),

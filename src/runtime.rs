@@ -96,7 +96,6 @@ pub async fn serve_core(
             concurrency: cfg.flush_concurrency,
             hard_timeout: cfg.flush_timeout + Duration::from_secs(2),
             key_window: cfg.idempotency_window,
-            intake: cfg.intake_batches,
         },
         app.metrics.clone(),
         Some(executor.clone() as Arc<dyn buffer::Handoff>),

@@ -117,7 +117,6 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
                 attempts: 0,
                 retry_in_ms: None,
                 last_error: None,
-                unwritten: None,
             };
             if write(exec, t).await {
                 exec.count_finished(status);
@@ -202,7 +201,6 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
                     attempts: 0,
                     retry_in_ms: None,
                     last_error: None,
-                    unwritten: None,
                 };
                 write(exec, t).await;
                 return;
@@ -424,7 +422,6 @@ async fn retry(
         attempts,
         retry_in_ms: (!at_once).then_some(wait.as_secs_f64() * 1000.0),
         last_error: Some(format!("attempt {attempts} failed: {}", e.message)),
-        unwritten: None,
     };
     if !write(exec, t).await {
         return false;
@@ -461,7 +458,6 @@ fn transition(
         attempts: 0,
         retry_in_ms: None,
         last_error: None,
-        unwritten: None,
     }
 }
 
@@ -486,13 +482,8 @@ async fn advance(exec: &Executor, t: Transition) -> bool {
 /// request with the reason instead, and is false too.
 async fn write(exec: &Executor, mut t: Transition) -> bool {
     let mut backoff = Backoff::new(WRITE_RETRY, MAX_WRITE_RETRY);
-    // The first transition of a request of an intake batch inserts its row.
-    t.unwritten = exec.unwritten(&t.id);
     loop {
         let outcome = exec.writer.write(t.clone()).await;
-        if t.unwritten.is_some() && matches!(outcome, Ok(()) | Err(WriteError::LeaseLost)) {
-            exec.written(&t.id);
-        }
         match outcome {
             Ok(()) => return true,
             Err(WriteError::LeaseLost) => return false,

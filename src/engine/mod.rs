@@ -5,10 +5,7 @@
 //! their batch commits (the write buffer's `Handoff`); a sweeper claims whatever else is
 //! runnable (new rows inserted unleased, resumed rows, and rows whose owner died) with
 //! one `UPDATE … FOR UPDATE SKIP LOCKED` statement; a renewer keeps the leases of running
-//! requests fresh and stops any request whose lease another instance took. Plain creates
-//! arrive as intake batches (`store::intake`): the executor holds the batch's lease, each
-//! request's first transition inserts its row, and the sweeper takes over batches whose
-//! lease ran out.
+//! requests fresh and stops any request whose lease another instance took.
 
 mod app;
 pub(crate) mod call;
@@ -38,26 +35,20 @@ use tokio::task::AbortHandle;
 use uuid::Uuid;
 
 use crate::store::buffer::{Handoff, Inserted};
-use crate::store::intake;
 use crate::store::leases::{self, Claimed};
 use crate::store::Pool;
 use http_step::HttpClient;
 use job::Job;
-use writer::{StepWriter, Unwritten};
+use writer::StepWriter;
 
 /// How long a request set aside after a transient failure waits before it is claimed again.
 const RELEASE_BACKOFF: Duration = Duration::from_millis(500);
-
-/// Most intake batches one sweep turns into rows.
-const INTAKE_CLAIM_BATCHES: i64 = 16;
 
 /// A request this executor runs.
 struct Held {
     task: AbortHandle,
     /// When its lease runs out, as far as this process knows (renewals move it).
     expires: Instant,
-    /// Set while it is a request of an intake batch without a row of its own.
-    unwritten: Option<Arc<Unwritten>>,
 }
 
 /// One runtime's executor.
@@ -72,9 +63,6 @@ pub struct Executor {
     in_use: AtomicUsize,
     /// Running requests.
     running: Mutex<HashMap<Uuid, Held>>,
-    /// Intake batches whose every request has its own row now: deleted by the next
-    /// transition statement (or the renewer, when none comes).
-    settled_batches: Arc<Mutex<Vec<Uuid>>>,
     stopping: AtomicBool,
     /// Wakes the sweeper early (a request was resumed).
     wake: tokio::sync::Notify,
@@ -91,7 +79,6 @@ impl Executor {
             let app = app.clone();
             Arc::new(move |t: &writer::Transition| live::committed(&app, t))
         };
-        let settled_batches = Arc::new(Mutex::new(Vec::new()));
         let writer = writer::start(
             pool.clone(),
             app.instance_id,
@@ -99,7 +86,6 @@ impl Executor {
             committed,
             cfg.max_running,
             cfg.step_write_concurrency,
-            settled_batches.clone(),
         );
         Arc::new(Executor {
             capacity: cfg.max_running,
@@ -111,7 +97,6 @@ impl Executor {
             writer,
             in_use: AtomicUsize::new(0),
             running: Mutex::new(HashMap::new()),
-            settled_batches,
             stopping: AtomicBool::new(false),
             wake: tokio::sync::Notify::new(),
             forgotten: tokio::sync::Notify::new(),
@@ -165,9 +150,8 @@ impl Executor {
         self.in_use.fetch_sub(n, Ordering::AcqRel);
     }
 
-    /// Starts a job in a slot already reserved for it (`unwritten`: a request of an
-    /// intake batch, which its first transition gives a row).
-    pub fn spawn(self: &Arc<Self>, job: Job, unwritten: Option<Arc<Unwritten>>) {
+    /// Starts a job in a slot already reserved for it.
+    pub fn spawn(self: &Arc<Self>, job: Job) {
         let id = job.id;
         let fresh = job.fresh;
         let (name, created_us) = (job.wf.def.name.clone(), job.created_us);
@@ -185,32 +169,11 @@ impl Executor {
             Held {
                 task: handle.abort_handle(),
                 expires,
-                unwritten,
             },
         );
         self.app.running.insert(id);
         if fresh {
             live::start(&self.app, &id, &name, created_us);
-        }
-    }
-
-    /// What the next transition of `id` must insert, while it has no row of its own.
-    pub fn unwritten(&self, id: &Uuid) -> Option<Arc<Unwritten>> {
-        self.running.lock().get(id)?.unwritten.clone()
-    }
-
-    /// `id` has its own row now (its transition committed), or is no longer this
-    /// instance's (its transition was refused): its batch waits for one request less.
-    pub fn written(&self, id: &Uuid) {
-        let unwritten = self
-            .running
-            .lock()
-            .get_mut(id)
-            .and_then(|h| h.unwritten.take());
-        if let Some(u) = unwritten {
-            if u.batch.settled() {
-                self.settled_batches.lock().push(u.batch.id);
-            }
         }
     }
 
@@ -331,9 +294,6 @@ impl Executor {
                 .get()
                 .await
                 .map_err(crate::store::StoreError::from)?;
-            // Intake batches nobody runs (written by an API-only instance, or whose owner
-            // died) become rows first, so the claim sees them.
-            intake::claim_expired(&conn, INTAKE_CLAIM_BATCHES).await?;
             leases::claim(
                 &conn,
                 self.app.instance_id,
@@ -380,7 +340,7 @@ impl Executor {
     async fn run_claimed(self: &Arc<Self>, c: Claimed) {
         let id = c.id;
         match self.job_for(c).await {
-            Ok(job) => self.spawn(job, None),
+            Ok(job) => self.spawn(job),
             Err(e) if e.is_transient() => {
                 self.unreserve(1);
                 self.app.metrics.requests_released.inc();
@@ -445,7 +405,6 @@ impl Executor {
                 .filter(|(_, held)| held.expires <= horizon)
                 .map(|(id, _)| *id)
                 .collect();
-            self.delete_settled_batches().await;
             if ids.is_empty() {
                 continue;
             }
@@ -503,7 +462,6 @@ impl Executor {
             }
         }
         let left: Vec<(Uuid, Held)> = self.running.lock().drain().collect();
-        self.delete_settled_batches().await;
         if left.is_empty() {
             return;
         }
@@ -512,47 +470,12 @@ impl Executor {
             self.app.running.remove(id);
         }
         let ids: Vec<Uuid> = left.iter().map(|(id, _)| *id).collect();
-        let mut batches: Vec<Uuid> = left
-            .iter()
-            .filter_map(|(_, h)| h.unwritten.as_ref().map(|u| u.batch.id))
-            .collect();
-        batches.sort_unstable();
-        batches.dedup();
         if let Ok(conn) = self.pool.get().await {
             let owner = self.app.instance_id;
             match leases::release(&conn, owner, &ids, Duration::ZERO).await {
                 Ok(n) => tracing::info!(released = n, "released leases of unfinished requests"),
                 Err(e) => tracing::warn!(error = %e, "could not release leases; they will expire"),
             }
-            if !batches.is_empty() {
-                match intake::release(&conn, owner, &batches).await {
-                    Ok(n) => tracing::info!(released = n, "released intake batches"),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not release intake batches; they will expire")
-                    }
-                }
-            }
-        }
-    }
-
-    /// Deletes the intake batches settled since the last transition statement (which
-    /// deletes them as it goes); one left behind only waits for its lease to run out.
-    async fn delete_settled_batches(&self) {
-        let batches = std::mem::take(&mut *self.settled_batches.lock());
-        if batches.is_empty() {
-            return;
-        }
-        let deleted = async {
-            let conn = self
-                .pool
-                .get()
-                .await
-                .map_err(crate::store::StoreError::from)?;
-            intake::delete_settled(&conn, self.app.instance_id, &batches).await
-        }
-        .await;
-        if let Err(e) = deleted {
-            tracing::warn!(error = %e, "could not delete settled intake batches; they will expire");
         }
     }
 }
@@ -569,15 +492,6 @@ impl Handoff for Executor {
     fn start(self: Arc<Self>, rows: Vec<Inserted>) {
         let me = self;
         for r in rows {
-            let unwritten = r.intake.map(|batch| {
-                Arc::new(Unwritten {
-                    batch,
-                    workflow: r.workflow.clone(),
-                    payload: r.payload.clone(),
-                    headers: r.headers.clone(),
-                    created_us: r.created_us,
-                })
-            });
             let job = Job {
                 id: r.id,
                 next: r.workflow.main.first().copied(),
@@ -590,7 +504,7 @@ impl Handoff for Executor {
                 fresh: true,
                 created_us: r.created_us,
             };
-            me.spawn(job, unwritten);
+            me.spawn(job);
         }
     }
 

@@ -10,29 +10,12 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::doc::Doc;
 use crate::metrics::Metrics;
-use crate::store::buffer::system_time;
-use crate::store::intake::IntakeBatch;
-use crate::store::raw_json::RawJson;
 use crate::store::{transitions, Pool, StoreError};
-use crate::workflow::Workflow;
-
-/// A request of an intake batch that has no row of its own yet: what its first
-/// transition inserts (fenced on the batch's lease instead of the row's).
-#[derive(Debug)]
-pub struct Unwritten {
-    pub batch: Arc<IntakeBatch>,
-    pub workflow: Arc<Workflow>,
-    pub payload: Bytes,
-    pub headers: Bytes,
-    pub created_us: i64,
-}
 
 /// A step's record, as written to `steps_status`.
 #[derive(Debug, Clone)]
@@ -72,8 +55,6 @@ pub struct Transition {
     pub retry_in_ms: Option<f64>,
     /// Why the last attempt failed, while a retry is pending.
     pub last_error: Option<String>,
-    /// Set when this transition inserts the request's row (see `Unwritten`).
-    pub unwritten: Option<Arc<Unwritten>>,
 }
 
 impl Transition {
@@ -91,7 +72,6 @@ impl Transition {
             attempts: 0,
             retry_in_ms: None,
             last_error: None,
-            unwritten: None,
         }
     }
 }
@@ -144,7 +124,6 @@ pub fn start(
     committed: OnCommit,
     capacity: usize,
     concurrency: usize,
-    settled_batches: Arc<Mutex<Vec<Uuid>>>,
 ) -> StepWriter {
     let (tx, rx) = mpsc::channel(capacity.max(1));
     let w = Writer {
@@ -152,7 +131,6 @@ pub fn start(
         owner,
         metrics,
         committed,
-        settled_batches,
     };
     tokio::spawn(run(rx, Arc::new(w), concurrency.max(1)));
     StepWriter { tx }
@@ -164,8 +142,6 @@ struct Writer {
     owner: Uuid,
     metrics: Arc<Metrics>,
     committed: OnCommit,
-    /// Intake batches to delete with the next statement.
-    settled_batches: Arc<Mutex<Vec<Uuid>>>,
 }
 
 async fn run(rx: mpsc::Receiver<Pending>, w: Arc<Writer>, concurrency: usize) {
@@ -173,11 +149,7 @@ async fn run(rx: mpsc::Receiver<Pending>, w: Arc<Writer>, concurrency: usize) {
         let w = w.clone();
         async move {
             let (pool, owner, metrics, committed) = (&w.pool, w.owner, &w.metrics, &w.committed);
-            let settled = std::mem::take(&mut *w.settled_batches.lock());
-            let result = write(pool, &batch, owner, &settled).await;
-            if result.is_err() && !settled.is_empty() {
-                w.settled_batches.lock().extend(settled);
-            }
+            let result = write(pool, &batch, owner).await;
             let batch_len = batch.len();
             match result {
                 Ok(applied) => {
@@ -207,7 +179,7 @@ async fn run(rx: mpsc::Receiver<Pending>, w: Arc<Writer>, concurrency: usize) {
                     // again on its own, and only those Postgres refuses are told so.
                     tracing::warn!(n = batch.len(), error = %e, "step transitions refused; writing them one by one");
                     for p in batch {
-                        let result = match write(pool, std::slice::from_ref(&p), owner, &[]).await {
+                        let result = match write(pool, std::slice::from_ref(&p), owner).await {
                             Ok(applied) if applied.contains(&p.t.id) => {
                                 committed(&p.t);
                                 Ok(())
@@ -225,12 +197,7 @@ async fn run(rx: mpsc::Receiver<Pending>, w: Arc<Writer>, concurrency: usize) {
     .await
 }
 
-async fn write(
-    pool: &Pool,
-    batch: &[Pending],
-    owner: Uuid,
-    settled_batches: &[Uuid],
-) -> Result<Vec<Uuid>, StoreError> {
+async fn write(pool: &Pool, batch: &[Pending], owner: Uuid) -> Result<Vec<Uuid>, StoreError> {
     let conn = pool.get().await?;
     let n = batch.len();
     let mut ids = Vec::with_capacity(n);
@@ -252,11 +219,6 @@ async fn write(
     let mut attempts = Vec::with_capacity(n);
     let mut retry_in = Vec::with_capacity(n);
     let mut last_error = Vec::with_capacity(n);
-    let mut intake_batch = Vec::with_capacity(n);
-    let mut workflow = Vec::with_capacity(n);
-    let mut payload = Vec::with_capacity(n);
-    let mut headers = Vec::with_capacity(n);
-    let mut created = Vec::with_capacity(n);
     for p in batch {
         let t = &p.t;
         ids.push(t.id);
@@ -269,12 +231,6 @@ async fn write(
         attempts.push(t.attempts as i32);
         retry_in.push(t.retry_in_ms);
         last_error.push(t.last_error.as_deref());
-        let u = t.unwritten.as_deref();
-        intake_batch.push(u.map(|u| u.batch.id));
-        workflow.push(u.map(|u| u.workflow.def.name.as_str()));
-        payload.push(u.map(|u| RawJson(&u.payload)));
-        headers.push(u.map(|u| RawJson(&u.headers)));
-        created.push(u.map(|u| system_time(u.created_us)));
         match &t.step {
             Some(s) => {
                 step_id.push(s.step_id as i32);
@@ -300,7 +256,7 @@ async fn write(
             }
         }
     }
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 26] = [
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 20] = [
         &ids,
         &status,
         &next_step,
@@ -321,12 +277,6 @@ async fn write(
         &retry_in,
         &last_error,
         &owner,
-        &intake_batch,
-        &workflow,
-        &payload,
-        &headers,
-        &created,
-        &settled_batches,
     ];
     transitions::write(&conn, &params).await
 }

@@ -22,7 +22,6 @@ use uuid::Uuid;
 use std::collections::HashSet;
 
 use super::idempotency;
-use super::intake::{self, IntakeBatch};
 use super::pool::{PgConn, Pool};
 use super::raw_json::RawJson;
 use super::Result;
@@ -35,8 +34,7 @@ use crate::workflow::Workflow;
 /// What a create became, once its batch committed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Created {
-    /// This row: a new service request, with this id (an intake batch gives its rows
-    /// ids of its own when it is written).
+    /// This row: a new service request, with this id.
     New(Uuid),
     /// Its `Idempotency-Key` was used before, for this workflow, with the same payload:
     /// that request, and its status now (None: deleted by retention since).
@@ -60,7 +58,7 @@ pub struct PendingRow {
     pub workflow: Arc<Workflow>,
     /// A validated JSON object.
     pub payload: Bytes,
-    /// The forwardable request headers, as a JSON object.
+    /// The forwardable request headers, as a JSON array of `[name, value]` pairs.
     pub headers: Bytes,
     /// The digest of its `Idempotency-Key` (`idempotency::key_hash`), if it sent one.
     pub key: Option<Uuid>,
@@ -87,8 +85,6 @@ pub struct Inserted {
     pub payload: Bytes,
     pub headers: Bytes,
     pub created_us: i64,
-    /// The intake batch it was written in (None: it has its own row already).
-    pub intake: Option<Arc<IntakeBatch>>,
 }
 
 /// Lets the flusher insert rows already leased to the local executor, and hand them over
@@ -166,8 +162,6 @@ pub struct FlusherConfig {
     pub hard_timeout: Duration,
     /// How long an idempotency key holds.
     pub key_window: Duration,
-    /// Write plain batches as intake batches (`store::intake`).
-    pub intake: bool,
 }
 
 /// Creates a runtime's buffer; returns the handler side and the receiver the flusher drains.
@@ -250,17 +244,7 @@ impl Shared {
             let handoff = self.handoff.as_deref();
             let n_leased = handoff.map_or(0, |h| h.reserve(batch.len()));
             let started = Instant::now();
-            let intake = self.intake_for(&batch, n_leased);
-            let result = match intake {
-                Some(id) => {
-                    // The batch's rows take their ids from it (answered after the commit).
-                    for (i, row) in batch.iter_mut().enumerate() {
-                        row.id = crate::ids::intake_slot(id, i);
-                    }
-                    write_intake(&self.pool, id, &batch, n_leased, handoff, &self.cfg).await
-                }
-                None => write_batch(&self.pool, &batch, n_leased, handoff, &self.cfg).await,
-            };
+            let result = write_batch(&self.pool, &batch, n_leased, handoff, &self.cfg).await;
             self.metrics
                 .commit_seconds
                 .observe_duration(started.elapsed());
@@ -268,11 +252,7 @@ impl Shared {
             let e = match result {
                 Ok(written) => {
                     self.state.unavailable_until_ms.store(0, Ordering::Relaxed);
-                    // The executor tracks a batch it was handed until each request has a row.
-                    let handed = intake
-                        .filter(|_| n_leased > 0)
-                        .map(|id| Arc::new(IntakeBatch::new(id, n_leased)));
-                    self.settle(batch, n_leased, written, handed);
+                    self.settle(batch, n_leased, written);
                     return;
                 }
                 Err(e) => e,
@@ -305,26 +285,9 @@ impl Shared {
         }
     }
 
-    /// Whether `batch` goes in as an intake batch, and its id: plain creates answered
-    /// after the commit, leased to this instance all together or not at all.
-    fn intake_for(&self, batch: &[PendingRow], n_leased: usize) -> Option<Uuid> {
-        let eligible = self.cfg.intake
-            && self.cfg.ack == AckMode::Commit
-            && batch.len() <= crate::ids::INTAKE_SLOTS
-            && (n_leased == 0 || n_leased == batch.len())
-            && batch.iter().all(|r| r.key.is_none());
-        eligible.then(crate::ids::new_intake_batch)
-    }
-
     /// After a commit: hands the rows inserted leased to the executor, gives back the
     /// slots of leased rows that were not inserted (their key was taken), answers every row.
-    fn settle(
-        &self,
-        batch: Vec<PendingRow>,
-        n_leased: usize,
-        written: Written,
-        intake: Option<Arc<IntakeBatch>>,
-    ) {
+    fn settle(&self, batch: Vec<PendingRow>, n_leased: usize, written: Written) {
         let created = |i: usize| match &written {
             Written::AllNew => Created::New(batch[i].id),
             Written::Each(each) => each[i].clone(),
@@ -345,7 +308,6 @@ impl Shared {
                     payload: r.payload.clone(),
                     headers: r.headers.clone(),
                     created_us: r.created_us,
-                    intake: intake.clone(),
                 })
                 .collect();
             h.release(n_leased - rows.len());
@@ -521,28 +483,8 @@ async fn write_batch(
     ))
 }
 
-/// Writes `rows` as one intake batch `id`, leased to this instance when `n_leased` > 0
-/// (all of them, then).
-async fn write_intake(
-    pool: &Pool,
-    id: Uuid,
-    rows: &[PendingRow],
-    n_leased: usize,
-    handoff: Option<&dyn Handoff>,
-    cfg: &FlusherConfig,
-) -> Result<Written> {
-    let conn = pool.get().await?;
-    let owner: Option<Uuid> = handoff.filter(|_| n_leased > 0).map(|h| h.owner());
-    let lease = handoff.map_or(Duration::ZERO, |h| h.lease());
-    bounded(&conn, cfg.hard_timeout, async {
-        intake::insert(&conn, id, owner, lease, rows).await
-    })
-    .await?;
-    Ok(Written::AllNew)
-}
-
-/// The columns every insert of new requests sends, one array each (rows, keyed rows and
-/// intake batches alike).
+/// The columns every insert of new requests sends, one array each (plain and keyed rows
+/// alike).
 pub(super) struct Columns<'a> {
     pub ids: Vec<Uuid>,
     pub names: Vec<&'a str>,

@@ -24,14 +24,6 @@ pub enum Cancelled {
     Unknown,
 }
 
-/// A request of an intake batch without a row yet gets one, cancelled (the batch's
-/// holder finds it at its first write: the row exists and is not its to change).
-const CANCEL_UNWRITTEN: &str = "\
-INSERT INTO service_requests (id, workflow_name, status, payload, headers, reason, created_at, finished_at)
-SELECT i.id, i.workflow_name, 'CANCELLED', i.payload, i.headers, $2, i.created_at, now()
-FROM intake_requests i WHERE i.batch_id = $3 AND i.id = $1
-ON CONFLICT (id) DO NOTHING";
-
 pub async fn cancel(conn: &PgConn, id: Uuid, reason: &str) -> Result<Cancelled> {
     let stmt = conn
         .stmt(
@@ -40,21 +32,6 @@ pub async fn cancel(conn: &PgConn, id: Uuid, reason: &str) -> Result<Cancelled> 
              WHERE id = $1 AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')",
         )
         .await?;
-    if conn.client.execute(&stmt, &[&id, &reason]).await? == 1 {
-        return Ok(Cancelled::Now);
-    }
-    let batch = crate::ids::intake_batch_of(id);
-    let unwritten = conn.stmt(CANCEL_UNWRITTEN).await?;
-    if conn
-        .client
-        .execute(&unwritten, &[&id, &reason, &batch])
-        .await?
-        == 1
-    {
-        return Ok(Cancelled::Now);
-    }
-    // Its row may have been written between the two statements (its first transition,
-    // or a sweeper): cancel that row.
     if conn.client.execute(&stmt, &[&id, &reason]).await? == 1 {
         return Ok(Cancelled::Now);
     }

@@ -45,7 +45,7 @@ pub const INSERT_KEYED: &str = concat!(
 )
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until, created_at)
 SELECT id, wf, payload, headers, ",
-    crate::fresh_lease!(),
+    crate::store::sql::fresh_lease!(),
     ", created
 FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $9::timestamptz[])
     AS t(id, wf, payload, headers, leased, created)"
@@ -71,7 +71,7 @@ pub const INSERT_KEYED_CONFLICTS: &str = concat!(
 ), inserted AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until, created_at)
     SELECT id, wf, payload, headers, ",
-    crate::fresh_lease!(),
+    crate::store::sql::fresh_lease!(),
     ", created
     FROM input i
     WHERE i.h IS NULL OR i.id IN (SELECT service_request_id FROM claimed)
@@ -85,7 +85,7 @@ SELECT id FROM inserted"
 /// was deleted by retention).
 const LOOKUP: &str = concat!(
     "SELECT t.idx, k.service_request_id, r.payload = t.payload, ",
-    crate::derived_status!("r"),
+    crate::store::sql::derived_status!("r"),
     "
 FROM UNNEST($1::int[], $2::uuid[], $3::text[]) AS t(idx, h, payload)
 JOIN idempotency_keys k ON k.key_hash = t.h

@@ -35,7 +35,7 @@ const CLAIM: &str = concat!(
     "\
 UPDATE service_requests s SET lease_owner = $1,
        lease_until = ",
-    crate::now_plus_ms!("$2"),
+    crate::store::sql::now_plus_ms!("$2"),
     ", updated_at = now()
 WHERE s.id IN (
     SELECT id FROM service_requests
@@ -45,7 +45,7 @@ WHERE s.id IN (
     FOR UPDATE SKIP LOCKED)
 RETURNING s.id, s.workflow_name, s.status, s.payload, s.headers, s.current_step_id,
           s.step_request, s.failed_step_id, s.reason, s.step_attempts, ",
-    crate::created_us!("s")
+    crate::store::sql::created_us!("s")
 );
 
 pub async fn claim(
@@ -84,45 +84,27 @@ impl Claimed {
     }
 }
 
-/// Extends the leases of `ids` still held by `owner`, and of the intake batches those
-/// without a row yet belong to; returns the ids another instance holds now (lost): a
-/// row leased to another, or no row and no batch leased to `owner` any more (a sweeper
-/// took the batch over). Ids whose lease this instance released (finished or paused
+/// Extends the leases of `ids` still held by `owner`; returns the ids another instance
+/// holds now (lost). Ids whose lease this instance released (finished or paused
 /// meanwhile) are neither renewed nor lost.
 const RENEW: &str = concat!(
     "\
-WITH ids AS (SELECT * FROM unnest($3::uuid[], $4::uuid[]) AS t(id, batch)),
+WITH ids AS (SELECT unnest($3::uuid[]) AS id),
 renewed AS (
     UPDATE service_requests s SET lease_until = ",
-    crate::now_plus_ms!("$2"),
+    crate::store::sql::now_plus_ms!("$2"),
     "
     FROM ids WHERE s.id = ids.id AND s.lease_owner = $1
-    RETURNING s.id),
-renewed_batches AS (
-    UPDATE intake_batches b SET lease_until = ",
-    crate::now_plus_ms!("$2"),
-    "
-    WHERE b.id IN (SELECT batch FROM ids) AND b.lease_owner = $1
-    RETURNING b.id)
-SELECT ids.id FROM ids LEFT JOIN service_requests s ON s.id = ids.id
-WHERE CASE WHEN s.id IS NOT NULL THEN s.lease_owner IS NOT NULL AND s.lease_owner <> $1
-           ELSE NOT EXISTS (SELECT 1 FROM intake_batches b
-                            WHERE b.id = ids.batch AND b.lease_owner = $1) END"
+    RETURNING s.id)
+SELECT s.id FROM ids JOIN service_requests s ON s.id = ids.id
+WHERE s.lease_owner IS NOT NULL AND s.lease_owner <> $1"
 );
 
 pub async fn renew(conn: &PgConn, owner: Uuid, lease: Duration, ids: &[Uuid]) -> Result<Vec<Uuid>> {
     let stmt = conn.stmt(RENEW).await?;
-    // The batch each id would belong to (an id not made by a batch names none).
-    let batches: Vec<Uuid> = ids
-        .iter()
-        .map(|id| crate::ids::intake_batch_of(*id))
-        .collect();
     let rows = conn
         .client
-        .query(
-            &stmt,
-            &[&owner, &(lease.as_secs_f64() * 1000.0), &ids, &batches],
-        )
+        .query(&stmt, &[&owner, &(lease.as_secs_f64() * 1000.0), &ids])
         .await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
@@ -134,7 +116,7 @@ pub async fn release(conn: &PgConn, owner: Uuid, ids: &[Uuid], delay: Duration) 
         .stmt(concat!(
             "UPDATE service_requests SET lease_owner = NULL, \
              lease_until = CASE WHEN $3::float8 > 0 THEN ",
-            crate::now_plus_ms!("$3"),
+            crate::store::sql::now_plus_ms!("$3"),
             " ELSE '-infinity' END \
              WHERE lease_owner = $1 AND id = ANY($2)"
         ))

@@ -5,7 +5,6 @@ pub(crate) mod buffer;
 pub(crate) mod cancel;
 pub(crate) mod dead_letters;
 pub(crate) mod idempotency;
-pub(crate) mod intake;
 pub(crate) mod kafka_offsets;
 pub(crate) mod leases;
 pub(crate) mod migrate;

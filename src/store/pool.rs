@@ -46,7 +46,7 @@ pub mod sql {
         "INSERT INTO service_requests \
         (id, workflow_name, payload, headers, lease_owner, lease_until, created_at) \
         SELECT id, wf, payload, headers, ",
-        crate::fresh_lease!(),
+        crate::store::sql::fresh_lease!(),
         ", created \
         FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::timestamptz[]) \
              AS t(id, wf, payload, headers, leased, created)"

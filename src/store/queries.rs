@@ -85,9 +85,7 @@ pub async fn workflows_page(
     ))
 }
 
-/// `GET /serviceRequests/{workflow}`: a page of requests, newest first, requests of
-/// intake batches without a row yet included (their batches are few and short-lived
-/// while executors run; an API-only deployment with none running makes this scan grow).
+/// `GET /serviceRequests/{workflow}`: a page of requests, newest first.
 pub async fn service_requests_page(
     conn: &PgConn,
     workflow: &str,
@@ -99,17 +97,11 @@ pub async fn service_requests_page(
         .query(
             concat!(
                 "SELECT s.id, s.workflow_name, ",
-                crate::derived_status!("s"),
+                crate::store::sql::derived_status!("s"),
                 " AS status, \
                     to_json(s.created_at) #>> '{}' AS created_at, s.payload, \
                     s.current_step_id, s.reason \
-             FROM (SELECT id, workflow_name, status, current_step_id, reason, created_at, \
-                          payload, lease_until FROM service_requests WHERE workflow_name = $1 \
-                   UNION ALL \
-                   SELECT i.id, i.workflow_name, i.status, i.current_step_id, i.reason, \
-                          i.created_at, i.payload, i.lease_until FROM intake_requests i \
-                   WHERE i.workflow_name = $1 \
-                     AND NOT EXISTS (SELECT 1 FROM service_requests x WHERE x.id = i.id)) s \
+             FROM service_requests s WHERE s.workflow_name = $1 \
              ORDER BY s.id DESC LIMIT $2 OFFSET $3"
             ),
             &[&workflow, &page_size, &offset],

@@ -115,9 +115,7 @@ async fn run(rx: mpsc::Receiver<Pending>, pool: Pool, concurrency: usize, limit:
     .await
 }
 
-/// The requests of `ids` that exist, by id: one statement on their rows, and for those
-/// it did not find (requests of intake batches without a row yet, or no such request)
-/// a second that reads rows and intake batches in one snapshot.
+/// The requests of `ids` that exist, by id, in one statement.
 async fn fetch(conn: &PgConn, ids: &[Uuid], want: Want) -> Result<HashMap<Uuid, Found>> {
     let sql = match want {
         Want::Row => super::status::GET_HEADS,
@@ -127,24 +125,6 @@ async fn fetch(conn: &PgConn, ids: &[Uuid], want: Want) -> Result<HashMap<Uuid, 
     let rows = conn.client.query(&stmt, &[&ids]).await?;
     let mut out: HashMap<Uuid, Found> = HashMap::with_capacity(ids.len());
     collect(&rows, want, &mut out);
-    let missed: Vec<Uuid> = ids
-        .iter()
-        .filter(|id| !out.contains_key(id))
-        .copied()
-        .collect();
-    if !missed.is_empty() {
-        let sql = match want {
-            Want::Row => super::status::GET_HEADS_ANYWHERE,
-            Want::Whole => super::status::GET_WHOLE_ANYWHERE,
-        };
-        let batches: Vec<Uuid> = missed
-            .iter()
-            .map(|id| crate::ids::intake_batch_of(*id))
-            .collect();
-        let stmt = conn.stmt(sql).await?;
-        let rows = conn.client.query(&stmt, &[&missed, &batches]).await?;
-        collect(&rows, want, &mut out);
-    }
     Ok(out)
 }
 

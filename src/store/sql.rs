@@ -3,7 +3,6 @@
 /// The status a read shows: between steps the stored status stays `NEW` (so the update
 /// after each step is a HOT update), and a `NEW` row whose lease is live or whose current
 /// step is past the first is `IN_PROGRESS`. The argument is the table alias.
-#[macro_export]
 macro_rules! derived_status {
     ($t:literal) => {
         concat!(
@@ -23,7 +22,6 @@ macro_rules! derived_status {
 /// `now()` plus the milliseconds in the parameter or column (cast to float8), on the
 /// database's clock: every lease and due time is taken from one clock, whichever instance
 /// writes it.
-#[macro_export]
 macro_rules! now_plus_ms {
     ($param:literal) => {
         concat!("now() + ", $param, "::float8 * interval '1 millisecond'")
@@ -32,7 +30,6 @@ macro_rules! now_plus_ms {
 
 /// A row's `created_at` in microseconds since the Unix epoch (exact: `extract` gives a
 /// numeric). The argument is the table alias.
-#[macro_export]
 macro_rules! created_us {
     ($t:literal) => {
         concat!(
@@ -45,13 +42,16 @@ macro_rules! created_us {
 
 /// A new request row's `lease_owner, lease_until`: leased to `$6` for `$7` ms when the
 /// input column `leased` says so (the local executor takes it after commit), else free.
-#[macro_export]
 macro_rules! fresh_lease {
     () => {
         concat!(
             "CASE WHEN leased THEN $6::uuid END, CASE WHEN leased THEN ",
-            $crate::now_plus_ms!("$7"),
+            $crate::store::sql::now_plus_ms!("$7"),
             " ELSE '-infinity' END"
         )
     };
 }
+
+// Exported to the store's files only: a `#[macro_export]` macro lives at the crate root,
+// which would make every statement here depend on `lib.rs`.
+pub(crate) use {created_us, derived_status, fresh_lease, now_plus_ms};

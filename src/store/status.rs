@@ -13,7 +13,7 @@ macro_rules! head_columns {
     () => {
         concat!(
             "r.id, r.workflow_name, ",
-            crate::derived_status!("r"),
+            crate::store::sql::derived_status!("r"),
             " AS status, \
              r.current_step_id, r.reason, to_json(r.created_at) #>> '{}' AS created_at, \
              extract(epoch FROM r.finished_at)::float8 * 1000 AS request_finished_ms, \
@@ -34,35 +34,12 @@ macro_rules! step_columns {
     };
 }
 
-/// The requests `$1` wherever they are: their own rows, or slots of the intake batches
-/// `$2` (`store::intake`) for those without a row yet, read in one snapshot. The slots
-/// are read as `intake_requests` shows them, from the batch's small arrays only: its
-/// payloads and headers (most of its size, kept out of line) are not read.
-macro_rules! requests_anywhere {
-    () => {
-        "(SELECT id, workflow_name, status, current_step_id, reason, created_at, finished_at, \
-                 step_attempts, last_error, lease_owner, lease_until \
-          FROM service_requests WHERE id = ANY($1) \
-          UNION ALL \
-          SELECT u.id, u.workflow_name, 'NEW', 0, NULL, u.created_at, NULL, 0, NULL, \
-                 b.lease_owner, b.lease_until \
-          FROM intake_batches b \
-          CROSS JOIN LATERAL unnest(b.ids, b.workflows, b.created) AS u(id, workflow_name, created_at) \
-          WHERE b.id = ANY($2) AND u.id = ANY($1) \
-            AND NOT EXISTS (SELECT 1 FROM service_requests x WHERE x.id = u.id)) r"
-    };
-}
-
 /// The rows of the requests `$1`, for those whose step rows the reader has already.
 pub const GET_HEADS: &str = concat!(
     "SELECT ",
     head_columns!(),
     " FROM service_requests r WHERE r.id = ANY($1)"
 );
-
-/// `GET_HEADS` for ids it did not find, looking in intake batches `$2` too.
-pub const GET_HEADS_ANYWHERE: &str =
-    concat!("SELECT ", head_columns!(), " FROM ", requests_anywhere!());
 
 /// The requests `$1` with their step attempts, oldest first: many status reads in one
 /// statement (polls are frequent, and Postgres's cost is mostly per statement).
@@ -72,16 +49,6 @@ pub const GET_WHOLE: &str = concat!(
     step_columns!(),
     " FROM service_requests r LEFT JOIN steps_status st ON st.service_request_id = r.id \
      WHERE r.id = ANY($1) ORDER BY r.id, st.id"
-);
-
-/// `GET_WHOLE` for ids it did not find, looking in intake batches `$2` too.
-pub const GET_WHOLE_ANYWHERE: &str = concat!(
-    "SELECT ",
-    head_columns!(),
-    step_columns!(),
-    " FROM ",
-    requests_anywhere!(),
-    " LEFT JOIN steps_status st ON st.service_request_id = r.id ORDER BY r.id, st.id"
 );
 
 /// The request row, as the answer shows it.

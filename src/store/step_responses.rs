@@ -15,25 +15,16 @@ pub struct RequestState {
     pub current_step_id: i32,
 }
 
-/// Where request `$1` stands: its row, or (before it has one) its slot in intake batch `$2`
-/// (NEW at step 0, as `intake_requests` shows it; only the batch's small arrays are read),
-/// in one snapshot.
-const REQUEST_STATE: &str = "\
-SELECT workflow_name, status, current_step_id FROM service_requests WHERE id = $1
-UNION ALL
-SELECT u.workflow_name, 'NEW', 0 FROM intake_batches b
-CROSS JOIN LATERAL unnest(b.ids, b.workflows) AS u(id, workflow_name)
-WHERE b.id = $2 AND u.id = $1
-  AND NOT EXISTS (SELECT 1 FROM service_requests x WHERE x.id = u.id)";
+const REQUEST_STATE: &str =
+    "SELECT workflow_name, status, current_step_id FROM service_requests WHERE id = $1";
 
 /// The request's workflow, stored status and current step, or None when there is no
 /// such request.
 pub async fn request_state(conn: &PgConn, id: Uuid) -> Result<Option<RequestState>> {
     let stmt = conn.stmt(REQUEST_STATE).await?;
-    let batch = crate::ids::intake_batch_of(id);
     Ok(conn
         .client
-        .query_opt(&stmt, &[&id, &batch])
+        .query_opt(&stmt, &[&id])
         .await?
         .map(|row| RequestState {
             workflow_name: row.get(0),
@@ -75,11 +66,11 @@ WITH resumed AS (
         -- otherwise free for any sweeper.
         lease_owner = $10,
         lease_until = CASE WHEN $10::uuid IS NULL THEN '-infinity'::timestamptz
-                           ELSE ", crate::now_plus_ms!("$11"), " END
+                           ELSE ", crate::store::sql::now_plus_ms!("$11"), " END
     WHERE id = $1 AND status = 'PAUSED' AND current_step_id = $2
     RETURNING id, workflow_name, status, payload, headers, current_step_id, step_request,
               failed_step_id, reason, step_attempts, ",
-    crate::created_us!("service_requests"),
+    crate::store::sql::created_us!("service_requests"),
     "
 ), answered AS (
     UPDATE steps_status SET status = $7, response = $8, reason = $9, finished_at = now(),

@@ -1,7 +1,5 @@
 //! Step transitions: the executor's one write per finished step, fenced on its lease and
-//! on the request not being cancelled (`engine::writer` batches them). The first
-//! transition of a request of an intake batch inserts its row instead, fenced on the
-//! batch's lease (`store::intake`).
+//! on the request not being cancelled (`engine::writer` batches them).
 
 use std::time::Duration;
 
@@ -15,39 +13,15 @@ use super::StoreError;
 /// Longest a batch of transitions may take before it counts as unavailable.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The statement: fence on the lease, update the request row (or insert it, for a
-/// request of an intake batch without one), insert the step record, and delete the
-/// intake batches `$26` whose requests all have rows now.
+/// The statement: fence on the lease, update the request row, insert the step record.
 const WRITE_TRANSITIONS: &str = concat!("\
 WITH input AS (
     SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::int[], $4::text[], $5::int[], $6::text[], $7::bool[],
                          $8::int[], $9::text[], $10::text[], $11::text[], $12::text[], $13::float8[], $14::float8[], $15::text[],
-                         $16::int[], $17::int[], $18::float8[], $19::text[],
-                         $21::uuid[], $22::text[], $23::text[], $24::text[], $25::timestamptz[])
+                         $16::int[], $17::int[], $18::float8[], $19::text[])
         AS t(id, status, next_step, next_request, failed_step, reason, release,
              step_id, step_name, step_status, step_request, step_response, started_ms, finished_ms, step_reason,
-             step_attempts, attempts, retry_in_ms, last_error,
-             intake_batch, workflow_name, payload, headers, created_at)
-), inserted AS (
-    -- A request's first transition when it has no row yet: the row is written once, with
-    -- the step's outcome, fenced on its intake batch's lease. A row that exists already
-    -- (cancelled, or taken over by a sweeper) is left alone and the update below decides.
-    INSERT INTO service_requests (id, workflow_name, status, payload, headers, current_step_id,
-                                  step_request, failed_step_id, reason, step_attempts, last_error,
-                                  lease_owner, lease_until, created_at, finished_at)
-    SELECT i.id, i.workflow_name, CASE WHEN i.status = 'IN_PROGRESS' THEN 'NEW' ELSE i.status END,
-           i.payload, i.headers, i.next_step, i.next_request, i.failed_step, i.reason, i.attempts,
-           i.last_error,
-           CASE WHEN i.release THEN NULL ELSE b.lease_owner END,
-           CASE WHEN i.retry_in_ms IS NOT NULL THEN ", crate::now_plus_ms!("i.retry_in_ms"), "
-                WHEN i.release THEN '-infinity'::timestamptz ELSE b.lease_until END,
-           i.created_at,
-           CASE WHEN i.status IN ('COMPLETED', 'FAILED') THEN now() END
-    FROM input i JOIN intake_batches b ON b.id = i.intake_batch AND b.lease_owner = $20
-    ON CONFLICT (id) DO NOTHING
-    RETURNING id
-), settled AS (
-    DELETE FROM intake_batches WHERE id = ANY($26) AND lease_owner = $20
+             step_attempts, attempts, retry_in_ms, last_error)
 ), fenced AS (
     UPDATE service_requests s SET
         -- Between steps the stored status stays NEW (or RESUMED): status is in the claim
@@ -61,14 +35,12 @@ WITH input AS (
         lease_owner = CASE WHEN i.release THEN NULL ELSE s.lease_owner END,
         -- A pending retry waits unowned until it is due; the sweeper claims it then.
         lease_until = CASE WHEN i.retry_in_ms IS NOT NULL
-                           THEN ", crate::now_plus_ms!("i.retry_in_ms"), "
+                           THEN ", crate::store::sql::now_plus_ms!("i.retry_in_ms"), "
                            WHEN i.release THEN '-infinity'::timestamptz ELSE s.lease_until END
     FROM input i
     -- The fence: still leased to this instance, and not cancelled meanwhile.
     WHERE s.id = i.id AND s.lease_owner = $20 AND s.status <> 'CANCELLED'
     RETURNING s.id
-), applied AS (
-    SELECT id FROM fenced UNION ALL SELECT id FROM inserted
 ), records AS (
     INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
                               started_at, finished_at, time_taken_ms, reason, attempts)
@@ -76,19 +48,18 @@ WITH input AS (
            to_timestamp(i.started_ms / 1000.0), to_timestamp(i.finished_ms / 1000.0),
            CASE WHEN i.finished_ms IS NULL THEN NULL ELSE round(i.finished_ms - i.started_ms)::bigint END,
            i.step_reason, i.step_attempts
-    FROM input i LEFT JOIN applied f ON f.id = i.id
+    FROM input i LEFT JOIN fenced f ON f.id = i.id
     -- A request cancelled while one of its steps was in flight still gets that step's
     -- outcome as its entry (nothing after it starts); only unfenced rows are looked at.
     WHERE i.step_id > 0
       AND (f.id IS NOT NULL
            OR EXISTS (SELECT 1 FROM service_requests c WHERE c.id = i.id AND c.status = 'CANCELLED'))
 )
-SELECT id FROM applied");
+SELECT id FROM fenced");
 
 /// Writes a batch of transitions, one array per column of `WRITE_TRANSITIONS`' input
-/// (`$1`–`$19`, `$21`–`$25`), the lease owner (`$20`) and the settled intake batches
-/// (`$26`); returns the ids that passed the fence.
-pub async fn write(conn: &PgConn, params: &[&(dyn ToSql + Sync); 26]) -> Result<Vec<Uuid>> {
+/// (`$1`–`$19`) and the lease owner (`$20`); returns the ids that passed the fence.
+pub async fn write(conn: &PgConn, params: &[&(dyn ToSql + Sync); 20]) -> Result<Vec<Uuid>> {
     let rows = tokio::time::timeout(WRITE_TIMEOUT, async {
         let stmt = conn.stmt(WRITE_TRANSITIONS).await?;
         conn.client.query(&stmt, params).await

@@ -42,7 +42,7 @@ async fn creates_and_reads_service_requests() {
     let c = db.client().await;
     let row = c
         .query_one(
-            "SELECT payload, headers FROM all_service_requests WHERE id = $1",
+            "SELECT payload, headers FROM service_requests WHERE id = $1",
             &[&uuid::Uuid::parse_str(&id).unwrap()],
         )
         .await
@@ -107,10 +107,7 @@ async fn rejects_bad_service_requests() {
         .await
         .expect_error(405);
     // Nothing bad was stored.
-    assert_eq!(
-        db.count("SELECT count(*) FROM all_service_requests").await,
-        0
-    );
+    assert_eq!(db.count("SELECT count(*) FROM service_requests").await, 0);
     s.shutdown().await;
 }
 
@@ -219,7 +216,7 @@ async fn accept_mode_answers_on_enqueue_and_flushes_on_shutdown() {
     }
     s.shutdown().await;
     assert_eq!(
-        db.count("SELECT count(*) FROM all_service_requests").await,
+        db.count("SELECT count(*) FROM service_requests").await,
         n_ok
     );
 }

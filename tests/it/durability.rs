@@ -33,7 +33,7 @@ async fn every_commit_ack_is_in_the_table_when_it_arrives() {
                 // The row must be visible to another connection the moment the 200 arrived.
                 let n: i64 = check
                     .query_one(
-                        "SELECT count(*) FROM all_service_requests WHERE id = $1",
+                        "SELECT count(*) FROM service_requests WHERE id = $1",
                         &[&id],
                     )
                     .await
@@ -100,10 +100,7 @@ async fn unreachable_database_answers_503_quickly_and_recovers() {
     }
     s.shutdown().await;
     // Exactly the acknowledged rows are stored.
-    assert_eq!(
-        db.count("SELECT count(*) FROM all_service_requests").await,
-        2
-    );
+    assert_eq!(db.count("SELECT count(*) FROM service_requests").await, 2);
 }
 
 #[tokio::test]
@@ -117,7 +114,7 @@ async fn a_locked_table_fails_the_batch_with_503_and_writes_nothing() {
 
     let mut locker = db.client().await;
     let tx = locker.transaction().await.unwrap();
-    tx.batch_execute("LOCK TABLE service_requests, intake_batches IN ACCESS EXCLUSIVE MODE")
+    tx.batch_execute("LOCK TABLE service_requests IN ACCESS EXCLUSIVE MODE")
         .await
         .unwrap();
     let started = Instant::now();
@@ -146,10 +143,7 @@ async fn a_locked_table_fails_the_batch_with_503_and_writes_nothing() {
     assert_eq!(r.status, 200);
     s.shutdown().await;
     // The 503s were truthful: only the two acknowledged rows exist.
-    assert_eq!(
-        db.count("SELECT count(*) FROM all_service_requests").await,
-        2
-    );
+    assert_eq!(db.count("SELECT count(*) FROM service_requests").await, 2);
 }
 
 #[tokio::test]
@@ -268,7 +262,7 @@ async fn postgres_stopped_mid_run_answers_503_and_loses_nothing() {
     tokio::spawn(conn);
     let stored: i64 = client
         .query_one(
-            "SELECT count(*) FROM all_service_requests WHERE id = ANY($1)",
+            "SELECT count(*) FROM service_requests WHERE id = ANY($1)",
             &[&acked],
         )
         .await
@@ -315,8 +309,5 @@ async fn connections_an_outage_closed_are_not_handed_out_after_it() {
         assert_eq!(r.status, 200, "{probe} after the outage: {}", r.text());
     }
     s.shutdown().await;
-    assert_eq!(
-        db.count("SELECT count(*) FROM all_service_requests").await,
-        1
-    );
+    assert_eq!(db.count("SELECT count(*) FROM service_requests").await, 1);
 }

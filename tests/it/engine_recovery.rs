@@ -73,7 +73,7 @@ async fn sigkill_under_load_loses_no_acknowledged_request() {
     let c = db.client().await;
     let done_before: i64 = c
         .query_one(
-            "SELECT count(*) FROM all_service_requests WHERE status = 'COMPLETED'",
+            "SELECT count(*) FROM service_requests WHERE status = 'COMPLETED'",
             &[],
         )
         .await
@@ -94,7 +94,7 @@ async fn sigkill_under_load_loses_no_acknowledged_request() {
         || async {
             let completed = c
                 .query_one(
-                    "SELECT count(*) FROM all_service_requests WHERE id = ANY($1) AND status = 'COMPLETED'",
+                    "SELECT count(*) FROM service_requests WHERE id = ANY($1) AND status = 'COMPLETED'",
                     &[&acked],
                 )
                 .await
@@ -147,7 +147,7 @@ async fn two_instances_share_the_work_without_running_a_step_twice() {
         || async {
             let done: i64 = c
                 .query_one(
-                    "SELECT count(*) FROM all_service_requests WHERE status = 'COMPLETED'",
+                    "SELECT count(*) FROM service_requests WHERE status = 'COMPLETED'",
                     &[],
                 )
                 .await
@@ -198,13 +198,12 @@ async fn an_instance_that_lost_its_lease_writes_nothing() {
     // Another instance takes the lease while this one is mid-step (as after a long pause).
     let thief = Uuid::now_v7();
     let c = db.client().await;
-    // (Its lease is on its row, or on its intake batch while it has no row yet.)
-    for sql in [
+    c.execute(
         "UPDATE service_requests SET lease_owner = $2, lease_until = now() + interval '1 hour' WHERE id = $1",
-        "UPDATE intake_batches SET lease_owner = $2, lease_until = now() + interval '1 hour' WHERE $1 = ANY(ids)",
-    ] {
-        c.execute(sql, &[&uid, &thief]).await.unwrap();
-    }
+        &[&uid, &thief],
+    )
+    .await
+    .unwrap();
     // It finds out (at a lease renewal, or when its step's result is refused) and stops
     // running the request: past that point it could have written nothing more.
     let app = s.server.as_ref().unwrap().app();
@@ -230,7 +229,7 @@ async fn an_instance_that_lost_its_lease_writes_nothing() {
     );
     let row = c
         .query_one(
-            "SELECT lease_owner, status FROM all_service_requests WHERE id = $1",
+            "SELECT lease_owner, status FROM service_requests WHERE id = $1",
             &[&uid],
         )
         .await
@@ -262,10 +261,7 @@ async fn graceful_shutdown_finishes_running_steps_or_releases_their_leases() {
     s.shutdown().await;
     let c = db.client().await;
     let status: String = c
-        .query_one(
-            "SELECT status FROM all_service_requests WHERE id = $1",
-            &[&id],
-        )
+        .query_one("SELECT status FROM service_requests WHERE id = $1", &[&id])
         .await
         .unwrap()
         .get(0);
@@ -289,7 +285,7 @@ async fn graceful_shutdown_finishes_running_steps_or_releases_their_leases() {
     );
     let row = c
         .query_one(
-            "SELECT status, lease_owner, lease_until < now() FROM all_service_requests WHERE id = $1",
+            "SELECT status, lease_owner, lease_until < now() FROM service_requests WHERE id = $1",
             &[&id],
         )
         .await
@@ -330,14 +326,12 @@ async fn reclaiming_its_own_expired_lease_does_not_start_a_second_run() {
     d.wait_for("/slow/1200").await;
     // As if renewals had failed for a while: the lease has run out under the running job.
     let c = db.client().await;
-    for sql in [
+    c.execute(
         "UPDATE service_requests SET lease_until = now() - interval '1 second' WHERE id = $1",
-        "UPDATE intake_batches SET lease_until = now() - interval '1 second' WHERE $1 = ANY(ids)",
-    ] {
-        c.execute(sql, &[&Uuid::parse_str(&id).unwrap()])
-            .await
-            .unwrap();
-    }
+        &[&Uuid::parse_str(&id).unwrap()],
+    )
+    .await
+    .unwrap();
     let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(10)).await;
     assert_eq!(v["status"], "COMPLETED", "{v}");
     assert!(
@@ -373,7 +367,7 @@ async fn new_rows_are_leased_to_a_local_executor_with_room_or_left_free() {
     let c = db.client().await;
     let row = c
         .query_one(
-            "SELECT lease_owner, extract(epoch FROM lease_until - now())::float8 FROM all_service_requests WHERE id = $1",
+            "SELECT lease_owner, extract(epoch FROM lease_until - now())::float8 FROM service_requests WHERE id = $1",
             &[&uid],
         )
         .await
@@ -393,7 +387,7 @@ async fn new_rows_are_leased_to_a_local_executor_with_room_or_left_free() {
     let free = Uuid::parse_str(&create_request(&api_only, "held", &json!({})).await).unwrap();
     let row = c
         .query_one(
-            "SELECT lease_owner, lease_until = '-infinity' FROM all_service_requests WHERE id = $1",
+            "SELECT lease_owner, lease_until = '-infinity' FROM service_requests WHERE id = $1",
             &[&free],
         )
         .await

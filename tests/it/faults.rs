@@ -338,7 +338,7 @@ async fn a_retry_pending_across_a_kill_and_restart_happens_once_when_due() {
         let row = c
             .query_one(
                 "SELECT step_attempts, lease_owner IS NULL AND lease_until > now() \
-                 FROM all_service_requests WHERE id = $1",
+                 FROM service_requests WHERE id = $1",
                 &[&id],
             )
             .await
@@ -358,10 +358,7 @@ async fn a_retry_pending_across_a_kill_and_restart_happens_once_when_due() {
         Duration::from_secs(30),
         || async {
             let status: String = c
-                .query_one(
-                    "SELECT status FROM all_service_requests WHERE id = $1",
-                    &[&id],
-                )
+                .query_one("SELECT status FROM service_requests WHERE id = $1", &[&id])
                 .await
                 .unwrap()
                 .get(0);
@@ -428,7 +425,7 @@ async fn postgres_stopped_longer_than_every_timeout_while_requests_execute_loses
         || async {
             let done: i64 = c
             .query_one(
-                "SELECT count(*) FROM all_service_requests WHERE id = ANY($1) AND status = 'COMPLETED'",
+                "SELECT count(*) FROM service_requests WHERE id = ANY($1) AND status = 'COMPLETED'",
                 &[&ids],
             )
             .await
@@ -440,7 +437,7 @@ async fn postgres_stopped_longer_than_every_timeout_while_requests_execute_loses
     .await;
     let failed: i64 = c
         .query_one(
-            "SELECT count(*) FROM all_service_requests WHERE status = 'FAILED'",
+            "SELECT count(*) FROM service_requests WHERE status = 'FAILED'",
             &[],
         )
         .await

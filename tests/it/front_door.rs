@@ -185,10 +185,7 @@ async fn a_body_over_the_limit_gets_a_readable_413_then_a_close() {
         assert!(text.contains("larger than 65536 bytes"), "{text}");
         assert!(closed, "the connection stayed open");
     }
-    assert_eq!(
-        db.count("SELECT count(*) FROM all_service_requests").await,
-        0
-    );
+    assert_eq!(db.count("SELECT count(*) FROM service_requests").await, 0);
     s.shutdown().await;
 }
 
@@ -316,7 +313,7 @@ async fn tokens_guard_every_route_but_health_and_ready() {
     }
     // The token was neither stored with the requests nor sent to the steps.
     assert_eq!(
-        db.count("SELECT count(*) FROM all_service_requests WHERE headers ILIKE '%token-%'")
+        db.count("SELECT count(*) FROM service_requests WHERE headers ILIKE '%token-%'")
             .await,
         0
     );
@@ -377,7 +374,7 @@ async fn an_idempotency_key_returns_the_original_request() {
     assert!(!first.headers.contains_key("idempotent-replayed"));
     assert_eq!(
         db.count(&format!(
-            "SELECT count(*) FROM all_service_requests WHERE id = '{id}'"
+            "SELECT count(*) FROM service_requests WHERE id = '{id}'"
         ))
         .await,
         1,
@@ -490,18 +487,12 @@ async fn concurrent_duplicates_on_two_instances_leave_one_request_per_key() {
         by_key.values().all(|ids| ids.len() == 1),
         "a key got two requests"
     );
-    assert_eq!(
-        db.count("SELECT count(*) FROM all_service_requests").await,
-        100
-    );
+    assert_eq!(db.count("SELECT count(*) FROM service_requests").await, 100);
     let c = db.client().await;
     for (key, ids) in &by_key {
         let id: uuid::Uuid = ids.iter().next().unwrap().parse().unwrap();
         let payload: String = c
-            .query_one(
-                "SELECT payload FROM all_service_requests WHERE id = $1",
-                &[&id],
-            )
+            .query_one("SELECT payload FROM service_requests WHERE id = $1", &[&id])
             .await
             .unwrap()
             .get(0);

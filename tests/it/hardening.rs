@@ -157,10 +157,7 @@ async fn graceful_shutdown_answers_in_flight_requests() {
     let (text, _) = read_until_close(&mut c, Duration::from_secs(5)).await;
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     shutdown.await.unwrap();
-    assert_eq!(
-        db.count("SELECT count(*) FROM all_service_requests").await,
-        1
-    );
+    assert_eq!(db.count("SELECT count(*) FROM service_requests").await, 1);
     // And nothing listens any more.
     assert!(TcpStream::connect(addr).await.is_err());
 }

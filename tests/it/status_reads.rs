@@ -63,7 +63,7 @@ async fn answers_from_memory_are_the_database_answers_byte_for_byte() {
     wait_for("every request to finish", WAIT, || async {
         let left: i64 = c
             .query_one(
-                "SELECT count(*) FROM all_service_requests WHERE id = ANY($1) AND status NOT IN ('COMPLETED', 'FAILED')",
+                "SELECT count(*) FROM service_requests WHERE id = ANY($1) AND status NOT IN ('COMPLETED', 'FAILED')",
                 &[&uuids],
             )
             .await
