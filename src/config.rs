@@ -424,110 +424,17 @@ impl Config {
 
     /// Validates raw arguments into a `Config`.
     pub fn from_args(a: Args) -> Result<Config, ConfigError> {
-        let database_url = match (a.database_url, a.clamp_db_connection_str) {
-            (Some(url), _) => url,
-            (None, Some(clamp)) => clamp_conn_str_to_url(&clamp)?,
-            (None, None) => DEFAULT_DATABASE_URL.to_string(),
-        };
-        if database_url.parse::<tokio_postgres::Config>().is_err() {
-            return Err(ConfigError(format!(
-                "invalid database URL {}",
-                redact_url(&database_url)
-            )));
-        }
+        let database_url = database_url(&a)?;
+        check_sizes(&a)?;
+        check_timeouts(&a)?;
+        check_brokers(&a)?;
+        let tokens = api_tokens(&a.api_tokens)?;
+        let retry = default_retry(&a)?;
         let threads = if a.threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         } else {
             a.threads
         };
-        let positive = |v: usize, name: &str| {
-            if v == 0 {
-                Err(ConfigError(format!("{name} must be at least 1")))
-            } else {
-                Ok(v)
-            }
-        };
-        positive(a.buffer_rows, "--buffer-rows")?;
-        positive(a.max_batch, "--max-batch")?;
-        positive(a.body_limit, "--body-limit")?;
-        positive(a.max_headers, "--max-headers")?;
-        positive(a.pool_size as usize, "--pool-size")?;
-        positive(a.flush_concurrency, "--flush-concurrency")?;
-        if a.flush_concurrency > a.pool_size as usize {
-            return Err(ConfigError(
-                "--flush-concurrency cannot exceed --pool-size (each batch needs a connection)"
-                    .into(),
-            ));
-        }
-        positive(a.claim_batch, "--claim-batch")?;
-        if a.lease_ms < 300 {
-            return Err(ConfigError("--lease-ms must be at least 300".into()));
-        }
-        let tokens: Vec<&str> = a
-            .api_tokens
-            .iter()
-            .map(|t| t.trim())
-            .filter(|t| !t.is_empty())
-            .collect();
-        if tokens.iter().any(|t| t.len() < MIN_TOKEN_LEN) {
-            return Err(ConfigError(format!(
-                "CLAMP_API_TOKENS: every token must be at least {MIN_TOKEN_LEN} characters"
-            )));
-        }
-        if tokens
-            .iter()
-            .any(|t| t.bytes().any(|b| !b.is_ascii_graphic()))
-        {
-            return Err(ConfigError(
-                "CLAMP_API_TOKENS: tokens are printable ASCII without spaces".into(),
-            ));
-        }
-        if !(a.idempotency_window_hours > 0.0 && a.idempotency_window_hours.is_finite()) {
-            return Err(ConfigError(
-                "--idempotency-window-hours must be more than 0".into(),
-            ));
-        }
-        if a.header_timeout_ms == 0
-            || a.flush_timeout_ms == 0
-            || a.step_timeout_ms == 0
-            || a.keep_alive_timeout_ms == 0
-        {
-            return Err(ConfigError("timeouts must be at least 1 ms".into()));
-        }
-        let retry = crate::workflow::RetrySpec {
-            max_attempts: Some(a.step_retry_max_attempts),
-            initial_interval_ms: Some(a.step_retry_initial_interval_ms),
-            backoff_coefficient: Some(a.step_retry_backoff_coefficient),
-            max_interval_ms: Some(a.step_retry_max_interval_ms),
-            retryable_status_codes: None,
-        };
-        retry
-            .check("--step")
-            .map_err(|e| ConfigError(e.0.replace("--step.retry.", "--step-retry: ")))?;
-        let retry = retry.over(&crate::workflow::RetryPolicy::default());
-        positive(a.downstream_max_in_flight, "--downstream-max-in-flight")?;
-        if !(a.amqp_url.starts_with("amqp://") || a.amqp_url.starts_with("amqps://")) {
-            return Err(ConfigError(
-                "CLAMP_QUEUE_CONNECTION_STR must be an amqp:// or amqps:// URL".into(),
-            ));
-        }
-        if a.amqp_response_queue.is_empty() || a.kafka_response_topic.is_empty() {
-            return Err(ConfigError(
-                "the response queue and topic names cannot be empty".into(),
-            ));
-        }
-        positive(a.amqp_prefetch as usize, "--amqp-prefetch")?;
-        positive(a.step_write_concurrency, "--step-write-concurrency")?;
-        if !(a.retention_days >= 0.0 && a.retention_days.is_finite()) {
-            return Err(ConfigError(
-                "--retention-days must be 0 (keep forever) or more".into(),
-            ));
-        }
-        if a.kafka_brokers.split(',').any(|b| b.trim().is_empty()) {
-            return Err(ConfigError(
-                "CLAMP_KAFKA_CONNECTION_STR must be host:port[,host:port…]".into(),
-            ));
-        }
         Ok(Config {
             listen: SocketAddr::new(a.bind, a.port),
             database_url,
@@ -573,18 +480,7 @@ impl Config {
             retry,
             downstream_limit: a.downstream_max_in_flight,
             downstream_wait: Duration::from_millis(a.downstream_queue_timeout_ms.max(1)),
-            header_denylist: {
-                let forwarded: Vec<String> = a
-                    .forward_headers
-                    .iter()
-                    .map(|h| h.trim().to_ascii_lowercase())
-                    .collect();
-                DEFAULT_HEADER_DENYLIST
-                    .iter()
-                    .copied()
-                    .filter(|h| !forwarded.iter().any(|x| x == h))
-                    .collect()
-            },
+            header_denylist: header_denylist(&a.forward_headers),
             brokers: BrokerConfig {
                 amqp_enabled: a.enable_amqp,
                 amqp_url: a.amqp_url,
@@ -617,6 +513,146 @@ impl Config {
         c.brokers.kafka_enabled = false;
         c
     }
+}
+
+/// The database URL: `--database-url`, else Clamp's connection string, else the default.
+fn database_url(a: &Args) -> Result<String, ConfigError> {
+    let url = match (&a.database_url, &a.clamp_db_connection_str) {
+        (Some(url), _) => url.clone(),
+        (None, Some(clamp)) => clamp_conn_str_to_url(clamp)?,
+        (None, None) => DEFAULT_DATABASE_URL.to_string(),
+    };
+    if url.parse::<tokio_postgres::Config>().is_err() {
+        return Err(ConfigError(format!(
+            "invalid database URL {}",
+            redact_url(&url)
+        )));
+    }
+    Ok(url)
+}
+
+fn positive(v: usize, name: &str) -> Result<usize, ConfigError> {
+    if v == 0 {
+        Err(ConfigError(format!("{name} must be at least 1")))
+    } else {
+        Ok(v)
+    }
+}
+
+/// Buffers, batches, pools and limits: every count at least 1, and consistent.
+fn check_sizes(a: &Args) -> Result<(), ConfigError> {
+    positive(a.buffer_rows, "--buffer-rows")?;
+    positive(a.max_batch, "--max-batch")?;
+    positive(a.body_limit, "--body-limit")?;
+    positive(a.max_headers, "--max-headers")?;
+    positive(a.pool_size as usize, "--pool-size")?;
+    positive(a.flush_concurrency, "--flush-concurrency")?;
+    if a.flush_concurrency > a.pool_size as usize {
+        return Err(ConfigError(
+            "--flush-concurrency cannot exceed --pool-size (each batch needs a connection)".into(),
+        ));
+    }
+    positive(a.claim_batch, "--claim-batch")?;
+    positive(a.downstream_max_in_flight, "--downstream-max-in-flight")?;
+    positive(a.amqp_prefetch as usize, "--amqp-prefetch")?;
+    positive(a.step_write_concurrency, "--step-write-concurrency")?;
+    Ok(())
+}
+
+/// Timeouts and durations: none zero, none infinite or negative.
+fn check_timeouts(a: &Args) -> Result<(), ConfigError> {
+    if a.lease_ms < 300 {
+        return Err(ConfigError("--lease-ms must be at least 300".into()));
+    }
+    if !(a.idempotency_window_hours > 0.0 && a.idempotency_window_hours.is_finite()) {
+        return Err(ConfigError(
+            "--idempotency-window-hours must be more than 0".into(),
+        ));
+    }
+    if a.header_timeout_ms == 0
+        || a.flush_timeout_ms == 0
+        || a.step_timeout_ms == 0
+        || a.keep_alive_timeout_ms == 0
+    {
+        return Err(ConfigError("timeouts must be at least 1 ms".into()));
+    }
+    if !(a.retention_days >= 0.0 && a.retention_days.is_finite()) {
+        return Err(ConfigError(
+            "--retention-days must be 0 (keep forever) or more".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The broker URLs and names.
+fn check_brokers(a: &Args) -> Result<(), ConfigError> {
+    if !(a.amqp_url.starts_with("amqp://") || a.amqp_url.starts_with("amqps://")) {
+        return Err(ConfigError(
+            "CLAMP_QUEUE_CONNECTION_STR must be an amqp:// or amqps:// URL".into(),
+        ));
+    }
+    if a.amqp_response_queue.is_empty() || a.kafka_response_topic.is_empty() {
+        return Err(ConfigError(
+            "the response queue and topic names cannot be empty".into(),
+        ));
+    }
+    if a.kafka_brokers.split(',').any(|b| b.trim().is_empty()) {
+        return Err(ConfigError(
+            "CLAMP_KAFKA_CONNECTION_STR must be host:port[,host:port…]".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The bearer tokens, trimmed, each long enough and printable.
+fn api_tokens(raw: &[String]) -> Result<Vec<&str>, ConfigError> {
+    let tokens: Vec<&str> = raw
+        .iter()
+        .map(|t| t.trim())
+        .filter(|t| !t.is_empty())
+        .collect();
+    if tokens.iter().any(|t| t.len() < MIN_TOKEN_LEN) {
+        return Err(ConfigError(format!(
+            "CLAMP_API_TOKENS: every token must be at least {MIN_TOKEN_LEN} characters"
+        )));
+    }
+    if tokens
+        .iter()
+        .any(|t| t.bytes().any(|b| !b.is_ascii_graphic()))
+    {
+        return Err(ConfigError(
+            "CLAMP_API_TOKENS: tokens are printable ASCII without spaces".into(),
+        ));
+    }
+    Ok(tokens)
+}
+
+/// The step retry policy of steps that set none, checked by the workflow's own rules.
+fn default_retry(a: &Args) -> Result<crate::workflow::RetryPolicy, ConfigError> {
+    let retry = crate::workflow::RetrySpec {
+        max_attempts: Some(a.step_retry_max_attempts),
+        initial_interval_ms: Some(a.step_retry_initial_interval_ms),
+        backoff_coefficient: Some(a.step_retry_backoff_coefficient),
+        max_interval_ms: Some(a.step_retry_max_interval_ms),
+        retryable_status_codes: None,
+    };
+    retry
+        .check("--step")
+        .map_err(|e| ConfigError(e.0.replace("--step.retry.", "--step-retry: ")))?;
+    Ok(retry.over(&crate::workflow::RetryPolicy::default()))
+}
+
+/// The headers never forwarded: the defaults, less those `--forward-headers` names.
+fn header_denylist(forward: &[String]) -> Vec<&'static str> {
+    let forwarded: Vec<String> = forward
+        .iter()
+        .map(|h| h.trim().to_ascii_lowercase())
+        .collect();
+    DEFAULT_HEADER_DENYLIST
+        .iter()
+        .copied()
+        .filter(|h| !forwarded.iter().any(|x| x == h))
+        .collect()
 }
 
 fn first_line(s: &str) -> String {
@@ -710,6 +746,30 @@ pub fn redact_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The README's configuration table names every flag with its environment key, so
+    /// that a flag added here without a row there fails this test.
+    #[test]
+    fn the_readme_lists_every_flag_and_key() {
+        use clap::CommandFactory;
+        let readme = include_str!("../README.md");
+        let rows: Vec<&str> = readme.lines().filter(|l| l.starts_with("| ")).collect();
+        for arg in Args::command().get_arguments() {
+            let (Some(flag), Some(env)) = (arg.get_long(), arg.get_env()) else {
+                continue;
+            };
+            let (flag, env) = (
+                format!("`--{flag}`"),
+                format!("`{}`", env.to_string_lossy()),
+            );
+            // A hidden flag is documented by its environment key alone.
+            let flag = if arg.is_hide_set() { env.clone() } else { flag };
+            assert!(
+                rows.iter().any(|r| r.contains(&flag) && r.contains(&env)),
+                "README.md has no configuration row with {flag} and {env}"
+            );
+        }
+    }
 
     #[test]
     fn clamp_connection_string() {

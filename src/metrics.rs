@@ -245,26 +245,7 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::default();
-        let mut requests = Vec::new();
-        let mut latency = Vec::new();
-        for route in Route::ALL {
-            let family = Family::<StatusLabel, Counter>::default();
-            let handles =
-                CLASSES.map(|status| family.get_or_create(&StatusLabel { status }).clone());
-            registry.register(
-                format!("{}_counter", route.metric_prefix()),
-                format!("Requests answered by {:?}, by status class", route),
-                family,
-            );
-            requests.push(handles);
-            let h = Arc::new(AtomicHistogram::new(LATENCY_BOUNDS));
-            registry.register(
-                format!("{}_histogram", route.metric_prefix()),
-                format!("Seconds to answer {:?}", route),
-                ArcMetric(h.clone()),
-            );
-            latency.push(h);
-        }
+        let (requests, latency) = register_routes(&mut registry);
         let batch_rows = Arc::new(AtomicHistogram::new(BATCH_BOUNDS));
         registry.register(
             "clamp_write_batch_rows",
@@ -311,98 +292,8 @@ impl Metrics {
             status_reads,
             registry: Mutex::new(Registry::default()),
         };
-        registry.register(
-            "clamp_write_flush_errors",
-            "Batch inserts that failed",
-            m.flush_errors.clone(),
-        );
-        registry.register(
-            "clamp_write_rows",
-            "Service-request rows committed",
-            m.rows_written.clone(),
-        );
-        registry.register(
-            "clamp_rejected_overload",
-            "Requests answered 503 because the write buffer stayed full or the database was down",
-            m.rejected_overload.clone(),
-        );
-        registry.register(
-            "clamp_write_buffer_depth",
-            "Rows waiting in the write buffers",
-            m.buffer_depth.clone(),
-        );
-        registry.register(
-            "completed_service_request_handler_counter",
-            "Service requests completed",
-            m.completed.clone(),
-        );
-        registry.register(
-            "failed_service_request_handler_counter",
-            "Service requests failed",
-            m.failed.clone(),
-        );
-        registry.register(
-            "cancelled_service_request_handler_counter",
-            "Service requests cancelled",
-            m.cancelled.clone(),
-        );
-        registry.register(
-            "clamp_steps_executed",
-            "Step attempts finished",
-            m.steps_executed.clone(),
-        );
-        registry.register(
-            "clamp_leases_claimed",
-            "Service requests claimed by this instance's sweeper",
-            m.leases_claimed.clone(),
-        );
-        registry.register(
-            "clamp_leases_lost",
-            "Writes refused because another instance holds the lease",
-            m.leases_lost.clone(),
-        );
-        registry.register(
-            "clamp_retention_deleted",
-            "Finished service requests deleted by the retention policy",
-            m.retention_deleted.clone(),
-        );
-        registry.register(
-            "clamp_broker_replies",
-            "Step responses consumed from a broker, by broker and outcome \
-             (resumed, duplicate, malformed, rejected, unavailable)",
-            m.broker_replies.clone(),
-        );
-        registry.register(
-            "clamp_broker_published",
-            "Step messages published to a broker, by broker and outcome (sent, failed)",
-            m.broker_published.clone(),
-        );
-        registry.register(
-            "clamp_step_retries",
-            "Step calls scheduled to be tried again, by the cause of the failed attempt \
-             (connect, broken, timeout, queued, status, broker)",
-            m.step_retries.clone(),
-        );
-        registry.register(
-            "clamp_step_retries_exhausted",
-            "Steps that failed after using up their attempts",
-            m.step_retries_exhausted.clone(),
-        );
-        registry.register(
-            "clamp_requests_released",
-            "Requests set aside after a transient database error, to be continued later",
-            m.requests_released.clone(),
-        );
-        registry.register(
-            "clamp_downstream_waiting",
-            "Step calls waiting for a free slot to their downstream host",
-            m.downstream_waiting.clone(),
-        );
-        registry.register(
-            "clamp_downstream_in_flight",
-            "Step calls in flight to downstream hosts",
-            m.downstream_in_flight.clone(),
-        );
+        m.register_write_path(&mut registry);
+        m.register_engine(&mut registry);
         registry.register(
             "clamp_status_reads",
             "Status reads (GET /serviceRequest/{id}) answered from memory, from Postgres, or from \
@@ -411,6 +302,106 @@ impl Metrics {
         );
         *m.registry.lock() = registry;
         m
+    }
+
+    /// The write buffer's and flusher's counters.
+    fn register_write_path(&self, registry: &mut Registry) {
+        registry.register(
+            "clamp_write_flush_errors",
+            "Batch inserts that failed",
+            self.flush_errors.clone(),
+        );
+        registry.register(
+            "clamp_write_rows",
+            "Service-request rows committed",
+            self.rows_written.clone(),
+        );
+        registry.register(
+            "clamp_rejected_overload",
+            "Requests answered 503 because the write buffer stayed full or the database was down",
+            self.rejected_overload.clone(),
+        );
+        registry.register(
+            "clamp_write_buffer_depth",
+            "Rows waiting in the write buffers",
+            self.buffer_depth.clone(),
+        );
+    }
+
+    /// The executor's, the brokers' and the downstream limits' counters.
+    fn register_engine(&self, registry: &mut Registry) {
+        registry.register(
+            "completed_service_request_handler_counter",
+            "Service requests completed",
+            self.completed.clone(),
+        );
+        registry.register(
+            "failed_service_request_handler_counter",
+            "Service requests failed",
+            self.failed.clone(),
+        );
+        registry.register(
+            "cancelled_service_request_handler_counter",
+            "Service requests cancelled",
+            self.cancelled.clone(),
+        );
+        registry.register(
+            "clamp_steps_executed",
+            "Step attempts finished",
+            self.steps_executed.clone(),
+        );
+        registry.register(
+            "clamp_leases_claimed",
+            "Service requests claimed by this instance's sweeper",
+            self.leases_claimed.clone(),
+        );
+        registry.register(
+            "clamp_leases_lost",
+            "Writes refused because another instance holds the lease",
+            self.leases_lost.clone(),
+        );
+        registry.register(
+            "clamp_retention_deleted",
+            "Finished service requests deleted by the retention policy",
+            self.retention_deleted.clone(),
+        );
+        registry.register(
+            "clamp_broker_replies",
+            "Step responses consumed from a broker, by broker and outcome \
+             (resumed, duplicate, malformed, rejected, unavailable)",
+            self.broker_replies.clone(),
+        );
+        registry.register(
+            "clamp_broker_published",
+            "Step messages published to a broker, by broker and outcome (sent, failed)",
+            self.broker_published.clone(),
+        );
+        registry.register(
+            "clamp_step_retries",
+            "Step calls scheduled to be tried again, by the cause of the failed attempt \
+             (connect, broken, timeout, queued, status, broker)",
+            self.step_retries.clone(),
+        );
+        registry.register(
+            "clamp_step_retries_exhausted",
+            "Steps that failed after using up their attempts",
+            self.step_retries_exhausted.clone(),
+        );
+        registry.register(
+            "clamp_requests_released",
+            "Requests set aside after a transient database error, to be continued later",
+            self.requests_released.clone(),
+        );
+        registry.register(
+            "clamp_downstream_waiting",
+            "Step calls waiting for a free slot to their downstream host",
+            self.downstream_waiting.clone(),
+        );
+        registry.register(
+            "clamp_downstream_in_flight",
+            "Step calls in flight to downstream hosts",
+            self.downstream_in_flight.clone(),
+        );
     }
 
     /// Counts one answered request and its latency.
@@ -469,6 +460,33 @@ impl<M: EncodeMetric> EncodeMetric for ArcMetric<M> {
     fn metric_type(&self) -> MetricType {
         self.0.metric_type()
     }
+}
+
+/// Per route: a counter by status class and a latency histogram, registered under Clamp's
+/// metric names; returns the handles the request path uses, in `Route::ALL` order.
+fn register_routes(
+    registry: &mut Registry,
+) -> (Vec<[Counter; CLASSES.len()]>, Vec<Arc<AtomicHistogram>>) {
+    let mut requests = Vec::new();
+    let mut latency = Vec::new();
+    for route in Route::ALL {
+        let family = Family::<StatusLabel, Counter>::default();
+        let handles = CLASSES.map(|status| family.get_or_create(&StatusLabel { status }).clone());
+        registry.register(
+            format!("{}_counter", route.metric_prefix()),
+            format!("Requests answered by {:?}, by status class", route),
+            family,
+        );
+        requests.push(handles);
+        let h = Arc::new(AtomicHistogram::new(LATENCY_BOUNDS));
+        registry.register(
+            format!("{}_histogram", route.metric_prefix()),
+            format!("Seconds to answer {:?}", route),
+            ArcMetric(h.clone()),
+        );
+        latency.push(h);
+    }
+    (requests, latency)
 }
 
 #[cfg(test)]

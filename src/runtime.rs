@@ -113,41 +113,8 @@ pub async fn serve_core(
         reader,
         executor: executor.clone(),
     });
-    // Step responses over the brokers: AMQP on every runtime (the broker spreads the
-    // deliveries), Kafka on the first (partitions are read by one consumer per instance).
     let (stop_background, background_stop) = watch::channel(false);
-    let mut background = Vec::new();
-    if cfg.brokers.amqp_enabled {
-        background.push(tokio::spawn(crate::broker::amqp::consume(
-            core.clone(),
-            background_stop.clone(),
-        )));
-    }
-    // Retention is one task per instance (several instances share the work safely).
-    if let (Some(keep), 0) = (cfg.retention, index) {
-        background.push(tokio::spawn(crate::store::retention::run(
-            core.pool.clone(),
-            keep,
-            cfg.retention_interval,
-            app.metrics.clone(),
-            background_stop.clone(),
-        )));
-    }
-    // Expired idempotency keys: one task per instance too, on the retention schedule.
-    if index == 0 {
-        background.push(tokio::spawn(crate::store::idempotency::run_cleanup(
-            core.pool.clone(),
-            cfg.idempotency_window,
-            cfg.retention_interval,
-            background_stop.clone(),
-        )));
-    }
-    if cfg.brokers.kafka_enabled && index == 0 {
-        background.push(tokio::spawn(crate::broker::kafka::consume(
-            core.clone(),
-            background_stop.clone(),
-        )));
-    }
+    let background = start_background(index, &core, background_stop);
     let listener = match TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -155,6 +122,78 @@ pub async fn serve_core(
             return;
         }
     };
+    let graceful = GracefulShutdown::new();
+    accept_loop(&listener, &core, &mut shutdown, &graceful).await;
+    drop(listener);
+    if tokio::time::timeout(cfg.shutdown_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("shutdown timeout: closing connections with requests still in flight");
+    }
+    stop_background_tasks(stop_background, background).await;
+    drop(core);
+    let _ = close_tx.send(());
+    let _ = flusher.await;
+    // Running steps may finish within the shutdown timeout; the rest are released.
+    let _ = stop_engine.send(true);
+    let _ = sweeper.await;
+    executor.shutdown(cfg.shutdown_timeout).await;
+    let _ = renewer.await;
+}
+
+/// The tasks beside the request path: the broker consumers of step responses (AMQP on
+/// every runtime, since the broker spreads deliveries; Kafka on the first, since an
+/// instance reads its partitions with one consumer), retention and the cleanup of
+/// expired idempotency keys (one task each per instance; instances share the work safely).
+fn start_background(
+    index: usize,
+    core: &Arc<Core>,
+    stop: watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut background = Vec::new();
+    if core.app.config.brokers.amqp_enabled {
+        background.push(tokio::spawn(crate::broker::amqp::consume(
+            core.clone(),
+            stop.clone(),
+        )));
+    }
+    // Retention is one task per instance (several instances share the work safely).
+    if let (Some(keep), 0) = (core.app.config.retention, index) {
+        background.push(tokio::spawn(crate::store::retention::run(
+            core.pool.clone(),
+            keep,
+            core.app.config.retention_interval,
+            core.app.metrics.clone(),
+            stop.clone(),
+        )));
+    }
+    // Expired idempotency keys: one task per instance too, on the retention schedule.
+    if index == 0 {
+        background.push(tokio::spawn(crate::store::idempotency::run_cleanup(
+            core.pool.clone(),
+            core.app.config.idempotency_window,
+            core.app.config.retention_interval,
+            stop.clone(),
+        )));
+    }
+    if core.app.config.brokers.kafka_enabled && index == 0 {
+        background.push(tokio::spawn(crate::broker::kafka::consume(
+            core.clone(),
+            stop.clone(),
+        )));
+    }
+    background
+}
+
+/// Accepts connections and serves each on its own task until `shutdown` fires.
+async fn accept_loop(
+    listener: &TcpListener,
+    core: &Arc<Core>,
+    shutdown: &mut watch::Receiver<bool>,
+    graceful: &GracefulShutdown,
+) {
+    let cfg = &core.app.config;
     let mut builder = http1::Builder::new();
     // The header-read and idle timeouts are `ConnIo`'s, apart from each other; hyper's
     // own header timer would also close idle keep-alive connections.
@@ -171,7 +210,6 @@ pub async fn serve_core(
     if cfg.max_headers != 100 {
         builder.max_headers(cfg.max_headers);
     }
-    let graceful = GracefulShutdown::new();
     loop {
         tokio::select! {
             biased;
@@ -200,17 +238,16 @@ pub async fn serve_core(
             }
         }
     }
-    drop(listener);
-    if tokio::time::timeout(cfg.shutdown_timeout, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("shutdown timeout: closing connections with requests still in flight");
-    }
-    // The broker consumers and the retention task. A consumer stuck connecting to a broker
-    // that does not answer must not hold up shutdown: what it had not acknowledged is
-    // redelivered anyway.
-    let _ = stop_background.send(true);
+}
+
+/// Stops the broker consumers and the retention task. A consumer stuck connecting to a
+/// broker that does not answer must not hold up shutdown: what it had not acknowledged
+/// is redelivered anyway.
+async fn stop_background_tasks(
+    stop: watch::Sender<bool>,
+    background: Vec<tokio::task::JoinHandle<()>>,
+) {
+    let _ = stop.send(true);
     for c in background {
         let abort = c.abort_handle();
         if tokio::time::timeout(CONSUMER_STOP_TIMEOUT, c)
@@ -220,14 +257,6 @@ pub async fn serve_core(
             abort.abort();
         }
     }
-    drop(core);
-    let _ = close_tx.send(());
-    let _ = flusher.await;
-    // Running steps may finish within the shutdown timeout; the rest are released.
-    let _ = stop_engine.send(true);
-    let _ = sweeper.await;
-    executor.shutdown(cfg.shutdown_timeout).await;
-    let _ = renewer.await;
 }
 
 /// Starts the runtimes; returns one receiver per thread that fires when it has finished.

@@ -96,31 +96,29 @@ impl Job {
     }
 }
 
+/// What the step loop does after a step's outcome was written.
+enum Flow {
+    /// Run the job's next step.
+    Next,
+    /// The request finished or paused, or is not this executor's to run any more.
+    Stop,
+}
+
+impl From<bool> for Flow {
+    fn from(go_on: bool) -> Flow {
+        if go_on {
+            Flow::Next
+        } else {
+            Flow::Stop
+        }
+    }
+}
+
 /// Runs `job` to completion, to a pause, or until its lease is lost.
 pub async fn run(exec: &Arc<Executor>, mut job: Job) {
     loop {
         let Some(step_id) = job.next else {
-            // Reached only when a request resumes with no step left (e.g. a final ASYNC step).
-            let (status, reason) = match &job.failing {
-                Some((_, r)) => ("FAILED", Some(r.clone())),
-                None => ("COMPLETED", None),
-            };
-            let t = Transition {
-                id: job.id,
-                status,
-                next_step: 0,
-                next_request: None,
-                failed_step: job.failing.as_ref().map(|f| f.0),
-                reason,
-                release: true,
-                step: None,
-                attempts: 0,
-                retry_in_ms: None,
-                last_error: None,
-            };
-            if write(exec, t).await {
-                exec.count_finished(status);
-            }
+            finish(exec, &job).await;
             return;
         };
         let Some(step) = job.wf.step(step_id).cloned() else {
@@ -133,158 +131,229 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
             }
             return;
         };
-        let started = now_ms();
-        let request = job.request.clone();
-
-        // A false condition skips the step and passes its request on; one that cannot be
-        // evaluated to a boolean fails the step.
-        let mut condition_error = None;
-        if job.failing.is_none() {
-            if let Some(cond) = &step.when {
-                let verdict = cond.eval(&job.context_for(&step, &request));
-                if let Err(why) = &verdict {
-                    condition_error = Some(CallError::new(CallErrorKind::Other, why.0.clone()));
-                }
-                if verdict == Ok(false) {
-                    let next = job.wf.next_main(step_id);
-                    let t = transition(
-                        &job,
-                        next,
-                        Some(request.clone()),
-                        record(&step, "SKIPPED", &request, Some(&request), started, None),
-                    );
-                    job.remember(&step, &request, &request);
-                    if !advance(exec, t).await {
-                        return;
-                    }
-                    job.next = next;
-                    continue;
-                }
-            }
-        }
-
-        let body = match &step.transform {
-            Some(spec) => Doc::from_value(&transform::shift(
-                spec,
-                &Value::Object(job.context_for(&step, &request)),
-            )),
-            None => request,
-        };
-        let is_async = step.step_type == StepType::Async && job.failing.is_none();
-        let outcome = match condition_error {
-            Some(e) => Outcome::Failed(e),
-            None => {
-                let outcome = execute(exec, &job, &step, &body, is_async).await;
-                exec.app.metrics.steps_executed.inc();
-                outcome
-            }
-        };
-        let attempts = job.attempts + 1;
-        let finished = now_ms();
-        if finished - started > 1000.0 {
-            tracing::debug!(id = %job.id, step = step_id, ms = finished - started, "slow step");
-        }
-        match outcome {
-            Outcome::Sent => {
-                let t = Transition {
-                    id: job.id,
-                    status: "PAUSED",
-                    next_step: step_id,
-                    next_request: None,
-                    failed_step: None,
-                    reason: None,
-                    release: true,
-                    step: Some(StepRecord {
-                        attempts,
-                        ..record(&step, "STARTED", &body, None, started, None)
-                    }),
-                    attempts: 0,
-                    retry_in_ms: None,
-                    last_error: None,
-                };
-                write(exec, t).await;
-                return;
-            }
-            Outcome::Done(response) => {
-                let rec = StepRecord {
-                    attempts,
-                    ..record(
-                        &step,
-                        "COMPLETED",
-                        &body,
-                        Some(&response),
-                        started,
-                        Some(finished),
-                    )
-                };
-                job.remember(&step, &body, &response);
-                let (next, next_request) = match &job.failing {
-                    // onFailure steps all receive the failed step's request.
-                    Some((parent, _)) => {
-                        (job.next_on_failure(*parent, step_id), job.request.clone())
-                    }
-                    None => (job.wf.next_main(step_id), response),
-                };
-                let t = transition(&job, next, Some(next_request.clone()), rec);
-                if !advance(exec, t).await {
-                    return;
-                }
-                job.next = next;
-                job.request = next_request;
-                job.attempts = 0;
-            }
-            Outcome::Failed(e) => {
-                let policy = policy(exec, &step);
-                if e.retryable(&policy) && attempts < policy.max_attempts {
-                    if !retry(exec, &mut job, step_id, attempts, &policy, &e).await {
-                        return;
-                    }
-                    continue;
-                }
-                if attempts > 1 {
-                    exec.app.metrics.step_retries_exhausted.inc();
-                }
-                let reason = if attempts > 1 {
-                    format!("after {attempts} attempts: {}", e.message)
-                } else {
-                    e.message
-                };
-                let error = Doc::from_value(&json!({"errors": {"code": 500, "message": reason}}));
-                let rec = StepRecord {
-                    attempts,
-                    reason: Some(reason.clone()),
-                    ..record(
-                        &step,
-                        "FAILED",
-                        &body,
-                        Some(&error),
-                        started,
-                        Some(finished),
-                    )
-                };
-                job.remember(&step, &body, &error);
-                let next = match &job.failing {
-                    Some((parent, _)) => job.next_on_failure(*parent, step_id),
-                    None => {
-                        let why = if attempts > 1 {
-                            format!("step '{}' failed {reason}", step.name)
-                        } else {
-                            format!("step '{}' failed: {reason}", step.name)
-                        };
-                        job.failing = Some((step_id, why));
-                        job.request = body;
-                        job.next_on_failure(step_id, step_id)
-                    }
-                };
-                let t = transition(&job, next, Some(job.request.clone()), rec);
-                if !advance(exec, t).await {
-                    return;
-                }
-                job.next = next;
-                job.attempts = 0;
-            }
+        if let Flow::Stop = run_step(exec, &mut job, &step).await {
+            return;
         }
     }
+}
+
+/// A request resumed with no step left (e.g. after a final ASYNC step): it completes,
+/// or fails if it was running onFailure steps.
+async fn finish(exec: &Executor, job: &Job) {
+    let (status, reason) = match &job.failing {
+        Some((_, r)) => ("FAILED", Some(r.clone())),
+        None => ("COMPLETED", None),
+    };
+    let t = Transition {
+        id: job.id,
+        status,
+        next_step: 0,
+        next_request: None,
+        failed_step: job.failing.as_ref().map(|f| f.0),
+        reason,
+        release: true,
+        step: None,
+        attempts: 0,
+        retry_in_ms: None,
+        last_error: None,
+    };
+    if write(exec, t).await {
+        exec.count_finished(status);
+    }
+}
+
+/// One attempt of `step`: its condition, its call, and the transition its outcome makes.
+async fn run_step(exec: &Arc<Executor>, job: &mut Job, step: &CompiledStep) -> Flow {
+    let started = now_ms();
+    let request = job.request.clone();
+    // A false condition skips the step and passes its request on; one that cannot be
+    // evaluated to a boolean fails the step.
+    let mut condition_error = None;
+    if let (None, Some(cond)) = (&job.failing, &step.when) {
+        match cond.eval(&job.context_for(step, &request)) {
+            Ok(true) => {}
+            Ok(false) => return skip(exec, job, step, request, started).await,
+            Err(why) => condition_error = Some(CallError::new(CallErrorKind::Other, why.0)),
+        }
+    }
+    let body = match &step.transform {
+        Some(spec) => Doc::from_value(&transform::shift(
+            spec,
+            &Value::Object(job.context_for(step, &request)),
+        )),
+        None => request,
+    };
+    let is_async = step.step_type == StepType::Async && job.failing.is_none();
+    let outcome = match condition_error {
+        Some(e) => Outcome::Failed(e),
+        None => {
+            let outcome = execute(exec, job, step, &body, is_async).await;
+            exec.app.metrics.steps_executed.inc();
+            outcome
+        }
+    };
+    let attempt = Attempt {
+        started,
+        finished: now_ms(),
+        n: job.attempts + 1,
+    };
+    if attempt.finished - started > 1000.0 {
+        tracing::debug!(id = %job.id, step = step.id, ms = attempt.finished - started, "slow step");
+    }
+    match outcome {
+        Outcome::Sent => {
+            sent(exec, job, step, &body, &attempt).await;
+            Flow::Stop
+        }
+        Outcome::Done(response) => completed(exec, job, step, body, response, &attempt).await,
+        Outcome::Failed(e) => {
+            let policy = policy(exec, step);
+            if e.retryable(&policy) && attempt.n < policy.max_attempts {
+                return retry(exec, job, step.id, attempt.n, &policy, &e)
+                    .await
+                    .into();
+            }
+            failed(exec, job, step, body, e, &attempt).await
+        }
+    }
+}
+
+/// When an attempt ran, and which one it was (1: the first).
+struct Attempt {
+    started: f64,
+    finished: f64,
+    n: u32,
+}
+
+/// `step`'s condition was false: it is recorded SKIPPED and its request passed on.
+async fn skip(
+    exec: &Executor,
+    job: &mut Job,
+    step: &CompiledStep,
+    request: Doc,
+    started: f64,
+) -> Flow {
+    let next = job.wf.next_main(step.id);
+    let rec = record(step, "SKIPPED", &request, Some(&request), started, None);
+    let t = transition(job, next, Some(request.clone()), rec);
+    job.remember(step, &request, &request);
+    if !advance(exec, t).await {
+        return Flow::Stop;
+    }
+    job.next = next;
+    Flow::Next
+}
+
+/// An ASYNC step was sent: the request pauses until its response arrives.
+async fn sent(exec: &Executor, job: &Job, step: &CompiledStep, body: &Doc, a: &Attempt) {
+    let t = Transition {
+        id: job.id,
+        status: "PAUSED",
+        next_step: step.id,
+        next_request: None,
+        failed_step: None,
+        reason: None,
+        release: true,
+        step: Some(StepRecord {
+            attempts: a.n,
+            ..record(step, "STARTED", body, None, a.started, None)
+        }),
+        attempts: 0,
+        retry_in_ms: None,
+        last_error: None,
+    };
+    write(exec, t).await;
+}
+
+/// `step` answered: on to the next step with its response (or, among onFailure steps,
+/// with the failed step's request).
+async fn completed(
+    exec: &Executor,
+    job: &mut Job,
+    step: &CompiledStep,
+    body: Doc,
+    response: Doc,
+    a: &Attempt,
+) -> Flow {
+    let rec = StepRecord {
+        attempts: a.n,
+        ..record(
+            step,
+            "COMPLETED",
+            &body,
+            Some(&response),
+            a.started,
+            Some(a.finished),
+        )
+    };
+    job.remember(step, &body, &response);
+    let (next, next_request) = match &job.failing {
+        // onFailure steps all receive the failed step's request.
+        Some((parent, _)) => (job.next_on_failure(*parent, step.id), job.request.clone()),
+        None => (job.wf.next_main(step.id), response),
+    };
+    let t = transition(job, next, Some(next_request.clone()), rec);
+    if !advance(exec, t).await {
+        return Flow::Stop;
+    }
+    job.next = next;
+    job.request = next_request;
+    job.attempts = 0;
+    Flow::Next
+}
+
+/// `step` failed for good: its onFailure steps run next (then the request fails), or,
+/// when it is itself an onFailure step, the next of those.
+async fn failed(
+    exec: &Executor,
+    job: &mut Job,
+    step: &CompiledStep,
+    body: Doc,
+    e: CallError,
+    a: &Attempt,
+) -> Flow {
+    if a.n > 1 {
+        exec.app.metrics.step_retries_exhausted.inc();
+    }
+    let reason = if a.n > 1 {
+        format!("after {} attempts: {}", a.n, e.message)
+    } else {
+        e.message
+    };
+    let error = Doc::from_value(&json!({"errors": {"code": 500, "message": reason}}));
+    let rec = StepRecord {
+        attempts: a.n,
+        reason: Some(reason.clone()),
+        ..record(
+            step,
+            "FAILED",
+            &body,
+            Some(&error),
+            a.started,
+            Some(a.finished),
+        )
+    };
+    job.remember(step, &body, &error);
+    let next = match &job.failing {
+        Some((parent, _)) => job.next_on_failure(*parent, step.id),
+        None => {
+            let why = if a.n > 1 {
+                format!("step '{}' failed {reason}", step.name)
+            } else {
+                format!("step '{}' failed: {reason}", step.name)
+            };
+            job.failing = Some((step.id, why));
+            job.request = body;
+            job.next_on_failure(step.id, step.id)
+        }
+    };
+    let t = transition(job, next, Some(job.request.clone()), rec);
+    if !advance(exec, t).await {
+        return Flow::Stop;
+    }
+    job.next = next;
+    job.attempts = 0;
+    Flow::Next
 }
 
 async fn execute(
