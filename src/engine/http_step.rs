@@ -101,6 +101,10 @@ impl HttpClient {
                     }
                 })?
                 .to_bytes();
+            // A copy of its own: the answer is kept (step records, the next step's
+            // request, cached status answers) long after the connection's read buffer,
+            // which it would otherwise pin, has moved on.
+            let bytes = Bytes::copy_from_slice(&bytes);
             Ok::<_, CallError>((status, retry_after, bytes))
         };
         let (status, retry_after, bytes) =

@@ -53,7 +53,10 @@ impl Body {
         };
         let body = Limited::new(incoming, limit);
         let result = match tokio::time::timeout(timeout, body.collect()).await {
-            Ok(Ok(collected)) => return Ok(collected.to_bytes()),
+            // A copy of its own: the body as read is a slice of the connection's read
+            // buffer, and a request kept in memory (a running job, a cached answer) would
+            // pin that whole buffer and make hyper allocate a new one for the next read.
+            Ok(Ok(collected)) => return Ok(Bytes::copy_from_slice(&collected.to_bytes())),
             Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large(limit)),
             Ok(Err(_)) => Err(error(
                 StatusCode::BAD_REQUEST,
