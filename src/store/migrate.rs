@@ -14,6 +14,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (4, include_str!("migrations/0004_idempotency_keys.sql")),
     (5, include_str!("migrations/0005_superseded.sql")),
     (6, include_str!("migrations/0006_one_row_per_request.sql")),
+    (7, include_str!("migrations/0007_fillfactor_50.sql")),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.
