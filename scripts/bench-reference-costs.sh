@@ -3,9 +3,9 @@
 # (perf/src/bin/clamp-reference.rs) run four times side by side, each on its own database
 # of one throwaway Postgres with the README's settings, its table growing one feature of
 # the product's `service_requests` at a time (its columns with their defaults and
-# fillfactor, the by-workflow index, the claimable index), and a fifth that stores each
-# flush as one row of arrays (`--batch-rows`: one tuple per commit, the least per-row work
-# a layout can ask of Postgres). `wrk -t1 -c128` creates against
+# fillfactor, the by-workflow index, the claimable index), then the same table with
+# fillfactor 50 (migration 7), or with VARIANT=c the by-workflow index keyed in the "C"
+# collation (compared as bytes) instead of the database's. `wrk -t1 -c128` creates against
 # each in rotating order per round; CPU per request of the server and of Postgres is
 # sampled inside each run. Writes perf/runs/<date>-<host>/<tag>.md.
 #
@@ -35,11 +35,19 @@ ADD COLUMN updated_at timestamptz NOT NULL DEFAULT now(), ADD COLUMN finished_at
 ADD COLUMN step_attempts integer NOT NULL DEFAULT 0, ADD COLUMN last_error text; \
 ALTER TABLE $t SET (fillfactor = 80);"
 by_workflow="CREATE INDEX ON $t (workflow_name, id);"
+by_workflow_c="CREATE INDEX ON $t (workflow_name COLLATE \"C\", id);"
 claimable="CREATE INDEX ON $t (lease_until) WHERE status IN ('NEW', 'IN_PROGRESS', 'RESUMED');"
-names=("primary key only" "+ the product's columns" "+ by-workflow index" "+ claimable index (the product's table)"
-  "one row per flush (ids[], payloads[]), primary key only")
-ddls=("" "$columns" "$columns $by_workflow" "$columns $by_workflow $claimable" "")
-flags=("" "" "" "" "--batch-rows")
+if [ "${VARIANT:-}" = c ]; then
+  last_name="+ columns, by-workflow index in the C collation, claimable index"
+  last_ddl="$columns $by_workflow_c $claimable"
+else
+  last_name="the same table with fillfactor 50 (the product's table)"
+  last_ddl="$columns $by_workflow $claimable ALTER TABLE $t SET (fillfactor = 50);"
+fi
+names=("primary key only" "+ the product's columns" "+ by-workflow index" "+ claimable index (the table of 018c7b2)"
+  "$last_name")
+ddls=("" "$columns" "$columns $by_workflow" "$columns $by_workflow $claimable" "$last_ddl")
+flags=("" "" "" "" "")
 n=${#names[@]}
 pids=()
 trap 'kill ${pids[*]} 2>/dev/null || true; scripts/dev-postgres.sh stop $pg_dir >/dev/null' EXIT
@@ -104,7 +112,7 @@ for i, name in enumerate(names):
     if i == 0:
         added = ''
     elif i == len(names) - 1:
-        added = f'{p - p0:+.1f} against primary key only'
+        added = f'{p - prev:+.1f} against the row above'
     else:
         added = f'{p - prev:+.1f}'
     print(f'| {name} | {rate:,} | {ratio:.2f} | {s:.1f} | {p:.1f} | {added} |')

@@ -85,8 +85,7 @@ for round in $(seq 1 "$ROUNDS"); do
   rows+=("$round $rh $ph $rc $pc $re $pe $rp $pp $rs $rq $ps $pq")
   echo "round $round: reference health $rh/s create $rc/s; product health $ph/s create $pc/s"
 done
-# (the product's requests are rows or slots of intake batches: all_service_requests has both)
-stored=$(psql "$base/clamp_bench_reference" -Atc "select count(*) from reference_requests" 2>/dev/null || psql "$base/clamp_bench_reference" -Atc "select count(*) from all_service_requests"),$(psql "$base/clamp_bench_product" -Atc "select count(*) from all_service_requests")
+stored=$(psql "$base/clamp_bench_reference" -Atc "select count(*) from reference_requests" 2>/dev/null || psql "$base/clamp_bench_reference" -Atc "select count(*) from service_requests"),$(psql "$base/clamp_bench_product" -Atc "select count(*) from service_requests")
 {
   echo "# The product's create against the bare reference, wrk -t1 -c$CONNS"
   echo

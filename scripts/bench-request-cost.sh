@@ -1,0 +1,413 @@
+#!/usr/bin/env bash
+# What one completed two-step request costs, two server binaries side by side: per round
+# and binary (the order alternating from round to round), a fresh database of one
+# throwaway Postgres with the README's settings (pg_stat_statements loaded), the two-step
+# HTTP workflow against nginx (a fixed 200 on 127.0.0.1), `wrk -t1 -c64` creates for
+# DURATION seconds, then a wait until every created request has completed. Per completed
+# request: server CPU, Postgres CPU (this cluster's processes), WAL bytes, commits and
+# statements, from wrk's start to the moment the last request completed; and a
+# per-statement breakdown of each binary's last round. Then (POLL=0 skips it) one run per
+# binary of clients that poll (512 users, 20 ms, `clamp-bench e2e` against
+# `clamp-bench mock`, as scripts/bench-poll.sh). Writes perf/runs/<date>-<host>/<tag>.md.
+#
+#   A=/tmp/oldtree/target/release/clamp B=target/release/clamp ROUNDS=2 scripts/bench-request-cost.sh
+#   ROUNDS=3 DURATION=20 POLL=0 TAG=request-cost-x A=… B=… scripts/bench-request-cost.sh
+#
+# Settings: ROUNDS (2), DURATION (15, seconds of wrk), CONNS (64), SERVER_FLAGS (both
+# binaries), DEADLINE (120, seconds to wait for completion after wrk), POLL (1; 0 skips
+# the polling runs), POLL_ROUNDS (1), POLL_CONNS (512), POLL_INTERVAL (20ms),
+# POLL_DURATION (20), BENCH_BIN (target/release/clamp-bench), PGSS (1; 0 runs Postgres
+# without pg_stat_statements), TAG (request-cost).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
+: "${A:?A=path of the first server binary}" "${B:?B=path of the second server binary}"
+ROUNDS=${ROUNDS:-2}
+DURATION=${DURATION:-15}
+CONNS=${CONNS:-64}
+DEADLINE=${DEADLINE:-120}
+POLL=${POLL:-1}
+POLL_ROUNDS=${POLL_ROUNDS:-1}
+POLL_CONNS=${POLL_CONNS:-512}
+POLL_INTERVAL=${POLL_INTERVAL:-20ms}
+POLL_DURATION=${POLL_DURATION:-20}
+BENCH_BIN=${BENCH_BIN:-target/release/clamp-bench}
+PGSS=${PGSS:-1}
+tag=${TAG:-request-cost}
+for which in A B; do
+  [ -x "${!which}" ] || { echo "bench-request-cost: $which=${!which} is not an executable" >&2; exit 1; }
+done
+
+apt_updated=
+need() {  # need COMMAND PACKAGE: installs PACKAGE from Debian's packages if COMMAND is missing
+  command -v "$1" >/dev/null && return 0
+  if [ -z "$apt_updated" ]; then apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+  command -v "$1" >/dev/null || { echo "bench-request-cost: $1 is still missing after installing $2" >&2; exit 1; }
+}
+need wrk wrk
+need nginx nginx
+need psql postgresql-client
+if ! command -v initdb >/dev/null && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
+  [ -n "$apt_updated" ] || apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+fi
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+now() { date +%s.%N; }
+
+day=$(date -u +%Y-%m-%d)
+out=perf/runs/$day-$(hostname)
+mkdir -p "$out"
+tmp=$(mktemp -d /tmp/bench-request-cost.XXXXXX)
+chmod 755 "$tmp"  # nginx's workers run as nobody
+pg_dir=$(mktemp -d /tmp/bench-request-cost-pg.XXXXXX)
+server_pid='' wrk_pid='' nginx_pid='' mock_pid='' gen_pid=''
+cleanup() {
+  local p started=()
+  for p in "$wrk_pid" "$gen_pid" "$server_pid" "$mock_pid" "$nginx_pid"; do [ -z "$p" ] || started+=("$p"); done
+  for p in "${started[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${started[@]}"; do wait "$p" 2>/dev/null || true; done
+  scripts/dev-postgres.sh stop "$pg_dir" >/dev/null 2>&1 || true
+  rm -rf "$tmp" "$pg_dir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Postgres: a throwaway cluster with the README's settings, pg_stat_statements loaded.
+pg_port=$(free_port)
+pg_extra=
+[ "$PGSS" = 0 ] || pg_extra="shared_preload_libraries = 'pg_stat_statements'"
+base=$(PG_EXTRA_CONF=$pg_extra scripts/dev-postgres.sh start "$pg_dir" "$pg_port"); base=${base%/clamp}
+pg_cmd="PG_EXTRA_CONF=\"$pg_extra\" scripts/dev-postgres.sh start <tmpdir> <port>"
+[ -n "$pg_extra" ] || pg_cmd="scripts/dev-postgres.sh start <tmpdir> <port>"
+sql() { PGOPTIONS='-c client_min_messages=warning' psql "$base/postgres" -qAtX -v ON_ERROR_STOP=1 -c "$1"; }
+pgss=0
+if [ "$PGSS" != 0 ] && sql "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null 2>&1 \
+  && sql "SELECT count(*) FROM pg_stat_statements" >/dev/null 2>&1; then
+  pgss=1
+else
+  echo "bench-request-cost: pg_stat_statements unavailable; statements are n/a" >&2
+fi
+pg_set="$(pg_settings "$base"), $(sql "select string_agg(name || '=' || current_setting(name), ', ' order by name) from pg_settings where name in ('max_connections', 'shared_preload_libraries', 'server_version')")"
+postmaster=$(head -1 "$pg_dir/postmaster.pid")
+
+# tree_ticks PID: CPU ticks of a process, of its live children, and of the children it
+# has already reaped (cutime, cstime): for the postmaster, every process of this cluster
+# (backends, walwriter, checkpointer, autovacuum), and none of the machine's other clusters.
+tree_ticks() {
+  local c t
+  t=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$1/stat" 2>/dev/null || echo 0)
+  for c in $(pgrep -P "$1"); do t=$((t + $(proc_ticks "$c"))); done
+  echo "$t"
+}
+
+# The downstream: nginx answering every path and method with a fixed JSON 200.
+nginx_port=$(free_port)
+mkdir -p "$tmp/nginx/logs"
+nginx_server="server { listen 127.0.0.1:$nginx_port; location / { default_type application/json; return 200 '{\"ok\":true}'; } }"
+cat > "$tmp/nginx/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $tmp/nginx/nginx.pid;
+error_log $tmp/nginx/logs/error.log;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_temp_path $tmp/nginx/body;
+  proxy_temp_path $tmp/nginx/proxy;
+  fastcgi_temp_path $tmp/nginx/fastcgi;
+  uwsgi_temp_path $tmp/nginx/uwsgi;
+  scgi_temp_path $tmp/nginx/scgi;
+  $nginx_server
+}
+EOF
+nginx -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" -e "$tmp/nginx/logs/error.log" &
+nginx_pid=$!
+for _ in $(seq 1 50); do curl -sf -o /dev/null -X POST -d x "http://127.0.0.1:$nginx_port/a" && break; sleep 0.1; done
+curl -sf -o /dev/null -X POST -d x "http://127.0.0.1:$nginx_port/a" \
+  || { echo "bench-request-cost: nginx did not answer on 127.0.0.1:$nginx_port" >&2; cat "$tmp/nginx/logs/error.log" >&2; exit 1; }
+
+port=$(free_port)
+workflow="{\"name\":\"two\",\"description\":\"bench\",\"steps\":[{\"name\":\"a\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"http://127.0.0.1:$nginx_port/a\"}},{\"name\":\"b\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"http://127.0.0.1:$nginx_port/b\"}}]}"
+wrk_cmd="wrk -t1 -c$CONNS -d${DURATION}s -s perf/wrk/create.lua http://127.0.0.1:$port -- two"
+metric() { curl -s "http://127.0.0.1:$port/metrics" | awk -v n="$1" '$1 == n {s += $2} END {printf "%d\n", s}'; }
+# finished: completed + failed requests, by the server's counters (one /metrics read).
+finished() {
+  curl -s "http://127.0.0.1:$port/metrics" | awk '$1 == "completed_service_request_handler_counter_total" {c = $2}
+    $1 == "failed_service_request_handler_counter_total" {f = $2} END {printf "%d %d\n", c, f}'
+}
+
+start_server() {  # start_server BINARY DB LOG: starts it on $port and waits for /health
+  # SERVER_FLAGS is split into words on purpose.
+  # shellcheck disable=SC2086
+  "$1" --port "$port" --bind 127.0.0.1 --database-url "$base/$2" ${SERVER_FLAGS:-} > "$3" 2>&1 &
+  server_pid=$!
+  wait_up "$port"
+  curl -sf -o /dev/null "http://127.0.0.1:$port/health" \
+    || { echo "bench-request-cost: $1 did not come up on $port" >&2; tail -20 "$3" >&2; exit 1; }
+}
+stop_server() {
+  kill "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=
+}
+order() {  # order ROUND: the binaries in this round's order (A B, then B A, …)
+  if [ $(($1 % 2)) = 1 ]; then echo A B; else echo B A; fi
+}
+
+: > "$tmp/rows"
+for round in $(seq 1 "$ROUNDS"); do
+  for which in $(order "$round"); do
+    bin=${!which}
+    db=clamp_reqcost_${round}_${which,,}
+    sql "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
+    start_server "$bin" "$db" "$tmp/server-$round-$which.log"
+    code=$(curl -s -o "$tmp/workflow.json" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+      -d "$workflow" "http://127.0.0.1:$port/workflow")
+    case "$code" in 2??) ;; *) echo "bench-request-cost: POST /workflow answered $code: $(cat "$tmp/workflow.json")" >&2; exit 1 ;; esac
+    sleep 1
+    [ "$pgss" = 0 ] || sql "SELECT pg_stat_statements_reset()" >/dev/null
+    commits0=$(sql "SELECT xact_commit FROM pg_stat_database WHERE datname = '$db'")
+    lsn0=$(sql "SELECT pg_current_wal_lsn()")
+    created0=$(metric 'create_service_request_handler_counter_total{status="2xx"}')
+    s0=$(proc_ticks "$server_pid"); p0=$(tree_ticks "$postmaster"); n0=$(tree_ticks "$nginx_pid")
+    t0=$(now)
+    $wrk_cmd > "$tmp/wrk-$round-$which.txt" 2>&1 &
+    wrk_pid=$!
+    wait "$wrk_pid"
+    wrk_pid=
+    t_wrk=$(now)
+    created=$(( $(metric 'create_service_request_handler_counter_total{status="2xx"}') - created0 ))
+    # Every created request completed (or failed): the server's own counters, read over HTTP
+    # (no query on the measured database).
+    timed_out=0
+    give_up=$((SECONDS + DEADLINE))
+    while :; do
+      read -r done_ failed < <(finished)
+      [ $((done_ + failed)) -ge "$created" ] && break
+      if [ "$SECONDS" -ge "$give_up" ]; then timed_out=1; break; fi
+      sleep 0.05
+    done
+    t1=$(now)
+    s1=$(proc_ticks "$server_pid"); p1=$(tree_ticks "$postmaster"); n1=$(tree_ticks "$nginx_pid")
+    wal=$(sql "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn0')::bigint")
+    # The backends flush their pending counters when the server's connections close.
+    stop_server
+    sleep 0.5
+    commits=$(( $(sql "SELECT xact_commit FROM pg_stat_database WHERE datname = '$db'") - commits0 ))
+    dbid="(SELECT oid FROM pg_database WHERE datname = '$db')"
+    stmts=n/a
+    if [ "$pgss" = 1 ]; then
+      stmts=$(sql "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements WHERE dbid = $dbid")
+      psql "$base/postgres" -qAtX -v ON_ERROR_STOP=1 -F $'\x1f' -c "SELECT calls, rows, total_exec_time,
+          regexp_replace(query, '\s+', ' ', 'g') FROM pg_stat_statements
+          WHERE dbid = $dbid ORDER BY total_exec_time DESC LIMIT 15" > "$tmp/stmts-$which.txt"
+      echo "$round" > "$tmp/stmts-$which.round"
+      echo "$done_" > "$tmp/stmts-$which.completed"
+    fi
+    read -r failed_db open_db < <(psql "$base/$db" -qAtX -F ' ' -c \
+      "SELECT count(*) FILTER (WHERE status = 'FAILED'), count(*) FILTER (WHERE status NOT IN ('COMPLETED', 'FAILED')) FROM service_requests")
+    sql "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
+    echo "$round $which $created $done_ $failed $failed_db $open_db $timed_out $t0 $t_wrk $t1 $((s1 - s0)) $((p1 - p0)) $((n1 - n0)) $wal $commits $stmts $tmp/wrk-$round-$which.txt" >> "$tmp/rows"
+    python3 - "$(tail -1 "$tmp/rows")" <<'PY'
+import re, sys
+r = sys.argv[1].split()
+rnd, which, created, done, failed, failed_db, open_db, timed_out = r[0], r[1], *map(int, r[2:8])
+t0, t_wrk, t1 = map(float, r[8:11])
+s, p, n, wal, commits = map(int, r[11:16])
+stmts = r[16]
+rate = float(re.search(r'Requests/sec:\s+([\d.]+)', open(r[17]).read()).group(1))
+per = lambda x: x / done if done else float('nan')
+st = f'{per(int(stmts)):.3f}' if stmts != 'n/a' else 'n/a'
+print(f'round {rnd} {which}: {rate:,.0f} creates/s, {done:,} completed in {t1 - t0:.1f} s = {done / (t1 - t0):,.0f}/s; '
+      f'per completed: server {per(s) * 1e4:.1f} µs, Postgres {per(p) * 1e4:.1f} µs, WAL {per(wal):,.0f} B, '
+      f'{per(commits):.3f} commits, {st} statements')
+if failed or failed_db:
+    print(f'WARNING: round {rnd} {which}: {max(failed, failed_db)} requests FAILED', file=sys.stderr)
+if timed_out or open_db:
+    print(f'WARNING: round {rnd} {which}: not all created requests completed ({open_db} unfinished rows; waited past the deadline: {bool(timed_out)})', file=sys.stderr)
+PY
+  done
+done
+
+# Clients that poll (as scripts/bench-poll.sh): once per binary, alternating.
+: > "$tmp/poll-rows"
+poll_note=
+gen_cmd=
+mock_cmd=
+if [ "$POLL" = 0 ]; then
+  poll_note="skipped (POLL=0)"
+elif [ ! -x "$BENCH_BIN" ]; then
+  poll_note="skipped ($BENCH_BIN not built: cargo build --release -p clamp-bench)"
+else
+  mock_port=$(free_port)
+  mock_cmd="$BENCH_BIN mock --port $mock_port --threads 1"
+  $mock_cmd > /dev/null 2>&1 &
+  mock_pid=$!
+  gen_cmd="$BENCH_BIN e2e --url http://127.0.0.1:$port --downstream http://127.0.0.1:$mock_port -c $POLL_CONNS -t 2 -d ${POLL_DURATION}s --warmup 2s -q --timeout 10s --poll-interval $POLL_INTERVAL"
+  for round in $(seq 1 "$POLL_ROUNDS"); do
+    for which in $(order "$round"); do
+      db=clamp_reqcost_poll_${round}_${which,,}
+      sql "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
+      start_server "${!which}" "$db" "$tmp/server-poll-$round-$which.log"
+      read -r c0 f0 < <(finished)
+      s0=$(proc_ticks "$server_pid"); p0=$(tree_ticks "$postmaster")
+      $gen_cmd --json "$tmp/poll-$round-$which.json" > /dev/null &
+      gen_pid=$!
+      wait "$gen_pid"
+      gen_pid=
+      s1=$(proc_ticks "$server_pid"); p1=$(tree_ticks "$postmaster")
+      read -r c1 f1 < <(finished)
+      stop_server
+      sql "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
+      echo "$round $which $((s1 - s0)) $((p1 - p0)) $((c1 + f1 - c0 - f0)) $tmp/poll-$round-$which.json" >> "$tmp/poll-rows"
+      echo "poll round $round $which: $(python3 -c "import json; j = json.load(open('$tmp/poll-$round-$which.json')); print(round((j.get('e2e') or {}).get('completed_rate') or j['achieved_rate']), 'completed/s')")"
+    done
+  done
+  kill "$mock_pid" 2>/dev/null || true; wait "$mock_pid" 2>/dev/null || true; mock_pid=
+  poll_note="server \`<binary> --port $port --bind 127.0.0.1 --database-url $base/<fresh db per run>${SERVER_FLAGS:+ $SERVER_FLAGS}\`; mock \`$mock_cmd\`; generator \`$gen_cmd --json <file>\`"
+fi
+
+server_cmd="<binary> --port $port --bind 127.0.0.1 --database-url $base/<fresh db per run>${SERVER_FLAGS:+ $SERVER_FLAGS}"
+git_head="$(git rev-parse --short HEAD 2>/dev/null || echo none)"
+[ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] || git_head="$git_head (working tree with uncommitted changes)"
+export RC_A=$A RC_B=$B RC_GIT=$git_head RC_PG="$pg_set" RC_PGCMD="$pg_cmd" RC_SERVER="$server_cmd" \
+  RC_WRK="$wrk_cmd" RC_WORKFLOW="$workflow" RC_NGINX="$nginx_server" RC_POLLNOTE="$poll_note" \
+  RC_PGSS=$pgss RC_TMP=$tmp RC_ROUNDS=$ROUNDS RC_DURATION=$DURATION RC_DEADLINE=$DEADLINE \
+  RC_POLLDUR=$POLL_DURATION RC_POLLCONNS=$POLL_CONNS RC_POLLINT=$POLL_INTERVAL
+python3 - "$out/$tag.md" <<'PY'
+import datetime, hashlib, json, os, re, socket, statistics, sys
+E = os.environ
+tmp = E['RC_TMP']
+path = sys.argv[1]
+
+def sha(p):
+    h = hashlib.sha256()
+    with open(p, 'rb') as f:
+        for b in iter(lambda: f.read(1 << 20), b''):
+            h.update(b)
+    return h.hexdigest()[:12]
+
+def cpu_model():
+    for line in open('/proc/cpuinfo'):
+        if line.startswith('model name'):
+            return line.split(':', 1)[1].strip()
+    return 'unknown'
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+def fmt(x, spec):
+    return 'n/a' if x is None else format(x, spec)
+
+runs = []
+for line in open(f'{tmp}/rows'):
+    r = line.split()
+    created, done, failed, failed_db, open_db, timed_out = map(int, r[2:8])
+    t0, t_wrk, t1 = map(float, r[8:11])
+    s, p, n, wal, commits = map(int, r[11:16])
+    wrk = open(r[17]).read()
+    rate = float(re.search(r'Requests/sec:\s+([\d.]+)', wrk).group(1))
+    non2xx = re.search(r'Non-2xx or 3xx responses:\s+(\d+)', wrk)
+    per = lambda x: x / done if done else None
+    runs.append(dict(
+        round=int(r[0]), which=r[1], creates=rate, non2xx=int(non2xx.group(1)) if non2xx else 0,
+        created=created, done=done, failed=max(failed, failed_db), open=open_db, timed_out=timed_out,
+        after=t1 - t_wrk, secs=t1 - t0, rate=done / (t1 - t0),
+        server=per(s * 1e4), pg=per(p * 1e4), both=per((s + p) * 1e4), nginx=per(n * 1e4),
+        wal=per(wal), commits=per(commits), stmts=None if r[16] == 'n/a' else per(int(r[16]))))
+
+cols = [('completed/s', 'rate', ',.0f'), ('creates/s (wrk)', 'creates', ',.0f'),
+        ('server µs', 'server', '.1f'), ('Postgres µs', 'pg', '.1f'), ('server + Postgres µs', 'both', '.1f'),
+        ('nginx µs', 'nginx', '.1f'), ('WAL bytes', 'wal', ',.0f'), ('commits', 'commits', '.3f'),
+        ('statements', 'stmts', '.3f')]
+medians = {w: {k: med(x[k] for x in runs if x['which'] == w) for _, k, _ in cols} for w in 'AB'}
+
+o = []
+w = o.append
+w('# What one completed two-step request costs, A against B\n')
+w(f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%M:%SZ}, host {socket.gethostname()}, "
+  f"nproc {os.cpu_count()}, {cpu_model()}")
+w(f"- git HEAD of the tree the script ran in: {E['RC_GIT']}")
+w(f"- A: `{E['RC_A']}` (sha256 {sha(E['RC_A'])}); B: `{E['RC_B']}` (sha256 {sha(E['RC_B'])})")
+w(f"- Postgres: throwaway cluster, `{E['RC_PGCMD']}` (the README's settings): {E['RC_PG']}"
+  + ("; pg_stat_statements loaded (its cost is in Postgres CPU, alike for both)" if E['RC_PGSS'] == '1' else '; no pg_stat_statements'))
+w(f"- downstream: nginx 127.0.0.1, `worker_processes 1; access_log off;` and `{E['RC_NGINX']}`")
+w(f"- server: `{E['RC_SERVER']}`; then `POST /workflow` with `{E['RC_WORKFLOW']}`")
+w(f"- load: `{E['RC_WRK']}`, then a wait (up to {E['RC_DEADLINE']} s) until the server's "
+  "`completed_service_request_handler_counter_total` + `failed_…` reach its count of created requests "
+  "(`create_service_request_handler_counter_total{status=\"2xx\"}`)")
+w(f"- rounds: {E['RC_ROUNDS']}, A then B in odd rounds, B then A in even ones, each run on a fresh database; "
+  "server, Postgres, nginx and wrk share the machine")
+w('- per completed request, from wrk\'s start to the moment the last request completed: server CPU '
+  '(`/proc/<pid>/stat`), Postgres CPU (the postmaster with its children, live and reaped: this cluster only), '
+  'nginx CPU likewise, WAL (`pg_wal_lsn_diff`), commits (`pg_stat_database.xact_commit` of the database, '
+  'read after the server closed its connections), statements (`pg_stat_statements` calls of the database, '
+  'utility statements such as BEGIN and COMMIT counted too); completed/s = completed ÷ that time\n')
+w('| round | binary | creates/s (wrk) | non-2xx | created | completed | FAILED | s after wrk | completed/s | server µs | Postgres µs | server + Postgres µs | nginx µs | WAL bytes | commits | statements |')
+w('|' + '---|' * 16)
+for x in runs:
+    w(f"| {x['round']} | {x['which']} | {x['creates']:,.0f} | {x['non2xx']} | {x['created']:,} | {x['done']:,} | {x['failed']} | "
+      f"{x['after']:.1f} | {x['rate']:,.0f} | {fmt(x['server'], '.1f')} | {fmt(x['pg'], '.1f')} | {fmt(x['both'], '.1f')} | "
+      f"{fmt(x['nginx'], '.1f')} | {fmt(x['wal'], ',.0f')} | {fmt(x['commits'], '.3f')} | {fmt(x['stmts'], '.3f')} |")
+warn = [x for x in runs if x['failed'] or x['open'] or x['timed_out']]
+for x in warn:
+    w(f"\n**Warning**: round {x['round']} {x['which']}: {x['failed']} FAILED, {x['open']} unfinished rows, "
+      f"deadline passed: {bool(x['timed_out'])}")
+w('\nMedians per binary (per completed request):\n')
+w('| binary | ' + ' | '.join(c for c, _, _ in cols) + ' |')
+w('|' + '---|' * (len(cols) + 1))
+for b in 'AB':
+    w(f'| {b} | ' + ' | '.join(fmt(medians[b][k], f) for _, k, f in cols) + ' |')
+ratio = lambda k: (medians['B'][k] / medians['A'][k]) if medians['A'][k] and medians['B'][k] is not None else None
+w('| B ÷ A | ' + ' | '.join(fmt(ratio(k), '.3f') for _, k, _ in cols) + ' |')
+w(f"\n**B ÷ A of the medians: completed/s {fmt(ratio('rate'), '.3f')}, "
+  f"server + Postgres CPU µs per completed request {fmt(ratio('both'), '.3f')}.**")
+
+if E['RC_PGSS'] == '1':
+    for b in 'AB':
+        f = f'{tmp}/stmts-{b}.txt'
+        if not os.path.exists(f):
+            continue
+        done = int(open(f'{tmp}/stmts-{b}.completed').read())
+        rnd = open(f'{tmp}/stmts-{b}.round').read().strip()
+        w(f'\nStatements of {b} (round {rnd}, {done:,} completed), by execution time:\n')
+        w('| calls per completed | rows per call | execution µs (elapsed) per completed | µs per call | statement |')
+        w('|---|---|---|---|---|')
+        for line in open(f):
+            calls, rows, ms, q = line.rstrip('\n').split('\x1f', 3)
+            calls, rows, ms = int(calls), int(rows), float(ms)
+            q = q.strip()
+            q = (q[:80] + '…') if len(q) > 80 else q
+            q = q.replace('|', '\\|').replace('`', "'")
+            w(f"| {calls / done:.3f} | {rows / calls if calls else 0:.1f} | {ms * 1e3 / done:.2f} | "
+              f"{ms * 1e3 / calls if calls else 0:.1f} | `{q}` |")
+
+w(f"\n## Clients that poll ({E['RC_POLLCONNS']} users, {E['RC_POLLINT']} between reads, {E['RC_POLLDUR']} s, as scripts/bench-poll.sh)\n")
+w(f"- {E['RC_POLLNOTE']}")
+prow = [l.split() for l in open(f'{tmp}/poll-rows') if l.strip()]
+if prow:
+    w("- completed/s, completed, errors and latencies: the generator's (after its warm-up); CPU per completed: "
+      "server and Postgres CPU over the whole run ÷ the requests the server finished in it (its counters)\n")
+    w('| round | binary | completed/s | completed | errors | end-to-end p50 ms | p99 ms | server µs per completed | Postgres µs per completed |')
+    w('|---|---|---|---|---|---|---|---|---|')
+    prates = {'A': [], 'B': []}
+    for rnd, b, s, p, fin, js in prow:
+        j = json.load(open(js))
+        e2e = j.get('e2e') or {}
+        rate = e2e.get('completed_rate') or j['achieved_rate']
+        done = e2e.get('completed') or j.get('ok') or 0
+        prates[b].append(rate)
+        lat = j['latency_us']
+        per = lambda t: f'{int(t) * 1e4 / int(fin):.1f}' if int(fin) else 'n/a'
+        w(f"| {rnd} | {b} | {rate:,.0f} | {done:,} | {sum(j.get('errors', {}).values())} | {lat['p50'] / 1000:.1f} | "
+          f"{lat['p99'] / 1000:.1f} | {per(s)} | {per(p)} |")
+    if prates['A'] and prates['B']:
+        ma, mb = statistics.median(prates['A']), statistics.median(prates['B'])
+        w(f'\nPolling completed/s, medians: A {ma:,.0f}, B {mb:,.0f}, B ÷ A {mb / ma:.3f}')
+open(path, 'w').write('\n'.join(o) + '\n')
+PY
+cat "$out/$tag.md"
