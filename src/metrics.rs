@@ -28,6 +28,7 @@ pub enum Route {
     GetServiceRequest,
     CancelServiceRequest,
     ListServiceRequests,
+    SearchServiceRequests,
     StepResponse,
     Health,
     Ready,
@@ -37,7 +38,7 @@ pub enum Route {
 }
 
 impl Route {
-    pub const ALL: [Route; 13] = [
+    pub const ALL: [Route; 14] = [
         Route::CreateWorkflow,
         Route::GetWorkflow,
         Route::ListWorkflows,
@@ -45,6 +46,7 @@ impl Route {
         Route::GetServiceRequest,
         Route::CancelServiceRequest,
         Route::ListServiceRequests,
+        Route::SearchServiceRequests,
         Route::StepResponse,
         Route::Health,
         Route::Ready,
@@ -63,6 +65,7 @@ impl Route {
             Route::GetServiceRequest => "get_service_request_handler_by_id",
             Route::CancelServiceRequest => "cancel_service_request_handler",
             Route::ListServiceRequests => "get_service_requests_by_workflow_name_handler",
+            Route::SearchServiceRequests => "clamp_search_service_requests_handler",
             Route::StepResponse => "resume_async_service_request_handler",
             Route::Health => "health_handler",
             Route::Ready => "ready_handler",

@@ -10,6 +10,7 @@ pub(crate) mod body;
 pub(crate) mod conn;
 pub(crate) mod ops;
 pub(crate) mod response;
+pub(crate) mod search;
 pub(crate) mod service_requests;
 pub(crate) mod step_response;
 pub(crate) mod workflows;
@@ -87,6 +88,11 @@ const ROUTES: &[RouteDef] = &[
         Method::GET,
         &[Lit("serviceRequests"), Arg],
         Route::ListServiceRequests,
+    ),
+    route(
+        Method::GET,
+        &[Lit("serviceRequests")],
+        Route::SearchServiceRequests,
     ),
     route(Method::POST, &[Lit("workflow")], Route::CreateWorkflow),
     route(Method::GET, &[Lit("workflow"), Arg], Route::GetWorkflow),
@@ -197,6 +203,7 @@ async fn dispatch(core: &Core, parts: &Parts, body: &mut Body) -> (Route, Resp) 
         Route::GetServiceRequest => service_requests::get(core, arg, query).await,
         Route::CancelServiceRequest => service_requests::cancel(core, arg, parts, body).await,
         Route::ListServiceRequests => service_requests::list(core, &decode(arg), query).await,
+        Route::SearchServiceRequests => search::search(core, query).await,
         Route::CreateWorkflow => workflows::create(core, parts, body).await,
         Route::GetWorkflow => workflows::get(core, &decode(arg)).await,
         Route::ListWorkflows => workflows::list(core, query).await,

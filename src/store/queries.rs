@@ -107,20 +107,20 @@ pub async fn service_requests_page(
             &[&workflow, &page_size, &offset],
         )
         .await?;
-    Ok(rows
-        .iter()
-        .map(|r| {
-            json!({
-                "id": r.get::<_, Uuid>("id").to_string(),
-                "workflow_name": r.get::<_, &str>("workflow_name"),
-                "status": r.get::<_, &str>("status"),
-                "created_at": r.get::<_, &str>("created_at"),
-                "payload": parse_opt(r.get("payload")).unwrap_or(Value::Null),
-                "current_step_id": r.get::<_, i32>("current_step_id"),
-                "reason": r.get::<_, Option<&str>>("reason").unwrap_or(""),
-            })
-        })
-        .collect())
+    Ok(rows.iter().map(list_item).collect())
+}
+
+/// One request as lists show it (`GET /serviceRequests/{workflow}` and search alike).
+pub(crate) fn list_item(r: &tokio_postgres::Row) -> Value {
+    json!({
+        "id": r.get::<_, Uuid>("id").to_string(),
+        "workflow_name": r.get::<_, &str>("workflow_name"),
+        "status": r.get::<_, &str>("status"),
+        "created_at": r.get::<_, &str>("created_at"),
+        "payload": parse_opt(r.get("payload")).unwrap_or(Value::Null),
+        "current_step_id": r.get::<_, i32>("current_step_id"),
+        "reason": r.get::<_, Option<&str>>("reason").unwrap_or(""),
+    })
 }
 
 /// Parses stored JSON text (validated before it was written); unparsable text is returned

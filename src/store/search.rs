@@ -1,0 +1,143 @@
+//! `GET /serviceRequests?…` (beyond Clamp): requests by workflow, status and creation
+//! time, newest first, in keyset pages.
+//!
+//! No index of its own: ids are UUIDv7, so creation time bounds are id bounds, and every
+//! page is one backward range scan of the primary key, or of the by-workflow index when a
+//! workflow is named, from the cursor (the last id of the previous page) down to the
+//! lower time bound. The exact creation times and the statuses are filters on the rows
+//! that scan reads, so a status that few requests have, without a time bound, reads
+//! further down the index for each page.
+
+use std::time::SystemTime;
+
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::pool::PgConn;
+use super::queries::list_item;
+use super::Result;
+
+/// What to look for.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub workflow: Option<String>,
+    /// Statuses as reads show them (`IN_PROGRESS` derived); empty: any.
+    pub statuses: Vec<&'static str>,
+    /// Created strictly after this time.
+    pub created_after: Option<SystemTime>,
+    /// Created strictly before this time.
+    pub created_before: Option<SystemTime>,
+    /// Below this id (the last of the previous page).
+    pub cursor: Option<Uuid>,
+    pub limit: i64,
+}
+
+/// How far an id's millisecond may stand from its row's `created_at` (both are read from
+/// the server's clock, one after the other): time bounds are widened by it for the index
+/// range and applied exactly to `created_at`.
+const ID_CLOCK_SLACK_MS: u64 = 1_000;
+
+/// The columns, conditions and order both statements share; `$1` lower id bound, `$2`
+/// upper id bound (exclusive), `$3` statuses or NULL, `$4`/`$5` exact time bounds or NULL,
+/// `$6` rows to read.
+macro_rules! search_sql {
+    ($workflow:literal) => {
+        concat!(
+            "SELECT s.id, s.workflow_name, ",
+            crate::store::sql::derived_status!("s"),
+            " AS status, to_json(s.created_at) #>> '{}' AS created_at, s.payload, \
+             s.current_step_id, s.reason \
+             FROM service_requests s \
+             WHERE ",
+            $workflow,
+            "s.id >= $1 AND s.id < $2 \
+               AND ($3::text[] IS NULL OR ",
+            crate::store::sql::derived_status!("s"),
+            " = ANY($3)) \
+               AND ($4::timestamptz IS NULL OR s.created_at > $4) \
+               AND ($5::timestamptz IS NULL OR s.created_at < $5) \
+             ORDER BY s.id DESC LIMIT $6"
+        )
+    };
+}
+
+/// Any workflow: a backward range scan of the primary key.
+const SEARCH_ALL: &str = search_sql!("");
+/// One workflow (`$7`): a backward range scan of the by-workflow index.
+const SEARCH_WORKFLOW: &str = search_sql!("s.workflow_name = $7 AND ");
+
+/// A page of matches, newest first, and the cursor of the next page (None: no more).
+pub async fn search(conn: &PgConn, f: &Filter) -> Result<(Vec<Value>, Option<Uuid>)> {
+    let ms = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    };
+    let lower = f.created_after.map_or(Uuid::nil(), |t| {
+        id_floor(ms(t).saturating_sub(ID_CLOCK_SLACK_MS))
+    });
+    let time_upper = f
+        .created_before
+        .map_or(Uuid::max(), |t| id_floor(ms(t) + ID_CLOCK_SLACK_MS + 1));
+    let upper = match f.cursor {
+        Some(c) if c < time_upper => c,
+        _ => time_upper,
+    };
+    let statuses: Option<Vec<&str>> = (!f.statuses.is_empty()).then(|| f.statuses.clone());
+    // One row more than asked for says whether another page follows.
+    let read = f.limit + 1;
+    let rows = match &f.workflow {
+        Some(w) => {
+            let stmt = conn.stmt(SEARCH_WORKFLOW).await?;
+            let p: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+                &lower,
+                &upper,
+                &statuses,
+                &f.created_after,
+                &f.created_before,
+                &read,
+                w,
+            ];
+            conn.client.query(&stmt, &p).await?
+        }
+        None => {
+            let stmt = conn.stmt(SEARCH_ALL).await?;
+            let p: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+                &lower,
+                &upper,
+                &statuses,
+                &f.created_after,
+                &f.created_before,
+                &read,
+            ];
+            conn.client.query(&stmt, &p).await?
+        }
+    };
+    let more = rows.len() as i64 > f.limit;
+    let page = &rows[..rows.len().min(f.limit as usize)];
+    let next = more
+        .then(|| page.last().map(|r| r.get::<_, Uuid>("id")))
+        .flatten();
+    Ok((page.iter().map(list_item).collect(), next))
+}
+
+/// The smallest UUIDv7 of millisecond `ms` (every id made in it or later is not below it).
+fn id_floor(ms: u64) -> Uuid {
+    let ms = ms.min((1 << 48) - 1);
+    Uuid::from_u128(((ms as u128) << 80) | (0x7 << 76) | (0b10 << 62))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn id_floors_order_with_the_ids_of_their_millisecond() {
+        let id = crate::ids::new_v7();
+        let ms = (id.as_u128() >> 80) as u64;
+        assert!(id_floor(ms) <= id);
+        assert!(id < id_floor(ms + 1));
+        assert!(id_floor(ms - 1) < id_floor(ms));
+        assert_eq!(id_floor(ms).get_version_num(), 7);
+        assert_eq!(id_floor(0), Uuid::from_u128((0x7 << 76) | (0b10 << 62)));
+    }
+}
