@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Search on a large table: ROWS service requests (default 1,000,000) spread over the last
+# 24 hours across four workflows (90% COMPLETED, 5% FAILED, 3% CANCELLED, 2% NEW), written
+# straight into a throwaway Postgres with the README's settings, then an API-only server
+# on it. For each query: the plan of the server's statement (EXPLAIN ANALYZE, BUFFERS) and
+# the time of the HTTP request (median of REPS), for the first page and for a page deep
+# in the table (its cursor half-way down). Writes perf/runs/<date>-<host>/<tag>.md.
+#
+#   scripts/bench-search.sh
+#   ROWS=200000 REPS=10 TAG=search-small scripts/bench-search.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
+ROWS=${ROWS:-1000000}
+REPS=${REPS:-20}
+bin=${BIN:-target/release}
+[ -n "${BIN:-}" ] || cargo build --release --bin clamp -q
+out=perf/runs/$(date -u +%Y-%m-%d)-$(hostname)
+mkdir -p "$out"
+tag=${TAG:-search-1m}
+pg_dir=/tmp/clamp-bench-search-pg
+base=$(scripts/dev-postgres.sh start $pg_dir 55499); base=${base%/clamp}
+db=clamp_bench_search
+port=18540
+psql "$base/postgres" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
+"$bin/clamp" --port $port --bind 127.0.0.1 --database-url "$base/$db" --max-running 0 > "/tmp/$tag-server.log" 2>&1 &
+server_pid=$!
+trap 'kill $server_pid 2>/dev/null || true; scripts/dev-postgres.sh stop $pg_dir >/dev/null' EXIT
+wait_up $port
+for wf in claims refunds payouts audits rare; do
+  curl -sf "localhost:$port/workflow" -d "{\"name\":\"$wf\",\"description\":\"search bench\",\"steps\":[{\"name\":\"a\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"http://127.0.0.1:9/a\"}}]}" >/dev/null
+done
+# UUIDv7 ids from each row's creation millisecond (random low bits), as the server makes them.
+psql "$base/$db" -qAt <<SQL
+INSERT INTO service_requests (id, workflow_name, status, payload, created_at, updated_at, finished_at, current_step_id)
+SELECT (lpad(to_hex((extract(epoch FROM t) * 1000)::bigint), 12, '0') || '7' ||
+        substr(md5(g::text), 1, 3) || '8' || substr(md5(g::text), 4, 15))::uuid,
+       CASE WHEN g % 1000 = 7 THEN 'rare' ELSE (ARRAY['claims', 'refunds', 'payouts', 'audits'])[1 + g % 4] END,
+       CASE WHEN g % 100 < 90 THEN 'COMPLETED' WHEN g % 100 < 95 THEN 'FAILED'
+            WHEN g % 100 < 98 THEN 'CANCELLED' ELSE 'NEW' END,
+       '{"claimDetails":{"claimType":"MOTOR","amount":1250.75}}', t, t,
+       CASE WHEN g % 100 < 98 THEN t END, 0
+FROM (SELECT g, now() - interval '24 hours' + (g * (interval '24 hours' / $ROWS)) AS t
+      FROM generate_series(1, $ROWS) g) s;
+VACUUM ANALYZE service_requests;
+SQL
+n=$(psql "$base/$db" -Atc "select count(*) from service_requests")
+mid=$(psql "$base/$db" -Atc "select replace(id::text, '-', '') from service_requests order by id desc offset $((ROWS / 2)) limit 1")
+hour_ago=$(psql "$base/$db" -Atc "select to_char((now() - interval '1 hour') at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')")
+queries=(
+  ""
+  "workflow=claims"
+  "status=FAILED"
+  "status=FAILED&createdAfter=$hour_ago"
+  "status=FAILED&workflow=refunds"
+  "workflow=rare"
+  "cursor=$mid"
+  "workflow=claims&cursor=$mid"
+  "workflow=rare&cursor=$mid"
+  "status=FAILED&cursor=$mid"
+)
+# The server's two statements, as store/search.rs sends them: EXPLAIN runs the one for
+# any workflow with a generic plan (it is prepared once per connection) and the one for
+# a workflow with a plan for its values (it is planned for each search).
+derived="CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR s.lease_until > now()) THEN 'IN_PROGRESS' ELSE s.status END"
+stmt() {  # stmt <name> <workflow condition> [<extra parameter type> <order>]
+  echo "PREPARE $1 (uuid, uuid, text[], timestamptz, timestamptz, bigint${3:-}) AS SELECT s.id, s.workflow_name, $derived AS status, to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason
+FROM service_requests s WHERE $2 s.id >= \$1 AND s.id < \$2
+  AND (\$3::text[] IS NULL OR $derived = ANY(\$3))
+  AND (\$4::timestamptz IS NULL OR s.created_at > \$4) AND (\$5::timestamptz IS NULL OR s.created_at < \$5)
+ORDER BY ${4:-s.id DESC} LIMIT \$6;"
+}
+ms_uuid() { python3 -c "import sys; ms=int(sys.argv[1]); print('%012x' % ms + '7000' + '8000' + '0'*12)" "$1"; }
+{
+  echo "# Search on $n rows"
+  echo
+  echo "- date: $(date -u +%FT%TZ), host $(hostname), nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+  echo "- git: $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+  echo "- data: $n rows over the last 24 h, four workflows, 90% COMPLETED, 5% FAILED, 3% CANCELLED, 2% NEW (scripts/bench-search.sh); VACUUM ANALYZE after loading"
+  echo "- server: \`$bin/clamp --port $port --bind 127.0.0.1 --database-url …/$db --max-running 0\`; Postgres: throwaway cluster from \`scripts/dev-postgres.sh\`: $(pg_settings "$base")"
+  echo "- time: curl's time_total of \`GET /serviceRequests?<query>\` (limit 50), median of $REPS, after one warm-up call"
+  echo
+  echo "| query | items | next page | median ms | p90 ms |"
+  echo "|---|---|---|---|---|"
+  for q in "${queries[@]}"; do
+    curl -s "localhost:$port/serviceRequests?$q" >/dev/null
+    times=$(for _ in $(seq 1 "$REPS"); do curl -s -o /dev/null -w '%{time_total}\n' "localhost:$port/serviceRequests?$q"; done)
+    body=$(curl -s "localhost:$port/serviceRequests?$q")
+    python3 - "$q" "$body" "$times" <<'EOF'
+import json, statistics, sys
+q, body, times = sys.argv[1], json.loads(sys.argv[2]), [float(t) * 1000 for t in sys.argv[3].split()]
+times.sort()
+print(f"| `{q or '(none)'}` | {len(body['serviceRequests'])} | {'yes' if body['nextCursor'] else 'no'} | {statistics.median(times):.2f} | {times[int(len(times) * 0.9) - 1]:.2f} |")
+EOF
+  done
+  echo
+  echo "Plans (the statement of store/search.rs with the query's values; \`EXPLAIN (ANALYZE, BUFFERS)\`, seqscan off as in the server's sessions):"
+  hour_ms=$(python3 -c "import datetime,sys; print(int((datetime.datetime.strptime(sys.argv[1], '%Y-%m-%dT%H:%M:%SZ').replace(tzinfo=datetime.timezone.utc).timestamp() - 1) * 1000))" "$hour_ago")
+  prepared="SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan; $(stmt search_all "") $(stmt search_wf 's.workflow_name = $7 AND' ', text')"
+  plan() {  # plan <label> <EXECUTE …>
+    echo; echo "\`$1\`:"; echo; echo '```'
+    local mode=""
+    case "$2" in *search_wf*) mode="SET plan_cache_mode = force_custom_plan;" ;; esac
+    psql "$base/$db" -qAt -c "$prepared $mode EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) $2"
+    echo '```'
+  }
+  nil=00000000-0000-0000-0000-000000000000; max=ffffffff-ffff-ffff-ffff-ffffffffffff
+  plan "(none)" "EXECUTE search_all('$nil', '$max', NULL, NULL, NULL, 51)"
+  plan "workflow=claims" "EXECUTE search_wf('$nil', '$max', NULL, NULL, NULL, 51, 'claims')"
+  plan "workflow=rare" "EXECUTE search_wf('$nil', '$max', NULL, NULL, NULL, 51, 'rare')"
+  plan "status=FAILED" "EXECUTE search_all('$nil', '$max', '{FAILED}', NULL, NULL, 51)"
+  plan "status=FAILED&createdAfter=<an hour ago>" "EXECUTE search_all('$(ms_uuid "$hour_ms")', '$max', '{FAILED}', '$hour_ago', NULL, 51)"
+  plan "status=FAILED&workflow=refunds" "EXECUTE search_wf('$nil', '$max', '{FAILED}', NULL, NULL, 51, 'refunds')"
+  plan "cursor=<half-way>" "EXECUTE search_all('$nil', '$mid', NULL, NULL, NULL, 51)"
+  plan "workflow=rare&cursor=<half-way>" "EXECUTE search_wf('$nil', '$mid', NULL, NULL, NULL, 51, 'rare')"
+} | tee "$out/$tag.md"
