@@ -27,6 +27,7 @@ pub enum Route {
     CreateServiceRequest,
     GetServiceRequest,
     CancelServiceRequest,
+    RetryServiceRequest,
     ListServiceRequests,
     SearchServiceRequests,
     StepResponse,
@@ -38,13 +39,14 @@ pub enum Route {
 }
 
 impl Route {
-    pub const ALL: [Route; 14] = [
+    pub const ALL: [Route; 15] = [
         Route::CreateWorkflow,
         Route::GetWorkflow,
         Route::ListWorkflows,
         Route::CreateServiceRequest,
         Route::GetServiceRequest,
         Route::CancelServiceRequest,
+        Route::RetryServiceRequest,
         Route::ListServiceRequests,
         Route::SearchServiceRequests,
         Route::StepResponse,
@@ -64,6 +66,7 @@ impl Route {
             Route::CreateServiceRequest => "create_service_request_handler",
             Route::GetServiceRequest => "get_service_request_handler_by_id",
             Route::CancelServiceRequest => "cancel_service_request_handler",
+            Route::RetryServiceRequest => "clamp_retry_service_request_handler",
             Route::ListServiceRequests => "get_service_requests_by_workflow_name_handler",
             Route::SearchServiceRequests => "clamp_search_service_requests_handler",
             Route::StepResponse => "resume_async_service_request_handler",

@@ -5,7 +5,8 @@
 //! - long polls waiting on the request wake when its status (as reads show it) changed;
 //! - a request run here from its first step keeps its committed step rows and where its
 //!   row stands (`Running::live`), so a read needs only the row from Postgres;
-//! - its final answer (COMPLETED, FAILED) is kept for the reads that come after.
+//! - its answer once COMPLETED (which never changes again) is kept for the reads that
+//!   come after; a FAILED one is not, as a retry may change it on any instance.
 
 use std::sync::Arc;
 
@@ -50,7 +51,7 @@ pub fn committed(app: &App, t: &Transition) {
     let Some(Some(live)) = done else {
         return;
     };
-    if status::is_final(t.status) {
+    if status::never_changes(t.status) {
         let live = Arc::unwrap_or_clone(live);
         let head = Head {
             workflow_name: live.workflow_name,
@@ -61,6 +62,9 @@ pub fn committed(app: &App, t: &Transition) {
             step_attempts: t.attempts as i32,
             last_error: t.last_error.clone(),
             retry_at: None,
+            // Only a request run here from its first step has a memory, and a retried one
+            // never is (it continues from a later step).
+            retries: 0,
         };
         app.status_cache.insert_parts(t.id, head, live.steps);
     }

@@ -10,6 +10,7 @@ pub(crate) mod body;
 pub(crate) mod conn;
 pub(crate) mod ops;
 pub(crate) mod response;
+pub(crate) mod retry;
 pub(crate) mod search;
 pub(crate) mod service_requests;
 pub(crate) mod step_response;
@@ -83,6 +84,11 @@ const ROUTES: &[RouteDef] = &[
         Method::POST,
         &[Lit("serviceRequest"), Arg, Lit("cancel")],
         Route::CancelServiceRequest,
+    ),
+    route(
+        Method::POST,
+        &[Lit("serviceRequest"), Arg, Lit("retry")],
+        Route::RetryServiceRequest,
     ),
     route(
         Method::GET,
@@ -202,6 +208,7 @@ async fn dispatch(core: &Core, parts: &Parts, body: &mut Body) -> (Route, Resp) 
         }
         Route::GetServiceRequest => service_requests::get(core, arg, query).await,
         Route::CancelServiceRequest => service_requests::cancel(core, arg, parts, body).await,
+        Route::RetryServiceRequest => retry::retry(core, arg, parts, body).await,
         Route::ListServiceRequests => service_requests::list(core, &decode(arg), query).await,
         Route::SearchServiceRequests => search::search(core, query).await,
         Route::CreateWorkflow => workflows::create(core, parts, body).await,

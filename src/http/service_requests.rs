@@ -460,7 +460,7 @@ async fn read_status(core: &Core, id: uuid::Uuid) -> Result<Read, Resp> {
         Ok(Some(f)) => {
             app.metrics.status_reads[1].inc();
             let body = status::render(id, &f.head, &f.steps);
-            if status::is_final(&f.head.status) {
+            if status::never_changes(&f.head.status) {
                 app.status_cache.insert(id, body.clone(), f.finished_ms);
             }
             Ok(Read {

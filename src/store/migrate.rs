@@ -15,6 +15,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (5, include_str!("migrations/0005_superseded.sql")),
     (6, include_str!("migrations/0006_one_row_per_request.sql")),
     (7, include_str!("migrations/0007_fillfactor_50.sql")),
+    (8, include_str!("migrations/0008_retries.sql")),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.

@@ -13,6 +13,7 @@ pub(crate) mod queries;
 pub(crate) mod raw_json;
 pub(crate) mod reader;
 pub mod retention;
+pub(crate) mod retry;
 pub(crate) mod search;
 mod sql;
 pub(crate) mod status;

@@ -142,6 +142,7 @@ fn collect(rows: &[tokio_postgres::Row], want: Want, out: &mut HashMap<Uuid, Fou
                 step_attempts: r.get("step_attempts"),
                 last_error: r.get("last_error"),
                 retry_at: r.get("retry_at"),
+                retries: r.get("retries"),
             },
             steps: Vec::new(),
             finished_ms: r.get("request_finished_ms"),

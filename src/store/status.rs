@@ -17,7 +17,7 @@ macro_rules! head_columns {
             " AS status, \
              r.current_step_id, r.reason, to_json(r.created_at) #>> '{}' AS created_at, \
              extract(epoch FROM r.finished_at)::float8 * 1000 AS request_finished_ms, \
-             r.step_attempts, r.last_error, \
+             r.step_attempts, r.last_error, r.retries, \
              CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() \
                   THEN to_json(r.lease_until) #>> '{}' END AS retry_at"
         )
@@ -64,6 +64,8 @@ pub struct Head {
     pub step_attempts: i32,
     pub last_error: Option<String>,
     pub retry_at: Option<String>,
+    /// Times it was retried after it failed or was cancelled (beyond Clamp).
+    pub retries: i32,
 }
 
 /// One step attempt's row, as the answer shows it.
@@ -87,6 +89,12 @@ pub struct StepRow {
 /// them: a step in flight when it was cancelled may still record its outcome.
 pub fn is_final(status: &str) -> bool {
     matches!(status, "COMPLETED" | "FAILED")
+}
+
+/// Whether an answer can be kept as it is for later reads: only a COMPLETED request never
+/// changes again (a FAILED one may be retried, on any instance).
+pub fn never_changes(status: &str) -> bool {
+    status == "COMPLETED"
 }
 
 fn text(b: &Option<Bytes>) -> Option<&str> {
@@ -145,6 +153,10 @@ pub fn render(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
         Value::String(head.reason.clone().unwrap_or_default()),
     );
     out.insert("created_at".into(), Value::String(head.created_at.clone()));
+    // Beyond Clamp: how often the request was retried after it failed or was cancelled.
+    if head.retries > 0 {
+        out.insert("retries".into(), json!(head.retries));
+    }
     // Beyond Clamp: a step whose call failed and is to be tried again.
     if head.step_attempts > 0
         && !matches!(head.status.as_str(), "COMPLETED" | "FAILED" | "CANCELLED")

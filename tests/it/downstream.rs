@@ -33,6 +33,8 @@ pub struct Log {
     pub by_key: HashMap<String, usize>,
     pub in_flight: usize,
     pub peak_in_flight: usize,
+    /// `/until-fixed` answers 500 until `Downstream::fix` (a downstream that was down).
+    pub fixed: bool,
 }
 
 pub struct Downstream {
@@ -99,6 +101,11 @@ impl Downstream {
         self.log.lock().by_key.get(key).copied().unwrap_or(0)
     }
 
+    /// From now on `/until-fixed` answers as `/api/echo` does.
+    pub fn fix(&self) {
+        self.log.lock().fixed = true;
+    }
+
     pub fn peak_in_flight(&self) -> usize {
         self.log.lock().peak_in_flight
     }
@@ -127,8 +134,10 @@ async fn handle(
         serde_json::from_slice(&bytes).unwrap_or(Value::Null)
     };
     let mut first_for_key = true;
+    let fixed;
     {
         let mut l = log.lock();
+        fixed = l.fixed;
         if let Some(k) = headers.get("idempotency-key") {
             let n = l.by_key.entry(k.clone()).or_default();
             *n += 1;
@@ -168,6 +177,8 @@ async fn handle(
         }
         "/api/step1" => (200, json!({"user": {"id": 7, "ok": true}, "step": 1})),
         "/api/echo" => (200, json!({"echo": body})),
+        "/until-fixed" if fixed => (200, json!({"echo": body})),
+        "/until-fixed" => (500, json!({"error": "down for now"})),
         "/api/accepted" => (202, json!({"accepted": true})),
         p if p.starts_with("/status/") => {
             (p[8..].parse().unwrap_or(500), json!({"error": "as asked"}))

@@ -15,6 +15,7 @@ mod hardening;
 mod idempotency_cleanup;
 mod openapi;
 mod retention;
+mod retry;
 mod search;
 mod status_reads;
 mod support;

@@ -87,9 +87,13 @@ async fn answers_from_memory_are_the_database_answers_byte_for_byte() {
     }
     let m = runner.get("/metrics").await.text();
     let from_memory = metric(&m, "clamp_status_reads_total{source=\"memory\"}");
-    // Every request read twice on the runner; those it ran from the first step to the
-    // end (all but the retried ones) were answered from memory both times.
-    assert!(from_memory >= 120.0, "{from_memory} reads from memory\n{m}");
+    // Every request read twice on the runner: those it ran from the first step to the
+    // end and COMPLETED ("mixed") from memory both times; the retried ones ("flaky") the
+    // second time, from the cache the first read filled; the FAILED ones never, since a
+    // FAILED request may be retried (on any instance) and its answer change.
+    assert!(from_memory >= 90.0, "{from_memory} reads from memory\n{m}");
+    let from_database = metric(&m, "clamp_status_reads_total{source=\"database\"}");
+    assert!(from_database >= 60.0, "{from_database} reads from Postgres\n{m}");
     let m = api.get("/metrics").await.text();
     assert_eq!(
         metric(&m, "clamp_status_reads_total{source=\"database\"}"),
