@@ -28,6 +28,7 @@ pub enum Route {
     GetServiceRequest,
     CancelServiceRequest,
     RetryServiceRequest,
+    RetryServiceRequests,
     ListServiceRequests,
     SearchServiceRequests,
     StepResponse,
@@ -39,7 +40,7 @@ pub enum Route {
 }
 
 impl Route {
-    pub const ALL: [Route; 15] = [
+    pub const ALL: [Route; 16] = [
         Route::CreateWorkflow,
         Route::GetWorkflow,
         Route::ListWorkflows,
@@ -47,6 +48,7 @@ impl Route {
         Route::GetServiceRequest,
         Route::CancelServiceRequest,
         Route::RetryServiceRequest,
+        Route::RetryServiceRequests,
         Route::ListServiceRequests,
         Route::SearchServiceRequests,
         Route::StepResponse,
@@ -67,6 +69,7 @@ impl Route {
             Route::GetServiceRequest => "get_service_request_handler_by_id",
             Route::CancelServiceRequest => "cancel_service_request_handler",
             Route::RetryServiceRequest => "clamp_retry_service_request_handler",
+            Route::RetryServiceRequests => "clamp_retry_service_requests_handler",
             Route::ListServiceRequests => "get_service_requests_by_workflow_name_handler",
             Route::SearchServiceRequests => "clamp_search_service_requests_handler",
             Route::StepResponse => "resume_async_service_request_handler",

@@ -1,6 +1,7 @@
 //! `POST /serviceRequest/{id}/retry` (beyond Clamp): a FAILED or CANCELLED request goes on
 //! as the same request from the step that failed (`store::retry`), optionally with a new
-//! request for that step: `{"payload": <JSON>}`.
+//! request for that step: `{"payload": <JSON>}`. `POST /serviceRequests/retry` does so for
+//! every request that the search filters in its body match.
 
 use hyper::http::request::Parts;
 use hyper::StatusCode;
@@ -8,7 +9,7 @@ use hyper::StatusCode;
 use super::body::Body;
 use super::response::{error, json, store_error, Resp};
 use crate::state::Core;
-use crate::store::retry::{self, Retried};
+use crate::store::retry::{self, Bulk, Retried};
 
 pub async fn retry(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Resp {
     let Ok(id) = uuid::Uuid::parse_str(id) else {
@@ -83,6 +84,135 @@ fn new_request(body: &[u8]) -> Result<Option<String>, &'static str> {
     Ok(payload.map(|p| p.to_string()))
 }
 
+/// Most requests one bulk retry takes, and how many unless its `limit` says otherwise.
+const MAX_BULK: i64 = 10_000;
+const DEFAULT_BULK: i64 = 1_000;
+
+/// `POST /serviceRequests/retry` with a body of search filters (`status` FAILED unless it
+/// says CANCELLED or both; `workflow`, `createdAfter`, `createdBefore`, `limit`).
+pub async fn retry_matching(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
+    let app = &core.app;
+    let body = match body
+        .read(
+            &parts.headers,
+            app.config.body_limit,
+            app.config.header_timeout,
+        )
+        .await
+    {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    let bulk = match bulk_filter(&body) {
+        Ok(b) => b,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+    };
+    let conn = match core.pool.get().await {
+        Ok(c) => c,
+        Err(e) => return store_error(e.into(), "retry service requests"),
+    };
+    match retry::retry_matching(&conn, &bulk).await {
+        Ok((retried, more)) => {
+            if retried > 0 {
+                core.executor.wake();
+            }
+            json(
+                StatusCode::OK,
+                &serde_json::json!({"retried": retried, "more": more}),
+            )
+        }
+        Err(e) => store_error(e, "retry service requests"),
+    }
+}
+
+/// The body's filters; the error names the field at fault.
+fn bulk_filter(body: &[u8]) -> Result<Bulk, String> {
+    use serde_json::Value;
+    let mut o = if body.iter().all(u8::is_ascii_whitespace) {
+        serde_json::Map::new()
+    } else {
+        match serde_json::from_slice::<Value>(body) {
+            Ok(Value::Object(o)) => o,
+            _ => return Err("the body must be empty or a JSON object of search filters".into()),
+        }
+    };
+    let text = |v: Value, key: &str| match v {
+        Value::String(s) if !s.is_empty() => Ok(s),
+        _ => Err(format!("{key}: must be a non-empty string")),
+    };
+    let statuses = match o.remove("status") {
+        None | Some(Value::Null) => vec!["FAILED"],
+        Some(v) => {
+            let list = match v {
+                Value::Array(a) => a,
+                one => vec![one],
+            };
+            let mut out = Vec::new();
+            for v in list {
+                let s = text(v, "status")?;
+                for s in s.split(',').map(str::trim) {
+                    let known = match s.to_ascii_uppercase().as_str() {
+                        "FAILED" => "FAILED",
+                        "CANCELLED" => "CANCELLED",
+                        _ => {
+                            return Err(format!(
+                                "status: {s:?} is not retried (only FAILED and CANCELLED are)"
+                            ))
+                        }
+                    };
+                    if !out.contains(&known) {
+                        out.push(known);
+                    }
+                }
+            }
+            out
+        }
+    };
+    let workflow = o
+        .remove("workflow")
+        .map(|v| text(v, "workflow"))
+        .transpose()?;
+    let time = |v: Option<Value>, key: &str| -> Result<Option<std::time::SystemTime>, String> {
+        let Some(v) = v else { return Ok(None) };
+        let s = text(v, key)?;
+        let t = chrono::DateTime::parse_from_rfc3339(&s)
+            .map_err(|_| format!("{key}: {s:?} is not an RFC 3339 time"))?;
+        let us = u64::try_from(t.timestamp_micros()).map_err(|_| format!("{key}: before 1970"))?;
+        Ok(Some(
+            std::time::UNIX_EPOCH + std::time::Duration::from_micros(us),
+        ))
+    };
+    let created_after = time(o.remove("createdAfter"), "createdAfter")?;
+    let created_before = time(o.remove("createdBefore"), "createdBefore")?;
+    if let (Some(a), Some(b)) = (created_after, created_before) {
+        if a >= b {
+            return Err("createdAfter: must be before createdBefore".into());
+        }
+    }
+    let limit = match o.remove("limit") {
+        None => DEFAULT_BULK,
+        Some(v) => match v.as_i64() {
+            Some(n) if (1..=MAX_BULK).contains(&n) => n,
+            _ => return Err(format!("limit: must be a number from 1 to {MAX_BULK}")),
+        },
+    };
+    if let Some(k) = o.keys().next() {
+        return Err(format!(
+            "{k}: unknown field (the filters are status, workflow, createdAfter, createdBefore and limit)"
+        ));
+    }
+    let (lower, upper) = crate::store::search::id_bounds(created_after, created_before);
+    Ok(Bulk {
+        workflow,
+        statuses,
+        lower,
+        upper,
+        created_after,
+        created_before,
+        limit,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,6 +231,32 @@ mod tests {
         );
         for bad in [&b"[1]"[..], b"{\"payload\": 1, \"x\": 2}", b"{", b"\"p\""] {
             assert!(new_request(bad).is_err());
+        }
+    }
+
+    #[test]
+    fn bulk_filters_default_to_failed_and_name_what_is_wrong() {
+        let b = bulk_filter(b"").unwrap();
+        assert_eq!((b.statuses, b.limit), (vec!["FAILED"], 1_000));
+        let b = bulk_filter(
+            br#"{"status": ["cancelled", "FAILED"], "workflow": "w", "limit": 10000,
+            "createdAfter": "2026-12-01T00:00:00Z", "createdBefore": "2026-12-02T00:00:00Z"}"#,
+        )
+        .unwrap();
+        assert_eq!(b.statuses, vec!["CANCELLED", "FAILED"]);
+        assert_eq!(b.workflow.as_deref(), Some("w"));
+        assert!(b.lower < b.upper);
+        for (body, field) in [
+            (&br#"{"status": "COMPLETED"}"#[..], "status:"),
+            (br#"{"status": 3}"#, "status:"),
+            (br#"{"workflow": ""}"#, "workflow:"),
+            (br#"{"limit": 10001}"#, "limit:"),
+            (br#"{"limit": 0}"#, "limit:"),
+            (br#"{"createdAfter": "soon"}"#, "createdAfter:"),
+            (br#"{"cursor": "x"}"#, "cursor:"),
+        ] {
+            let why = bulk_filter(body).unwrap_err();
+            assert!(why.starts_with(field), "{why}");
         }
     }
 }

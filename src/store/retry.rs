@@ -26,11 +26,13 @@ pub enum Retried {
     Unknown,
 }
 
-/// `$1` the request, `$2` the request the step gets instead of its recorded one (or NULL).
-/// A request that failed at no step and ran none starts again from its first step (1).
-const RETRY: &str = "\
-UPDATE service_requests s SET
-    status = 'NEW',
+/// What a retry sets on a FAILED or CANCELLED row `s`: runnable again from the step that
+/// failed (a request that failed at no step and ran none: from its first step, 1), or for
+/// a cancelled one the step that was next, with `$2` (or NULL: the recorded request) as
+/// that step's request.
+macro_rules! retry_set {
+    () => {
+        "status = 'NEW',
     current_step_id = CASE WHEN s.status = 'FAILED' THEN coalesce(s.failed_step_id, 1)
                            ELSE greatest(s.current_step_id, 1) END,
     step_request = CASE
@@ -43,11 +45,28 @@ UPDATE service_requests s SET
         ELSE s.step_request END,
     failed_step_id = NULL, reason = NULL, finished_at = NULL, step_attempts = 0,
     last_error = NULL, retries = s.retries + 1, updated_at = now(),
-    lease_owner = NULL, lease_until = '-infinity'
-WHERE s.id = $1 AND s.status IN ('FAILED', 'CANCELLED')
+    lease_owner = NULL, lease_until = '-infinity'"
+    };
+}
+
+/// The rows a retry may touch: FAILED or CANCELLED, and not failed outside its steps
+/// after some had run.
+macro_rules! retryable {
+    () => {
+        "s.status IN ('FAILED', 'CANCELLED')
   AND (s.status = 'CANCELLED' OR s.failed_step_id IS NOT NULL
-       OR NOT EXISTS (SELECT 1 FROM steps_status x WHERE x.service_request_id = s.id))
-RETURNING s.retries";
+       OR NOT EXISTS (SELECT 1 FROM steps_status x WHERE x.service_request_id = s.id))"
+    };
+}
+
+/// `$1` the request, `$2` its failed step's new request (or NULL).
+const RETRY: &str = concat!(
+    "UPDATE service_requests s SET ",
+    retry_set!(),
+    " WHERE s.id = $1 AND ",
+    retryable!(),
+    " RETURNING s.retries"
+);
 
 pub async fn retry(conn: &PgConn, id: Uuid, payload: Option<&str>) -> Result<Retried> {
     let stmt = conn.stmt(RETRY).await?;
@@ -66,4 +85,66 @@ pub async fn retry(conn: &PgConn, id: Uuid, payload: Option<&str>) -> Result<Ret
             status => Retried::NotRetryable { status },
         },
     })
+}
+
+/// Which requests a bulk retry takes: the search filters, FAILED or CANCELLED only.
+#[derive(Debug, Clone)]
+pub struct Bulk {
+    pub workflow: Option<String>,
+    /// Some of FAILED and CANCELLED.
+    pub statuses: Vec<&'static str>,
+    pub lower: Uuid,
+    pub upper: Uuid,
+    pub created_after: Option<std::time::SystemTime>,
+    pub created_before: Option<std::time::SystemTime>,
+    pub limit: i64,
+}
+
+/// `POST /serviceRequests/retry`: up to `$7` matches, newest first, retried in one
+/// statement (rows another statement holds are skipped, not waited for: a retry of its
+/// own may hold them); returns how many were retried and whether more matched.
+const RETRY_MATCHING: &str = concat!(
+    "WITH candidates AS (
+    SELECT s.id FROM service_requests s
+    WHERE s.id >= $3 AND s.id < $4 AND s.status = ANY($1)
+      AND ($5::text IS NULL OR s.workflow_name = $5)
+      AND ($6::timestamptz IS NULL OR s.created_at > $6)
+      AND ($8::timestamptz IS NULL OR s.created_at < $8)
+      AND ",
+    retryable!(),
+    "
+    ORDER BY s.id DESC LIMIT $7::bigint + 1
+    FOR UPDATE SKIP LOCKED
+), taken AS (
+    SELECT id FROM candidates ORDER BY id DESC LIMIT $7::bigint
+), retried AS (
+    UPDATE service_requests s SET ",
+    retry_set!(),
+    " FROM taken t WHERE s.id = t.id AND ",
+    retryable!(),
+    " RETURNING s.id
+)
+SELECT (SELECT count(*) FROM retried), (SELECT count(*) FROM candidates) > $7::bigint"
+);
+
+pub async fn retry_matching(conn: &PgConn, b: &Bulk) -> Result<(i64, bool)> {
+    // Planned for its values: how many rows a workflow or a status has decides the index.
+    let no_payload: Option<&str> = None;
+    let row = conn
+        .client
+        .query_one(
+            RETRY_MATCHING,
+            &[
+                &b.statuses,
+                &no_payload,
+                &b.lower,
+                &b.upper,
+                &b.workflow,
+                &b.created_after,
+                &b.limit,
+                &b.created_before,
+            ],
+        )
+        .await?;
+    Ok((row.get(0), row.get(1)))
 }

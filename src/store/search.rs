@@ -73,16 +73,7 @@ const SEARCH_WORKFLOW: &str = search_sql!("s.workflow_name = $7 AND ", "s.id DES
 
 /// A page of matches, newest first, and the cursor of the next page (None: no more).
 pub async fn search(conn: &PgConn, f: &Filter) -> Result<(Vec<Value>, Option<Uuid>)> {
-    let ms = |t: SystemTime| {
-        t.duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64)
-    };
-    let lower = f.created_after.map_or(Uuid::nil(), |t| {
-        id_floor(ms(t).saturating_sub(ID_CLOCK_SLACK_MS))
-    });
-    let time_upper = f
-        .created_before
-        .map_or(Uuid::max(), |t| id_floor(ms(t) + ID_CLOCK_SLACK_MS + 1));
+    let (lower, time_upper) = id_bounds(f.created_after, f.created_before);
     let upper = match f.cursor {
         Some(c) if c < time_upper => c,
         _ => time_upper,
@@ -122,6 +113,24 @@ pub async fn search(conn: &PgConn, f: &Filter) -> Result<(Vec<Value>, Option<Uui
         .then(|| page.last().map(|r| r.get::<_, Uuid>("id")))
         .flatten();
     Ok((page.iter().map(list_item).collect(), next))
+}
+
+/// The id range (lower inclusive, upper exclusive) that holds every request created
+/// strictly between the two times, widened by the slack between an id's clock read and
+/// its `created_at`'s (filter on `created_at` for the exact bounds).
+pub(crate) fn id_bounds(
+    created_after: Option<SystemTime>,
+    created_before: Option<SystemTime>,
+) -> (Uuid, Uuid) {
+    let ms = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    };
+    let lower = created_after.map_or(Uuid::nil(), |t| {
+        id_floor(ms(t).saturating_sub(ID_CLOCK_SLACK_MS))
+    });
+    let upper = created_before.map_or(Uuid::max(), |t| id_floor(ms(t) + ID_CLOCK_SLACK_MS + 1));
+    (lower, upper)
 }
 
 /// The smallest UUIDv7 of millisecond `ms` (every id made in it or later is not below it).

@@ -209,3 +209,63 @@ async fn bad_retries_are_clear_4xx() {
     api.shutdown().await;
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_retry_takes_the_matches_once_and_nothing_else() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&down_at_b(&d)).await;
+    s.create_workflow(&json!({"name": "fine", "steps": [
+        {"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]}))
+        .await;
+    let fine = create_request(&s, "fine", &json!({})).await;
+    let mut failed = Vec::new();
+    for i in 0..12 {
+        failed.push(create_request(&s, "two", &json!({"i": i})).await);
+    }
+    for id in failed.iter().chain(std::iter::once(&fine)) {
+        wait_status(&s, id, &["COMPLETED", "FAILED"], WAIT).await;
+    }
+    d.fix();
+    // Another workflow's, a completed one's: nothing to take.
+    let r = s
+        .post_json("/serviceRequests/retry", &json!({"workflow": "fine"}))
+        .await;
+    assert_eq!(r.json(), json!({"retried": 0, "more": false}));
+    let r = s
+        .post_json("/serviceRequests/retry", &json!({"limit": 5}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json(), json!({"retried": 5, "more": true}));
+    let r = s.post("/serviceRequests/retry", "").await;
+    assert_eq!(r.json(), json!({"retried": 7, "more": false}));
+    // Repeated at once, it takes none of them again.
+    let r = s.post("/serviceRequests/retry", "").await;
+    assert_eq!(r.json(), json!({"retried": 0, "more": false}));
+    for id in &failed {
+        let v = wait_status(&s, id, &["COMPLETED", "FAILED"], WAIT).await;
+        assert_eq!(v["status"], "COMPLETED", "{v}");
+        assert_eq!(v["retries"], 1, "{v}");
+        assert_eq!(
+            d.calls_for_key(&format!("{id}:1")),
+            1,
+            "step a not called again"
+        );
+        assert_eq!(d.calls_for_key(&format!("{id}:2")), 2);
+    }
+    let v = s.get(&format!("/serviceRequest/{fine}")).await.json();
+    assert_eq!(v.get("retries"), None, "{v}");
+    for (body, field) in [
+        (json!({"limit": 10001}), "limit"),
+        (json!({"status": "COMPLETED"}), "status"),
+        (json!({"pageSize": 3}), "pageSize"),
+    ] {
+        let why = s
+            .post_json("/serviceRequests/retry", &body)
+            .await
+            .expect_error(400);
+        assert!(why.starts_with(&format!("{field}:")), "{why}");
+    }
+    s.shutdown().await;
+}

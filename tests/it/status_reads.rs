@@ -93,7 +93,10 @@ async fn answers_from_memory_are_the_database_answers_byte_for_byte() {
     // FAILED request may be retried (on any instance) and its answer change.
     assert!(from_memory >= 90.0, "{from_memory} reads from memory\n{m}");
     let from_database = metric(&m, "clamp_status_reads_total{source=\"database\"}");
-    assert!(from_database >= 60.0, "{from_database} reads from Postgres\n{m}");
+    assert!(
+        from_database >= 60.0,
+        "{from_database} reads from Postgres\n{m}"
+    );
     let m = api.get("/metrics").await.text();
     assert_eq!(
         metric(&m, "clamp_status_reads_total{source=\"database\"}"),
