@@ -54,14 +54,16 @@ queries=(
   "status=FAILED&createdAfter=$hour_ago"
   "status=FAILED&workflow=refunds"
   "workflow=rare"
+  "status=FAILED&workflow=rare"
+  "status=COMPLETED"
   "cursor=$mid"
   "workflow=claims&cursor=$mid"
   "workflow=rare&cursor=$mid"
   "status=FAILED&cursor=$mid"
 )
-# The server's two statements, as store/search.rs sends them: EXPLAIN runs the one for
-# any workflow with a generic plan (it is prepared once per connection) and the one for
-# a workflow with a plan for its values (it is planned for each search).
+# The server's statements, as store/search.rs sends them: EXPLAIN runs those for any
+# workflow with a generic plan (they are prepared once per connection) and those for a
+# workflow with a plan for their values (they are planned for each search).
 derived="CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR s.lease_until > now()) THEN 'IN_PROGRESS' ELSE s.status END"
 stmt() {  # stmt <name> <workflow condition> [<extra parameter type> <order>]
   echo "PREPARE $1 (uuid, uuid, text[], timestamptz, timestamptz, bigint${3:-}) AS SELECT s.id, s.workflow_name, $derived AS status, to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason
@@ -96,11 +98,11 @@ EOF
   echo
   echo "Plans (the statement of store/search.rs with the query's values; \`EXPLAIN (ANALYZE, BUFFERS)\`, seqscan off as in the server's sessions):"
   hour_ms=$(python3 -c "import datetime,sys; print(int((datetime.datetime.strptime(sys.argv[1], '%Y-%m-%dT%H:%M:%SZ').replace(tzinfo=datetime.timezone.utc).timestamp() - 1) * 1000))" "$hour_ago")
-  prepared="SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan; $(stmt search_all "") $(stmt search_wf 's.workflow_name = $7 AND' ', text')"
+  prepared="SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan; $(stmt search_all "") $(stmt search_wf 's.workflow_name = $7 AND' ', text') $(stmt search_bad "s.status IN ('FAILED', 'CANCELLED') AND") $(stmt search_bad_wf "s.status IN ('FAILED', 'CANCELLED') AND s.workflow_name = \$7 AND" ', text')"
   plan() {  # plan <label> <EXECUTE …>
     echo; echo "\`$1\`:"; echo; echo '```'
     local mode=""
-    case "$2" in *search_wf*) mode="SET plan_cache_mode = force_custom_plan;" ;; esac
+    case "$2" in *_wf*) mode="SET plan_cache_mode = force_custom_plan;" ;; esac
     psql "$base/$db" -qAt -c "$prepared $mode EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) $2"
     echo '```'
   }
@@ -108,9 +110,11 @@ EOF
   plan "(none)" "EXECUTE search_all('$nil', '$max', NULL, NULL, NULL, 51)"
   plan "workflow=claims" "EXECUTE search_wf('$nil', '$max', NULL, NULL, NULL, 51, 'claims')"
   plan "workflow=rare" "EXECUTE search_wf('$nil', '$max', NULL, NULL, NULL, 51, 'rare')"
-  plan "status=FAILED" "EXECUTE search_all('$nil', '$max', '{FAILED}', NULL, NULL, 51)"
-  plan "status=FAILED&createdAfter=<an hour ago>" "EXECUTE search_all('$(ms_uuid "$hour_ms")', '$max', '{FAILED}', '$hour_ago', NULL, 51)"
-  plan "status=FAILED&workflow=refunds" "EXECUTE search_wf('$nil', '$max', '{FAILED}', NULL, NULL, 51, 'refunds')"
+  plan "status=FAILED" "EXECUTE search_bad('$nil', '$max', '{FAILED}', NULL, NULL, 51)"
+  plan "status=FAILED&createdAfter=<an hour ago>" "EXECUTE search_bad('$(ms_uuid "$hour_ms")', '$max', '{FAILED}', '$hour_ago', NULL, 51)"
+  plan "status=FAILED&workflow=refunds" "EXECUTE search_bad_wf('$nil', '$max', '{FAILED}', NULL, NULL, 51, 'refunds')"
+  plan "status=FAILED&workflow=rare" "EXECUTE search_bad_wf('$nil', '$max', '{FAILED}', NULL, NULL, 51, 'rare')"
+  plan "status=COMPLETED" "EXECUTE search_all('$nil', '$max', '{COMPLETED}', NULL, NULL, 51)"
   plan "cursor=<half-way>" "EXECUTE search_all('$nil', '$mid', NULL, NULL, NULL, 51)"
   plan "workflow=rare&cursor=<half-way>" "EXECUTE search_wf('$nil', '$mid', NULL, NULL, NULL, 51, 'rare')"
 } | tee "$out/$tag.md"

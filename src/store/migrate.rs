@@ -16,6 +16,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (6, include_str!("migrations/0006_one_row_per_request.sql")),
     (7, include_str!("migrations/0007_fillfactor_50.sql")),
     (8, include_str!("migrations/0008_retries.sql")),
+    (9, include_str!("migrations/0009_failed_and_cancelled.sql")),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.

@@ -49,8 +49,9 @@ macro_rules! retry_set {
     };
 }
 
-/// The rows a retry may touch: FAILED or CANCELLED, and not failed outside its steps
-/// after some had run.
+/// The rows a retry may touch: FAILED or CANCELLED (written out, so that the partial
+/// indexes of these rows, migration 9, serve the bulk retry), and not failed outside its
+/// steps after some had run.
 macro_rules! retryable {
     () => {
         "s.status IN ('FAILED', 'CANCELLED')
