@@ -12,11 +12,9 @@ use crate::state::Core;
 use crate::store::retry::{self, Bulk, Retried};
 
 pub async fn retry(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Resp {
-    let Ok(id) = uuid::Uuid::parse_str(id) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "the service request id is not a valid UUID",
-        );
+    let id = match super::service_requests::request_id(id) {
+        Ok(id) => id,
+        Err(resp) => return resp,
     };
     let app = &core.app;
     let body = match body
@@ -172,15 +170,9 @@ fn bulk_filter(body: &[u8]) -> Result<Bulk, String> {
         .remove("workflow")
         .map(|v| text(v, "workflow"))
         .transpose()?;
-    let time = |v: Option<Value>, key: &str| -> Result<Option<std::time::SystemTime>, String> {
-        let Some(v) = v else { return Ok(None) };
-        let s = text(v, key)?;
-        let t = chrono::DateTime::parse_from_rfc3339(&s)
-            .map_err(|_| format!("{key}: {s:?} is not an RFC 3339 time"))?;
-        let us = u64::try_from(t.timestamp_micros()).map_err(|_| format!("{key}: before 1970"))?;
-        Ok(Some(
-            std::time::UNIX_EPOCH + std::time::Duration::from_micros(us),
-        ))
+    let time = |v: Option<Value>, key: &str| {
+        v.map(|v| super::search::time(key, &text(v, key)?))
+            .transpose()
     };
     let created_after = time(o.remove("createdAfter"), "createdAfter")?;
     let created_before = time(o.remove("createdBefore"), "createdBefore")?;
@@ -201,12 +193,9 @@ fn bulk_filter(body: &[u8]) -> Result<Bulk, String> {
             "{k}: unknown field (the filters are status, workflow, createdAfter, createdBefore and limit)"
         ));
     }
-    let (lower, upper) = crate::store::search::id_bounds(created_after, created_before);
     Ok(Bulk {
         workflow,
         statuses,
-        lower,
-        upper,
         created_after,
         created_before,
         limit,
@@ -245,7 +234,8 @@ mod tests {
         .unwrap();
         assert_eq!(b.statuses, vec!["CANCELLED", "FAILED"]);
         assert_eq!(b.workflow.as_deref(), Some("w"));
-        assert!(b.lower < b.upper);
+        let (lower, upper) = crate::store::search::id_bounds(b.created_after, b.created_before);
+        assert!(lower < upper);
         for (body, field) in [
             (&br#"{"status": "COMPLETED"}"#[..], "status:"),
             (br#"{"status": 3}"#, "status:"),

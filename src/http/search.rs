@@ -107,8 +107,9 @@ pub fn parse(query: Option<&str>) -> Result<Filter, String> {
     Ok(f)
 }
 
-/// An RFC 3339 time, e.g. `2026-12-01T10:00:00Z` or `2026-12-01T11:00:00.5+01:00`.
-fn time(key: &str, value: &str) -> Result<SystemTime, String> {
+/// An RFC 3339 time, e.g. `2026-12-01T10:00:00Z` or `2026-12-01T11:00:00.5+01:00`; the
+/// error names `key` (search's parameters and bulk retry's fields alike).
+pub(crate) fn time(key: &str, value: &str) -> Result<SystemTime, String> {
     let t = chrono::DateTime::parse_from_rfc3339(value).map_err(|_| {
         format!("{key}: {value:?} is not an RFC 3339 time (e.g. 2026-12-01T10:00:00Z)")
     })?;

@@ -247,11 +247,9 @@ const MAX_REASON_LEN: usize = 1024;
 /// `{"reason": "…"}`: no further step starts, a paused step stops waiting, `onFailure`
 /// steps do not run. Idempotent; 409 once the request finished.
 pub async fn cancel(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Resp {
-    let Ok(id) = uuid::Uuid::parse_str(id) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "the service request id is not a valid UUID",
-        );
+    let id = match request_id(id) {
+        Ok(id) => id,
+        Err(resp) => return resp,
     };
     let app = &core.app;
     let limits = (app.config.body_limit, app.config.header_timeout);
@@ -308,6 +306,16 @@ pub async fn cancel(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Re
     }
 }
 
+/// A service request id from the path; 400 when it is not a UUID.
+pub(super) fn request_id(id: &str) -> Result<uuid::Uuid, Resp> {
+    uuid::Uuid::parse_str(id).map_err(|_| {
+        error(
+            StatusCode::BAD_REQUEST,
+            "the service request id is not a valid UUID",
+        )
+    })
+}
+
 /// `GET /serviceRequest/{id}`, and beyond Clamp `?waitMs=N` (a long poll: answered when
 /// the status changes, or after N ms with the status as it is).
 ///
@@ -315,11 +323,9 @@ pub async fn cancel(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Re
 /// (by the executor that finished the request, or after a database read) and answers
 /// later reads without Postgres; anything else is read in one statement.
 pub async fn get(core: &Core, id: &str, query: Option<&str>) -> Resp {
-    let Ok(id) = uuid::Uuid::parse_str(id) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "the service request id is not a valid UUID",
-        );
+    let id = match request_id(id) {
+        Ok(id) => id,
+        Err(resp) => return resp,
     };
     let app = &core.app;
     let wait = match super::query_param(query, "waitMs") {

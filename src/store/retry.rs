@@ -94,8 +94,6 @@ pub struct Bulk {
     pub workflow: Option<String>,
     /// Some of FAILED and CANCELLED.
     pub statuses: Vec<&'static str>,
-    pub lower: Uuid,
-    pub upper: Uuid,
     pub created_after: Option<std::time::SystemTime>,
     pub created_before: Option<std::time::SystemTime>,
     pub limit: i64,
@@ -131,6 +129,7 @@ SELECT (SELECT count(*) FROM retried), (SELECT count(*) FROM candidates) > $7::b
 pub async fn retry_matching(conn: &PgConn, b: &Bulk) -> Result<(i64, bool)> {
     // Planned for its values: how many rows a workflow or a status has decides the index.
     let no_payload: Option<&str> = None;
+    let (lower, upper) = super::search::id_bounds(b.created_after, b.created_before);
     let row = conn
         .client
         .query_one(
@@ -138,8 +137,8 @@ pub async fn retry_matching(conn: &PgConn, b: &Bulk) -> Result<(i64, bool)> {
             &[
                 &b.statuses,
                 &no_payload,
-                &b.lower,
-                &b.upper,
+                &lower,
+                &upper,
                 &b.workflow,
                 &b.created_after,
                 &b.limit,

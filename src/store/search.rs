@@ -93,17 +93,18 @@ pub async fn search(conn: &PgConn, f: &Filter) -> Result<(Vec<Value>, Option<Uui
         && f.statuses
             .iter()
             .all(|s| matches!(*s, "FAILED" | "CANCELLED"));
+    // `$7`, the workflow, only where the statement names one.
+    let p: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+        &lower,
+        &upper,
+        &statuses,
+        &f.created_after,
+        &f.created_before,
+        &read,
+        &f.workflow,
+    ];
     let rows = match &f.workflow {
-        Some(w) => {
-            let p: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
-                &lower,
-                &upper,
-                &statuses,
-                &f.created_after,
-                &f.created_before,
-                &read,
-                w,
-            ];
+        Some(_) => {
             let sql = if badly {
                 SEARCH_SETTLED_BADLY_WORKFLOW
             } else {
@@ -119,15 +120,7 @@ pub async fn search(conn: &PgConn, f: &Filter) -> Result<(Vec<Value>, Option<Uui
                     SEARCH_ALL
                 })
                 .await?;
-            let p: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
-                &lower,
-                &upper,
-                &statuses,
-                &f.created_after,
-                &f.created_before,
-                &read,
-            ];
-            conn.client.query(&stmt, &p).await?
+            conn.client.query(&stmt, &p[..6]).await?
         }
     };
     let more = rows.len() as i64 > f.limit;
