@@ -29,6 +29,7 @@ pub enum Route {
     CancelServiceRequest,
     RetryServiceRequest,
     RetryServiceRequests,
+    RerunServiceRequest,
     ListServiceRequests,
     SearchServiceRequests,
     StepResponse,
@@ -36,11 +37,12 @@ pub enum Route {
     Ready,
     Metrics,
     OpenApi,
+    Console,
     NotFound,
 }
 
 impl Route {
-    pub const ALL: [Route; 16] = [
+    pub const ALL: [Route; 18] = [
         Route::CreateWorkflow,
         Route::GetWorkflow,
         Route::ListWorkflows,
@@ -49,6 +51,7 @@ impl Route {
         Route::CancelServiceRequest,
         Route::RetryServiceRequest,
         Route::RetryServiceRequests,
+        Route::RerunServiceRequest,
         Route::ListServiceRequests,
         Route::SearchServiceRequests,
         Route::StepResponse,
@@ -56,6 +59,7 @@ impl Route {
         Route::Ready,
         Route::Metrics,
         Route::OpenApi,
+        Route::Console,
         Route::NotFound,
     ];
 
@@ -70,6 +74,7 @@ impl Route {
             Route::CancelServiceRequest => "cancel_service_request_handler",
             Route::RetryServiceRequest => "clamp_retry_service_request_handler",
             Route::RetryServiceRequests => "clamp_retry_service_requests_handler",
+            Route::RerunServiceRequest => "clamp_rerun_service_request_handler",
             Route::ListServiceRequests => "get_service_requests_by_workflow_name_handler",
             Route::SearchServiceRequests => "clamp_search_service_requests_handler",
             Route::StepResponse => "resume_async_service_request_handler",
@@ -77,6 +82,7 @@ impl Route {
             Route::Ready => "ready_handler",
             Route::Metrics => "metrics_handler",
             Route::OpenApi => "openapi_handler",
+            Route::Console => "clamp_console_handler",
             Route::NotFound => "not_found_handler",
         }
     }

@@ -65,6 +65,8 @@ pub fn committed(app: &App, t: &Transition) {
             // Only a request run here from its first step has a memory, and a retried one
             // never is (it continues from a later step).
             retries: 0,
+            // Nor is a rerun: its first rows are copies.
+            rerun_of: None,
         };
         app.status_cache.insert_parts(t.id, head, live.steps);
     }

@@ -9,6 +9,7 @@ pub(crate) mod auth;
 pub(crate) mod body;
 pub(crate) mod conn;
 pub(crate) mod ops;
+pub(crate) mod rerun;
 pub(crate) mod response;
 pub(crate) mod retry;
 pub(crate) mod search;
@@ -89,6 +90,11 @@ const ROUTES: &[RouteDef] = &[
         Method::POST,
         &[Lit("serviceRequest"), Arg, Lit("retry")],
         Route::RetryServiceRequest,
+    ),
+    route(
+        Method::POST,
+        &[Lit("serviceRequest"), Arg, Lit("rerun")],
+        Route::RerunServiceRequest,
     ),
     route(
         Method::GET,
@@ -214,6 +220,7 @@ async fn dispatch(core: &Core, parts: &Parts, body: &mut Body) -> (Route, Resp) 
         Route::GetServiceRequest => service_requests::get(core, arg, query).await,
         Route::CancelServiceRequest => service_requests::cancel(core, arg, parts, body).await,
         Route::RetryServiceRequest => retry::retry(core, arg, parts, body).await,
+        Route::RerunServiceRequest => rerun::rerun(core, arg, parts, body).await,
         Route::RetryServiceRequests => retry::retry_matching(core, parts, body).await,
         Route::ListServiceRequests => service_requests::list(core, &decode(arg), query).await,
         Route::SearchServiceRequests => search::search(core, query).await,
@@ -225,6 +232,7 @@ async fn dispatch(core: &Core, parts: &Parts, body: &mut Body) -> (Route, Resp) 
         Route::Ready => ops::ready(core).await,
         Route::Metrics => ops::metrics(core),
         Route::OpenApi => ops::openapi(),
+        Route::Console => error(StatusCode::NOT_FOUND, "no such route"),
         Route::NotFound => error(StatusCode::NOT_FOUND, "no such route"),
     };
     (route, resp)

@@ -91,10 +91,16 @@ pub fn parse(query: Option<&str>) -> Result<Filter, String> {
                         .map_err(|_| "cursor: not a cursor this server gave out".to_string())?,
                 )
             }
+            "rerunOf" => {
+                f.rerun_of = Some(
+                    Uuid::try_parse(&value)
+                        .map_err(|_| "rerunOf: not a service request id".to_string())?,
+                )
+            }
             other => {
                 return Err(format!(
                     "{other}: unknown parameter (the filters are status, workflow, createdAfter, \
-                     createdBefore, limit and cursor)"
+                     createdBefore, rerunOf, limit and cursor)"
                 ))
             }
         }

@@ -17,6 +17,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (7, include_str!("migrations/0007_fillfactor_50.sql")),
     (8, include_str!("migrations/0008_retries.sql")),
     (9, include_str!("migrations/0009_failed_and_cancelled.sql")),
+    (10, include_str!("migrations/0010_reruns.sql")),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.

@@ -12,6 +12,7 @@ pub(crate) mod pool;
 pub(crate) mod queries;
 pub(crate) mod raw_json;
 pub(crate) mod reader;
+pub(crate) mod rerun;
 pub mod retention;
 pub(crate) mod retry;
 pub(crate) mod search;

@@ -143,6 +143,7 @@ fn collect(rows: &[tokio_postgres::Row], want: Want, out: &mut HashMap<Uuid, Fou
                 last_error: r.get("last_error"),
                 retry_at: r.get("retry_at"),
                 retries: r.get("retries"),
+                rerun_of: r.get("rerun_of"),
             },
             steps: Vec::new(),
             finished_ms: r.get("request_finished_ms"),

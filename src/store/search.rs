@@ -29,6 +29,8 @@ pub struct Filter {
     pub created_before: Option<SystemTime>,
     /// Below this id (the last of the previous page).
     pub cursor: Option<Uuid>,
+    /// Reruns of this request only.
+    pub rerun_of: Option<Uuid>,
     pub limit: i64,
 }
 
@@ -79,6 +81,13 @@ const SEARCH_SETTLED_BADLY_WORKFLOW: &str = search_sql!(
     "s.id DESC"
 );
 
+/// The reruns of a request (`$8`), of any or one workflow: a range scan of their partial
+/// index (migration 10), which holds only reruns.
+const SEARCH_RERUNS: &str = search_sql!(
+    "s.rerun_of = $8 AND ($7::text IS NULL OR s.workflow_name = $7) AND ",
+    "s.id DESC"
+);
+
 /// A page of matches, newest first, and the cursor of the next page (None: no more).
 pub async fn search(conn: &PgConn, f: &Filter) -> Result<(Vec<Value>, Option<Uuid>)> {
     let (lower, time_upper) = id_bounds(f.created_after, f.created_before);
@@ -94,7 +103,7 @@ pub async fn search(conn: &PgConn, f: &Filter) -> Result<(Vec<Value>, Option<Uui
             .iter()
             .all(|s| matches!(*s, "FAILED" | "CANCELLED"));
     // `$7`, the workflow, only where the statement names one.
-    let p: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+    let p: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
         &lower,
         &upper,
         &statuses,
@@ -102,15 +111,17 @@ pub async fn search(conn: &PgConn, f: &Filter) -> Result<(Vec<Value>, Option<Uui
         &f.created_before,
         &read,
         &f.workflow,
+        &f.rerun_of,
     ];
     let rows = match &f.workflow {
+        _ if f.rerun_of.is_some() => conn.client.query(SEARCH_RERUNS, &p).await?,
         Some(_) => {
             let sql = if badly {
                 SEARCH_SETTLED_BADLY_WORKFLOW
             } else {
                 SEARCH_WORKFLOW
             };
-            conn.client.query(sql, &p).await?
+            conn.client.query(sql, &p[..7]).await?
         }
         None => {
             let stmt = conn

@@ -17,7 +17,7 @@ macro_rules! head_columns {
             " AS status, \
              r.current_step_id, r.reason, to_json(r.created_at) #>> '{}' AS created_at, \
              extract(epoch FROM r.finished_at)::float8 * 1000 AS request_finished_ms, \
-             r.step_attempts, r.last_error, r.retries, \
+             r.step_attempts, r.last_error, r.retries, r.rerun_of, \
              CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() \
                   THEN to_json(r.lease_until) #>> '{}' END AS retry_at"
         )
@@ -66,6 +66,8 @@ pub struct Head {
     pub retry_at: Option<String>,
     /// Times it was retried after it failed or was cancelled (beyond Clamp).
     pub retries: i32,
+    /// The request this one reruns (beyond Clamp).
+    pub rerun_of: Option<Uuid>,
 }
 
 /// One step attempt's row, as the answer shows it.
@@ -156,6 +158,10 @@ pub fn render(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
     // Beyond Clamp: how often the request was retried after it failed or was cancelled.
     if head.retries > 0 {
         out.insert("retries".into(), json!(head.retries));
+    }
+    // Beyond Clamp: the request this one reruns (its reruns: search's `rerunOf`).
+    if let Some(of) = head.rerun_of {
+        out.insert("rerunOf".into(), Value::String(of.to_string()));
     }
     // Beyond Clamp: a step whose call failed and is to be tried again.
     if head.step_attempts > 0

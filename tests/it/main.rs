@@ -14,6 +14,7 @@ mod front_door;
 mod hardening;
 mod idempotency_cleanup;
 mod openapi;
+mod rerun;
 mod retention;
 mod retry;
 mod search;
