@@ -32,6 +32,7 @@ pub enum Route {
     RerunServiceRequest,
     ListServiceRequests,
     SearchServiceRequests,
+    CountServiceRequests,
     StepResponse,
     Health,
     Ready,
@@ -42,7 +43,7 @@ pub enum Route {
 }
 
 impl Route {
-    pub const ALL: [Route; 18] = [
+    pub const ALL: [Route; 19] = [
         Route::CreateWorkflow,
         Route::GetWorkflow,
         Route::ListWorkflows,
@@ -54,6 +55,7 @@ impl Route {
         Route::RerunServiceRequest,
         Route::ListServiceRequests,
         Route::SearchServiceRequests,
+        Route::CountServiceRequests,
         Route::StepResponse,
         Route::Health,
         Route::Ready,
@@ -77,6 +79,7 @@ impl Route {
             Route::RerunServiceRequest => "clamp_rerun_service_request_handler",
             Route::ListServiceRequests => "get_service_requests_by_workflow_name_handler",
             Route::SearchServiceRequests => "clamp_search_service_requests_handler",
+            Route::CountServiceRequests => "clamp_count_service_requests_handler",
             Route::StepResponse => "resume_async_service_request_handler",
             Route::Health => "health_handler",
             Route::Ready => "ready_handler",

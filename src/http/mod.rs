@@ -8,6 +8,8 @@
 pub(crate) mod auth;
 pub(crate) mod body;
 pub(crate) mod conn;
+pub(crate) mod console;
+pub(crate) mod counts;
 pub(crate) mod ops;
 pub(crate) mod rerun;
 pub(crate) mod response;
@@ -111,6 +113,11 @@ const ROUTES: &[RouteDef] = &[
         &[Lit("serviceRequests"), Lit("retry")],
         Route::RetryServiceRequests,
     ),
+    route(
+        Method::GET,
+        &[Lit("serviceRequestCounts")],
+        Route::CountServiceRequests,
+    ),
     route(Method::POST, &[Lit("workflow")], Route::CreateWorkflow),
     route(Method::GET, &[Lit("workflow"), Arg], Route::GetWorkflow),
     route(Method::GET, &[Lit("workflows")], Route::ListWorkflows),
@@ -195,6 +202,10 @@ pub async fn handle(core: Arc<Core>, conn: Arc<ConnState>, req: Request<Incoming
 }
 
 async fn dispatch(core: &Core, parts: &Parts, body: &mut Body) -> (Route, Resp) {
+    // The console routes its own pages and signs its users in (`console::session`).
+    if console::owns(parts.uri.path()) {
+        return (Route::Console, console::handle(core, parts, body).await);
+    }
     let (def, arg) = match resolve(&parts.method, parts.uri.path()) {
         Ok(found) => found,
         Err(Miss::NotFound) => {
@@ -224,6 +235,7 @@ async fn dispatch(core: &Core, parts: &Parts, body: &mut Body) -> (Route, Resp) 
         Route::RetryServiceRequests => retry::retry_matching(core, parts, body).await,
         Route::ListServiceRequests => service_requests::list(core, &decode(arg), query).await,
         Route::SearchServiceRequests => search::search(core, query).await,
+        Route::CountServiceRequests => counts::counts(core, query).await,
         Route::CreateWorkflow => workflows::create(core, parts, body).await,
         Route::GetWorkflow => workflows::get(core, &decode(arg)).await,
         Route::ListWorkflows => workflows::list(core, query).await,
@@ -232,6 +244,7 @@ async fn dispatch(core: &Core, parts: &Parts, body: &mut Body) -> (Route, Resp) 
         Route::Ready => ops::ready(core).await,
         Route::Metrics => ops::metrics(core),
         Route::OpenApi => ops::openapi(),
+        // Answered above.
         Route::Console => error(StatusCode::NOT_FOUND, "no such route"),
         Route::NotFound => error(StatusCode::NOT_FOUND, "no such route"),
     };

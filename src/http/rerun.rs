@@ -17,10 +17,10 @@ use crate::store::rerun::{self, Rerun};
 
 /// What the body asks for.
 #[derive(Debug, PartialEq)]
-struct Ask {
-    from_step: Option<u32>,
+pub(crate) struct Ask {
+    pub from_step: Option<u32>,
     /// JSON text.
-    payload: Option<String>,
+    pub payload: Option<String>,
 }
 
 pub async fn rerun(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Resp {
@@ -44,6 +44,11 @@ pub async fn rerun(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Res
         Ok(a) => a,
         Err(why) => return error(StatusCode::BAD_REQUEST, &why),
     };
+    rerun_with(core, of, ask).await
+}
+
+/// Reruns `of` as `ask` says (the console's rerun too).
+pub(crate) async fn rerun_with(core: &Core, of: uuid::Uuid, ask: Ask) -> Resp {
     let conn = match core.pool.get().await {
         Ok(c) => c,
         Err(e) => return store_error(e.into(), "rerun service request"),

@@ -32,11 +32,17 @@ pub async fn retry(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Res
         Ok(p) => p,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
+    retry_with(core, id, payload.as_deref()).await
+}
+
+/// Retries `id` (the console's retry too), its failed step given `payload` if any.
+pub(crate) async fn retry_with(core: &Core, id: uuid::Uuid, payload: Option<&str>) -> Resp {
+    let app = &core.app;
     let conn = match core.pool.get().await {
         Ok(c) => c,
         Err(e) => return store_error(e.into(), "retry service request"),
     };
-    match retry::retry(&conn, id, payload.as_deref()).await {
+    match retry::retry(&conn, id, payload).await {
         Ok(Retried::Now { retries }) => {
             app.changes.notify(&id);
             // Any instance's sweeper claims it; this one looks at once.

@@ -279,6 +279,12 @@ pub async fn cancel(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Re
             }
         }
     };
+    cancel_with(core, id, reason).await
+}
+
+/// Cancels `id` (the console's cancel too), with `reason` or the default one.
+pub(crate) async fn cancel_with(core: &Core, id: uuid::Uuid, reason: Option<String>) -> Resp {
+    let app = &core.app;
     let reason = reason.unwrap_or_else(|| "cancelled by a client".into());
     let conn = match core.pool.get().await {
         Ok(c) => c,
@@ -307,7 +313,7 @@ pub async fn cancel(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Re
 }
 
 /// A service request id from the path; 400 when it is not a UUID.
-pub(super) fn request_id(id: &str) -> Result<uuid::Uuid, Resp> {
+pub(crate) fn request_id(id: &str) -> Result<uuid::Uuid, Resp> {
     uuid::Uuid::parse_str(id).map_err(|_| {
         error(
             StatusCode::BAD_REQUEST,

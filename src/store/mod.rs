@@ -17,6 +17,7 @@ pub mod retention;
 pub(crate) mod retry;
 pub(crate) mod search;
 mod sql;
+pub(crate) mod stats;
 pub(crate) mod status;
 pub(crate) mod status_cache;
 pub(crate) mod step_responses;

@@ -1,0 +1,206 @@
+//! The console (beyond Clamp): pages served by the binary itself, for people who run
+//! clamp — requests by status, workflow and time; one request with its steps, timeline
+//! and actions (retry, rerun, cancel); the workflows and their requests per minute.
+//! Rendered on the server (maud, which escapes every value), no script, no asset from
+//! another host; it reads and acts through the same code as the API. With
+//! `--api-tokens` set, it asks for a token once per browser session (`session`).
+
+mod actions;
+mod layout;
+mod request;
+mod requests;
+mod session;
+mod svg;
+mod workflows;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{HeaderValue, CONTENT_TYPE, SET_COOKIE};
+use hyper::http::request::Parts;
+use hyper::{Method, Response, StatusCode};
+use maud::html;
+
+use super::body::Body;
+use super::response::Resp;
+use crate::state::Core;
+use crate::store::StoreError;
+use layout::Nav;
+use session::Ctx;
+
+/// Whether a path is the console's.
+pub fn owns(path: &str) -> bool {
+    path == "/console" || path.starts_with("/console/")
+}
+
+pub async fn handle(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
+    let tokens = &core.app.config.api_tokens;
+    let ctx = session::context(tokens, &parts.headers);
+    let path = parts.uri.path();
+    let rest = path.strip_prefix("/console").unwrap_or("");
+    let segs: Vec<&str> = rest.split('/').skip(1).collect();
+    let method = &parts.method;
+    match (method, segs.as_slice()) {
+        (&Method::GET, ["console.css"]) => return css(),
+        (&Method::GET, ["login"]) => return login_page(&ctx, parts.uri.query(), None),
+        (&Method::POST, ["login"]) => return login(core, &ctx, parts, body).await,
+        _ => {}
+    }
+    if !session::signed_in(tokens, &parts.headers) {
+        if method == Method::GET {
+            let next = parts
+                .uri
+                .path_and_query()
+                .map_or("/console", |p| p.as_str());
+            return layout::see_other(&format!("/console/login?next={}", layout::q(next)), &ctx);
+        }
+        return layout::problem(
+            StatusCode::UNAUTHORIZED,
+            &ctx,
+            "sign in first: the console needs a token",
+        );
+    }
+    let query = parts.uri.query();
+    match (method, segs.as_slice()) {
+        (&Method::GET, []) | (&Method::GET, [""]) => requests::page(core, &ctx, query).await,
+        (&Method::GET, ["serviceRequests", id]) => request::page(core, &ctx, id, query).await,
+        (&Method::POST, ["serviceRequests", id, action]) => {
+            actions::post(core, &ctx, id, action, parts, body).await
+        }
+        (&Method::GET, ["workflows"]) => workflows::list(core, &ctx).await,
+        (&Method::GET, ["workflows", name]) => {
+            workflows::page(core, &ctx, &super::decode(name)).await
+        }
+        (&Method::POST, ["logout"]) => logout(core, &ctx, parts, body).await,
+        _ => layout::problem(StatusCode::NOT_FOUND, &ctx, "no such page in the console"),
+    }
+}
+
+fn css() -> Resp {
+    let mut r = Response::new(Full::new(Bytes::from_static(layout::CSS.as_bytes())));
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/css; charset=utf-8"),
+    );
+    layout::secure(r.headers_mut());
+    r.headers_mut().insert(
+        hyper::header::CACHE_CONTROL,
+        HeaderValue::from_static("max-age=300"),
+    );
+    r
+}
+
+/// A page the database could not serve: 503, logged where the store error is mapped.
+fn unavailable(ctx: &Ctx, e: StoreError) -> Resp {
+    let api = super::response::store_error(e, "console");
+    let status = api.status();
+    let mut r = layout::problem(
+        status,
+        ctx,
+        "the database is unavailable; try again shortly",
+    );
+    if let Some(v) = api.headers().get(hyper::header::RETRY_AFTER) {
+        r.headers_mut()
+            .insert(hyper::header::RETRY_AFTER, v.clone());
+    }
+    r
+}
+
+/// Where to go after signing in: a console path of this server, nothing else.
+fn next_page(query: Option<&str>) -> String {
+    super::query_param(query, "next")
+        .filter(|n| owns(n.split('?').next().unwrap_or("")) && !n.starts_with("//"))
+        .map_or_else(|| "/console".to_string(), |n| n.into_owned())
+}
+
+fn login_page(ctx: &Ctx, query: Option<&str>, problem: Option<&str>) -> Resp {
+    if !ctx.tokens_on {
+        return layout::see_other("/console", ctx);
+    }
+    let next = next_page(query);
+    let body = html! {
+        h1 { "Sign in" }
+        form.card method="post" action={ "/console/login?next=" (layout::q(&next)) } {
+            @if let Some(p) = problem { p.flash.bad { (p) } }
+            p.muted { "This server asks for an API token (one of --api-tokens). It is kept for this browser session." }
+            input type="hidden" name="csrf" value=(ctx.csrf);
+            label { "Token " input type="password" name="token" autocomplete="current-password" autofocus; }
+            " "
+            button type="submit" { "Sign in" }
+        }
+    };
+    let status = if problem.is_some() {
+        StatusCode::UNAUTHORIZED
+    } else {
+        StatusCode::OK
+    };
+    layout::html_resp(status, ctx, layout::page(ctx, Nav::None, "Sign in", body))
+}
+
+async fn login(core: &Core, ctx: &Ctx, parts: &Parts, body: &mut Body) -> Resp {
+    let tokens = &core.app.config.api_tokens;
+    let cfg = &core.app.config;
+    let Ok(body) = body
+        .read(&parts.headers, cfg.body_limit, cfg.header_timeout)
+        .await
+    else {
+        return layout::problem(StatusCode::BAD_REQUEST, ctx, "the form could not be read");
+    };
+    let form = actions::fields(&body);
+    if let Some(why) = session::forged(&parts.headers, actions::field(&form, "csrf")) {
+        return layout::problem(StatusCode::FORBIDDEN, ctx, why);
+    }
+    if !tokens.is_on() {
+        return layout::see_other("/console", ctx);
+    }
+    let token = actions::field(&form, "token").unwrap_or("").trim();
+    if !session::token_ok(tokens, token.as_bytes()) {
+        return login_page(ctx, parts.uri.query(), Some("That token is not accepted."));
+    }
+    let mut r = layout::see_other(&next_page(parts.uri.query()), ctx);
+    r.headers_mut()
+        .append(SET_COOKIE, session::session_cookie(Some(token.as_bytes())));
+    r
+}
+
+async fn logout(core: &Core, ctx: &Ctx, parts: &Parts, body: &mut Body) -> Resp {
+    let cfg = &core.app.config;
+    let Ok(body) = body
+        .read(&parts.headers, cfg.body_limit, cfg.header_timeout)
+        .await
+    else {
+        return layout::problem(StatusCode::BAD_REQUEST, ctx, "the form could not be read");
+    };
+    let form = actions::fields(&body);
+    if let Some(why) = session::forged(&parts.headers, actions::field(&form, "csrf")) {
+        return layout::problem(StatusCode::FORBIDDEN, ctx, why);
+    }
+    let mut r = layout::see_other("/console/login", ctx);
+    r.headers_mut()
+        .append(SET_COOKIE, session::session_cookie(None));
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sign_in_goes_on_to_console_pages_only() {
+        assert_eq!(
+            next_page(Some("next=%2Fconsole%2Fworkflows")),
+            "/console/workflows"
+        );
+        assert_eq!(
+            next_page(Some("next=%2Fconsole%3Fstatus%3DFAILED")),
+            "/console?status=FAILED"
+        );
+        assert_eq!(
+            next_page(Some("next=https%3A%2F%2Fevil%2Fconsole")),
+            "/console"
+        );
+        assert_eq!(next_page(Some("next=%2F%2Fevil%2Fconsole")), "/console");
+        assert_eq!(next_page(Some("next=%2Fmetrics")), "/console");
+        assert_eq!(next_page(None), "/console");
+        assert!(owns("/console") && owns("/console/x") && !owns("/consoles"));
+    }
+}

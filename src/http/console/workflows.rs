@@ -1,0 +1,204 @@
+//! `/console/workflows` and `/console/workflows/{name}`: the workflows (the list of
+//! `GET /workflows`), one workflow's definition as steps (from the workflow map, as
+//! `GET /workflow/{name}` serves it), and its requests: counts and requests per minute by
+//! status over the last hour (`GET /serviceRequestCounts`), its newest requests (search).
+
+use std::time::{Duration, SystemTime};
+
+use hyper::StatusCode;
+use maud::{html, Markup};
+
+use super::layout::{self, json_block, seg, Nav};
+use super::requests::for_workflow;
+use super::session::Ctx;
+use super::svg;
+use crate::http::response::Resp;
+use crate::state::Core;
+use crate::workflow::model::Step;
+use crate::workflow::Workflow;
+
+pub async fn list(core: &Core, ctx: &Ctx) -> Resp {
+    let conn = match core.pool.get().await {
+        Ok(c) => c,
+        Err(e) => return super::unavailable(ctx, e.into()),
+    };
+    let (defs, total) = match crate::store::queries::workflows_page(&conn, 1000, 0, &[]).await {
+        Ok(p) => p,
+        Err(e) => return super::unavailable(ctx, e),
+    };
+    drop(conn);
+    let body = html! {
+        h1 { "Workflows" }
+        @if defs.is_empty() {
+            p.card.muted { "No workflow yet: create one with POST /workflow." }
+        } @else {
+            div.scroll { table {
+                thead { tr { th { "Name" } th { "Description" } th.num { "Steps" } th { "Enabled" } th.hide-narrow { "Created (UTC)" } } }
+                tbody {
+                    @for d in &defs {
+                        @let name = d["name"].as_str().unwrap_or("");
+                        tr {
+                            td { a href={ "/console/workflows/" (seg(name)) } { (name) } }
+                            td { (d["description"].as_str().unwrap_or("")) }
+                            td.num { (d["steps"].as_array().map_or(0, Vec::len)) }
+                            td { @if d["enabled"].as_bool().unwrap_or(true) { "yes" } @else { "no" } }
+                            td.mono.hide-narrow { (layout::when(d["created_at"].as_str().unwrap_or(""))) }
+                        }
+                    }
+                }
+            } }
+            @if total > defs.len() as i64 { p.muted { "The first " (defs.len()) " of " (total) ", by name." } }
+        }
+    };
+    layout::html_resp(
+        StatusCode::OK,
+        ctx,
+        layout::page(ctx, Nav::Workflows, "Workflows", body),
+    )
+}
+
+pub async fn page(core: &Core, ctx: &Ctx, name: &str) -> Resp {
+    let wf = match crate::http::service_requests::find_workflow(core, name).await {
+        Ok(Some(wf)) => wf,
+        Ok(None) => {
+            return layout::problem(
+                StatusCode::NOT_FOUND,
+                ctx,
+                &format!("no workflow named {name}"),
+            )
+        }
+        Err(_) => {
+            return layout::problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ctx,
+                "the database is unavailable; try again shortly",
+            )
+        }
+    };
+    let now = SystemTime::now();
+    let secs = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    // The last 60 whole minutes and the current one.
+    let first_minute = secs / 60 * 60 - 59 * 60;
+    let window = crate::http::counts::Window {
+        workflow: Some(name.to_string()),
+        after: SystemTime::UNIX_EPOCH + Duration::from_secs(first_minute as u64),
+        before: now,
+    };
+    let buckets = match crate::http::counts::read(core, &window).await {
+        Ok(b) => b,
+        Err(_) => {
+            return layout::problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ctx,
+                "the database is unavailable; try again shortly",
+            )
+        }
+    };
+    let totals = crate::http::counts::totals(&buckets);
+    let recent = crate::store::search::Filter {
+        workflow: Some(name.to_string()),
+        limit: 20,
+        ..Default::default()
+    };
+    let recent = match core.pool.get().await {
+        Ok(conn) => match crate::store::search::search(&conn, &recent).await {
+            Ok((items, _)) => items,
+            Err(e) => return super::unavailable(ctx, e),
+        },
+        Err(e) => return super::unavailable(ctx, e.into()),
+    };
+    let def = &wf.def;
+    let body = html! {
+        h1 { "Workflow " (def.name) }
+        div.card { dl.facts {
+            dt { "Description" } dd { (def.description) }
+            dt { "Enabled" } dd { @if def.enabled { "yes" } @else { "no" } }
+            dt { "Created (UTC)" } dd.mono { (layout::when(&def.created_at)) }
+            dt { "Definition" } dd { a href={ "/workflow/" (seg(&def.name)) } { "as JSON" } }
+        } }
+        h2 { "Steps" }
+        (steps(&wf))
+        h2 { "Requests per minute, last hour (UTC)" }
+        div.legend {
+            @for (s, n) in &totals {
+                a href=(for_workflow(name, Some(s))) { (layout::status(s)) " " (n) }
+            }
+            @if totals.is_empty() { span.muted { "No request in the last hour." } }
+        }
+        (svg::per_minute(&buckets, first_minute, 60))
+        h2 { "Newest requests" }
+        div.scroll { table {
+            thead { tr { th { "Created (UTC)" } th { "Request" } th { "Status" } th.hide-narrow { "Reason" } } }
+            tbody {
+                @for it in &recent {
+                    @let id = it["id"].as_str().unwrap_or("");
+                    tr {
+                        td.mono { (layout::when(it["created_at"].as_str().unwrap_or(""))) }
+                        td.mono { a href={ "/console/serviceRequests/" (id) } { (id) } }
+                        td { (layout::status(it["status"].as_str().unwrap_or(""))) }
+                        td.hide-narrow { (it["reason"].as_str().unwrap_or("")) }
+                    }
+                }
+            }
+        } }
+        p { a href=(for_workflow(name, None)) { "All requests of this workflow" } }
+    };
+    layout::html_resp(
+        StatusCode::OK,
+        ctx,
+        layout::page(ctx, Nav::Workflows, &def.name, body),
+    )
+}
+
+/// The steps as defined, with the ids the server gave them: the main sequence in order,
+/// each followed by its onFailure steps.
+fn steps(wf: &Workflow) -> Markup {
+    html! {
+        div.scroll { table.definition {
+            thead { tr {
+                th.num { "Id" } th { "Step" } th { "Mode" } th { "Type" } th { "Calls" }
+                th { "Condition (when)" } th { "Transform" } th { "Retry" }
+            } }
+            tbody {
+                @for (i, step) in wf.def.steps.iter().enumerate() {
+                    @let id = wf.main.get(i).copied();
+                    (step_row(step, id, None))
+                    @let failure_ids = id.and_then(|id| wf.step(id)).map(|c| c.on_failure.clone()).unwrap_or_default();
+                    @for (j, f) in step.on_failure.iter().enumerate() {
+                        (step_row(f, failure_ids.get(j).copied(), Some(&step.name)))
+                    }
+                }
+            }
+        } }
+    }
+}
+
+fn step_row(s: &Step, id: Option<u32>, on_failure_of: Option<&str>) -> Markup {
+    html! {
+        tr {
+            td.num { @if let Some(id) = id { (id) } }
+            td {
+                (s.name)
+                @if let Some(parent) = on_failure_of { div.muted { "onFailure of " (parent) } }
+            }
+            td { (s.mode) }
+            td { @if s.step_type.is_empty() { "SYNC" } @else { (s.step_type) } }
+            td { (json_block(Some(&s.val.to_string()))) }
+            td.mono { @if s.when.is_empty() { span.muted { "always" } } @else { (s.when) } }
+            td {
+                @match (&s.request_transform, s.transform) {
+                    (Some(t), true) => (json_block(serde_json::to_string(&t.spec).ok().as_deref())),
+                    _ => span.muted { "none" },
+                }
+            }
+            td {
+                @match &s.retry {
+                    Some(r) => (json_block(serde_json::to_string(r).ok().as_deref())),
+                    None => span.muted { "server default" },
+                }
+            }
+        }
+    }
+}
