@@ -2,9 +2,10 @@
 # Makes sure the services the tests need are installed and running on this machine:
 # PostgreSQL on 127.0.0.1:5432 (trust auth for local TCP), RabbitMQ on 127.0.0.1:5672,
 # the `tansu` Kafka-protocol broker binary (the Kafka tests start their own broker
-# from it; no Kafka broker comes from Debian), and the OpenAPI test tools (PyPI). Safe to
-# run again; installs only what is missing (Debian packages, tansu from crates.io, the
-# Python tools from PyPI).
+# from it; no Kafka broker comes from Debian), the OpenAPI and console test tools (PyPI),
+# and a headless browser for the console tests (Debian's chromium and chromium-driver).
+# Safe to run again; installs only what is missing (Debian packages, tansu from
+# crates.io, the Python tools from PyPI).
 set -euo pipefail
 
 log() { echo "services: $*" >&2; }
@@ -72,11 +73,12 @@ ensure_tansu() {
     --no-default-features --features dynostore
 }
 
-# The OpenAPI checks: a validator and a property-based API fuzzer driven by the document,
-# in a virtualenv of their own under target/ (pinned, so the checks do not drift).
+# The OpenAPI checks (a validator and a property-based API fuzzer driven by the document)
+# and the console's browser tests (Selenium, driving chromium through chromium-driver), in
+# a virtualenv of their own under target/ (pinned, so the checks do not drift).
 PY_TOOLS="$(cd "$(dirname "$0")/.." && pwd)/target/py-tools"
 ensure_py_tools() {
-  local want="schemathesis==4.32.5 openapi-spec-validator==0.9.0"
+  local want="schemathesis==4.32.5 openapi-spec-validator==0.9.0 selenium==4.27.1"
   if [ -x "$PY_TOOLS/bin/schemathesis" ] && [ -f "$PY_TOOLS/.pinned" ] && [ "$(cat "$PY_TOOLS/.pinned")" = "$want" ]; then
     return 0
   fi
@@ -89,11 +91,20 @@ ensure_py_tools() {
   echo "$want" > "$PY_TOOLS/.pinned"
 }
 
+# The console tests drive a real headless browser: Debian's chromium and its WebDriver.
+ensure_browser() {
+  if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+    log "installing chromium and chromium-driver (the console's browser tests)"
+    apt_install chromium chromium-driver
+  fi
+}
+
 case "${1:-all}" in
   postgres) ensure_postgres ;;
   rabbitmq) ensure_rabbitmq ;;
   tansu) ensure_tansu ;;
   py-tools) ensure_py_tools ;;
-  all) ensure_postgres; ensure_rabbitmq; ensure_tansu; ensure_py_tools ;;
-  *) echo "usage: $0 [postgres|rabbitmq|tansu|py-tools|all]" >&2; exit 2 ;;
+  browser) ensure_browser ;;
+  all) ensure_postgres; ensure_rabbitmq; ensure_tansu; ensure_py_tools; ensure_browser ;;
+  *) echo "usage: $0 [postgres|rabbitmq|tansu|py-tools|browser|all]" >&2; exit 2 ;;
 esac

@@ -35,6 +35,7 @@ pub fn page(ctx: &Ctx, nav: Nav, title: &str, body: Markup) -> Markup {
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · clamp" }
                 link rel="stylesheet" href="/console/console.css";
+                link rel="icon" type="image/svg+xml" href="/console/favicon.svg";
             }
             body {
                 header.top {
@@ -178,6 +179,11 @@ pub fn json_block(text: Option<&str>) -> Markup {
 
 /// The stylesheet, served at `/console/console.css`.
 pub const CSS: &str = include_str!("console.css");
+
+/// The icon, served at `/console/favicon.svg` (so the browser asks for no other).
+pub const ICON: &str = "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 16 16\">\
+<rect width=\"16\" height=\"16\" rx=\"3\" fill=\"#20293a\"/>\
+<path d=\"M4 8h8M8 4v8\" stroke=\"#fff\" stroke-width=\"2\"/></svg>";
 
 #[cfg(test)]
 mod tests {

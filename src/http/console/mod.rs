@@ -40,7 +40,8 @@ pub async fn handle(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
     let segs: Vec<&str> = rest.split('/').skip(1).collect();
     let method = &parts.method;
     match (method, segs.as_slice()) {
-        (&Method::GET, ["console.css"]) => return css(),
+        (&Method::GET, ["console.css"]) => return asset(layout::CSS, "text/css; charset=utf-8"),
+        (&Method::GET, ["favicon.svg"]) => return asset(layout::ICON, "image/svg+xml"),
         (&Method::GET, ["login"]) => return login_page(&ctx, parts.uri.query(), None),
         (&Method::POST, ["login"]) => return login(core, &ctx, parts, body).await,
         _ => {}
@@ -75,12 +76,11 @@ pub async fn handle(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
     }
 }
 
-fn css() -> Resp {
-    let mut r = Response::new(Full::new(Bytes::from_static(layout::CSS.as_bytes())));
-    r.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/css; charset=utf-8"),
-    );
+/// A file built into the binary.
+fn asset(body: &'static str, content_type: &'static str) -> Resp {
+    let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     layout::secure(r.headers_mut());
     r.headers_mut().insert(
         hyper::header::CACHE_CONTROL,

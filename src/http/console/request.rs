@@ -47,8 +47,12 @@ pub async fn page(core: &Core, ctx: &Ctx, id: &str, query: Option<&str>) -> Resp
         Ok(c) => c,
         Err(e) => return super::unavailable(ctx, e.into()),
     };
-    let payload = match crate::store::rerun::source(&conn, id).await {
-        Ok(s) => s.map(|s| s.payload),
+    let (payload, headers) = match crate::store::rerun::source(&conn, id).await {
+        Ok(Some(s)) => (
+            Some(s.payload),
+            crate::engine::job::parse_headers(s.headers.as_bytes()),
+        ),
+        Ok(None) => (None, Vec::new()),
         Err(e) => return super::unavailable(ctx, e),
     };
     let reruns = crate::store::search::Filter {
@@ -89,6 +93,12 @@ pub async fn page(core: &Core, ctx: &Ctx, id: &str, query: Option<&str>) -> Resp
         (steps(&found.steps))
         h2 { "Payload" }
         (json_block(payload.as_deref()))
+        @if !headers.is_empty() {
+            h2 { "Forwarded headers" }
+            div.scroll { table.headers {
+                tbody { @for (k, v) in &headers { tr { td.mono { (k) } td.mono { (v) } } } }
+            } }
+        }
     };
     layout::html_resp(
         StatusCode::OK,

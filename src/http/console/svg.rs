@@ -57,7 +57,7 @@ pub fn timeline(bars: &[Bar], now_ms: f64) -> Markup {
     let h = TOP + ROW * bars.len() as f64 + 8.0;
     let ticks = 4;
     html! {
-        svg.chart.timeline viewBox={ "0 0 " (W) " " (f(h)) } role="img"
+        div.scroll { svg.chart.timeline viewBox={ "0 0 " (W) " " (f(h)) } role="img"
             aria-label="Step timeline" {
             @for i in 0..=ticks {
                 @let x = LEFT + (W - LEFT - RIGHT) * i as f64 / ticks as f64;
@@ -84,7 +84,7 @@ pub fn timeline(bars: &[Bar], now_ms: f64) -> Markup {
                     }
                 }
             }
-        }
+        } }
     }
 }
 
@@ -160,7 +160,7 @@ pub fn per_minute(buckets: &[Bucket], first_minute: i64, minutes: usize) -> Mark
         }
     }
     html! {
-        svg.chart.per-minute viewBox={ "0 0 " (W) " " (h) } role="img"
+        div.scroll { svg.chart.per-minute viewBox={ "0 0 " (W) " " (h) } role="img"
             aria-label="Requests per minute by status" {
             @for frac in [0.0, 0.5, 1.0] {
                 @let y = 12.0 + plot_h * (1.0 - frac);
@@ -179,7 +179,7 @@ pub fn per_minute(buckets: &[Bucket], first_minute: i64, minutes: usize) -> Mark
                     (minute_label(i))
                 }
             }
-        }
+        } }
     }
 }
 
