@@ -30,20 +30,7 @@ wait_up $port
 for wf in claims refunds payouts audits rare; do
   curl -sf "localhost:$port/workflow" -d "{\"name\":\"$wf\",\"description\":\"search bench\",\"steps\":[{\"name\":\"a\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"http://127.0.0.1:9/a\"}}]}" >/dev/null
 done
-# UUIDv7 ids from each row's creation millisecond (random low bits), as the server makes them.
-psql "$base/$db" -qAt <<SQL
-INSERT INTO service_requests (id, workflow_name, status, payload, created_at, updated_at, finished_at, current_step_id)
-SELECT (lpad(to_hex((extract(epoch FROM t) * 1000)::bigint), 12, '0') || '7' ||
-        substr(md5(g::text), 1, 3) || '8' || substr(md5(g::text), 4, 15))::uuid,
-       CASE WHEN g % 1000 = 7 THEN 'rare' ELSE (ARRAY['claims', 'refunds', 'payouts', 'audits'])[1 + g % 4] END,
-       CASE WHEN g % 100 < 90 THEN 'COMPLETED' WHEN g % 100 < 95 THEN 'FAILED'
-            WHEN g % 100 < 98 THEN 'CANCELLED' ELSE 'NEW' END,
-       '{"claimDetails":{"claimType":"MOTOR","amount":1250.75}}', t, t,
-       CASE WHEN g % 100 < 98 THEN t END, 0
-FROM (SELECT g, now() - interval '24 hours' + (g * (interval '24 hours' / $ROWS)) AS t
-      FROM generate_series(1, $ROWS) g) s;
-VACUUM ANALYZE service_requests;
-SQL
+load_rows "$base/$db" "$ROWS"
 n=$(psql "$base/$db" -Atc "select count(*) from service_requests")
 mid=$(psql "$base/$db" -Atc "select replace(id::text, '-', '') from service_requests order by id desc offset $((ROWS / 2)) limit 1")
 hour_ago=$(psql "$base/$db" -Atc "select to_char((now() - interval '1 hour') at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')")

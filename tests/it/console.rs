@@ -426,3 +426,38 @@ async fn counts_are_by_status_and_minute_in_a_window() {
     }
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_pages_newest_first() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&workflows(&d)[1]).await;
+    let mut ids = Vec::new();
+    for i in 0..55 {
+        ids.push(create_request(&s, "orders", &json!({"i": i})).await);
+    }
+    let first = s.get("/console?workflow=orders").await;
+    assert_eq!(first.status, 200);
+    let html = first.text();
+    // Newest first: the last created is on the first page, the first created is not.
+    assert!(html.contains(&ids[54]) && !html.contains(&ids[0]));
+    let older = html
+        .split("href=\"")
+        .filter_map(|h| h.split('"').next())
+        .find(|h| h.contains("cursor="))
+        .expect("a link to older requests")
+        .replace("&amp;", "&");
+    let second = s.get(&older).await.text();
+    for id in &ids[..5] {
+        assert!(second.contains(id.as_str()), "{older}");
+    }
+    assert!(!second.contains(&ids[54]));
+    // A filter the API refuses is shown, not a crash.
+    let bad = s.get("/console?status=SOMETIMES").await;
+    assert_eq!(bad.status, 400);
+    assert!(bad
+        .text()
+        .contains("status: &quot;SOMETIMES&quot; is not a status"));
+    s.shutdown().await;
+}
