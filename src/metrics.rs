@@ -23,6 +23,8 @@ use prometheus_client::registry::Registry;
 pub enum Route {
     CreateWorkflow,
     GetWorkflow,
+    PutWorkflow,
+    WorkflowVersions,
     ListWorkflows,
     CreateServiceRequest,
     GetServiceRequest,
@@ -43,9 +45,11 @@ pub enum Route {
 }
 
 impl Route {
-    pub const ALL: [Route; 19] = [
+    pub const ALL: [Route; 21] = [
         Route::CreateWorkflow,
         Route::GetWorkflow,
+        Route::PutWorkflow,
+        Route::WorkflowVersions,
         Route::ListWorkflows,
         Route::CreateServiceRequest,
         Route::GetServiceRequest,
@@ -70,6 +74,8 @@ impl Route {
         match self {
             Route::CreateWorkflow => "create_workflow_request_handler",
             Route::GetWorkflow => "get_workflow_handler_by_workflow_name",
+            Route::PutWorkflow => "clamp_put_workflow_handler",
+            Route::WorkflowVersions => "clamp_workflow_versions_handler",
             Route::ListWorkflows => "get_workflows_handler",
             Route::CreateServiceRequest => "create_service_request_handler",
             Route::GetServiceRequest => "get_service_request_handler_by_id",

@@ -16,10 +16,11 @@ use crate::engine::App;
 use crate::store::status::{self, Head, Live, StepRow};
 
 /// Starts keeping the step rows of a request this process runs from its first step.
-pub fn start(app: &App, id: &uuid::Uuid, workflow_name: &str, created_us: i64) {
+pub fn start(app: &App, id: &uuid::Uuid, workflow_name: &str, version: u32, created_us: i64) {
     app.running.with_live(id, |live| {
         *live = Some(Arc::new(Live {
             workflow_name: workflow_name.to_string(),
+            workflow_version: version as i32,
             created_us,
             steps: Vec::new(),
             current_step_id: 0,
@@ -55,6 +56,7 @@ pub fn committed(app: &App, t: &Transition) {
         let live = Arc::unwrap_or_clone(live);
         let head = Head {
             workflow_name: live.workflow_name,
+            workflow_version: live.workflow_version,
             status: t.status.to_string(),
             current_step_id: t.next_step as i32,
             reason: t.reason.clone(),

@@ -37,6 +37,7 @@ use uuid::Uuid;
 use crate::store::buffer::{Handoff, Inserted};
 use crate::store::leases::{self, Claimed};
 use crate::store::Pool;
+use crate::workflow::Workflow;
 use http_step::HttpClient;
 use job::Job;
 use writer::StepWriter;
@@ -154,7 +155,8 @@ impl Executor {
     pub fn spawn(self: &Arc<Self>, job: Job) {
         let id = job.id;
         let fresh = job.fresh;
-        let (name, created_us) = (job.wf.def.name.clone(), job.created_us);
+        let (name, version, created_us) =
+            (job.wf.def.name.clone(), job.wf.def.version, job.created_us);
         let exec = self.clone();
         // Registered before the task can finish, so its own cleanup always finds it.
         let mut running = self.running.lock();
@@ -173,7 +175,7 @@ impl Executor {
         );
         self.app.running.insert(id);
         if fresh {
-            live::start(&self.app, &id, &name, created_us);
+            live::start(&self.app, &id, &name, version, created_us);
         }
     }
 
@@ -199,9 +201,14 @@ impl Executor {
         let wf = self
             .app
             .workflows
-            .get_or_load(&self.pool, &c.workflow_name)
+            .get_or_load_version(&self.pool, &c.workflow_name, c.workflow_version)
             .await?
-            .ok_or_else(|| EngineError::WorkflowMissing(c.workflow_name.clone()))?;
+            .ok_or_else(|| {
+                EngineError::WorkflowMissing(format!(
+                    "{} (version {})",
+                    c.workflow_name, c.workflow_version
+                ))
+            })?;
         let payload = Doc::trusted(c.payload);
         let headers = job::parse_headers(c.headers.as_bytes());
         if c.status == "NEW" && c.current_step_id == 0 {
@@ -492,19 +499,27 @@ impl Handoff for Executor {
     fn start(self: Arc<Self>, rows: Vec<Inserted>) {
         let me = self;
         for r in rows {
-            let job = Job {
-                id: r.id,
-                next: r.workflow.main.first().copied(),
-                wf: r.workflow,
-                headers: job::parse_headers(&r.headers),
-                request: Doc::trusted(r.payload),
-                failing: None,
-                context: Default::default(),
-                attempts: 0,
-                fresh: true,
-                created_us: r.created_us,
-            };
-            me.spawn(job);
+            if r.version == r.workflow.def.version {
+                let wf = r.workflow.clone();
+                me.spawn(fresh_job(r, wf));
+                continue;
+            }
+            // Pinned to a version this instance has not loaded (another instance stored
+            // it): loaded first. Should that fail, the lease runs out and a sweeper
+            // continues the request with the version its row names.
+            let me = me.clone();
+            tokio::spawn(async move {
+                let name = r.workflow.def.name.clone();
+                match me
+                    .app
+                    .workflows
+                    .get_or_load_version(&me.pool, &name, r.version)
+                    .await
+                {
+                    Ok(Some(wf)) => me.spawn(fresh_job(r, wf)),
+                    _ => me.unreserve(1),
+                }
+            });
         }
     }
 
@@ -514,5 +529,21 @@ impl Handoff for Executor {
 
     fn lease(&self) -> Duration {
         self.app.config.lease
+    }
+}
+
+/// The job of a request this instance just created, from its first step.
+fn fresh_job(r: Inserted, wf: Arc<Workflow>) -> Job {
+    Job {
+        id: r.id,
+        next: wf.main.first().copied(),
+        wf,
+        headers: job::parse_headers(&r.headers),
+        request: Doc::trusted(r.payload),
+        failing: None,
+        context: Default::default(),
+        attempts: 0,
+        fresh: true,
+        created_us: r.created_us,
     }
 }

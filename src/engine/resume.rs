@@ -139,7 +139,7 @@ impl Executor {
         let wf = self
             .app
             .workflows
-            .get_or_load(&self.pool, &state.workflow_name)
+            .get_or_load_version(&self.pool, &state.workflow_name, state.workflow_version)
             .await?
             .ok_or_else(|| EngineError::WorkflowMissing(state.workflow_name.clone()))?;
         let Some(step) = wf.step(a.step_id) else {

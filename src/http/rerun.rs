@@ -59,15 +59,25 @@ pub(crate) async fn rerun_with(core: &Core, of: uuid::Uuid, ask: Ask) -> Resp {
         Err(e) => return store_error(e, "rerun service request"),
     };
     drop(conn);
-    let wf = match super::service_requests::find_workflow(core, &src.workflow_name).await {
+    let wf = match core
+        .app
+        .workflows
+        .get_or_load_version(&core.pool, &src.workflow_name, src.workflow_version)
+        .await
+    {
         Ok(Some(wf)) => wf,
-        Ok(None) => {
+        Ok(None) | Err(crate::store::workflow_map::LoadError::Invalid { .. }) => {
             return error(
                 StatusCode::CONFLICT,
-                &format!("workflow {} is not known any more", src.workflow_name),
+                &format!(
+                    "workflow {} version {} is not known any more",
+                    src.workflow_name, src.workflow_version
+                ),
             )
         }
-        Err(resp) => return resp,
+        Err(crate::store::workflow_map::LoadError::Store(e)) => {
+            return store_error(e, "rerun service request")
+        }
     };
     let plan = match plan(&wf.main, &src, ask) {
         Ok(p) => p,
@@ -78,6 +88,7 @@ pub(crate) async fn rerun_with(core: &Core, of: uuid::Uuid, ask: Ask) -> Resp {
         id,
         of,
         workflow_name: &src.workflow_name,
+        workflow_version: src.workflow_version,
         payload: plan.payload.as_deref().unwrap_or(&src.payload),
         headers: &src.headers,
         from_step: plan.from_step,
@@ -208,6 +219,7 @@ mod tests {
     fn src(records: &[(i64, u32, &str, &str)]) -> Source {
         Source {
             workflow_name: "w".into(),
+            workflow_version: 1,
             payload: r#"{"p":1}"#.into(),
             headers: "[]".into(),
             last: records

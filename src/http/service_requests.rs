@@ -138,12 +138,44 @@ static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 /// of a create for the same workflow within the window answers the original request
 /// (200) instead of creating another, or 422 when its payload differs; a keyed create is
 /// answered after its commit whatever the `ack` mode.
+///
+/// Beyond Clamp, `?version=N` runs version N of the workflow; without it the request runs
+/// the latest version as its insert finds it (`store::pool::sql::INSERT_REQUESTS`).
 pub async fn create(core: &Core, name: &str, parts: &Parts, body: &mut Body) -> Resp {
     let app = &core.app;
-    let wf = match find_workflow(core, name).await {
-        Ok(Some(wf)) => wf,
-        Ok(None) => return unknown_workflow(name),
-        Err(resp) => return resp,
+    let pinned = match parts
+        .uri
+        .query()
+        .map(|q| super::query_param(Some(q), "version"))
+    {
+        None | Some(None) => None,
+        Some(Some(v)) => match v.parse::<u32>() {
+            Ok(n) if n > 0 => Some(n),
+            _ => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "version: must be a whole number from 1",
+                )
+            }
+        },
+    };
+    let wf = match pinned {
+        None => match find_workflow(core, name).await {
+            Ok(Some(wf)) => wf,
+            Ok(None) => return unknown_workflow(name),
+            Err(resp) => return resp,
+        },
+        Some(v) => match app.workflows.get_or_load_version(&core.pool, name, v).await {
+            Ok(Some(wf)) => wf,
+            Ok(None) => {
+                return error(
+                    StatusCode::NOT_FOUND,
+                    &format!("No record found with given workflow name : {name} (version {v})"),
+                )
+            }
+            Err(LoadError::Invalid { .. }) => return unknown_workflow(name),
+            Err(LoadError::Store(e)) => return store_error(e, "workflow lookup"),
+        },
     };
     let key = match idempotency_key(parts, &wf.def.name) {
         Ok(k) => k,
@@ -180,6 +212,7 @@ pub async fn create(core: &Core, name: &str, parts: &Parts, body: &mut Body) -> 
     let row = PendingRow {
         id,
         workflow: wf,
+        pinned: pinned.is_some(),
         payload,
         headers,
         key,

@@ -8,49 +8,51 @@ use hyper::StatusCode;
 
 use super::body::Body;
 use super::response::{error, json, json_bytes, store_error, Resp};
-use super::service_requests::{find_workflow, page_param, MAX_PAGE_SIZE};
+use super::service_requests::{page_param, MAX_PAGE_SIZE};
 use crate::state::Core;
-use crate::store::queries::{self, WorkflowSort};
+use crate::store::queries::{self, Versioned, WorkflowSort};
+use crate::store::workflow_map::LoadError;
 use crate::store::StoreError;
-use crate::workflow::{compile, set_default_reply_to, WorkflowDef};
+use crate::workflow::{compile, set_default_reply_to, Workflow, WorkflowDef};
 
-/// `POST /workflow`: validate, compile, store, cache.
-pub async fn create(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
+/// A definition from a request body; the error is the 400 to answer.
+fn parse_def(body: &[u8]) -> Result<WorkflowDef, Resp> {
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(v @ serde_json::Value::Object(_)) => serde_json::from_value(v).map_err(|e| {
+            error(
+                StatusCode::BAD_REQUEST,
+                &format!("invalid workflow definition: {e}"),
+            )
+        }),
+        Ok(_) => Err(error(
+            StatusCode::BAD_REQUEST,
+            "the workflow definition must be a JSON object",
+        )),
+        Err(e) => Err(error(
+            StatusCode::BAD_REQUEST,
+            &format!("the body is not valid JSON: {e}"),
+        )),
+    }
+}
+
+/// Reads, parses and validates a posted definition (its version left to the server).
+async fn read_def(core: &Core, parts: &Parts, body: &mut Body) -> Result<Workflow, Resp> {
     let app = &core.app;
     let limits = (app.config.body_limit, app.config.header_timeout);
-    let body = match body.read(&parts.headers, limits.0, limits.1).await {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
-    let def: WorkflowDef = match serde_json::from_slice::<serde_json::Value>(&body) {
-        Ok(v @ serde_json::Value::Object(_)) => match serde_json::from_value(v) {
-            Ok(d) => d,
-            Err(e) => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    &format!("invalid workflow definition: {e}"),
-                )
-            }
-        },
-        Ok(_) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "the workflow definition must be a JSON object",
-            )
-        }
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                &format!("the body is not valid JSON: {e}"),
-            )
-        }
-    };
-    let mut def = def;
+    let body = body.read(&parts.headers, limits.0, limits.1).await?;
+    let mut def = parse_def(&body)?;
+    def.version = 1;
     let b = &app.config.brokers;
     set_default_reply_to(&mut def, &b.amqp_response_queue, &b.kafka_response_topic);
-    let mut wf = match compile(def) {
+    compile(def).map_err(|e| error(StatusCode::BAD_REQUEST, &e.0))
+}
+
+/// `POST /workflow`: validate, compile, store (as version 1), cache.
+pub async fn create(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
+    let app = &core.app;
+    let mut wf = match read_def(core, parts, body).await {
         Ok(wf) => wf,
-        Err(e) => return error(StatusCode::BAD_REQUEST, &e.0),
+        Err(r) => return r,
     };
     let id = crate::ids::new_v7();
     wf.def.id = id.to_string();
@@ -76,15 +78,136 @@ pub async fn create(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
     }
 }
 
-/// `GET /workflow/{name}`.
-pub async fn get(core: &Core, name: &str) -> Resp {
-    match find_workflow(core, name).await {
-        Ok(Some(wf)) => json_bytes(StatusCode::OK, wf.json.clone()),
-        Ok(None) => error(
-            StatusCode::NOT_FOUND,
-            &format!("No record exists with workflow name : {name}"),
-        ),
+/// `PUT /workflow/{name}` (beyond Clamp): the definition becomes the workflow's next
+/// version, validated as `POST /workflow` validates; the same definition as the latest
+/// stores nothing and answers the latest. Requests already created keep their version.
+pub async fn put(core: &Core, name: &str, parts: &Parts, body: &mut Body) -> Resp {
+    let wf = match read_def(core, parts, body).await {
+        Ok(wf) => wf,
+        Err(r) => return r,
+    };
+    if wf.def.name != name {
+        return error(
+            StatusCode::BAD_REQUEST,
+            &format!(
+                "name: the definition is named {:?}, the path {name:?}",
+                wf.def.name
+            ),
+        );
+    }
+    let conn = match core.pool.get().await {
+        Ok(c) => c,
+        Err(e) => return store_error(e.into(), "version workflow"),
+    };
+    let stored = match queries::put_workflow(&conn, &wf.def).await {
+        Ok(Versioned::New(v) | Versioned::Unchanged(v)) => v,
+        Ok(Versioned::Unknown) => {
+            return error(
+                StatusCode::NOT_FOUND,
+                &format!("No record exists with workflow name : {name}"),
+            )
+        }
+        Err(e) => return store_error(e, "version workflow"),
+    };
+    drop(conn);
+    match cached(core, stored) {
+        Ok(wf) => json_bytes(StatusCode::OK, wf.json.clone()),
         Err(r) => r,
+    }
+}
+
+/// A stored definition compiled and cached (as served: `json` is it, stamps included).
+fn cached(core: &Core, stored: serde_json::Value) -> Result<Arc<Workflow>, Resp> {
+    let internal = |why: String| {
+        tracing::error!(%why, "a stored workflow does not load");
+        error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+    };
+    let def: WorkflowDef = serde_json::from_value(stored).map_err(|e| internal(e.to_string()))?;
+    let mut wf = compile(def).map_err(|e| internal(e.0))?;
+    wf.json = Bytes::from(serde_json::to_vec(&wf.def).expect("a workflow always serializes"));
+    let wf = Arc::new(wf);
+    core.app.workflows.insert(wf.clone());
+    Ok(wf)
+}
+
+fn no_workflow(name: &str) -> Resp {
+    error(
+        StatusCode::NOT_FOUND,
+        &format!("No record exists with workflow name : {name}"),
+    )
+}
+
+/// `GET /workflow/{name}`: the latest version as Postgres has it (another instance may
+/// have stored it), or beyond Clamp `?version=N`.
+pub async fn get(core: &Core, name: &str, query: Option<&str>) -> Resp {
+    if let Some(v) = super::query_param(query, "version") {
+        let Some(version) = v.parse::<u32>().ok().filter(|v| *v > 0) else {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "version: must be a whole number from 1",
+            );
+        };
+        return match core
+            .app
+            .workflows
+            .get_or_load_version(&core.pool, name, version)
+            .await
+        {
+            Ok(Some(wf)) => json_bytes(StatusCode::OK, wf.json.clone()),
+            Ok(None) => error(
+                StatusCode::NOT_FOUND,
+                &format!("workflow {name} has no version {version}"),
+            ),
+            Err(LoadError::Invalid { reason, .. }) => error(
+                StatusCode::CONFLICT,
+                &format!("that version no longer validates: {reason}"),
+            ),
+            Err(LoadError::Store(e)) => store_error(e, "workflow lookup"),
+        };
+    }
+    if crate::workflow::validate::check_name(name).is_err() {
+        return no_workflow(name);
+    }
+    let conn = match core.pool.get().await {
+        Ok(c) => c,
+        Err(e) => return store_error(e.into(), "workflow lookup"),
+    };
+    let stored = match queries::latest_definition(&conn, name).await {
+        Ok(Some(v)) => v,
+        Ok(None) => return no_workflow(name),
+        Err(e) => return store_error(e, "workflow lookup"),
+    };
+    drop(conn);
+    match core.app.workflows.get(name) {
+        // Known here already: served as cached (the same bytes as the version's).
+        Some(wf) if Some(wf.def.version as u64) == stored["version"].as_u64() => {
+            json_bytes(StatusCode::OK, wf.json.clone())
+        }
+        _ => match cached(core, stored) {
+            Ok(wf) => json_bytes(StatusCode::OK, wf.json.clone()),
+            Err(r) => r,
+        },
+    }
+}
+
+/// `GET /workflow/{name}/versions` (beyond Clamp): every version, oldest first.
+pub async fn versions(core: &Core, name: &str) -> Resp {
+    let conn = match core.pool.get().await {
+        Ok(c) => c,
+        Err(e) => return store_error(e.into(), "workflow versions"),
+    };
+    match queries::workflow_versions(&conn, name).await {
+        Ok(v) if v.is_empty() => no_workflow(name),
+        Ok(v) => json(
+            StatusCode::OK,
+            &serde_json::json!({
+                "name": name,
+                "versions": v.iter().map(|(n, at, d)| serde_json::json!({
+                    "version": n, "created_at": at, "description": d,
+                })).collect::<Vec<_>>(),
+            }),
+        ),
+        Err(e) => store_error(e, "workflow versions"),
     }
 }
 

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use uuid::Uuid;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::idempotency;
 use super::pool::{PgConn, Pool};
@@ -55,7 +55,11 @@ pub enum AckError {
 /// One new service request on its way to Postgres.
 pub struct PendingRow {
     pub id: Uuid,
+    /// The version it runs if `pinned`, else the latest this instance knows (the insert
+    /// pins the latest in Postgres).
     pub workflow: Arc<Workflow>,
+    /// The create named its version (`?version=N`).
+    pub pinned: bool,
     /// A validated JSON object.
     pub payload: Bytes,
     /// The forwardable request headers, as a JSON array of `[name, value]` pairs.
@@ -81,7 +85,10 @@ pub enum PushError {
 /// A row that committed leased to this instance, for its executor.
 pub struct Inserted {
     pub id: Uuid,
+    /// The version this instance knows; `version` is the one the row was pinned to (they
+    /// differ when another instance stored a newer version this one has not loaded).
     pub workflow: Arc<Workflow>,
+    pub version: u32,
     pub payload: Bytes,
     pub headers: Bytes,
     pub created_us: i64,
@@ -250,9 +257,9 @@ impl Shared {
                 .observe_duration(started.elapsed());
             self.metrics.batch_rows.observe(batch.len() as f64);
             let e = match result {
-                Ok(written) => {
+                Ok((written, pinned)) => {
                     self.state.unavailable_until_ms.store(0, Ordering::Relaxed);
-                    self.settle(batch, n_leased, written);
+                    self.settle(batch, n_leased, written, &pinned);
                     return;
                 }
                 Err(e) => e,
@@ -287,7 +294,7 @@ impl Shared {
 
     /// After a commit: hands the rows inserted leased to the executor, gives back the
     /// slots of leased rows that were not inserted (their key was taken), answers every row.
-    fn settle(&self, batch: Vec<PendingRow>, n_leased: usize, written: Written) {
+    fn settle(&self, batch: Vec<PendingRow>, n_leased: usize, written: Written, pinned: &Pinned) {
         let created = |i: usize| match &written {
             Written::AllNew => Created::New(batch[i].id),
             Written::Each(each) => each[i].clone(),
@@ -305,6 +312,7 @@ impl Shared {
                 .map(|(_, r)| Inserted {
                     id: r.id,
                     workflow: r.workflow.clone(),
+                    version: pinned.of(r),
                     payload: r.payload.clone(),
                     headers: r.headers.clone(),
                     created_us: r.created_us,
@@ -329,7 +337,10 @@ impl Shared {
     async fn write_rows_singly(&self, batch: Vec<PendingRow>) {
         for row in batch {
             let rows = std::slice::from_ref(&row);
-            let answer = match write_batch(&self.pool, rows, 0, None, &self.cfg).await {
+            let answer = match write_batch(&self.pool, rows, 0, None, &self.cfg)
+                .await
+                .map(|(w, _)| w)
+            {
                 Ok(Written::AllNew) => {
                     self.metrics.rows_written.inc();
                     Ok(Created::New(row.id))
@@ -362,6 +373,33 @@ enum Written {
     Each(Vec<Created>),
 }
 
+/// The versions a committed batch's rows were pinned to.
+enum Pinned {
+    /// Each workflow's latest version as the insert saw it (rows that named none got it).
+    Latest(Vec<(String, i32)>),
+    /// Each inserted row's version.
+    PerRow(HashMap<Uuid, i32>),
+}
+
+impl Pinned {
+    fn of(&self, row: &PendingRow) -> u32 {
+        let known = row.workflow.def.version;
+        let v = match self {
+            _ if row.pinned => return known,
+            Pinned::Latest(l) => l
+                .iter()
+                .find(|(n, _)| *n == row.workflow.def.name)
+                .map(|(_, v)| *v),
+            Pinned::PerRow(m) => m.get(&row.id).copied(),
+        };
+        v.map_or(known, |v| v.max(1) as u32)
+    }
+}
+
+fn latest(rows: &[tokio_postgres::Row]) -> Pinned {
+    Pinned::Latest(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
 /// Writes `rows` in one statement (two when keys were taken by other creates); the first
 /// `n_leased` are inserted leased to this instance.
 async fn write_batch(
@@ -370,14 +408,14 @@ async fn write_batch(
     n_leased: usize,
     handoff: Option<&dyn Handoff>,
     cfg: &FlusherConfig,
-) -> Result<Written> {
+) -> Result<(Written, Pinned)> {
     let conn = pool.get().await?;
     let owner: Option<Uuid> = handoff.filter(|_| n_leased > 0).map(|h| h.owner());
     let lease_ms: f64 = handoff.map_or(0.0, |h| h.lease().as_secs_f64() * 1000.0);
     if rows.iter().all(|r| r.key.is_none()) {
         let c = Columns::of(rows.iter());
         let leased: Vec<bool> = (0..rows.len()).map(|i| i < n_leased).collect();
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
             &c.ids,
             &c.names,
             &c.payloads,
@@ -386,12 +424,13 @@ async fn write_batch(
             &owner,
             &lease_ms,
             &c.created,
+            &c.versions,
         ];
-        bounded(&conn, cfg.hard_timeout, async {
-            conn.client.execute(&conn.insert_requests, &params).await
+        let rows = bounded(&conn, cfg.hard_timeout, async {
+            conn.client.query(&conn.insert_requests, &params).await
         })
         .await?;
-        return Ok(Written::AllNew);
+        return Ok((Written::AllNew, latest(&rows)));
     }
     // A key twice in one batch: the first row claims it, the others are looked up after.
     let hashes: Vec<Option<Uuid>> = rows.iter().map(|r| r.key).collect();
@@ -403,7 +442,7 @@ async fn write_batch(
     let leased: Vec<bool> = leaders.iter().map(|&i| i < n_leased).collect();
     let keys: Vec<Option<Uuid>> = leaders.iter().map(|&i| hashes[i]).collect();
     let window_s = cfg.key_window.as_secs_f64();
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
         &c.ids,
         &c.names,
         &c.payloads,
@@ -414,29 +453,37 @@ async fn write_batch(
         &keys,
         &c.created,
         &window_s,
+        &c.versions,
     ];
     // The usual case: every key is new, and every row is inserted.
     let fast = bounded(&conn, cfg.hard_timeout, async {
         let stmt = conn.stmt(idempotency::INSERT_KEYED).await?;
-        conn.client.execute(&stmt, &params[..9]).await
+        let first9 = &params[..9];
+        let with_versions: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            first9.iter().copied().chain([params[10]]).collect();
+        conn.client.query(&stmt, &with_versions).await
     })
     .await;
-    match fast {
-        Ok(_) if leaders.len() == rows.len() => return Ok(Written::AllNew),
-        Ok(_) => {}
+    let fast = match fast {
+        Ok(found) if leaders.len() == rows.len() => return Ok((Written::AllNew, latest(&found))),
+        Ok(found) => Ok(latest(&found)),
         // A key held already: a repeat, a claim at this moment, or an expired entry.
-        Err(StoreError::Conflict) => {}
+        Err(StoreError::Conflict) => Err(()),
         Err(e) => return Err(e),
-    }
-    let inserted = match fast {
-        Ok(_) => leaders.iter().map(|&i| rows[i].id).collect(),
-        Err(_) => {
+    };
+    let (inserted, pinned) = match fast {
+        Ok(pinned) => (leaders.iter().map(|&i| rows[i].id).collect(), pinned),
+        Err(()) => {
             let found = bounded(&conn, cfg.hard_timeout, async {
                 let stmt = conn.stmt(idempotency::INSERT_KEYED_CONFLICTS).await?;
                 conn.client.query(&stmt, &params).await
             })
             .await?;
-            found.iter().map(|r| r.get(0)).collect::<HashSet<Uuid>>()
+            let per_row: HashMap<Uuid, i32> = found.iter().map(|r| (r.get(0), r.get(1))).collect();
+            (
+                per_row.keys().copied().collect::<HashSet<Uuid>>(),
+                Pinned::PerRow(per_row),
+            )
         }
     };
     let mut each: Vec<Option<Created>> = rows
@@ -478,8 +525,9 @@ async fn write_batch(
             "an idempotency key changed while it was looked up".into(),
         ));
     }
-    Ok(Written::Each(
-        each.into_iter().map(Option::unwrap).collect(),
+    Ok((
+        Written::Each(each.into_iter().map(Option::unwrap).collect()),
+        pinned,
     ))
 }
 
@@ -491,6 +539,8 @@ pub(super) struct Columns<'a> {
     pub payloads: Vec<RawJson<'a>>,
     pub headers: Vec<RawJson<'a>>,
     pub created: Vec<SystemTime>,
+    /// The version a row names (0: the latest).
+    pub versions: Vec<i32>,
 }
 
 impl<'a> Columns<'a> {
@@ -502,6 +552,7 @@ impl<'a> Columns<'a> {
             payloads: Vec::with_capacity(n),
             headers: Vec::with_capacity(n),
             created: Vec::with_capacity(n),
+            versions: Vec::with_capacity(n),
         };
         for r in rows {
             c.ids.push(r.id);
@@ -509,6 +560,11 @@ impl<'a> Columns<'a> {
             c.payloads.push(RawJson(&r.payload));
             c.headers.push(RawJson(&r.headers));
             c.created.push(system_time(r.created_us));
+            c.versions.push(if r.pinned {
+                r.workflow.def.version as i32
+            } else {
+                0
+            });
         }
         c
     }

@@ -42,13 +42,19 @@ pub const INSERT_KEYED: &str = concat!(
     "WITH claimed AS (
     INSERT INTO idempotency_keys (key_hash, service_request_id)
     SELECT h, id FROM UNNEST($8::uuid[], $1::uuid[]) AS k(h, id) WHERE h IS NOT NULL
-)
-INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until, created_at)
-SELECT id, wf, payload, headers, ",
+), ins AS (
+INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until, created_at,
+                              workflow_version)
+SELECT t.id, t.wf, t.payload, t.headers, ",
     crate::store::sql::fresh_lease!(),
-    ", created
-FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $9::timestamptz[])
-    AS t(id, wf, payload, headers, leased, created)"
+    ", t.created, ",
+    crate::store::sql::pinned_version!(),
+    "
+FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $9::timestamptz[], $10::int[])
+    AS t(id, wf, payload, headers, leased, created, ver)
+LEFT JOIN workflows w ON w.name = t.wf
+) ",
+    crate::store::sql::latest_versions!("$2")
 );
 
 /// The batch again when a key was held, as `$1..$7` of the plain insert plus `$8` the
@@ -59,8 +65,8 @@ FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $9::time
 pub const INSERT_KEYED_CONFLICTS: &str = concat!(
     "WITH input AS (
     SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::uuid[],
-                         $9::timestamptz[])
-        AS t(id, wf, payload, headers, leased, h, created)
+                         $9::timestamptz[], $11::int[])
+        AS t(id, wf, payload, headers, leased, h, created, ver)
 ), claimed AS (
     INSERT INTO idempotency_keys AS k (key_hash, service_request_id)
     SELECT h, id FROM input WHERE h IS NOT NULL
@@ -69,15 +75,18 @@ pub const INSERT_KEYED_CONFLICTS: &str = concat!(
         WHERE k.created_at < now() - $10::float8 * interval '1 second'
     RETURNING service_request_id
 ), inserted AS (
-    INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until, created_at)
-    SELECT id, wf, payload, headers, ",
+    INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until, created_at,
+                                  workflow_version)
+    SELECT t.id, t.wf, t.payload, t.headers, ",
     crate::store::sql::fresh_lease!(),
-    ", created
-    FROM input i
-    WHERE i.h IS NULL OR i.id IN (SELECT service_request_id FROM claimed)
-    RETURNING id
+    ", t.created, ",
+    crate::store::sql::pinned_version!(),
+    "
+    FROM input t LEFT JOIN workflows w ON w.name = t.wf
+    WHERE t.h IS NULL OR t.id IN (SELECT service_request_id FROM claimed)
+    RETURNING id, workflow_version
 )
-SELECT id FROM inserted"
+SELECT id, workflow_version FROM inserted"
 );
 
 /// The requests that hold keys: per input row (its index), the request's id, whether its

@@ -27,6 +27,8 @@ pub struct Claimed {
     pub step_attempts: u32,
     /// When it was created, in microseconds since the Unix epoch.
     pub created_us: i64,
+    /// The workflow version it runs.
+    pub workflow_version: u32,
 }
 
 /// Claims up to `limit` runnable requests whose lease is free or expired. One statement:
@@ -45,7 +47,8 @@ WHERE s.id IN (
     FOR UPDATE SKIP LOCKED)
 RETURNING s.id, s.workflow_name, s.status, s.payload, s.headers, s.current_step_id,
           s.step_request, s.failed_step_id, s.reason, s.step_attempts, ",
-    crate::store::sql::created_us!("s")
+    crate::store::sql::created_us!("s"),
+    ", s.workflow_version"
 );
 
 pub async fn claim(
@@ -66,7 +69,8 @@ pub async fn claim(
 
 impl Claimed {
     /// Reads a row returning `id, workflow_name, status, payload, headers, current_step_id,
-    /// step_request, failed_step_id, reason, step_attempts, created_us`, in that order.
+    /// step_request, failed_step_id, reason, step_attempts, created_us, workflow_version`,
+    /// in that order.
     pub fn from_row(r: &tokio_postgres::Row) -> Claimed {
         Claimed {
             id: r.get(0),
@@ -80,6 +84,7 @@ impl Claimed {
             reason: r.get(8),
             step_attempts: r.get::<_, i32>(9).max(0) as u32,
             created_us: r.get(10),
+            workflow_version: r.get::<_, i32>(11).max(1) as u32,
         }
     }
 }

@@ -41,15 +41,22 @@ impl PgConn {
 /// Statement texts, kept beside the manager that prepares them.
 pub mod sql {
     /// `created_at` comes from the server (its clock made the UUIDv7 id too), so the
-    /// executor can render a request's status answer without reading it back.
+    /// executor can render a request's status answer without reading it back. Each row
+    /// is pinned to a workflow version: the one it names (`$9` > 0), else the latest as
+    /// this statement sees it, whatever this instance's memory says (another instance may
+    /// have stored a newer one). The statement answers the latest version of each of the
+    /// batch's workflows in the same snapshot, i.e. the versions the rows got.
     pub const INSERT_REQUESTS: &str = concat!(
-        "INSERT INTO service_requests \
-        (id, workflow_name, payload, headers, lease_owner, lease_until, created_at) \
-        SELECT id, wf, payload, headers, ",
+        "WITH ins AS (INSERT INTO service_requests \
+        (id, workflow_name, payload, headers, lease_owner, lease_until, created_at, workflow_version) \
+        SELECT t.id, t.wf, t.payload, t.headers, ",
         crate::store::sql::fresh_lease!(),
-        ", created \
-        FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::timestamptz[]) \
-             AS t(id, wf, payload, headers, leased, created)"
+        ", t.created, ",
+        crate::store::sql::pinned_version!(),
+        " FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::timestamptz[], \
+                     $9::int[]) AS t(id, wf, payload, headers, leased, created, ver) \
+        LEFT JOIN workflows w ON w.name = t.wf) ",
+        crate::store::sql::latest_versions!("$2")
     );
 }
 

@@ -10,20 +10,118 @@ use super::Result;
 use super::StoreError;
 use crate::workflow::WorkflowDef;
 
-/// Inserts a workflow, stamping `created_at`/`updated_at` into the stored definition;
-/// returns that timestamp (RFC 3339). A taken name is `Conflict`.
+/// Inserts a workflow as its version 1 (kept in `workflow_versions` too, in the same
+/// statement), stamping `created_at`/`updated_at` into the stored definition; returns
+/// that timestamp (RFC 3339). A taken name is `Conflict`.
 pub async fn insert_workflow(conn: &PgConn, def: &WorkflowDef, id: Uuid) -> Result<String> {
-    let definition = serde_json::to_value(def).expect("a workflow always serializes");
+    let mut def = def.clone();
+    def.version = 1;
+    let definition = serde_json::to_value(&def).expect("a workflow always serializes");
     let row = conn
         .client
         .query_one(
-            "INSERT INTO workflows (id, name, description, enabled, definition) \
-             VALUES ($1, $2, $3, $4, $5::jsonb || jsonb_build_object('created_at', now(), 'updated_at', now())) \
+            "WITH w AS (
+                INSERT INTO workflows (id, name, description, enabled, definition, version)
+                VALUES ($1, $2, $3, $4, $5::jsonb || jsonb_build_object('created_at', now(), 'updated_at', now()), 1)
+                RETURNING name, description, definition, created_at)
+             INSERT INTO workflow_versions (name, version, description, definition, created_at)
+             SELECT name, 1, description, definition, created_at FROM w
              RETURNING definition ->> 'created_at'",
             &[&id, &def.name, &def.description, &def.enabled, &definition],
         )
         .await?;
     Ok(row.get(0))
+}
+
+/// What storing a new version did.
+#[derive(Debug)]
+pub enum Versioned {
+    /// Stored as this version: the definition as stored.
+    New(Value),
+    /// The latest version is this definition already (nothing stored): it, as stored.
+    Unchanged(Value),
+    /// No workflow has this name.
+    Unknown,
+}
+
+/// The keys of a stored definition that the server sets, left out when two definitions
+/// are compared.
+const STAMPS: &str = "'id', 'version', 'created_at', 'updated_at'";
+
+/// Stores `def` as the next version of its workflow, unless the latest is the same
+/// definition. One statement: the row lock on the workflow numbers concurrent versions
+/// one after another, without gaps or duplicates.
+pub async fn put_workflow(conn: &PgConn, def: &WorkflowDef) -> Result<Versioned> {
+    let definition = serde_json::to_value(def).expect("a workflow always serializes");
+    let sql = format!(
+        "WITH cur AS (
+            SELECT name, version, definition FROM workflows WHERE name = $1 FOR UPDATE
+        ), next AS (
+            UPDATE workflows w SET version = w.version + 1, description = $2, enabled = $3,
+                   updated_at = now(),
+                   definition = $4::jsonb - ARRAY[{STAMPS}]
+                       || jsonb_build_object('id', w.id, 'version', w.version + 1,
+                                             'created_at', w.created_at, 'updated_at', now())
+            FROM cur
+            WHERE w.name = cur.name
+              AND (cur.definition - ARRAY[{STAMPS}]) IS DISTINCT FROM ($4::jsonb - ARRAY[{STAMPS}])
+            RETURNING w.name, w.version, w.description, w.definition
+        ), kept AS (
+            INSERT INTO workflow_versions (name, version, description, definition)
+            SELECT name, version, description, definition FROM next
+        )
+        SELECT (SELECT definition FROM next), (SELECT definition FROM cur)"
+    );
+    let row = conn
+        .client
+        .query_one(
+            &sql,
+            &[&def.name, &def.description, &def.enabled, &definition],
+        )
+        .await?;
+    Ok(
+        match (
+            row.get::<_, Option<Value>>(0),
+            row.get::<_, Option<Value>>(1),
+        ) {
+            (Some(new), _) => Versioned::New(new),
+            (None, Some(cur)) => Versioned::Unchanged(cur),
+            (None, None) => Versioned::Unknown,
+        },
+    )
+}
+
+/// One version's stored definition, or None.
+pub async fn workflow_version(
+    conn: &PgConn,
+    name: &str,
+    version: u32,
+) -> Result<Option<WorkflowDef>> {
+    let row = conn
+        .client
+        .query_opt(
+            "SELECT definition || jsonb_build_object('version', version) FROM workflow_versions \
+             WHERE name = $1 AND version = $2",
+            &[&name, &(version as i32)],
+        )
+        .await?;
+    Ok(row.and_then(|r| serde_json::from_value(r.get::<_, Value>(0)).ok()))
+}
+
+/// A workflow's versions, oldest first: (number, created_at, description).
+pub async fn workflow_versions(conn: &PgConn, name: &str) -> Result<Vec<(i32, String, String)>> {
+    let rows = conn
+        .client
+        .query(
+            "SELECT version, to_json(created_at) #>> '{}', description FROM workflow_versions \
+             WHERE name = $1 ORDER BY version",
+            &[&name],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
 }
 
 /// One workflow's stored definition, or None.
@@ -33,6 +131,15 @@ pub async fn workflow_by_name(conn: &PgConn, name: &str) -> Result<Option<Workfl
         .query_opt("SELECT definition FROM workflows WHERE name = $1", &[&name])
         .await?;
     Ok(row.and_then(|r| serde_json::from_value(r.get::<_, Value>(0)).ok()))
+}
+
+/// The latest stored definition of a workflow (as served), or None.
+pub async fn latest_definition(conn: &PgConn, name: &str) -> Result<Option<Value>> {
+    let row = conn
+        .client
+        .query_opt("SELECT definition FROM workflows WHERE name = $1", &[&name])
+        .await?;
+    Ok(row.map(|r| r.get(0)))
 }
 
 /// Every workflow, for warming the in-memory map at startup.

@@ -135,6 +135,7 @@ fn collect(rows: &[tokio_postgres::Row], want: Want, out: &mut HashMap<Uuid, Fou
         let f = out.entry(id).or_insert_with(|| Found {
             head: Head {
                 workflow_name: r.get("workflow_name"),
+                workflow_version: r.get("workflow_version"),
                 status: r.get("status"),
                 current_step_id: r.get("current_step_id"),
                 reason: r.get("reason"),

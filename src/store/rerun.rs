@@ -14,6 +14,8 @@ use super::Result;
 #[derive(Debug)]
 pub struct Source {
     pub workflow_name: String,
+    /// The version it ran, which the rerun runs too (the copied outcomes are its steps').
+    pub workflow_version: u32,
     pub payload: String,
     pub headers: String,
     /// The last record of each step it has one for, by step id.
@@ -34,7 +36,10 @@ pub struct Record {
 
 pub async fn source(conn: &PgConn, id: Uuid) -> Result<Option<Source>> {
     let stmt = conn
-        .stmt("SELECT workflow_name, payload, headers FROM service_requests WHERE id = $1")
+        .stmt(
+            "SELECT workflow_name, payload, headers, workflow_version FROM service_requests \
+             WHERE id = $1",
+        )
         .await?;
     let Some(row) = conn.client.query_opt(&stmt, &[&id]).await? else {
         return Ok(None);
@@ -61,6 +66,7 @@ pub async fn source(conn: &PgConn, id: Uuid) -> Result<Option<Source>> {
         workflow_name: row.get(0),
         payload: row.get(1),
         headers: row.get(2),
+        workflow_version: row.get::<_, i32>(3).max(1) as u32,
         last,
     }))
 }
@@ -70,6 +76,7 @@ pub struct Rerun<'a> {
     pub id: Uuid,
     pub of: Uuid,
     pub workflow_name: &'a str,
+    pub workflow_version: u32,
     pub payload: &'a str,
     pub headers: &'a str,
     /// The step it runs first, and the request that step receives.
@@ -80,13 +87,14 @@ pub struct Rerun<'a> {
 }
 
 /// `$1` new id, `$2` original, `$3` workflow, `$4` payload, `$5` headers, `$6` first step,
-/// `$7` its request, `$8` the records to copy (in order), `$9` the note they carry.
+/// `$7` its request, `$8` the records to copy (in order), `$9` the note they carry, `$10`
+/// the workflow version.
 const INSERT: &str = "\
 WITH run AS (
     INSERT INTO service_requests (id, workflow_name, status, payload, headers,
                                   current_step_id, step_request, rerun_of,
-                                  lease_owner, lease_until)
-    VALUES ($1, $3, 'NEW', $4, $5, $6, $7, $2, NULL, '-infinity')
+                                  lease_owner, lease_until, workflow_version)
+    VALUES ($1, $3, 'NEW', $4, $5, $6, $7, $2, NULL, '-infinity', $10)
     RETURNING id)
 INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
                           started_at, finished_at, time_taken_ms, reason, attempts)
@@ -112,6 +120,7 @@ pub async fn insert(conn: &PgConn, r: &Rerun<'_>) -> Result<()> {
                 &r.step_request,
                 &r.copied,
                 &note,
+                &(r.workflow_version as i32),
             ],
         )
         .await?;

@@ -54,4 +54,26 @@ macro_rules! fresh_lease {
 
 // Exported to the store's files only: a `#[macro_export]` macro lives at the crate root,
 // which would make every statement here depend on `lib.rs`.
-pub(crate) use {created_us, derived_status, fresh_lease, now_plus_ms};
+/// The version a new row (`t`, joined to its workflow `w`) runs: the one it names
+/// (`t.ver` > 0), else the latest.
+macro_rules! pinned_version {
+    () => {
+        "CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(w.version, 1) END"
+    };
+}
+
+/// The latest version of each workflow named in `$names`, as `(name, version)` rows:
+/// in the statement that pins new rows, the versions they were pinned to.
+macro_rules! latest_versions {
+    ($names:literal) => {
+        concat!(
+            "SELECT w.name, w.version FROM workflows w WHERE w.name = ANY(",
+            $names,
+            "::text[])"
+        )
+    };
+}
+
+pub(crate) use {
+    created_us, derived_status, fresh_lease, latest_versions, now_plus_ms, pinned_version,
+};

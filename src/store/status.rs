@@ -12,7 +12,7 @@ use super::queries::parse_opt;
 macro_rules! head_columns {
     () => {
         concat!(
-            "r.id, r.workflow_name, ",
+            "r.id, r.workflow_name, r.workflow_version, ",
             crate::store::sql::derived_status!("r"),
             " AS status, \
              r.current_step_id, r.reason, to_json(r.created_at) #>> '{}' AS created_at, \
@@ -55,6 +55,8 @@ pub const GET_WHOLE: &str = concat!(
 #[derive(Debug, Clone)]
 pub struct Head {
     pub workflow_name: String,
+    /// The workflow version it runs (beyond Clamp).
+    pub workflow_version: i32,
     /// As reads show it (`IN_PROGRESS` derived).
     pub status: String,
     pub current_step_id: i32,
@@ -146,6 +148,8 @@ pub fn render(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
         "workflow_name".into(),
         Value::String(head.workflow_name.clone()),
     );
+    // Beyond Clamp: the version of the workflow it runs.
+    out.insert("workflow_version".into(), json!(head.workflow_version));
     out.insert("status".into(), Value::String(head.status.clone()));
     out.insert("total_time_in_ms".into(), json!(total));
     out.insert("current_step_id".into(), json!(head.current_step_id));
@@ -186,6 +190,7 @@ pub fn render(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
 #[derive(Debug, Clone)]
 pub struct Live {
     pub workflow_name: String,
+    pub workflow_version: i32,
     /// When the request was created, in microseconds since the Unix epoch.
     pub created_us: i64,
     pub steps: Vec<StepRow>,

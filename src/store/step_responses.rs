@@ -11,12 +11,13 @@ use super::Result;
 /// Where a request stands, as a step response needs to know it.
 pub struct RequestState {
     pub workflow_name: String,
+    pub workflow_version: u32,
     pub status: String,
     pub current_step_id: i32,
 }
 
 const REQUEST_STATE: &str =
-    "SELECT workflow_name, status, current_step_id FROM service_requests WHERE id = $1";
+    "SELECT workflow_name, status, current_step_id, workflow_version FROM service_requests WHERE id = $1";
 
 /// The request's workflow, stored status and current step, or None when there is no
 /// such request.
@@ -30,6 +31,7 @@ pub async fn request_state(conn: &PgConn, id: Uuid) -> Result<Option<RequestStat
             workflow_name: row.get(0),
             status: row.get(1),
             current_step_id: row.get(2),
+            workflow_version: row.get::<_, i32>(3).max(1) as u32,
         }))
 }
 
@@ -71,7 +73,7 @@ WITH resumed AS (
     RETURNING id, workflow_name, status, payload, headers, current_step_id, step_request,
               failed_step_id, reason, step_attempts, ",
     crate::store::sql::created_us!("service_requests"),
-    "
+    ", workflow_version
 ), answered AS (
     UPDATE steps_status SET status = $7, response = $8, reason = $9, finished_at = now(),
         time_taken_ms = round(extract(epoch FROM now() - started_at) * 1000)::bigint

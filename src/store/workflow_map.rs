@@ -1,12 +1,14 @@
-//! The in-memory workflow map. Workflows are never deleted, so a cached definition never
-//! goes stale; a name missing here is looked up in Postgres once (another instance may
-//! have created it), and misses are remembered briefly so a flood of unknown names
-//! cannot turn into a flood of queries. A stored definition that no longer validates is
-//! remembered for good (workflows never change; only a new server could accept it), and
-//! logged once, when found. `get_or_load` is the one loader every caller (the create
-//! path, step responses, the executor) uses.
+//! The in-memory workflow map, by name and version. Versions never change and are never
+//! deleted, so a cached version never goes stale; the latest version of a name may be
+//! older here than in Postgres (another instance stored a new one), which is why a create
+//! is pinned to a version by its insert statement, not by this map (`store::buffer`),
+//! and a request runs the version its row names (`get_or_load_version`). A name missing
+//! here is looked up in Postgres once (another instance may have created it), and misses
+//! are remembered briefly so a flood of unknown names cannot turn into a flood of
+//! queries. A stored definition that no longer validates is remembered for good (only a
+//! new server could accept it), and logged once, when found.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,27 +35,46 @@ pub const NEGATIVE_TTL: Duration = Duration::from_secs(1);
 /// Most remembered misses; past this the memory of misses is cleared (it is only a cache).
 const MAX_NEGATIVE: usize = 16 * 1024;
 
-/// Name → compiled workflow, shared by every runtime.
+/// Name → the latest compiled version known here, and (name, version) → each version
+/// loaded; shared by every runtime.
 #[derive(Default)]
 pub struct WorkflowMap {
     map: RwLock<HashMap<Box<str>, Arc<Workflow>>>,
+    versions: RwLock<HashMap<Box<str>, BTreeMap<u32, Arc<Workflow>>>>,
     misses: Mutex<HashMap<Box<str>, Instant>>,
     /// Stored definitions that no longer validate, with why.
     invalid: Mutex<HashMap<Box<str>, Arc<str>>>,
 }
 
 impl WorkflowMap {
-    /// The cached workflow, if any. Takes a read lock for a hash lookup only.
+    /// The latest version known here, if any. Takes a read lock for a hash lookup only.
     #[inline]
     pub fn get(&self, name: &str) -> Option<Arc<Workflow>> {
         self.map.read().get(name).cloned()
     }
 
-    /// Caches a workflow (also forgetting any remembered miss for its name).
+    /// One version, if loaded here.
+    pub fn get_version(&self, name: &str, version: u32) -> Option<Arc<Workflow>> {
+        self.versions.read().get(name)?.get(&version).cloned()
+    }
+
+    /// Caches a version (the latest known if no newer one is; also forgetting any
+    /// remembered miss for its name).
     pub fn insert(&self, wf: Arc<Workflow>) {
         let name: Box<str> = wf.def.name.as_str().into();
         self.misses.lock().remove(&name);
-        self.map.write().insert(name, wf);
+        self.versions
+            .write()
+            .entry(name.clone())
+            .or_default()
+            .insert(wf.def.version, wf.clone());
+        let mut map = self.map.write();
+        match map.get(&name) {
+            Some(known) if known.def.version > wf.def.version => {}
+            _ => {
+                map.insert(name, wf);
+            }
+        }
     }
 
     /// True when `name` was recently looked up in Postgres and not found.
@@ -113,30 +134,64 @@ impl WorkflowMap {
             });
         }
         let conn = pool.get().await.map_err(StoreError::from)?;
-        match super::queries::workflow_by_name(&conn, name).await? {
-            Some(def) => match crate::workflow::compile(def) {
-                Ok(wf) => {
-                    let wf = Arc::new(wf);
-                    self.insert(wf.clone());
-                    Ok(Some(wf))
+        let found = super::queries::workflow_by_name(&conn, name).await?;
+        drop(conn);
+        self.compiled(name, found)
+    }
+
+    /// Version `version` of `name`: from memory, else from Postgres (once; versions never
+    /// change). `None` when the name has no such version.
+    pub async fn get_or_load_version(
+        &self,
+        pool: &Pool,
+        name: &str,
+        version: u32,
+    ) -> Result<Option<Arc<Workflow>>, LoadError> {
+        if let Some(wf) = self.get_version(name, version) {
+            return Ok(Some(wf));
+        }
+        let conn = pool.get().await.map_err(StoreError::from)?;
+        let found = super::queries::workflow_version(&conn, name, version).await?;
+        drop(conn);
+        match found {
+            // A missing version is not a missing name: nothing to remember.
+            None => Ok(None),
+            found => self.compiled(name, found),
+        }
+    }
+
+    /// Compiles and caches what Postgres had for `name` (None: remembered as a miss).
+    fn compiled(
+        &self,
+        name: &str,
+        found: Option<crate::workflow::WorkflowDef>,
+    ) -> Result<Option<Arc<Workflow>>, LoadError> {
+        {
+            match found {
+                Some(def) => match crate::workflow::compile(def) {
+                    Ok(wf) => {
+                        let wf = Arc::new(wf);
+                        self.insert(wf.clone());
+                        Ok(Some(wf))
+                    }
+                    Err(e) => {
+                        tracing::error!(workflow = name, reason = %e.0, "stored workflow no longer validates");
+                        self.remember_invalid(name, &e.0);
+                        Err(LoadError::Invalid {
+                            name: name.to_string(),
+                            reason: e.0,
+                        })
+                    }
+                },
+                None => {
+                    self.remember_miss(name);
+                    Ok(None)
                 }
-                Err(e) => {
-                    tracing::error!(workflow = name, reason = %e.0, "stored workflow no longer validates");
-                    self.remember_invalid(name, &e.0);
-                    Err(LoadError::Invalid {
-                        name: name.to_string(),
-                        reason: e.0,
-                    })
-                }
-            },
-            None => {
-                self.remember_miss(name);
-                Ok(None)
             }
         }
     }
 
-    /// Number of cached workflows.
+    /// Number of cached workflows (names).
     pub fn len(&self) -> usize {
         self.map.read().len()
     }
@@ -171,6 +226,23 @@ mod tests {
         assert!(!m.recently_missed("w"));
         assert_eq!(m.get("w").unwrap().def.name, "w");
         assert_eq!(m.len(), 1);
+    }
+
+    #[test]
+    fn keeps_every_version_and_the_latest() {
+        let m = WorkflowMap::default();
+        let v = |n: u32| {
+            let mut def = wf("w").def.clone();
+            def.version = n;
+            Arc::new(compile(def).unwrap())
+        };
+        m.insert(v(2));
+        m.insert(v(1));
+        assert_eq!(m.get("w").unwrap().def.version, 2);
+        assert_eq!(m.get_version("w", 1).unwrap().def.version, 1);
+        m.insert(v(3));
+        assert_eq!(m.get("w").unwrap().def.version, 3);
+        assert!(m.get_version("w", 4).is_none());
     }
 
     #[test]

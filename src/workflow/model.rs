@@ -21,6 +21,10 @@ pub struct WorkflowDef {
     pub description: String,
     #[serde(default = "yes")]
     pub enabled: bool,
+    /// Beyond Clamp: the version (1 for a workflow as `POST /workflow` created it; the
+    /// server numbers them, whatever a definition it is sent says).
+    #[serde(default = "first")]
+    pub version: u32,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub created_at: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -31,6 +35,10 @@ pub struct WorkflowDef {
 
 fn yes() -> bool {
     true
+}
+
+fn first() -> u32 {
+    1
 }
 
 /// One step of a workflow.

@@ -22,3 +22,4 @@ mod search;
 mod status_reads;
 mod support;
 mod upgrade;
+mod versions;

@@ -65,7 +65,14 @@ pub async fn page(core: &Core, ctx: &Ctx, id: &str, query: Option<&str>) -> Resp
         Err(e) => return super::unavailable(ctx, e),
     };
     drop(conn);
-    let wf = crate::http::service_requests::find_workflow(core, &found.head.workflow_name)
+    let wf = core
+        .app
+        .workflows
+        .get_or_load_version(
+            &core.pool,
+            &found.head.workflow_name,
+            found.head.workflow_version.max(1) as u32,
+        )
         .await
         .ok()
         .flatten();
@@ -114,7 +121,7 @@ fn facts(id: Uuid, f: &Found, reruns: &(Vec<serde_json::Value>, bool)) -> Markup
         div.card {
             dl.facts {
                 dt { "Status" } dd { (layout::status(&h.status)) }
-                dt { "Workflow" } dd { a href={ "/console/workflows/" (seg(wf)) } { (wf) } }
+                dt { "Workflow" } dd { a href={ "/console/workflows/" (seg(wf)) } { (wf) } " · version " (h.workflow_version) }
                 dt { "Created (UTC)" } dd.mono { (layout::when(&h.created_at)) }
                 @if let Some(ms) = f.finished_ms {
                     dt { "Finished (UTC)" } dd.mono { (layout::ms_time(ms)) }
