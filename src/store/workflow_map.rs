@@ -35,12 +35,15 @@ pub const NEGATIVE_TTL: Duration = Duration::from_secs(1);
 /// Most remembered misses; past this the memory of misses is cleared (it is only a cache).
 const MAX_NEGATIVE: usize = 16 * 1024;
 
+/// Every loaded version of one workflow, by number.
+type Versions = BTreeMap<u32, Arc<Workflow>>;
+
 /// Name → the latest compiled version known here, and (name, version) → each version
 /// loaded; shared by every runtime.
 #[derive(Default)]
 pub struct WorkflowMap {
     map: RwLock<HashMap<Box<str>, Arc<Workflow>>>,
-    versions: RwLock<HashMap<Box<str>, BTreeMap<u32, Arc<Workflow>>>>,
+    versions: RwLock<HashMap<Box<str>, Versions>>,
     misses: Mutex<HashMap<Box<str>, Instant>>,
     /// Stored definitions that no longer validate, with why.
     invalid: Mutex<HashMap<Box<str>, Arc<str>>>,
