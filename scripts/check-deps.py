@@ -3,6 +3,8 @@
 
     workflow (pure) <- config <- store <- engine <- state <- {http, broker} <- runtime <- main/lib
 
+`workflow_files` (the `clamp workflows` subcommand) stands beside `runtime`.
+
 A module may use the layers to its left. `config` uses only `workflow` (the server's
 default step retry policy is a workflow type, checked by the workflow's own rules);
 `state` is one runtime's `Core` (its pool, buffer and executor), which the adapters
@@ -32,6 +34,7 @@ LAYER = {
     "http": 6,
     "broker": 6,
     "runtime": 7,
+    "workflow_files": 7,
     "lib": 8,
     "main": 8,
 }

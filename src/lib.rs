@@ -18,6 +18,7 @@ pub mod runtime;
 pub(crate) mod state;
 pub mod store;
 pub(crate) mod workflow;
+pub mod workflow_files;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -6,7 +6,12 @@ use mimalloc::MiMalloc;
 #[global_allocator]
 static GLOBAL: MiMalloc = MiMalloc;
 
-fn main() {
+fn main() -> std::process::ExitCode {
+    // `clamp workflows apply|export …`: definitions as files (no server is started).
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("workflows") {
+        return clamp::workflow_files::main(args[1..].to_vec());
+    }
     let config = match clamp::config::Config::from_env() {
         Ok(c) => c,
         Err(e) => {

@@ -23,3 +23,4 @@ mod status_reads;
 mod support;
 mod upgrade;
 mod versions;
+mod workflow_files;

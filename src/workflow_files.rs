@@ -1,0 +1,436 @@
+//! `clamp workflows apply|export`: workflow definitions kept as files (in a repository,
+//! reviewed like code) and a server's workflows brought in line with them. `apply`
+//! validates every file first, as the server validates a definition, and applies nothing
+//! when any is invalid; then it creates each new name and stores a new version of each
+//! changed one (an unchanged definition stores nothing), through a running server
+//! (`--url`) or the database itself (`--database-url`, as the server takes it).
+//! `export` writes the latest version of every workflow as `<name>.json`, without the
+//! server's stamps, so that applying an export changes nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use bytes::Bytes;
+use clap::{Parser, Subcommand};
+use http_body_util::{BodyExt, Full};
+use serde_json::Value;
+
+use crate::config::{Args, Config};
+use crate::store::queries::{self, Versioned};
+use crate::workflow::{compile, set_default_reply_to, WorkflowDef};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "clamp workflows",
+    about = "Workflow definitions as files: apply them to a server, or export a server's"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Validate every definition (files, or directories of *.json files), then create or
+    /// version each; prints per file `created`, `new version N` or `unchanged`.
+    Apply {
+        /// Validate and report what would change; store nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        target: Target,
+        /// Definition files, or directories of them.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Write the latest version of every workflow as DIR/<name>.json.
+    Export {
+        #[command(flatten)]
+        target: Target,
+        dir: PathBuf,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct Target {
+    /// A running clamp server (e.g. http://localhost:8080) to apply through.
+    #[arg(long, conflicts_with = "database_url")]
+    url: Option<String>,
+    /// The database to apply to directly, as the server takes it (default: the server's).
+    #[arg(long)]
+    database_url: Option<String>,
+    /// The bearer token for `--url`, when the server has `--api-tokens`.
+    #[arg(long, env = "CLAMP_API_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+/// Runs `clamp workflows …` (`args` after the program name, `workflows` first).
+pub fn main(args: Vec<String>) -> ExitCode {
+    let cli = Cli::parse_from(args);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime starts");
+    match rt.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("clamp workflows: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<ExitCode, String> {
+    match cli.cmd {
+        Cmd::Apply {
+            dry_run,
+            target,
+            paths,
+        } => {
+            let files = definition_files(&paths)?;
+            let (defs, errors) = read_all(&files);
+            if !errors.is_empty() {
+                for (path, why) in &errors {
+                    eprintln!("{}: error: {why}", path.display());
+                }
+                eprintln!(
+                    "clamp workflows: {} of {} files are invalid; nothing applied",
+                    errors.len(),
+                    files.len()
+                );
+                return Ok(ExitCode::from(1));
+            }
+            let backend = Backend::connect(&target).await?;
+            let mut failed = false;
+            for (path, def) in defs {
+                match apply_one(&backend, &def, dry_run).await {
+                    Ok(what) => println!("{}: {what}", path.display()),
+                    Err(why) => {
+                        failed = true;
+                        eprintln!("{}: error: {why}", path.display());
+                    }
+                }
+            }
+            Ok(if failed {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Cmd::Export { target, dir } => {
+            let backend = Backend::connect(&target).await?;
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            for def in backend.all().await? {
+                let name = def["name"].as_str().unwrap_or_default().to_string();
+                let path = dir.join(format!("{name}.json"));
+                let mut text =
+                    serde_json::to_string_pretty(&unstamped(def)).expect("a definition serializes");
+                text.push('\n');
+                std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+                println!("{}: exported", path.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The files named, and the `*.json` files of the directories named (sorted, so the
+/// order of output and application is stable).
+fn definition_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(p)
+                .map_err(|e| format!("{}: {e}", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.extension().is_some_and(|x| x == "json"))
+                .collect();
+            found.sort();
+            out.extend(found);
+        } else {
+            out.push(p.clone());
+        }
+    }
+    if out.is_empty() {
+        return Err("no definition files found".into());
+    }
+    Ok(out)
+}
+
+/// Every file parsed and validated; the errors of those that are not valid (a name
+/// defined by two files is an error of the second).
+/// Files and what each defines, or why not.
+type Read = Vec<(PathBuf, WorkflowDef)>;
+type Refused = Vec<(PathBuf, String)>;
+
+fn read_all(files: &[PathBuf]) -> (Read, Refused) {
+    let defaults = match config(None) {
+        Ok(c) => c,
+        Err(why) => return (Vec::new(), vec![(PathBuf::from("(configuration)"), why)]),
+    };
+    let mut defs: Read = Vec::new();
+    let mut errors = Vec::new();
+    for f in files {
+        match read_one(f, &defaults) {
+            Ok(def) => match defs.iter().find(|(_, d)| d.name == def.name) {
+                Some((other, _)) => errors.push((
+                    f.clone(),
+                    format!(
+                        "workflow {} is defined in {} too",
+                        def.name,
+                        other.display()
+                    ),
+                )),
+                None => defs.push((f.clone(), def)),
+            },
+            Err(why) => errors.push((f.clone(), why)),
+        }
+    }
+    (defs, errors)
+}
+
+fn read_one(path: &Path, cfg: &Config) -> Result<WorkflowDef, String> {
+    let text = std::fs::read(path).map_err(|e| e.to_string())?;
+    let value: Value = serde_json::from_slice(&text).map_err(|e| format!("not JSON: {e}"))?;
+    if !value.is_object() {
+        return Err("the definition must be a JSON object".into());
+    }
+    let mut def: WorkflowDef =
+        serde_json::from_value(value).map_err(|e| format!("invalid workflow definition: {e}"))?;
+    def.version = 1;
+    let b = &cfg.brokers;
+    set_default_reply_to(&mut def, &b.amqp_response_queue, &b.kafka_response_topic);
+    compile(def).map(|wf| wf.def).map_err(|e| e.0)
+}
+
+/// The server's configuration from its environment (as `clamp` itself reads it), with
+/// `database_url` if given: its broker defaults fill in a definition as the server's do.
+fn config(database_url: Option<&str>) -> Result<Config, String> {
+    let mut argv = vec!["clamp".to_string()];
+    if let Some(db) = database_url {
+        argv.extend(["--database-url".to_string(), db.to_string()]);
+    }
+    Config::from_args(Args::try_parse_from(argv).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())
+}
+
+/// A workflow name as a path segment.
+fn segment(name: &str) -> String {
+    percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+/// A definition without what the server stamps on it (id, version, times).
+fn unstamped(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        for k in ["id", "version", "created_at", "updated_at"] {
+            o.remove(k);
+        }
+    }
+    v
+}
+
+async fn apply_one(backend: &Backend, def: &WorkflowDef, dry_run: bool) -> Result<String, String> {
+    let current = backend.current(&def.name).await?;
+    let version = |v: &Value| v["version"].as_i64().unwrap_or(1);
+    let Some(current) = current else {
+        if dry_run {
+            return Ok("would be created".into());
+        }
+        let created = backend.create(def).await?;
+        return Ok(format!("created (version {})", version(&created)));
+    };
+    if dry_run {
+        let mine = unstamped(serde_json::to_value(def).expect("a definition serializes"));
+        return Ok(if mine == unstamped(current.clone()) {
+            format!("unchanged (version {})", version(&current))
+        } else {
+            format!("would become version {}", version(&current) + 1)
+        });
+    }
+    let stored = backend.put(def).await?;
+    Ok(if version(&stored) == version(&current) {
+        format!("unchanged (version {})", version(&stored))
+    } else {
+        format!("new version {}", version(&stored))
+    })
+}
+
+/// Where definitions are applied: a running server, or the database.
+enum Backend {
+    Http {
+        client: hyper_util::client::legacy::Client<
+            hyper_util::client::legacy::connect::HttpConnector,
+            Full<Bytes>,
+        >,
+        base: String,
+        token: Option<String>,
+    },
+    Db(crate::store::Pool),
+}
+
+impl Backend {
+    async fn connect(t: &Target) -> Result<Backend, String> {
+        if let Some(url) = &t.url {
+            let client =
+                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .build_http();
+            return Ok(Backend::Http {
+                client,
+                base: url.trim_end_matches('/').to_string(),
+                token: t.token.clone(),
+            });
+        }
+        let cfg = config(t.database_url.as_deref())?;
+        let pg = crate::store::pool::pg_config(&cfg);
+        let mut client = crate::store::migrate::connect_or_create(&pg)
+            .await
+            .map_err(|e| crate::error_chain::one_line(&e))?;
+        crate::store::migrate::run(&mut client)
+            .await
+            .map_err(|e| crate::error_chain::one_line(&e))?;
+        Ok(Backend::Db(crate::store::pool::build(&cfg, 1)))
+    }
+
+    /// Sends one request to the server; its status and JSON answer.
+    async fn call(
+        &self,
+        method: hyper::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<(u16, Value), String> {
+        let Backend::Http {
+            client,
+            base,
+            token,
+        } = self
+        else {
+            unreachable!("only the HTTP backend calls");
+        };
+        let mut req = hyper::Request::builder()
+            .method(method)
+            .uri(format!("{base}{path}"))
+            .header("content-type", "application/json");
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
+        let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
+        let resp = client
+            .request(req)
+            .await
+            .map_err(|e| format!("{base}: {}", crate::error_chain::one_line(&e)))?;
+        let status = resp.status().as_u16();
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        if status >= 400 && status != 404 {
+            return Err(format!(
+                "the server answered {status}: {}",
+                v["message"].as_str().unwrap_or("(no message)")
+            ));
+        }
+        Ok((status, v))
+    }
+
+    /// The latest stored definition of `name`, if there is one.
+    async fn current(&self, name: &str) -> Result<Option<Value>, String> {
+        match self {
+            Backend::Http { .. } => {
+                let path = format!("/workflow/{}", segment(name));
+                let (status, v) = self.call(hyper::Method::GET, &path, None).await?;
+                Ok((status == 200).then_some(v))
+            }
+            Backend::Db(pool) => {
+                let conn = pool.get().await.map_err(|e| e.to_string())?;
+                queries::latest_definition(&conn, name)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    async fn create(&self, def: &WorkflowDef) -> Result<Value, String> {
+        match self {
+            Backend::Http { .. } => {
+                let body = serde_json::to_value(def).expect("a definition serializes");
+                let (status, v) = self
+                    .call(hyper::Method::POST, "/workflow", Some(body))
+                    .await?;
+                if status == 404 {
+                    return Err("the server has no POST /workflow".into());
+                }
+                Ok(v)
+            }
+            Backend::Db(pool) => {
+                let conn = pool.get().await.map_err(|e| e.to_string())?;
+                let mut def = def.clone();
+                let id = crate::ids::new_v7();
+                def.id = id.to_string();
+                queries::insert_workflow(&conn, &def, id)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                queries::latest_definition(&conn, &def.name)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| "the workflow vanished after it was created".to_string())
+            }
+        }
+    }
+
+    async fn put(&self, def: &WorkflowDef) -> Result<Value, String> {
+        match self {
+            Backend::Http { .. } => {
+                let path = format!("/workflow/{}", segment(&def.name));
+                let body = serde_json::to_value(def).expect("a definition serializes");
+                let (status, v) = self.call(hyper::Method::PUT, &path, Some(body)).await?;
+                if status == 404 {
+                    return Err("the workflow is not known to the server any more".into());
+                }
+                Ok(v)
+            }
+            Backend::Db(pool) => {
+                let conn = pool.get().await.map_err(|e| e.to_string())?;
+                match queries::put_workflow(&conn, def).await {
+                    Ok(Versioned::New(v) | Versioned::Unchanged(v)) => Ok(v),
+                    Ok(Versioned::Unknown) => Err("the workflow is not known any more".into()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        }
+    }
+
+    /// The latest version of every workflow.
+    async fn all(&self) -> Result<Vec<Value>, String> {
+        match self {
+            Backend::Http { .. } => {
+                let mut out = Vec::new();
+                for page in 1.. {
+                    let path = format!("/workflows?pageSize=1000&pageNumber={page}");
+                    let (_, v) = self.call(hyper::Method::GET, &path, None).await?;
+                    let list = v["workflows"].as_array().cloned().unwrap_or_default();
+                    let total = v["totalWorkflowsCount"].as_u64().unwrap_or(0) as usize;
+                    let empty = list.is_empty();
+                    out.extend(list);
+                    if empty || out.len() >= total {
+                        break;
+                    }
+                }
+                Ok(out)
+            }
+            Backend::Db(pool) => {
+                let conn = pool.get().await.map_err(|e| e.to_string())?;
+                let defs = queries::all_workflows(&conn.client)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(defs
+                    .into_iter()
+                    .map(|d| serde_json::to_value(d).expect("a definition serializes"))
+                    .collect())
+            }
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! `clamp workflows apply|export` (definitions kept as files), run as the binary is run:
+//! every file validated before any is applied; created, versioned or unchanged per file;
+//! re-applying and applying an export change nothing; through a server or the database.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+fn clamp(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_clamp"))
+        .arg("workflows")
+        .args(args)
+        .output()
+        .expect("clamp runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn write(dir: &Path, file: &str, v: &Value) {
+    std::fs::write(dir.join(file), serde_json::to_string_pretty(v).unwrap()).unwrap();
+}
+
+fn def(name: &str, url: &str) -> Value {
+    json!({"name": name, "description": format!("{name} from a file"),
+           "steps": [{"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": url}}]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_validates_everything_first_then_creates_versions_or_leaves_alone() {
+    let db = TestDb::new();
+    let s = TestServer::start(config(&db.url)).await;
+    let url = format!("http://{}", s.addr);
+    let dir = tempdir("apply");
+    write(
+        &dir,
+        "claims.json",
+        &def("claims", "http://127.0.0.1:9/claims"),
+    );
+    write(
+        &dir,
+        "refunds.json",
+        &def("refunds", "http://127.0.0.1:9/refunds"),
+    );
+    write(&dir, "broken.json", &json!({"name": "broken", "steps": []}));
+    std::fs::write(dir.join("notes.txt"), "not a definition").unwrap();
+    let d = dir.to_str().unwrap();
+
+    let (code, out, err) = clamp(&["apply", "--url", &url, d]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("broken.json: error: steps is required"),
+        "{err}"
+    );
+    assert!(err.contains("nothing applied"), "{err}");
+    s.get("/workflow/claims").await.expect_error(404);
+
+    std::fs::remove_file(dir.join("broken.json")).unwrap();
+    let (code, out, err) = clamp(&["apply", "--url", &url, d]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("claims.json: created (version 1)"), "{out}");
+    assert!(out.contains("refunds.json: created (version 1)"), "{out}");
+
+    let (code, out, _) = clamp(&["apply", "--url", &url, d]);
+    assert_eq!(code, 0);
+    assert_eq!(out.matches("unchanged (version 1)").count(), 2, "{out}");
+
+    write(
+        &dir,
+        "refunds.json",
+        &def("refunds", "http://127.0.0.1:9/refunds-v2"),
+    );
+    let (_, out, _) = clamp(&["apply", "--dry-run", "--url", &url, d]);
+    assert!(
+        out.contains("refunds.json: would become version 2"),
+        "{out}"
+    );
+    assert_eq!(s.get("/workflow/refunds").await.json()["version"], 1);
+    let (code, out, _) = clamp(&["apply", "--url", &url, d]);
+    assert_eq!(code, 0);
+    assert!(out.contains("refunds.json: new version 2"), "{out}");
+    assert!(out.contains("claims.json: unchanged (version 1)"), "{out}");
+    let v = s.get("/workflow/refunds").await.json();
+    assert_eq!(v["steps"][0]["val"]["url"], "http://127.0.0.1:9/refunds-v2");
+
+    // An export, applied again (here straight to the database), changes nothing.
+    let out_dir = tempdir("export");
+    let (code, out, err) = clamp(&["export", "--url", &url, out_dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let exported: Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("refunds.json")).unwrap()).unwrap();
+    assert_eq!(exported.get("version"), None);
+    assert_eq!(
+        exported["steps"][0]["val"]["url"],
+        "http://127.0.0.1:9/refunds-v2"
+    );
+    let (code, out, err) = clamp(&[
+        "apply",
+        "--database-url",
+        &db.url,
+        out_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("claims.json: unchanged (version 1)"), "{out}");
+    assert!(out.contains("refunds.json: unchanged (version 2)"), "{out}");
+    // Two files with one name are refused.
+    write(
+        &out_dir,
+        "copy.json",
+        &def("claims", "http://127.0.0.1:9/other"),
+    );
+    let (code, _, err) = clamp(&["apply", "--url", &url, out_dir.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("is defined in"), "{err}");
+    s.shutdown().await;
+}
+
+fn tempdir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("clamp-files-{tag}-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
