@@ -114,6 +114,10 @@ pub async fn page(core: &Core, ctx: &Ctx, name: &str) -> Resp {
         h1 { "Workflow " (def.name) }
         div.card { dl.facts {
             dt { "Description" } dd { (def.description) }
+            dt { "Version" } dd {
+                (def.version) " (latest) · "
+                a href={ "/workflow/" (seg(&def.name)) "/versions" } { "all versions" }
+            }
             dt { "Enabled" } dd { @if def.enabled { "yes" } @else { "no" } }
             dt { "Created (UTC)" } dd.mono { (layout::when(&def.created_at)) }
             dt { "Definition" } dd { a href={ "/workflow/" (seg(&def.name)) } { "as JSON" } }
