@@ -186,7 +186,29 @@ fn read_all(files: &[PathBuf]) -> (Read, Refused) {
             Err(why) => errors.push((f.clone(), why)),
         }
     }
-    (defs, errors)
+    (in_include_order(defs), errors)
+}
+
+/// The definitions ordered so that a workflow that another one includes (a WORKFLOW
+/// step) is applied before it, names otherwise in file order; a circle among them is left
+/// as it is, for the server to refuse with its path.
+fn in_include_order(mut defs: Read) -> Read {
+    let mut out: Read = Vec::with_capacity(defs.len());
+    while !defs.is_empty() {
+        let ready = defs.iter().position(|(_, d)| {
+            d.steps.iter().all(|s| {
+                s.mode != "WORKFLOW"
+                    || s.val
+                        .get("workflow")
+                        .and_then(Value::as_str)
+                        .is_none_or(|n| {
+                            n == d.name || !defs.iter().any(|(_, other)| other.name == n)
+                        })
+            })
+        });
+        out.push(defs.remove(ready.unwrap_or(0)));
+    }
+    out
 }
 
 fn read_one(path: &Path, cfg: &Config) -> Result<WorkflowDef, String> {

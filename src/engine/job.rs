@@ -36,6 +36,8 @@ pub struct Job {
     pub fresh: bool,
     /// When the request was created, in microseconds since the Unix epoch.
     pub created_us: i64,
+    /// A WORKFLOW step of another request started this one, which waits for its outcome.
+    pub has_parent: bool,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -201,6 +203,10 @@ async fn run_step(exec: &Arc<Executor>, job: &mut Job, step: &CompiledStep) -> F
         tracing::debug!(id = %job.id, step = step.id, ms = attempt.finished - started, "slow step");
     }
     match outcome {
+        Outcome::Sent if step.mode == crate::workflow::Mode::Workflow => {
+            start_child(exec, job, step, &body, &attempt).await;
+            Flow::Stop
+        }
         Outcome::Sent => {
             sent(exec, job, step, &body, &attempt).await;
             Flow::Stop
@@ -219,10 +225,10 @@ async fn run_step(exec: &Arc<Executor>, job: &mut Job, step: &CompiledStep) -> F
 }
 
 /// When an attempt ran, and which one it was (1: the first).
-struct Attempt {
-    started: f64,
-    finished: f64,
-    n: u32,
+pub(super) struct Attempt {
+    pub started: f64,
+    pub finished: f64,
+    pub n: u32,
 }
 
 /// `step`'s condition was false: it is recorded SKIPPED and its request passed on.
@@ -242,6 +248,55 @@ async fn skip(
     }
     job.next = next;
     Flow::Next
+}
+
+/// A WORKFLOW step: the request pauses at it and its child request is stored, in one
+/// statement fenced on the lease (`store::children::start`); any sweeper runs the child,
+/// and its outcome resumes this request as the step's answer (`children`). Retried while
+/// the database is away; abandoned when the lease is lost (its next holder runs the step
+/// again, and starts the child then).
+async fn start_child(exec: &Executor, job: &Job, step: &CompiledStep, body: &Doc, a: &Attempt) {
+    let Val::Workflow(val) = &step.val else {
+        return;
+    };
+    let request = String::from_utf8_lossy(body.as_bytes()).into_owned();
+    let start = crate::store::children::Start {
+        parent: job.id,
+        owner: exec.app.instance_id,
+        step_id: step.id,
+        step_name: &step.name,
+        request: &request,
+        started_ms: a.started,
+        attempts: a.n,
+        child: crate::ids::new_v7(),
+        workflow: &val.workflow,
+        version: val.version.unwrap_or(0),
+    };
+    let mut backoff = Backoff::new(WRITE_RETRY, MAX_WRITE_RETRY);
+    loop {
+        let started = async {
+            let conn = exec
+                .pool
+                .get()
+                .await
+                .map_err(crate::store::StoreError::from)?;
+            crate::store::children::start(&conn, &start).await
+        }
+        .await;
+        match started {
+            Ok(true) => {
+                exec.app.changes.notify(&job.id);
+                exec.wake();
+                return;
+            }
+            Ok(false) => return,
+            Err(e) if e.is_transient() && !exec.is_stopping() => backoff.wait().await,
+            Err(e) => {
+                tracing::warn!(id = %job.id, error = %e, "a child request could not be started; the step runs again later");
+                return;
+            }
+        }
+    }
 }
 
 /// An ASYNC step was sent: the request pauses until its response arrives.
@@ -392,6 +447,13 @@ async fn execute(
                 Err(reason) => Outcome::Failed(reason),
             }
         }
+        // The child is started where the pause is written (`children::start`), in one
+        // statement with it.
+        (Val::Workflow(_), Mode::Workflow) if is_async => Outcome::Sent,
+        (Val::Workflow(_), Mode::Workflow) => Outcome::Failed(CallError::new(
+            CallErrorKind::Other,
+            "a WORKFLOW step cannot run as an onFailure step".to_string(),
+        )),
         (_, mode) => Outcome::Failed(CallError::new(
             CallErrorKind::Other,
             format!(

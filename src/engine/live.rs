@@ -67,8 +67,9 @@ pub fn committed(app: &App, t: &Transition) {
             // Only a request run here from its first step has a memory, and a retried one
             // never is (it continues from a later step).
             retries: 0,
-            // Nor is a rerun: its first rows are copies.
+            // Nor is a rerun: its first rows are copies; nor a child: it is never fresh.
             rerun_of: None,
+            parent_id: None,
         };
         app.status_cache.insert_parts(t.id, head, live.steps);
     }
@@ -90,5 +91,6 @@ fn step_row(rec: &StepRecord) -> StepRow {
         started_ms: status::roundtrip_ms(rec.started_ms),
         finished_ms: rec.finished_ms.map(status::roundtrip_ms),
         attempts: rec.attempts as i32,
+        child_id: None,
     }
 }

@@ -9,6 +9,7 @@
 
 mod app;
 pub(crate) mod call;
+pub(crate) mod children;
 pub(crate) mod doc;
 pub(crate) mod error;
 pub(crate) mod http_step;
@@ -157,12 +158,17 @@ impl Executor {
         let fresh = job.fresh;
         let (name, version, created_us) =
             (job.wf.def.name.clone(), job.wf.def.version, job.created_us);
+        let has_parent = job.has_parent;
         let exec = self.clone();
         // Registered before the task can finish, so its own cleanup always finds it.
         let mut running = self.running.lock();
         let handle = tokio::spawn(async move {
             job::run(&exec, job).await;
             exec.forget(id);
+            // A child that finished tells its parent now (or the reporter will).
+            if has_parent {
+                exec.report_children().await;
+            }
         });
         // The lease was taken (by the insert or the claim) just before: it lasts until about now + lease.
         let expires = Instant::now() + self.app.config.lease;
@@ -222,8 +228,10 @@ impl Executor {
                 failing: None,
                 context: Default::default(),
                 attempts: 0,
-                fresh: true,
+                // A child's answer names its parent, which this memory does not keep.
+                fresh: c.parent_id.is_none(),
                 created_us: c.created_us,
+                has_parent: c.parent_id.is_some(),
             });
         }
         let context = if wf.uses_context {
@@ -255,6 +263,7 @@ impl Executor {
             attempts: c.step_attempts,
             fresh: false,
             created_us: c.created_us,
+            has_parent: c.parent_id.is_some(),
         })
     }
 
@@ -265,7 +274,13 @@ impl Executor {
             // An API-only instance claims nothing.
             return;
         }
+        let mut last_report = Instant::now();
         loop {
+            // Children whose parents have not heard (their executor stopped first).
+            if last_report.elapsed() >= CHILD_REPORT_INTERVAL {
+                last_report = Instant::now();
+                self.report_children().await;
+            }
             let claimed_full = match self.sweep_once().await {
                 Ok(n) => n > 0 && self.free() > 0,
                 Err(e) => {
@@ -532,6 +547,9 @@ impl Handoff for Executor {
     }
 }
 
+/// How often each sweeper looks for finished children whose parents have not heard.
+const CHILD_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+
 /// The job of a request this instance just created, from its first step.
 fn fresh_job(r: Inserted, wf: Arc<Workflow>) -> Job {
     Job {
@@ -545,5 +563,6 @@ fn fresh_job(r: Inserted, wf: Arc<Workflow>) -> Job {
         attempts: 0,
         fresh: true,
         created_us: r.created_us,
+        has_parent: false,
     }
 }

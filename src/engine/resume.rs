@@ -61,6 +61,9 @@ pub struct Answer {
     pub id: Uuid,
     pub step_id: u32,
     pub response: StepResponse,
+    /// The outcome of a child request (a WORKFLOW step's answer); a WORKFLOW step takes
+    /// no other.
+    pub from_child: bool,
 }
 
 /// Parses and checks a step response body; a body that can never apply is `BadInput`.
@@ -81,6 +84,7 @@ pub fn parse(body: &[u8]) -> Result<Answer> {
         id,
         step_id,
         response: r,
+        from_child: false,
     })
 }
 
@@ -148,6 +152,18 @@ impl Executor {
                 state.workflow_name, a.step_id
             )));
         };
+        if (step.mode == crate::workflow::Mode::Workflow) != a.from_child {
+            return Ok(Applied::NotWaiting(format!(
+                "step {} of workflow {} {}",
+                a.step_id,
+                state.workflow_name,
+                if a.from_child {
+                    "does not start child requests"
+                } else {
+                    "waits for its child request, not for a step response"
+                }
+            )));
+        }
         let (response, next_request, failed_step, reason, step_status, step_reason);
         let next_step;
         match a.response.failure() {

@@ -13,6 +13,7 @@ use crate::state::Core;
 use crate::store::queries::{self, Versioned, WorkflowSort};
 use crate::store::workflow_map::LoadError;
 use crate::store::StoreError;
+use crate::workflow::validate::includes;
 use crate::workflow::{compile, set_default_reply_to, Workflow, WorkflowDef};
 
 /// A definition from a request body; the error is the 400 to answer.
@@ -47,6 +48,61 @@ async fn read_def(core: &Core, parts: &Parts, body: &mut Body) -> Result<Workflo
     compile(def).map_err(|e| error(StatusCode::BAD_REQUEST, &e.0))
 }
 
+/// A workflow still to look at while checking includes.
+type Pending = (Vec<String>, String, Option<u32>, Option<String>);
+
+/// Refuses (400) a workflow whose WORKFLOW steps start an unknown workflow (or version),
+/// or that would include itself, directly or through others (the message names the
+/// circle). Any new circle passes through the workflow being stored, so only paths from
+/// it are followed.
+async fn check_includes(core: &Core, wf: &Workflow) -> Result<(), Resp> {
+    let root = wf.def.name.clone();
+    let bad = |m: String| error(StatusCode::BAD_REQUEST, &m);
+    // (the path to it, a workflow, its version, where the root names it)
+    let mut todo: Vec<Pending> = includes(wf)
+        .into_iter()
+        .map(|(name, v, at)| (vec![root.clone()], name, v, Some(at)))
+        .collect();
+    let mut seen: Vec<(String, Option<u32>)> = Vec::new();
+    while let Some((path, name, version, at)) = todo.pop() {
+        let mut path = path;
+        path.push(name.clone());
+        if name == root {
+            return Err(bad(format!(
+                "the workflow would include itself: {}",
+                path.join(" → ")
+            )));
+        }
+        if seen.contains(&(name.clone(), version)) {
+            continue;
+        }
+        seen.push((name.clone(), version));
+        let map = &core.app.workflows;
+        let found = match version {
+            Some(v) => map.get_or_load_version(&core.pool, &name, v).await,
+            None => map.get_or_load(&core.pool, &name).await,
+        };
+        let child = match found {
+            Ok(Some(c)) => c,
+            Ok(None) | Err(LoadError::Invalid { .. }) => {
+                let what = version.map_or(String::new(), |v| format!(" version {v}"));
+                return Err(bad(match at {
+                    Some(at) => format!("{at}.val.workflow: no workflow {name}{what}"),
+                    None => format!(
+                        "{} includes {name}{what}, which is not known",
+                        path.join(" → ")
+                    ),
+                }));
+            }
+            Err(LoadError::Store(e)) => return Err(store_error(e, "workflow lookup")),
+        };
+        for (n, v, _) in includes(&child) {
+            todo.push((path.clone(), n, v, None));
+        }
+    }
+    Ok(())
+}
+
 /// `POST /workflow`: validate, compile, store (as version 1), cache.
 pub async fn create(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
     let app = &core.app;
@@ -54,6 +110,9 @@ pub async fn create(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
         Ok(wf) => wf,
         Err(r) => return r,
     };
+    if let Err(r) = check_includes(core, &wf).await {
+        return r;
+    }
     let id = crate::ids::new_v7();
     wf.def.id = id.to_string();
     let conn = match core.pool.get().await {
@@ -94,6 +153,9 @@ pub async fn put(core: &Core, name: &str, parts: &Parts, body: &mut Body) -> Res
                 wf.def.name
             ),
         );
+    }
+    if let Err(r) = check_includes(core, &wf).await {
+        return r;
     }
     let conn = match core.pool.get().await {
         Ok(c) => c,

@@ -1,7 +1,8 @@
 //! Cancelling a service request: written at once, whichever instance holds its lease.
 //! The lease is taken away in the same update, and every executor write is fenced on the
 //! lease and the status, so the holder stops at its next write; a cancelled request is
-//! never claimed again (the claim reads runnable statuses only).
+//! never claimed again (the claim reads runnable statuses only). Its unfinished child
+//! requests (WORKFLOW steps) are cancelled with it.
 
 use uuid::Uuid;
 
@@ -27,12 +28,30 @@ pub enum Cancelled {
 pub async fn cancel(conn: &PgConn, id: Uuid, reason: &str) -> Result<Cancelled> {
     let stmt = conn
         .stmt(
-            "UPDATE service_requests SET status = 'CANCELLED', reason = $2, \
-             finished_at = now(), updated_at = now(), lease_owner = NULL, lease_until = '-infinity' \
-             WHERE id = $1 AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')",
+            // The request and, in the same statement, its unfinished child requests
+            // (WORKFLOW steps), theirs, and so on down.
+            "WITH RECURSIVE tree AS ( \
+                 SELECT $1::uuid AS id \
+                 UNION ALL \
+                 SELECT c.id FROM service_requests c JOIN tree t ON c.parent_id = t.id \
+                 WHERE c.parent_id IS NOT NULL \
+             ), done AS ( \
+                 UPDATE service_requests SET status = 'CANCELLED', \
+                 reason = CASE WHEN id = $1 THEN $2 ELSE 'its parent was cancelled: ' || $2 END, \
+                 finished_at = now(), updated_at = now(), lease_owner = NULL, lease_until = '-infinity' \
+                 WHERE id IN (SELECT id FROM tree) \
+                   AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') \
+                 RETURNING id \
+             ) SELECT count(*) FROM done WHERE id = $1",
         )
         .await?;
-    if conn.client.execute(&stmt, &[&id, &reason]).await? == 1 {
+    if conn
+        .client
+        .query_one(&stmt, &[&id, &reason])
+        .await?
+        .get::<_, i64>(0)
+        == 1
+    {
         return Ok(Cancelled::Now);
     }
     // Not cancelled now: a final status never changes again, so this read is not racy.

@@ -39,7 +39,9 @@ pub fn key_hash(workflow: &str, key: &str) -> Uuid {
 /// more per row than the plain insert, and repeats are the exception. The two inserts read
 /// the parameters each (no shared CTE, which would copy every payload once more).
 pub const INSERT_KEYED: &str = concat!(
-    "WITH claimed AS (
+    "WITH ",
+    crate::store::sql::batch_versions!("$2"),
+    ", claimed AS (
     INSERT INTO idempotency_keys (key_hash, service_request_id)
     SELECT h, id FROM UNNEST($8::uuid[], $1::uuid[]) AS k(h, id) WHERE h IS NOT NULL
 ), ins AS (
@@ -52,9 +54,9 @@ SELECT t.id, t.wf, t.payload, t.headers, ",
     "
 FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $9::timestamptz[], $10::int[])
     AS t(id, wf, payload, headers, leased, created, ver)
-LEFT JOIN workflows w ON w.name = t.wf
-) ",
-    crate::store::sql::latest_versions!("$2")
+LEFT JOIN v ON v.name = t.wf
+)
+SELECT name, version FROM v"
 );
 
 /// The batch again when a key was held, as `$1..$7` of the plain insert plus `$8` the
@@ -67,7 +69,9 @@ pub const INSERT_KEYED_CONFLICTS: &str = concat!(
     SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::uuid[],
                          $9::timestamptz[], $11::int[])
         AS t(id, wf, payload, headers, leased, h, created, ver)
-), claimed AS (
+), ",
+    crate::store::sql::batch_versions!("$2"),
+    ", claimed AS (
     INSERT INTO idempotency_keys AS k (key_hash, service_request_id)
     SELECT h, id FROM input WHERE h IS NOT NULL
     ON CONFLICT (key_hash) DO UPDATE
@@ -82,7 +86,7 @@ pub const INSERT_KEYED_CONFLICTS: &str = concat!(
     ", t.created, ",
     crate::store::sql::pinned_version!(),
     "
-    FROM input t LEFT JOIN workflows w ON w.name = t.wf
+    FROM input t LEFT JOIN v ON v.name = t.wf
     WHERE t.h IS NULL OR t.id IN (SELECT service_request_id FROM claimed)
     RETURNING id, workflow_version
 )

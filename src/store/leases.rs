@@ -29,6 +29,8 @@ pub struct Claimed {
     pub created_us: i64,
     /// The workflow version it runs.
     pub workflow_version: u32,
+    /// The request whose WORKFLOW step started it, if one did.
+    pub parent_id: Option<Uuid>,
 }
 
 /// Claims up to `limit` runnable requests whose lease is free or expired. One statement:
@@ -48,7 +50,7 @@ WHERE s.id IN (
 RETURNING s.id, s.workflow_name, s.status, s.payload, s.headers, s.current_step_id,
           s.step_request, s.failed_step_id, s.reason, s.step_attempts, ",
     crate::store::sql::created_us!("s"),
-    ", s.workflow_version"
+    ", s.workflow_version, s.parent_id"
 );
 
 pub async fn claim(
@@ -69,8 +71,8 @@ pub async fn claim(
 
 impl Claimed {
     /// Reads a row returning `id, workflow_name, status, payload, headers, current_step_id,
-    /// step_request, failed_step_id, reason, step_attempts, created_us, workflow_version`,
-    /// in that order.
+    /// step_request, failed_step_id, reason, step_attempts, created_us, workflow_version,
+    /// parent_id`, in that order.
     pub fn from_row(r: &tokio_postgres::Row) -> Claimed {
         Claimed {
             id: r.get(0),
@@ -85,6 +87,7 @@ impl Claimed {
             step_attempts: r.get::<_, i32>(9).max(0) as u32,
             created_us: r.get(10),
             workflow_version: r.get::<_, i32>(11).max(1) as u32,
+            parent_id: r.get(12),
         }
     }
 }

@@ -19,6 +19,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (9, include_str!("migrations/0009_failed_and_cancelled.sql")),
     (10, include_str!("migrations/0010_reruns.sql")),
     (11, include_str!("migrations/0011_workflow_versions.sql")),
+    (12, include_str!("migrations/0012_child_workflows.sql")),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.

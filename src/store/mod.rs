@@ -3,6 +3,7 @@
 
 pub(crate) mod buffer;
 pub(crate) mod cancel;
+pub(crate) mod children;
 pub(crate) mod dead_letters;
 pub(crate) mod idempotency;
 pub(crate) mod kafka_offsets;

@@ -47,7 +47,9 @@ pub mod sql {
     /// have stored a newer one). The statement answers the latest version of each of the
     /// batch's workflows in the same snapshot, i.e. the versions the rows got.
     pub const INSERT_REQUESTS: &str = concat!(
-        "WITH ins AS (INSERT INTO service_requests \
+        "WITH ",
+        crate::store::sql::batch_versions!("$2"),
+        ", ins AS (INSERT INTO service_requests \
         (id, workflow_name, payload, headers, lease_owner, lease_until, created_at, workflow_version) \
         SELECT t.id, t.wf, t.payload, t.headers, ",
         crate::store::sql::fresh_lease!(),
@@ -55,8 +57,8 @@ pub mod sql {
         crate::store::sql::pinned_version!(),
         " FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::timestamptz[], \
                      $9::int[]) AS t(id, wf, payload, headers, leased, created, ver) \
-        LEFT JOIN workflows w ON w.name = t.wf) ",
-        crate::store::sql::latest_versions!("$2")
+        LEFT JOIN v ON v.name = t.wf) \
+        SELECT name, version FROM v"
     );
 }
 

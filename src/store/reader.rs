@@ -145,6 +145,7 @@ fn collect(rows: &[tokio_postgres::Row], want: Want, out: &mut HashMap<Uuid, Fou
                 retry_at: r.get("retry_at"),
                 retries: r.get("retries"),
                 rerun_of: r.get("rerun_of"),
+                parent_id: r.get("parent_id"),
             },
             steps: Vec::new(),
             finished_ms: r.get("request_finished_ms"),
@@ -160,6 +161,7 @@ fn collect(rows: &[tokio_postgres::Row], want: Want, out: &mut HashMap<Uuid, Fou
                 reason: r.get("step_reason"),
                 started_ms: r.get("started_ms"),
                 finished_ms: r.get("finished_ms"),
+                child_id: r.get("child_id"),
                 attempts: r.get("attempts"),
             });
         }

@@ -54,26 +54,27 @@ macro_rules! fresh_lease {
 
 // Exported to the store's files only: a `#[macro_export]` macro lives at the crate root,
 // which would make every statement here depend on `lib.rs`.
-/// The version a new row (`t`, joined to its workflow `w`) runs: the one it names
-/// (`t.ver` > 0), else the latest.
-macro_rules! pinned_version {
-    () => {
-        "CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(w.version, 1) END"
-    };
-}
-
-/// The latest version of each workflow named in `$names`, as `(name, version)` rows:
-/// in the statement that pins new rows, the versions they were pinned to.
-macro_rules! latest_versions {
+/// The latest version of each workflow a batch names (`$names`), read once per batch
+/// (one index probe per distinct name): the CTE `v` that `pinned_version!` joins to, and
+/// whose rows the statement answers.
+macro_rules! batch_versions {
     ($names:literal) => {
         concat!(
-            "SELECT w.name, w.version FROM workflows w WHERE w.name = ANY(",
+            "v AS (SELECT w.name, w.version FROM workflows w WHERE w.name = ANY(",
             $names,
-            "::text[])"
+            "::text[]))"
         )
     };
 }
 
+/// The version a new row (`t`, joined to `v` of `batch_versions!`) runs: the one it
+/// names (`t.ver` > 0), else the latest.
+macro_rules! pinned_version {
+    () => {
+        "CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END"
+    };
+}
+
 pub(crate) use {
-    created_us, derived_status, fresh_lease, latest_versions, now_plus_ms, pinned_version,
+    batch_versions, created_us, derived_status, fresh_lease, now_plus_ms, pinned_version,
 };

@@ -17,7 +17,7 @@ macro_rules! head_columns {
             " AS status, \
              r.current_step_id, r.reason, to_json(r.created_at) #>> '{}' AS created_at, \
              extract(epoch FROM r.finished_at)::float8 * 1000 AS request_finished_ms, \
-             r.step_attempts, r.last_error, r.retries, r.rerun_of, \
+             r.step_attempts, r.last_error, r.retries, r.rerun_of, r.parent_id, \
              CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() \
                   THEN to_json(r.lease_until) #>> '{}' END AS retry_at"
         )
@@ -28,7 +28,7 @@ macro_rules! head_columns {
 macro_rules! step_columns {
     () => {
         ", st.step_id, st.step_name, st.status AS step_status, st.request, st.response, \
-         st.time_taken_ms, st.attempts, st.reason AS step_reason, \
+         st.time_taken_ms, st.attempts, st.reason AS step_reason, st.child_id, \
          extract(epoch FROM st.started_at)::float8 * 1000 AS started_ms, \
          extract(epoch FROM st.finished_at)::float8 * 1000 AS finished_ms"
     };
@@ -70,6 +70,8 @@ pub struct Head {
     pub retries: i32,
     /// The request this one reruns (beyond Clamp).
     pub rerun_of: Option<Uuid>,
+    /// The request whose WORKFLOW step started this one (beyond Clamp).
+    pub parent_id: Option<Uuid>,
 }
 
 /// One step attempt's row, as the answer shows it.
@@ -87,6 +89,8 @@ pub struct StepRow {
     pub started_ms: f64,
     pub finished_ms: Option<f64>,
     pub attempts: i32,
+    /// The child request a WORKFLOW step started (beyond Clamp).
+    pub child_id: Option<Uuid>,
 }
 
 /// Whether a status never changes again once committed. A cancelled request is not among
@@ -117,11 +121,15 @@ pub fn render(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
         let started = s.started_ms;
         first_start = Some(first_start.map_or(started, |f: f64| f.min(started)));
         last_end = Some(last_end.map_or(started, |l: f64| l.max(started)));
-        entries.push(json!({
+        let mut started = json!({
             "id": s.step_id, "name": s.name, "status": "STARTED", "time_taken": 0,
             "payload": {"request": request.clone().unwrap_or(Value::Null), "response": Value::Null},
             "attempts": s.attempts,
-        }));
+        });
+        if let Some(c) = s.child_id {
+            started["childServiceRequestId"] = Value::String(c.to_string());
+        }
+        entries.push(started);
         if s.status != "STARTED" {
             if let Some(f) = s.finished_ms {
                 last_end = Some(last_end.map_or(f, |l: f64| l.max(f)));
@@ -134,6 +142,9 @@ pub fn render(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
             });
             if let Some(reason) = &s.reason {
                 entry["reason"] = Value::String(reason.clone());
+            }
+            if let Some(c) = s.child_id {
+                entry["childServiceRequestId"] = Value::String(c.to_string());
             }
             entries.push(entry);
         }
@@ -166,6 +177,10 @@ pub fn render(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
     // Beyond Clamp: the request this one reruns (its reruns: search's `rerunOf`).
     if let Some(of) = head.rerun_of {
         out.insert("rerunOf".into(), Value::String(of.to_string()));
+    }
+    // Beyond Clamp: the request whose WORKFLOW step started this one.
+    if let Some(p) = head.parent_id {
+        out.insert("parentId".into(), Value::String(p.to_string()));
     }
     // Beyond Clamp: a step whose call failed and is to be tried again.
     if head.step_attempts > 0

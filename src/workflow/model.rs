@@ -91,6 +91,8 @@ pub enum Mode {
     Http,
     Amqp,
     Kafka,
+    /// Beyond Clamp: a child service request of another workflow.
+    Workflow,
 }
 
 impl Mode {
@@ -99,6 +101,7 @@ impl Mode {
             Mode::Http => "HTTP",
             Mode::Amqp => "AMQP",
             Mode::Kafka => "KAFKA",
+            Mode::Workflow => "WORKFLOW",
         }
     }
 }
@@ -155,12 +158,21 @@ pub struct KafkaVal {
     pub reply_to: String,
 }
 
+/// A WORKFLOW step's child: a workflow, and the version it runs (None: the latest when
+/// the child is created).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkflowVal {
+    pub workflow: String,
+    pub version: Option<u32>,
+}
+
 /// A validated `val`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Val {
     Http(HttpVal),
     Amqp(AmqpVal),
     Kafka(KafkaVal),
+    Workflow(WorkflowVal),
 }
 
 /// A step ready to run: its definition plus what was compiled from it.

@@ -69,6 +69,11 @@ pub fn compile(mut def: WorkflowDef) -> Result<Workflow, ValidationError> {
             next_id += 1;
             compiled.on_failure.push(fid);
             let c = compile_step(f, fid, &at, &known)?;
+            if c.mode == Mode::Workflow {
+                // Nothing would wait for its child: the request fails as its onFailure
+                // steps finish.
+                return err(format!("{at}.mode WORKFLOW cannot be an onFailure step"));
+            }
             steps.push((fid, c));
         }
         steps.push((id, compiled));
@@ -114,8 +119,17 @@ fn compile_step(
         "HTTP" => Mode::Http,
         "AMQP" => Mode::Amqp,
         "KAFKA" => Mode::Kafka,
-        "" => return err(format!("{at}.mode is required (HTTP, AMQP or KAFKA)")),
-        other => return err(format!("{at}.mode {other:?} must be HTTP, AMQP or KAFKA")),
+        "WORKFLOW" => Mode::Workflow,
+        "" => {
+            return err(format!(
+                "{at}.mode is required (HTTP, AMQP, KAFKA or WORKFLOW)"
+            ))
+        }
+        other => {
+            return err(format!(
+                "{at}.mode {other:?} must be HTTP, AMQP, KAFKA or WORKFLOW"
+            ))
+        }
     };
     let step_type = match (mode, s.step_type.as_str()) {
         (_, t) if !matches!(t, "" | "SYNC" | "ASYNC") => {
@@ -123,7 +137,8 @@ fn compile_step(
         }
         (Mode::Http, "ASYNC") => StepType::Async,
         (Mode::Http, _) => StepType::Sync,
-        // A broker step is always answered later, so it is always ASYNC.
+        // A broker step is always answered later, and a child workflow finishes later:
+        // both are always ASYNC.
         (_, _) => StepType::Async,
     };
     s.step_type = step_type.as_str().to_string();
@@ -300,7 +315,52 @@ fn compile_val(mode: Mode, val: &Value, at: &str) -> Result<Val, ValidationError
                 reply_to: str_field(val, "reply_to").unwrap_or_default().to_string(),
             }))
         }
+        Mode::Workflow => {
+            let workflow = str_field(val, "workflow")
+                .ok_or_else(|| ValidationError(format!("{at}.val.workflow is required")))?;
+            check_name(workflow).map_err(|_| {
+                ValidationError(format!(
+                    "{at}.val.workflow {workflow:?} is not a workflow name"
+                ))
+            })?;
+            let version = match val.get("version") {
+                None | Some(Value::Null) => None,
+                Some(v) => match v.as_u64() {
+                    Some(n) if (1..=u32::MAX as u64).contains(&n) => Some(n as u32),
+                    _ => return err(format!("{at}.val.version must be a whole number from 1")),
+                },
+            };
+            Ok(Val::Workflow(WorkflowVal {
+                workflow: workflow.to_string(),
+                version,
+            }))
+        }
     }
+}
+
+/// The workflows a workflow's WORKFLOW steps start, with the version each names, and
+/// where in the definition each is.
+pub fn includes(wf: &Workflow) -> Vec<(String, Option<u32>, String)> {
+    let mut out = Vec::new();
+    for (i, s) in wf.def.steps.iter().enumerate() {
+        let mut visit = |s: &Step, at: String| {
+            if s.mode == "WORKFLOW" {
+                let name = s
+                    .val
+                    .get("workflow")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let version = s
+                    .val
+                    .get("version")
+                    .and_then(Value::as_u64)
+                    .map(|v| v as u32);
+                out.push((name.trim().to_string(), version, at));
+            }
+        };
+        visit(s, format!("steps[{i}]"));
+    }
+    out
 }
 
 /// Kafka's own rule for topic names.
@@ -468,7 +528,7 @@ mod tests {
         );
         bad(
             json!({"name": "w", "steps": [{"name": "a", "mode": "FTP", "val": {}}]}),
-            "must be HTTP, AMQP or KAFKA",
+            "must be HTTP, AMQP, KAFKA or WORKFLOW",
         );
         bad(
             json!({"name": "w", "steps": [{"name": "a", "mode": "HTTP"}]}),

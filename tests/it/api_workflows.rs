@@ -69,7 +69,7 @@ async fn rejects_invalid_definitions() {
         ),
         (
             json!({"name": "w", "steps": [{"name": "a", "mode": "SMTP", "val": {}}]}),
-            "HTTP, AMQP or KAFKA",
+            "HTTP, AMQP, KAFKA or WORKFLOW",
         ),
         (
             json!({"name": "w", "steps": [{"name": "a", "mode": "HTTP"}]}),

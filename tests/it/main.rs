@@ -5,6 +5,7 @@ mod api_service_requests;
 mod api_workflows;
 mod broker_amqp;
 mod broker_kafka;
+mod children;
 mod console;
 mod downstream;
 mod durability;

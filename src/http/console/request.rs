@@ -140,6 +140,9 @@ fn facts(id: Uuid, f: &Found, reruns: &(Vec<serde_json::Value>, bool)) -> Markup
                         @if let Some(e) = &h.last_error { br; span.muted { "last error: " (e) } }
                     }
                 }
+                @if let Some(p) = h.parent_id {
+                    dt { "Parent" } dd.mono { a href={ "/console/serviceRequests/" (p) } { (p) } }
+                }
                 @if let Some(of) = h.rerun_of {
                     dt { "Rerun of" } dd.mono { a href={ "/console/serviceRequests/" (of) } { (of) } }
                 }
@@ -212,6 +215,9 @@ fn steps(steps: &[StepRow]) -> Markup {
                             td.mono.hide-narrow { (layout::ms_time(s.started_ms)) }
                             td {
                                 @if let Some(r) = &s.reason { div.muted { (r) } }
+                                @if let Some(c) = s.child_id {
+                                    div { "child " a.mono href={ "/console/serviceRequests/" (c) } { (c) } }
+                                }
                                 details {
                                     summary { "request" }
                                     (json_block(text(&s.request)))

@@ -1,0 +1,123 @@
+//! Child service requests (a step of mode WORKFLOW). Starting one is one statement,
+//! fenced on the parent's lease like every executor write: the parent pauses at the step
+//! (its record STARTED, naming the child) and the child's row is inserted, unleased, for
+//! any sweeper; a crash before it commits leaves neither, and the step runs again. A
+//! child that finishes is "untold" until its outcome has been applied to the parent as
+//! the step's answer; whoever finds it (the executor that finished it, or any
+//! instance's reporter) applies it, and a parent no longer waiting makes it told too.
+
+use uuid::Uuid;
+
+use super::PgConn;
+use super::Result;
+
+/// A child to start.
+pub struct Start<'a> {
+    pub parent: Uuid,
+    pub owner: Uuid,
+    pub step_id: u32,
+    pub step_name: &'a str,
+    /// The step's request: the child's payload.
+    pub request: &'a str,
+    pub started_ms: f64,
+    pub attempts: u32,
+    pub child: Uuid,
+    pub workflow: &'a str,
+    /// 0: the latest version when the child is stored.
+    pub version: u32,
+}
+
+const START: &str = "\
+WITH fenced AS (
+    UPDATE service_requests s SET status = 'PAUSED', current_step_id = $2, updated_at = now(),
+           step_attempts = 0, last_error = NULL, lease_owner = NULL, lease_until = '-infinity'
+    WHERE s.id = $1 AND s.lease_owner = $3 AND s.status <> 'CANCELLED'
+    RETURNING s.id, s.headers
+), record AS (
+    INSERT INTO steps_status (service_request_id, step_id, step_name, status, request,
+                              started_at, attempts, child_id)
+    SELECT id, $2, $4, 'STARTED', $5, to_timestamp($6::float8 / 1000.0), $7, $8 FROM fenced
+), child AS (
+    INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
+                                  workflow_version, parent_id, parent_step_id)
+    SELECT $8, $9, $5, f.headers, NULL, '-infinity',
+           CASE WHEN $10 > 0 THEN $10 ELSE coalesce(w.version, 1) END, $1, $2
+    FROM fenced f LEFT JOIN workflows w ON w.name = $9
+    RETURNING id
+)
+SELECT count(*) FROM child";
+
+/// Starts the child; false when the parent's lease is lost or it was cancelled.
+pub async fn start(conn: &PgConn, s: &Start<'_>) -> Result<bool> {
+    let stmt = conn.stmt(START).await?;
+    let row = conn
+        .client
+        .query_one(
+            &stmt,
+            &[
+                &s.parent,
+                &(s.step_id as i32),
+                &s.owner,
+                &s.step_name,
+                &s.request,
+                &s.started_ms,
+                &(s.attempts as i32),
+                &s.child,
+                &s.workflow,
+                &(s.version as i32),
+            ],
+        )
+        .await?;
+    Ok(row.get::<_, i64>(0) == 1)
+}
+
+/// A finished child whose parent has not heard.
+#[derive(Debug)]
+pub struct Untold {
+    pub id: Uuid,
+    pub parent: Uuid,
+    pub parent_step: u32,
+    pub status: String,
+    pub reason: Option<String>,
+    /// Its last answer (the last step that completed or passed its request on).
+    pub response: Option<String>,
+}
+
+/// Up to `limit` finished children whose parents have not heard, oldest first.
+pub async fn untold(conn: &PgConn, limit: i64) -> Result<Vec<Untold>> {
+    let stmt = conn
+        .stmt(
+            "SELECT c.id, c.parent_id, c.parent_step_id, c.status, c.reason,
+                    (SELECT st.response FROM steps_status st
+                     WHERE st.service_request_id = c.id AND st.status IN ('COMPLETED', 'SKIPPED')
+                     ORDER BY st.id DESC LIMIT 1)
+             FROM service_requests c
+             WHERE c.parent_id IS NOT NULL AND NOT c.parent_told
+               AND c.status IN ('COMPLETED', 'FAILED', 'CANCELLED')
+             ORDER BY c.id LIMIT $1",
+        )
+        .await?;
+    Ok(conn
+        .client
+        .query(&stmt, &[&limit])
+        .await?
+        .iter()
+        .map(|r| Untold {
+            id: r.get(0),
+            parent: r.get(1),
+            parent_step: r.get::<_, i32>(2).max(0) as u32,
+            status: r.get(3),
+            reason: r.get(4),
+            response: r.get(5),
+        })
+        .collect())
+}
+
+/// Records that the parent of `child` has its outcome (or no longer waits for it).
+pub async fn told(conn: &PgConn, child: Uuid) -> Result<()> {
+    let stmt = conn
+        .stmt("UPDATE service_requests SET parent_told = true WHERE id = $1")
+        .await?;
+    conn.client.execute(&stmt, &[&child]).await?;
+    Ok(())
+}
