@@ -101,6 +101,14 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 return Ok(ExitCode::from(1));
             }
             let backend = Backend::connect(&target).await?;
+            let refused = check_includes(&backend, &defs).await?;
+            if !refused.is_empty() {
+                for (path, why) in &refused {
+                    eprintln!("{}: error: {why}", path.display());
+                }
+                eprintln!("clamp workflows: {} files name workflows that cannot be included; nothing applied", refused.len());
+                return Ok(ExitCode::from(1));
+            }
             let mut failed = false;
             for (path, def) in defs {
                 match apply_one(&backend, &def, dry_run).await {
@@ -223,6 +231,83 @@ fn read_one(path: &Path, cfg: &Config) -> Result<WorkflowDef, String> {
     let b = &cfg.brokers;
     set_default_reply_to(&mut def, &b.amqp_response_queue, &b.kafka_response_topic);
     compile(def).map(|wf| wf.def).map_err(|e| e.0)
+}
+
+/// The workflows a definition's WORKFLOW steps start.
+fn included(steps: &[crate::workflow::model::Step]) -> Vec<String> {
+    steps
+        .iter()
+        .filter(|s| s.mode == "WORKFLOW")
+        .filter_map(|s| s.val.get("workflow").and_then(Value::as_str))
+        .map(|n| n.trim().to_string())
+        .collect()
+}
+
+/// Before anything is applied: every workflow a file's WORKFLOW step names must be one of
+/// the files or known to the target, and no workflow may come to include itself (the
+/// files as they will be, the others as stored). The server checks again as each is
+/// stored; this makes an apply all or nothing for these errors too, through either target.
+async fn check_includes(backend: &Backend, defs: &Read) -> Result<Refused, String> {
+    use std::collections::HashMap;
+    // name → what it includes (None: known nowhere)
+    let mut graph: HashMap<String, Option<Vec<String>>> = defs
+        .iter()
+        .map(|(_, d)| (d.name.clone(), Some(included(&d.steps))))
+        .collect();
+    let mut todo: Vec<String> = graph.values().flatten().flatten().cloned().collect();
+    while let Some(name) = todo.pop() {
+        if graph.contains_key(&name) {
+            continue;
+        }
+        let found = backend.current(&name).await?;
+        let inc = found
+            .and_then(|v| serde_json::from_value::<WorkflowDef>(v).ok())
+            .map(|d| included(&d.steps));
+        if let Some(i) = &inc {
+            todo.extend(i.iter().cloned());
+        }
+        graph.insert(name, inc);
+    }
+    let mut refused = Vec::new();
+    for (path, d) in defs {
+        let direct = included(&d.steps);
+        if let Some(missing) = direct.iter().find(|n| matches!(graph.get(*n), Some(None))) {
+            refused.push((
+                path.clone(),
+                format!("includes workflow {missing}, which is neither a file here nor known"),
+            ));
+            continue;
+        }
+        // A path back to this workflow, depth first.
+        let mut stack: Vec<Vec<String>> = direct
+            .iter()
+            .map(|n| vec![d.name.clone(), n.clone()])
+            .collect();
+        let mut seen: Vec<String> = Vec::new();
+        while let Some(path_names) = stack.pop() {
+            let last = path_names.last().expect("a path has a last name").clone();
+            if last == d.name {
+                refused.push((
+                    path.clone(),
+                    format!(
+                        "the workflow would include itself: {}",
+                        path_names.join(" → ")
+                    ),
+                ));
+                break;
+            }
+            if seen.contains(&last) {
+                continue;
+            }
+            seen.push(last.clone());
+            for next in graph.get(&last).cloned().flatten().unwrap_or_default() {
+                let mut p = path_names.clone();
+                p.push(next);
+                stack.push(p);
+            }
+        }
+    }
+    Ok(refused)
 }
 
 /// The server's configuration from its environment (as `clamp` itself reads it), with

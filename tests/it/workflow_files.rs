@@ -108,6 +108,34 @@ async fn apply_validates_everything_first_then_creates_versions_or_leaves_alone(
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("claims.json: unchanged (version 1)"), "{out}");
     assert!(out.contains("refunds.json: unchanged (version 2)"), "{out}");
+    // A circle among the files (or with stored workflows), or an unknown one, applies
+    // nothing, through either target.
+    let circle = tempdir("circle");
+    let sub = |n: &str, to: &str| json!({"name": n, "steps": [{"name": "s", "mode": "WORKFLOW", "val": {"workflow": to}}]});
+    write(&circle, "x.json", &sub("x", "y"));
+    write(&circle, "y.json", &sub("y", "x"));
+    for target in [["--url", url.as_str()], ["--database-url", db.url.as_str()]] {
+        let (code, _, err) = clamp(&["apply", target[0], target[1], circle.to_str().unwrap()]);
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.contains("x → y → x") && err.contains("nothing applied"),
+            "{err}"
+        );
+    }
+    write(&circle, "y.json", &sub("y", "nowhere"));
+    let (code, _, err) = clamp(&["apply", "--database-url", &db.url, circle.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("includes workflow nowhere"), "{err}");
+    s.get("/workflow/x").await.expect_error(404);
+    // Included workflows are applied first, whatever their files' order.
+    write(&circle, "y.json", &sub("y", "claims"));
+    write(&circle, "x.json", &sub("x", "y"));
+    let (code, out, err) = clamp(&["apply", "--url", &url, circle.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.find("y.json").unwrap() < out.find("x.json").unwrap(),
+        "{out}"
+    );
     // Two files with one name are refused.
     write(
         &out_dir,
