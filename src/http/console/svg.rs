@@ -27,9 +27,11 @@ fn f(x: f64) -> String {
     format!("{x:.1}")
 }
 
-/// A duration for people: `850 ms`, `2.4 s`, `3 min 5 s`.
+/// A duration for people: `0.4 ms`, `850 ms`, `2.4 s`, `3 min 5 s`.
 pub fn duration(ms: f64) -> String {
-    if ms < 1000.0 {
+    if ms < 10.0 && ms.fract() != 0.0 {
+        format!("{ms:.1} ms")
+    } else if ms < 1000.0 {
         format!("{} ms", ms.round() as i64)
     } else if ms < 60_000.0 {
         format!("{:.1} s", ms / 1000.0)
