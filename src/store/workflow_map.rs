@@ -139,7 +139,7 @@ impl WorkflowMap {
         let conn = pool.get().await.map_err(StoreError::from)?;
         let found = super::queries::workflow_by_name(&conn, name).await?;
         drop(conn);
-        self.compiled(name, found)
+        self.compiled(name, found, true)
     }
 
     /// Version `version` of `name`: from memory, else from Postgres (once; versions never
@@ -159,15 +159,17 @@ impl WorkflowMap {
         match found {
             // A missing version is not a missing name: nothing to remember.
             None => Ok(None),
-            found => self.compiled(name, found),
+            found => self.compiled(name, found, false),
         }
     }
 
-    /// Compiles and caches what Postgres had for `name` (None: remembered as a miss).
+    /// Compiles and caches what Postgres had for `name` (None: remembered as a miss);
+    /// an invalid definition is remembered for the name when it is the `latest`.
     fn compiled(
         &self,
         name: &str,
         found: Option<crate::workflow::WorkflowDef>,
+        latest: bool,
     ) -> Result<Option<Arc<Workflow>>, LoadError> {
         {
             match found {
@@ -179,7 +181,9 @@ impl WorkflowMap {
                     }
                     Err(e) => {
                         tracing::error!(workflow = name, reason = %e.0, "stored workflow no longer validates");
-                        self.remember_invalid(name, &e.0);
+                        if latest {
+                            self.remember_invalid(name, &e.0);
+                        }
                         Err(LoadError::Invalid {
                             name: name.to_string(),
                             reason: e.0,

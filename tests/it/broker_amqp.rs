@@ -518,18 +518,23 @@ async fn replies_that_race_the_pause_are_applied_not_rejected() {
 
 /// Makes the stored definition of `workflow` invalid, as an upgrade that tightened
 /// validation would (the server must be stopped: a running one has it in memory).
+/// Makes a stored workflow invalid, every version of it (as a server that validates more
+/// strictly would find it).
 pub async fn break_workflow(db: &TestDb, workflow: &str) {
-    let n = db
-        .client()
-        .await
-        .execute(
-            "UPDATE workflows SET definition = jsonb_set(definition, '{steps,1,mode}', '\"FTP\"') \
-             WHERE name = $1",
-            &[&workflow],
-        )
-        .await
-        .unwrap();
-    assert_eq!(n, 1);
+    let client = db.client().await;
+    for table in ["workflows", "workflow_versions"] {
+        let n = client
+            .execute(
+                &format!(
+                    "UPDATE {table} SET definition = jsonb_set(definition, '{{steps,1,mode}}', '\"FTP\"') \
+                     WHERE name = $1"
+                ),
+                &[&workflow],
+            )
+            .await
+            .unwrap();
+        assert_eq!(n, 1, "{table}");
+    }
 }
 
 #[tokio::test]
