@@ -39,9 +39,9 @@ WITH fenced AS (
     SELECT id, $2, $4, 'STARTED', $5, to_timestamp($6::float8 / 1000.0), $7, $8 FROM fenced
 ), child AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
-                                  workflow_version, parent_id, parent_step_id)
+                                  workflow_version, parent_id, parent_step_id, parent_told)
     SELECT $8, $9, $5, f.headers, NULL, '-infinity',
-           CASE WHEN $10 > 0 THEN $10 ELSE coalesce(w.version, 1) END, $1, $2
+           NULLIF(CASE WHEN $10 > 0 THEN $10 ELSE coalesce(w.version, 1) END, 1), $1, $2, false
     FROM fenced f LEFT JOIN workflows w ON w.name = $9
     RETURNING id
 )

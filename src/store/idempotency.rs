@@ -88,7 +88,7 @@ pub const INSERT_KEYED_CONFLICTS: &str = concat!(
     "
     FROM input t LEFT JOIN v ON v.name = t.wf
     WHERE t.h IS NULL OR t.id IN (SELECT service_request_id FROM claimed)
-    RETURNING id, workflow_version
+    RETURNING id, coalesce(workflow_version, 1) AS workflow_version
 )
 SELECT id, workflow_version FROM inserted"
 );

@@ -50,7 +50,7 @@ WHERE s.id IN (
 RETURNING s.id, s.workflow_name, s.status, s.payload, s.headers, s.current_step_id,
           s.step_request, s.failed_step_id, s.reason, s.step_attempts, ",
     crate::store::sql::created_us!("s"),
-    ", s.workflow_version, s.parent_id"
+    ", coalesce(s.workflow_version, 1), s.parent_id"
 );
 
 pub async fn claim(

@@ -37,7 +37,7 @@ pub struct Record {
 pub async fn source(conn: &PgConn, id: Uuid) -> Result<Option<Source>> {
     let stmt = conn
         .stmt(
-            "SELECT workflow_name, payload, headers, workflow_version FROM service_requests \
+            "SELECT workflow_name, payload, headers, coalesce(workflow_version, 1) FROM service_requests \
              WHERE id = $1",
         )
         .await?;
@@ -94,7 +94,7 @@ WITH run AS (
     INSERT INTO service_requests (id, workflow_name, status, payload, headers,
                                   current_step_id, step_request, rerun_of,
                                   lease_owner, lease_until, workflow_version)
-    VALUES ($1, $3, 'NEW', $4, $5, $6, $7, $2, NULL, '-infinity', $10)
+    VALUES ($1, $3, 'NEW', $4, $5, $6, $7, $2, NULL, '-infinity', NULLIF($10, 1))
     RETURNING id)
 INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
                           started_at, finished_at, time_taken_ms, reason, attempts)

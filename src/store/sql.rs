@@ -68,10 +68,10 @@ macro_rules! batch_versions {
 }
 
 /// The version a new row (`t`, joined to `v` of `batch_versions!`) runs: the one it
-/// names (`t.ver` > 0), else the latest.
+/// names (`t.ver` > 0), else the latest; stored as NULL when it is 1 (migration 11).
 macro_rules! pinned_version {
     () => {
-        "CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END"
+        "NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END, 1)"
     };
 }
 

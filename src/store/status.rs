@@ -12,7 +12,7 @@ use super::queries::parse_opt;
 macro_rules! head_columns {
     () => {
         concat!(
-            "r.id, r.workflow_name, r.workflow_version, ",
+            "r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_version, ",
             crate::store::sql::derived_status!("r"),
             " AS status, \
              r.current_step_id, r.reason, to_json(r.created_at) #>> '{}' AS created_at, \

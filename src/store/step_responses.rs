@@ -17,7 +17,8 @@ pub struct RequestState {
 }
 
 const REQUEST_STATE: &str =
-    "SELECT workflow_name, status, current_step_id, workflow_version FROM service_requests WHERE id = $1";
+    "SELECT workflow_name, status, current_step_id, coalesce(workflow_version, 1) FROM service_requests \
+     WHERE id = $1";
 
 /// The request's workflow, stored status and current step, or None when there is no
 /// such request.
@@ -73,7 +74,7 @@ WITH resumed AS (
     RETURNING id, workflow_name, status, payload, headers, current_step_id, step_request,
               failed_step_id, reason, step_attempts, ",
     crate::store::sql::created_us!("service_requests"),
-    ", workflow_version, parent_id
+    ", coalesce(workflow_version, 1), parent_id
 ), answered AS (
     UPDATE steps_status SET status = $7, response = $8, reason = $9, finished_at = now(),
         time_taken_ms = round(extract(epoch FROM now() - started_at) * 1000)::bigint

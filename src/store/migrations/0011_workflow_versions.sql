@@ -2,7 +2,8 @@
 -- latest definition and version number, as the list and Clamp's routes read it; every
 -- version's definition is kept in `workflow_versions` for good, so a request pinned to
 -- one keeps its steps whatever comes after. A request names the version it runs; every
--- request before versions ran version 1. Constant defaults rewrite nothing.
+-- request before versions ran version 1. New columns without defaults, or with constant
+-- ones, rewrite nothing.
 ALTER TABLE workflows ADD COLUMN IF NOT EXISTS version integer NOT NULL DEFAULT 1;
 CREATE TABLE IF NOT EXISTS workflow_versions (
     name        text NOT NULL,
@@ -18,4 +19,6 @@ FROM workflows
 ON CONFLICT DO NOTHING;
 UPDATE workflows SET definition = definition || jsonb_build_object('version', 1)
 WHERE NOT definition ? 'version';
-ALTER TABLE service_requests ADD COLUMN IF NOT EXISTS workflow_version integer NOT NULL DEFAULT 1;
+-- NULL is version 1 (most requests): a NULL takes no room in the row, which keeps the
+-- row within the same 8-byte step as before versions (readers coalesce).
+ALTER TABLE service_requests ADD COLUMN IF NOT EXISTS workflow_version integer;

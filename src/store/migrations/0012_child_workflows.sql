@@ -6,7 +6,8 @@
 -- has not heard yet, the work of the reporter that tells parents).
 ALTER TABLE service_requests ADD COLUMN IF NOT EXISTS parent_id uuid;
 ALTER TABLE service_requests ADD COLUMN IF NOT EXISTS parent_step_id integer;
-ALTER TABLE service_requests ADD COLUMN IF NOT EXISTS parent_told boolean NOT NULL DEFAULT false;
+-- NULL for requests without a parent (no room in their rows); a child starts false.
+ALTER TABLE service_requests ADD COLUMN IF NOT EXISTS parent_told boolean;
 ALTER TABLE steps_status ADD COLUMN IF NOT EXISTS child_id uuid;
 CREATE INDEX IF NOT EXISTS service_requests_children
     ON service_requests (parent_id, id) WHERE parent_id IS NOT NULL;
