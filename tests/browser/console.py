@@ -14,9 +14,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
 ARGS = json.loads(sys.argv[1])
@@ -76,7 +76,17 @@ def shot(name, width=1280):
 def click(el):
     """Clicks a submit button and waits for the page it leads to."""
     el.click()
-    WebDriverWait(d, 15).until(EC.staleness_of(el))
+
+    def gone(_):
+        # The old page's button is detached once the next page replaced it; while the
+        # navigation is under way chromedriver may report that in more than one way.
+        try:
+            el.is_enabled()
+            return False
+        except WebDriverException:
+            return True
+
+    WebDriverWait(d, 15).until(gone)
     WebDriverWait(d, 15).until(lambda drv: drv.execute_script("return document.readyState") == "complete")
 
 
