@@ -16,7 +16,7 @@ const DEFAULT_LIMIT: i64 = 50;
 const MAX_LIMIT: i64 = 1_000;
 
 /// The statuses a request can show.
-const STATUSES: [&str; 7] = [
+pub(crate) const STATUSES: [&str; 7] = [
     "NEW",
     "IN_PROGRESS",
     "PAUSED",

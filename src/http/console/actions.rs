@@ -16,6 +16,32 @@ use crate::http::rerun::Ask;
 use crate::http::response::Resp;
 use crate::state::Core;
 
+/// A posted form's fields, once it is known to come from the console's own page (the
+/// answer to give otherwise).
+pub async fn checked_form(
+    core: &Core,
+    ctx: &Ctx,
+    parts: &Parts,
+    body: &mut Body,
+) -> Result<Vec<(String, String)>, Resp> {
+    let cfg = &core.app.config;
+    let Ok(body) = body
+        .read(&parts.headers, cfg.body_limit, cfg.header_timeout)
+        .await
+    else {
+        return Err(layout::problem(
+            StatusCode::BAD_REQUEST,
+            ctx,
+            "the form could not be read",
+        ));
+    };
+    let form = fields(&body);
+    if let Some(why) = session::forged(&parts.headers, field(&form, "csrf")) {
+        return Err(layout::problem(StatusCode::FORBIDDEN, ctx, why));
+    }
+    Ok(form)
+}
+
 /// The fields of a posted form.
 pub fn fields(body: &[u8]) -> Vec<(String, String)> {
     form_urlencoded::parse(body)
@@ -55,20 +81,10 @@ pub async fn post(
             "the service request id is not a valid UUID",
         );
     };
-    let cfg = &core.app.config;
-    let body = match body
-        .read(&parts.headers, cfg.body_limit, cfg.header_timeout)
-        .await
-    {
-        Ok(b) => b,
-        Err(_) => {
-            return layout::problem(StatusCode::BAD_REQUEST, ctx, "the form could not be read")
-        }
+    let form = match checked_form(core, ctx, parts, body).await {
+        Ok(f) => f,
+        Err(r) => return r,
     };
-    let form = fields(&body);
-    if let Some(why) = session::forged(&parts.headers, field(&form, "csrf")) {
-        return layout::problem(StatusCode::FORBIDDEN, ctx, why);
-    }
     let back = format!("/console/serviceRequests/{id}");
     let resp = match action {
         "retry" => match json_field(&form, "payload") {

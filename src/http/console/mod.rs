@@ -138,17 +138,10 @@ fn login_page(ctx: &Ctx, query: Option<&str>, problem: Option<&str>) -> Resp {
 
 async fn login(core: &Core, ctx: &Ctx, parts: &Parts, body: &mut Body) -> Resp {
     let tokens = &core.app.config.api_tokens;
-    let cfg = &core.app.config;
-    let Ok(body) = body
-        .read(&parts.headers, cfg.body_limit, cfg.header_timeout)
-        .await
-    else {
-        return layout::problem(StatusCode::BAD_REQUEST, ctx, "the form could not be read");
+    let form = match actions::checked_form(core, ctx, parts, body).await {
+        Ok(f) => f,
+        Err(r) => return r,
     };
-    let form = actions::fields(&body);
-    if let Some(why) = session::forged(&parts.headers, actions::field(&form, "csrf")) {
-        return layout::problem(StatusCode::FORBIDDEN, ctx, why);
-    }
     if !tokens.is_on() {
         return layout::see_other("/console", ctx);
     }
@@ -163,16 +156,8 @@ async fn login(core: &Core, ctx: &Ctx, parts: &Parts, body: &mut Body) -> Resp {
 }
 
 async fn logout(core: &Core, ctx: &Ctx, parts: &Parts, body: &mut Body) -> Resp {
-    let cfg = &core.app.config;
-    let Ok(body) = body
-        .read(&parts.headers, cfg.body_limit, cfg.header_timeout)
-        .await
-    else {
-        return layout::problem(StatusCode::BAD_REQUEST, ctx, "the form could not be read");
-    };
-    let form = actions::fields(&body);
-    if let Some(why) = session::forged(&parts.headers, actions::field(&form, "csrf")) {
-        return layout::problem(StatusCode::FORBIDDEN, ctx, why);
+    if let Err(r) = actions::checked_form(core, ctx, parts, body).await {
+        return r;
     }
     let mut r = layout::see_other("/console/login", ctx);
     r.headers_mut()

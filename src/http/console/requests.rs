@@ -13,15 +13,7 @@ use super::session::Ctx;
 use crate::http::response::Resp;
 use crate::state::Core;
 
-const STATUSES: [&str; 7] = [
-    "NEW",
-    "IN_PROGRESS",
-    "PAUSED",
-    "RESUMED",
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-];
+use crate::http::search::STATUSES;
 
 /// The page's filters as the browser sent them.
 #[derive(Debug, Default)]
