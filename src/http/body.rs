@@ -30,6 +30,16 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
 }
 
 impl Body {
+    /// `read` with the server's limits: its body size and its wait for the body.
+    pub async fn read_request(
+        &mut self,
+        parts: &hyper::http::request::Parts,
+        cfg: &crate::config::Config,
+    ) -> Result<Bytes, Resp> {
+        self.read(&parts.headers, cfg.body_limit, cfg.header_timeout)
+            .await
+    }
+
     pub fn new(b: Incoming) -> Body {
         Body {
             unread: Some(b),

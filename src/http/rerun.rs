@@ -29,14 +29,7 @@ pub async fn rerun(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Res
         Err(resp) => return resp,
     };
     let app = &core.app;
-    let body = match body
-        .read(
-            &parts.headers,
-            app.config.body_limit,
-            app.config.header_timeout,
-        )
-        .await
-    {
+    let body = match body.read_request(parts, &app.config).await {
         Ok(b) => b,
         Err(resp) => return resp,
     };

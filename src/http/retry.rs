@@ -17,14 +17,7 @@ pub async fn retry(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Res
         Err(resp) => return resp,
     };
     let app = &core.app;
-    let body = match body
-        .read(
-            &parts.headers,
-            app.config.body_limit,
-            app.config.header_timeout,
-        )
-        .await
-    {
+    let body = match body.read_request(parts, &app.config).await {
         Ok(b) => b,
         Err(resp) => return resp,
     };
@@ -96,14 +89,7 @@ const DEFAULT_BULK: i64 = 1_000;
 /// says CANCELLED or both; `workflow`, `createdAfter`, `createdBefore`, `limit`).
 pub async fn retry_matching(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
     let app = &core.app;
-    let body = match body
-        .read(
-            &parts.headers,
-            app.config.body_limit,
-            app.config.header_timeout,
-        )
-        .await
-    {
+    let body = match body.read_request(parts, &app.config).await {
         Ok(b) => b,
         Err(resp) => return resp,
     };

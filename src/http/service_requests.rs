@@ -186,8 +186,7 @@ pub async fn create(core: &Core, name: &str, parts: &Parts, body: &mut Body) -> 
         return unavailable("database unavailable, retry later");
     }
     let headers = forwardable_headers(&app.config.header_denylist, &parts.headers);
-    let limits = (app.config.body_limit, app.config.header_timeout);
-    let body = match body.read(&parts.headers, limits.0, limits.1).await {
+    let body = match body.read_request(parts, &app.config).await {
         Ok(b) => b,
         Err(resp) => return resp,
     };
@@ -285,8 +284,7 @@ pub async fn cancel(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Re
         Err(resp) => return resp,
     };
     let app = &core.app;
-    let limits = (app.config.body_limit, app.config.header_timeout);
-    let body = match body.read(&parts.headers, limits.0, limits.1).await {
+    let body = match body.read_request(parts, &app.config).await {
         Ok(b) => b,
         Err(resp) => return resp,
     };

@@ -17,8 +17,7 @@ const HTTP_PATIENCE: Duration = Duration::from_secs(2);
 /// `POST /stepResponse`.
 pub async fn post(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
     let app = &core.app;
-    let limits = (app.config.body_limit, app.config.header_timeout);
-    let body = match body.read(&parts.headers, limits.0, limits.1).await {
+    let body = match body.read_request(parts, &app.config).await {
         Ok(b) => b,
         Err(r) => return r,
     };

@@ -39,8 +39,7 @@ fn parse_def(body: &[u8]) -> Result<WorkflowDef, Resp> {
 /// Reads, parses and validates a posted definition (its version left to the server).
 async fn read_def(core: &Core, parts: &Parts, body: &mut Body) -> Result<Workflow, Resp> {
     let app = &core.app;
-    let limits = (app.config.body_limit, app.config.header_timeout);
-    let body = body.read(&parts.headers, limits.0, limits.1).await?;
+    let body = body.read_request(parts, &app.config).await?;
     let mut def = parse_def(&body)?;
     def.version = 1;
     let b = &app.config.brokers;

@@ -139,7 +139,13 @@ impl WorkflowMap {
         let conn = pool.get().await.map_err(StoreError::from)?;
         let found = super::queries::workflow_by_name(&conn, name).await?;
         drop(conn);
-        self.compiled(name, found, true)
+        match found {
+            Some(def) => self.compiled(name, def, true).map(Some),
+            None => {
+                self.remember_miss(name);
+                Ok(None)
+            }
+        }
     }
 
     /// Version `version` of `name`: from memory, else from Postgres (once; versions never
@@ -156,44 +162,36 @@ impl WorkflowMap {
         let conn = pool.get().await.map_err(StoreError::from)?;
         let found = super::queries::workflow_version(&conn, name, version).await?;
         drop(conn);
+        // A missing version is not a missing name: nothing to remember.
         match found {
-            // A missing version is not a missing name: nothing to remember.
+            Some(def) => self.compiled(name, def, false).map(Some),
             None => Ok(None),
-            found => self.compiled(name, found, false),
         }
     }
 
-    /// Compiles and caches what Postgres had for `name` (None: remembered as a miss);
-    /// an invalid definition is remembered for the name when it is the `latest`.
+    /// Compiles and caches a stored definition of `name`; an invalid one is remembered
+    /// for the name when it is the `latest`.
     fn compiled(
         &self,
         name: &str,
-        found: Option<crate::workflow::WorkflowDef>,
+        def: crate::workflow::WorkflowDef,
         latest: bool,
-    ) -> Result<Option<Arc<Workflow>>, LoadError> {
-        {
-            match found {
-                Some(def) => match crate::workflow::compile(def) {
-                    Ok(wf) => {
-                        let wf = Arc::new(wf);
-                        self.insert(wf.clone());
-                        Ok(Some(wf))
-                    }
-                    Err(e) => {
-                        tracing::error!(workflow = name, reason = %e.0, "stored workflow no longer validates");
-                        if latest {
-                            self.remember_invalid(name, &e.0);
-                        }
-                        Err(LoadError::Invalid {
-                            name: name.to_string(),
-                            reason: e.0,
-                        })
-                    }
-                },
-                None => {
-                    self.remember_miss(name);
-                    Ok(None)
+    ) -> Result<Arc<Workflow>, LoadError> {
+        match crate::workflow::compile(def) {
+            Ok(wf) => {
+                let wf = Arc::new(wf);
+                self.insert(wf.clone());
+                Ok(wf)
+            }
+            Err(e) => {
+                tracing::error!(workflow = name, reason = %e.0, "stored workflow no longer validates");
+                if latest {
+                    self.remember_invalid(name, &e.0);
                 }
+                Err(LoadError::Invalid {
+                    name: name.to_string(),
+                    reason: e.0,
+                })
             }
         }
     }

@@ -24,11 +24,7 @@ pub async fn checked_form(
     parts: &Parts,
     body: &mut Body,
 ) -> Result<Vec<(String, String)>, Resp> {
-    let cfg = &core.app.config;
-    let Ok(body) = body
-        .read(&parts.headers, cfg.body_limit, cfg.header_timeout)
-        .await
-    else {
+    let Ok(body) = body.read_request(parts, &core.app.config).await else {
         return Err(layout::problem(
             StatusCode::BAD_REQUEST,
             ctx,
