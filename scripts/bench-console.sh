@@ -22,20 +22,12 @@ pg_dir=/tmp/clamp-bench-console-pg
 base=$(scripts/dev-postgres.sh start $pg_dir 55498); base=${base%/clamp}
 db=clamp_bench_console
 port=18541
-psql "$base/postgres" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
-"$bin/clamp" --port $port --bind 127.0.0.1 --database-url "$base/$db" --max-running 0 > "/tmp/$tag-server.log" 2>&1 &
-server_pid=$!
-trap 'kill $server_pid 2>/dev/null || true; scripts/dev-postgres.sh stop $pg_dir >/dev/null' EXIT
-wait_up $port
-for wf in claims refunds payouts audits rare; do
-  curl -sf "localhost:$port/workflow" -d "{\"name\":\"$wf\",\"description\":\"console bench\",\"steps\":[{\"name\":\"a\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"http://127.0.0.1:9/a\"}}]}" >/dev/null
-done
-load_rows "$base/$db" "$ROWS"
+server_on_large_table "$bin" "$pg_dir" "$base" "$db" "$port" "$tag" "$ROWS"
 n=$(psql "$base/$db" -Atc "select count(*) from service_requests")
 in_hour=$(psql "$base/$db" -Atc "select count(*) from service_requests where created_at > now() - interval '1 hour'")
 failed=$(psql "$base/$db" -Atc "select id from service_requests where status = 'FAILED' order by id desc limit 1")
 utc() { psql "$base/$db" -qAtc "select to_char((now() - interval '$1') at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"; }
-hour_ago=$(utc '1 hour'); six_ago=$(utc '6 hours'); day_ago=$(utc '23 hours 59 minutes')
+six_ago=$(utc '6 hours'); day_ago=$(utc '23 hours 59 minutes')
 paths=(
   "/serviceRequestCounts"
   "/serviceRequestCounts?workflow=claims"

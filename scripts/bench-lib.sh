@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Helpers the bench-*.sh scripts share (sourced, not run).
 
 # proc_ticks PID: cumulative CPU ticks (1/100 s) of one process (0 once it is gone).
@@ -42,4 +43,22 @@ FROM (SELECT g, now() - interval '24 hours' + (g * (interval '24 hours' / $ROWS)
       FROM generate_series(1, $ROWS) g) s;
 VACUUM ANALYZE service_requests;
 SQL
+}
+
+# server_on_large_table BIN PG_DIR BASE DB PORT TAG ROWS: an API-only server (BIN/clamp) on
+# a fresh database DB of the throwaway cluster at BASE (from PG_DIR), both stopped on exit
+# (sets server_pid), with the workflows claims, refunds, payouts, audits and rare, and
+# ROWS requests written by load_rows. The server's log: /tmp/TAG-server.log.
+server_on_large_table() {
+  local bin=$1 pg_dir=$2 base=$3 db=$4 port=$5 tag=$6 rows=$7 wf
+  psql "$base/postgres" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
+  "$bin/clamp" --port "$port" --bind 127.0.0.1 --database-url "$base/$db" --max-running 0 > "/tmp/$tag-server.log" 2>&1 &
+  server_pid=$!
+  # shellcheck disable=SC2064  # the values now: the trap runs after this function returns
+  trap "kill $server_pid 2>/dev/null || true; scripts/dev-postgres.sh stop $pg_dir >/dev/null" EXIT
+  wait_up "$port"
+  for wf in claims refunds payouts audits rare; do
+    curl -sf "localhost:$port/workflow" -d "{\"name\":\"$wf\",\"description\":\"$tag\",\"steps\":[{\"name\":\"a\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"http://127.0.0.1:9/a\"}}]}" >/dev/null
+  done
+  load_rows "$base/$db" "$rows"
 }

@@ -22,15 +22,7 @@ pg_dir=/tmp/clamp-bench-search-pg
 base=$(scripts/dev-postgres.sh start $pg_dir 55499); base=${base%/clamp}
 db=clamp_bench_search
 port=18540
-psql "$base/postgres" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
-"$bin/clamp" --port $port --bind 127.0.0.1 --database-url "$base/$db" --max-running 0 > "/tmp/$tag-server.log" 2>&1 &
-server_pid=$!
-trap 'kill $server_pid 2>/dev/null || true; scripts/dev-postgres.sh stop $pg_dir >/dev/null' EXIT
-wait_up $port
-for wf in claims refunds payouts audits rare; do
-  curl -sf "localhost:$port/workflow" -d "{\"name\":\"$wf\",\"description\":\"search bench\",\"steps\":[{\"name\":\"a\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"http://127.0.0.1:9/a\"}}]}" >/dev/null
-done
-load_rows "$base/$db" "$ROWS"
+server_on_large_table "$bin" "$pg_dir" "$base" "$db" "$port" "$tag" "$ROWS"
 n=$(psql "$base/$db" -Atc "select count(*) from service_requests")
 mid=$(psql "$base/$db" -Atc "select replace(id::text, '-', '') from service_requests order by id desc offset $((ROWS / 2)) limit 1")
 hour_ago=$(psql "$base/$db" -Atc "select to_char((now() - interval '1 hour') at time zone 'utc', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')")
