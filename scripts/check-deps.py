@@ -27,6 +27,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LAYER = {
     "workflow": 1,
+    "telemetry": 1,
     "config": 2,
     "store": 3,
     "engine": 4,

@@ -274,6 +274,9 @@ pub struct Args {
     /// Log filter (error, warn, info, debug, trace, or a tracing directive).
     #[arg(long, env = env::LOG_LEVEL, default_value = "info")]
     pub log_level: String,
+
+    #[command(flatten)]
+    pub trace: crate::telemetry::TraceArgs,
 }
 
 /// Where step responses are consumed from, and the default `reply_to` of broker steps.
@@ -403,6 +406,9 @@ pub struct Config {
     pub retention: Option<Duration>,
     pub retention_interval: Duration,
     pub log_level: String,
+    pub log_format: crate::telemetry::LogFormat,
+    /// Spans exported over OTLP (None: tracing off; `traceparent` is still passed on).
+    pub trace: Option<crate::telemetry::TraceSettings>,
 }
 
 /// Shortest bearer token accepted: a guessable token is no protection.
@@ -430,6 +436,7 @@ impl Config {
         check_brokers(&a)?;
         let tokens = api_tokens(&a.api_tokens)?;
         let retry = default_retry(&a)?;
+        let trace = a.trace.settings().map_err(ConfigError)?;
         let threads = if a.threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         } else {
@@ -495,6 +502,8 @@ impl Config {
                 .then(|| Duration::from_secs_f64(a.retention_days * 86_400.0)),
             retention_interval: Duration::from_secs(60),
             log_level: a.log_level,
+            log_format: a.trace.log_format,
+            trace,
         })
     }
 

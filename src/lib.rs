@@ -17,6 +17,7 @@ pub(crate) mod metrics;
 pub mod runtime;
 pub(crate) mod state;
 pub mod store;
+pub mod telemetry;
 pub(crate) mod workflow;
 pub mod workflow_files;
 
@@ -45,6 +46,8 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot start tracing: {0}")]
+    Tracing(String),
     #[error("cannot start runtimes: {0}")]
     Runtime(#[source] std::io::Error),
 }
@@ -73,6 +76,9 @@ impl Server {
         let _ = self.shutdown.send(true);
         for d in self.done {
             let _ = d.await;
+        }
+        if let Some(t) = &self.app.tracing {
+            t.shutdown(self.app.config.shutdown_timeout).await;
         }
     }
 }
@@ -103,7 +109,15 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
     if n_applied > 0 {
         tracing::info!(n_applied, "applied migrations");
     }
-    let app = Arc::new(App::new(config, Arc::new(Metrics::new())));
+    let metrics = Arc::new(Metrics::new());
+    let tracing = match &config.trace {
+        Some(t) => Some(
+            telemetry::Tracing::start(t, metrics.trace_spans.clone())
+                .map_err(StartError::Tracing)?,
+        ),
+        None => None,
+    };
+    let app = Arc::new(App::new(config, metrics, tracing));
     let defs = store::queries::all_workflows(&client)
         .await
         .map_err(|e| StartError::Migrate {

@@ -30,11 +30,18 @@ fn main() -> std::process::ExitCode {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colours only on a terminal: log files and `docker logs` get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_target(false)
-        .with_ansi(ansi)
-        .init();
+        .with_target(false);
+    match config.log_format {
+        // One object per line, the event's fields at the top level beside `message`.
+        clamp::telemetry::LogFormat::Json => logs
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
+        clamp::telemetry::LogFormat::Text => logs.with_ansi(ansi).init(),
+    }
     for why in &config.ignored {
         tracing::warn!("{why}");
     }

@@ -97,6 +97,16 @@ impl Route {
     }
 }
 
+/// The span export's counters.
+#[derive(Clone, Default)]
+pub struct TraceCounters {
+    /// Spans dropped because the queue was full.
+    pub dropped: Counter,
+    /// Spans lost because their export failed.
+    pub failed: Counter,
+    pub exported: Counter,
+}
+
 /// The status class label.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusLabel {
@@ -252,6 +262,9 @@ pub struct Metrics {
     /// Status reads answered from memory (0), from Postgres (1), or from the request row
     /// in Postgres and the step rows in memory (2).
     pub status_reads: [Counter; 3],
+    /// Finished spans dropped because the export queue was full, lost because their
+    /// export failed, and exported.
+    pub trace_spans: TraceCounters,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -314,10 +327,16 @@ impl Metrics {
             downstream_waiting: Gauge::default(),
             downstream_in_flight: Gauge::default(),
             status_reads,
+            trace_spans: TraceCounters {
+                dropped: Counter::default(),
+                failed: Counter::default(),
+                exported: Counter::default(),
+            },
             registry: Mutex::new(Registry::default()),
         };
         m.register_write_path(&mut registry);
         m.register_engine(&mut registry);
+        m.register_traces(&mut registry);
         registry.register(
             "clamp_status_reads",
             "Status reads (GET /serviceRequest/{id}) answered from memory, from Postgres, or from \
@@ -326,6 +345,25 @@ impl Metrics {
         );
         *m.registry.lock() = registry;
         m
+    }
+
+    /// The span export's counters (zero while tracing is off).
+    fn register_traces(&self, registry: &mut Registry) {
+        registry.register(
+            "clamp_trace_spans_dropped",
+            "Finished spans dropped because the export queue was full",
+            self.trace_spans.dropped.clone(),
+        );
+        registry.register(
+            "clamp_trace_spans_failed",
+            "Finished spans lost because their export to the OTLP endpoint failed",
+            self.trace_spans.failed.clone(),
+        );
+        registry.register(
+            "clamp_trace_spans_exported",
+            "Finished spans exported to the OTLP endpoint",
+            self.trace_spans.exported.clone(),
+        );
     }
 
     /// The write buffer's and flusher's counters.

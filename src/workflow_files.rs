@@ -362,7 +362,9 @@ async fn apply_one(backend: &Backend, def: &WorkflowDef, dry_run: bool) -> Resul
     })
 }
 
-/// Where definitions are applied: a running server, or the database.
+/// Where definitions are applied: a running server, or the database. (One per command
+/// run: the size of its larger variant costs nothing.)
+#[allow(clippy::large_enum_variant)]
 enum Backend {
     Http {
         client: hyper_util::client::legacy::Client<

@@ -24,10 +24,16 @@ pub struct App {
     pub status_cache: crate::store::status_cache::StatusCache,
     /// Who waits (long polls) for a request's next committed change.
     pub changes: super::watch::Changes,
+    /// Spans exported over OTLP; None when tracing is off.
+    pub tracing: Option<crate::telemetry::Tracing>,
 }
 
 impl App {
-    pub fn new(config: Config, metrics: Arc<Metrics>) -> App {
+    pub fn new(
+        config: Config,
+        metrics: Arc<Metrics>,
+        tracing: Option<crate::telemetry::Tracing>,
+    ) -> App {
         let downstream = super::limits::HostLimits::new(
             config.downstream_limit,
             config.downstream_wait,
@@ -46,6 +52,7 @@ impl App {
             instance_id: Uuid::now_v7(),
             running: Default::default(),
             downstream,
+            tracing,
         }
     }
 }

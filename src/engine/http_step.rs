@@ -51,6 +51,7 @@ impl HttpClient {
         body: &Doc,
         forwarded: &[(String, String)],
         idempotency_key: &str,
+        mut trace: Option<&mut super::step_trace::StepTrace>,
     ) -> Result<Doc, CallError> {
         let mut req = Request::builder()
             .method(val.method.clone())
@@ -69,6 +70,19 @@ impl HttpClient {
             HeaderName::from_static("idempotency-key"),
             HeaderValue::from_str(idempotency_key).expect("ids are header-safe"),
         );
+        if let Some(t) = trace.as_deref() {
+            headers.insert(
+                HeaderName::from_static("traceparent"),
+                HeaderValue::from_bytes(&t.header).expect("hex is header-safe"),
+            );
+            if let Some(v) = t
+                .tracestate
+                .as_deref()
+                .and_then(|v| HeaderValue::from_str(v).ok())
+            {
+                headers.insert(HeaderName::from_static("tracestate"), v);
+            }
+        }
         let payload = if val.method == hyper::Method::GET {
             Bytes::new()
         } else {
@@ -82,6 +96,13 @@ impl HttpClient {
         let call = async {
             let resp = self.client.request(req).await.map_err(|e| describe(&e))?;
             let status = resp.status();
+            if let Some(t) = trace.as_deref_mut() {
+                t.status = Some(status.as_u16());
+                t.answered = resp
+                    .headers()
+                    .get("traceparent")
+                    .and_then(|v| crate::telemetry::TraceParent::parse(v.as_bytes()));
+            }
             let retry_after = resp
                 .headers()
                 .get(RETRY_AFTER)

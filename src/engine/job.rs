@@ -10,9 +10,11 @@ use uuid::Uuid;
 
 use super::call::{CallError, CallErrorKind};
 use super::doc::Doc;
+use super::step_trace::{Ended, StepTrace};
 use super::writer::{StepRecord, Transition, WriteError};
 use super::Executor;
 use crate::backoff::Backoff;
+use crate::telemetry::{RequestTrace, TraceParent};
 use crate::workflow::{transform, CompiledStep, Mode, RetryPolicy, StepType, Val, Workflow};
 
 /// What a request needs to continue.
@@ -38,6 +40,10 @@ pub struct Job {
     pub created_us: i64,
     /// A WORKFLOW step of another request started this one, which waits for its outcome.
     pub has_parent: bool,
+    /// The trace it belongs to (its stored `traceparent`), if any.
+    pub trace: Option<RequestTrace>,
+    /// Times it was retried (`POST /serviceRequest/{id}/retry`): names its span.
+    pub retries: i32,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -52,6 +58,33 @@ pub fn parse_headers(text: &[u8]) -> Vec<(String, String)> {
     serde_json::from_slice::<Vec<(String, String)>>(text).unwrap_or_default()
 }
 
+/// The forwardable headers without the trace context, and the trace context: each step
+/// gets a `traceparent` of its own (`telemetry::step_traceparent`).
+pub fn headers_and_trace(text: &[u8]) -> (Vec<(String, String)>, Option<RequestTrace>) {
+    let mut headers = parse_headers(text);
+    if !headers
+        .iter()
+        .any(|(k, _)| k == "traceparent" || k == "tracestate")
+    {
+        return (headers, None);
+    }
+    let mut parent = None;
+    let mut tracestate = None;
+    headers.retain(|(k, v)| match k.as_str() {
+        "traceparent" => {
+            parent = parent.or_else(|| TraceParent::parse(v.as_bytes()));
+            false
+        }
+        "tracestate" => {
+            tracestate = Some(v.clone());
+            false
+        }
+        _ => true,
+    });
+    let trace = parent.map(|parent| RequestTrace { parent, tracestate });
+    (headers, trace)
+}
+
 enum Outcome {
     Done(Doc),
     Failed(CallError),
@@ -64,6 +97,13 @@ const WRITE_RETRY: Duration = Duration::from_millis(100);
 const MAX_WRITE_RETRY: Duration = Duration::from_secs(2);
 
 impl Job {
+    /// Its trace id in hex, for log lines.
+    pub fn trace_id(&self) -> Option<String> {
+        self.trace
+            .as_ref()
+            .map(|t| crate::telemetry::context::hex(&t.parent.trace_id))
+    }
+
     /// The onFailure sibling after `step_id` while handling `parent`'s failure.
     fn next_on_failure(&self, parent: u32, step_id: u32) -> Option<u32> {
         let list = &self.wf.step(parent)?.on_failure;
@@ -128,8 +168,9 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
                 job.id,
                 format!("step {step_id} is not part of workflow {}", job.wf.def.name),
             );
+            let reason = t.reason.clone();
             if write(exec, t).await {
-                exec.count_finished("FAILED");
+                ended(exec, &job, "FAILED", reason.as_deref());
             }
             return;
         };
@@ -159,8 +200,9 @@ async fn finish(exec: &Executor, job: &Job) {
         retry_in_ms: None,
         last_error: None,
     };
+    let reason = t.reason.clone();
     if write(exec, t).await {
-        exec.count_finished(status);
+        ended(exec, job, status, reason.as_deref());
     }
 }
 
@@ -186,10 +228,11 @@ async fn run_step(exec: &Arc<Executor>, job: &mut Job, step: &CompiledStep) -> F
         None => request,
     };
     let is_async = step.step_type == StepType::Async && job.failing.is_none();
+    let mut trace = StepTrace::begin(exec.app.tracing.as_ref(), job.trace.as_ref());
     let outcome = match condition_error {
         Some(e) => Outcome::Failed(e),
         None => {
-            let outcome = execute(exec, job, step, &body, is_async).await;
+            let outcome = execute(exec, job, step, &body, is_async, trace.as_mut()).await;
             exec.app.metrics.steps_executed.inc();
             outcome
         }
@@ -200,21 +243,34 @@ async fn run_step(exec: &Arc<Executor>, job: &mut Job, step: &CompiledStep) -> F
         n: job.attempts + 1,
     };
     if attempt.finished - started > 1000.0 {
-        tracing::debug!(id = %job.id, step = step.id, ms = attempt.finished - started, "slow step");
+        tracing::debug!(service_request_id = %job.id, step_id = step.id, trace_id = job.trace_id().as_deref(), ms = attempt.finished - started, "slow step");
     }
+    let end = |trace: Option<StepTrace>, how: Ended| {
+        if let (Some(t), Some(rt)) = (trace, &job.trace) {
+            t.end(exec.app.tracing.as_ref(), rt, &job.id, step, attempt.n, how);
+        }
+    };
     match outcome {
         Outcome::Sent if step.mode == crate::workflow::Mode::Workflow => {
+            end(trace, Ended::Paused);
             start_child(exec, job, step, &body, &attempt).await;
             Flow::Stop
         }
         Outcome::Sent => {
+            end(trace, Ended::Paused);
             sent(exec, job, step, &body, &attempt).await;
             Flow::Stop
         }
-        Outcome::Done(response) => completed(exec, job, step, body, response, &attempt).await,
+        Outcome::Done(response) => {
+            end(trace, Ended::Done);
+            completed(exec, job, step, body, response, &attempt).await
+        }
         Outcome::Failed(e) => {
             let policy = policy(exec, step);
-            if e.retryable(&policy) && attempt.n < policy.max_attempts {
+            let again = e.retryable(&policy) && attempt.n < policy.max_attempts;
+            tracing::debug!(service_request_id = %job.id, step_id = step.id, trace_id = job.trace_id().as_deref(), attempt = attempt.n, again, error = %e.message, "step attempt failed");
+            end(trace, Ended::Failed(&e, again));
+            if again {
                 return retry(exec, job, step.id, attempt.n, &policy, &e)
                     .await
                     .into();
@@ -243,7 +299,7 @@ async fn skip(
     let rec = record(step, "SKIPPED", &request, Some(&request), started, None);
     let t = transition(job, next, Some(request.clone()), rec);
     job.remember(step, &request, &request);
-    if !advance(exec, t).await {
+    if !advance(exec, job, t).await {
         return Flow::Stop;
     }
     job.next = next;
@@ -292,7 +348,7 @@ async fn start_child(exec: &Executor, job: &Job, step: &CompiledStep, body: &Doc
             Ok(false) => return,
             Err(e) if e.is_transient() && !exec.is_stopping() => backoff.wait().await,
             Err(e) => {
-                tracing::warn!(id = %job.id, error = %e, "a child request could not be started; the step runs again later");
+                tracing::warn!(service_request_id = %job.id, step_id = step.id, trace_id = job.trace_id().as_deref(), error = %e, "a child request could not be started; the step runs again later");
                 return;
             }
         }
@@ -348,7 +404,7 @@ async fn completed(
         None => (job.wf.next_main(step.id), response),
     };
     let t = transition(job, next, Some(next_request.clone()), rec);
-    if !advance(exec, t).await {
+    if !advance(exec, job, t).await {
         return Flow::Stop;
     }
     job.next = next;
@@ -403,7 +459,7 @@ async fn failed(
         }
     };
     let t = transition(job, next, Some(job.request.clone()), rec);
-    if !advance(exec, t).await {
+    if !advance(exec, job, t).await {
         return Flow::Stop;
     }
     job.next = next;
@@ -417,6 +473,7 @@ async fn execute(
     step: &CompiledStep,
     body: &Doc,
     is_async: bool,
+    trace: Option<&mut StepTrace>,
 ) -> Outcome {
     let key = format!("{}:{}", job.id, step.id);
     match (&step.val, step.mode) {
@@ -424,7 +481,7 @@ async fn execute(
             // The turn at the host is taken before the call and given back after it; the
             // wait for it does not count against the call's own timeout.
             let called = match exec.app.downstream.acquire(&val.host_key).await {
-                Ok(_turn) => exec.http.call(val, body, &job.headers, &key).await,
+                Ok(_turn) => exec.http.call(val, body, &job.headers, &key, trace).await,
                 Err(e) => Err(e),
             };
             match called {
@@ -434,14 +491,14 @@ async fn execute(
             }
         }
         (Val::Amqp(val), Mode::Amqp) => {
-            let msg = step_message(exec, job, step, body);
+            let msg = step_message(exec, job, step, body, trace.as_deref());
             match exec.amqp.publish(val, &msg).await {
                 Ok(()) => sent_or_done(is_async),
                 Err(reason) => Outcome::Failed(reason),
             }
         }
         (Val::Kafka(val), Mode::Kafka) => {
-            let msg = step_message(exec, job, step, body);
+            let msg = step_message(exec, job, step, body, trace.as_deref());
             match exec.kafka.produce(val, &msg).await {
                 Ok(()) => sent_or_done(is_async),
                 Err(reason) => Outcome::Failed(reason),
@@ -470,12 +527,15 @@ fn step_message<'a>(
     job: &'a Job,
     step: &CompiledStep,
     body: &'a Doc,
+    trace: Option<&'a StepTrace>,
 ) -> super::publish::StepMessage<'a> {
     super::publish::StepMessage {
         service_request_id: job.id,
         step_id: step.id,
         body: body.as_bytes(),
         headers: &job.headers,
+        traceparent: trace.map(StepTrace::traceparent),
+        tracestate: trace.and_then(|t| t.tracestate.as_deref()),
         timeout: exec.app.config.http.timeout,
     }
 }
@@ -594,16 +654,38 @@ fn transition(
 
 /// Writes a step's transition; true when the request goes on to another step (false when
 /// it finished, paused, or is no longer this instance's to run).
-async fn advance(exec: &Executor, t: Transition) -> bool {
+async fn advance(exec: &Executor, job: &Job, t: Transition) -> bool {
     let status = t.status;
+    let reason = if status == "IN_PROGRESS" {
+        None
+    } else {
+        t.reason.clone()
+    };
     if !write(exec, t).await {
         return false;
     }
     if status != "IN_PROGRESS" {
-        exec.count_finished(status);
+        ended(exec, job, status, reason.as_deref());
         return false;
     }
     true
+}
+
+/// `job`'s request reached its final `status`: counted, and its span written.
+fn ended(exec: &Executor, job: &Job, status: &'static str, reason: Option<&str>) {
+    exec.count_finished(status);
+    if let (Some(tracing), Some(t)) = (&exec.app.tracing, &job.trace) {
+        tracing.end_request(
+            t,
+            &job.id,
+            job.retries,
+            &job.wf.def.name,
+            job.created_us,
+            status,
+            reason,
+            Vec::new(),
+        );
+    }
 }
 
 /// Writes a transition, retrying while the database is away (the step's outcome is in
@@ -625,7 +707,7 @@ async fn write(exec: &Executor, mut t: Transition) -> bool {
                 backoff.wait().await;
             }
             Err(WriteError::Rejected(why)) if t.step.is_some() || t.status != "FAILED" => {
-                tracing::error!(id = %t.id, error = %why, "a step transition was refused; failing the request");
+                tracing::error!(service_request_id = %t.id, step_id = t.step.as_ref().map(|s| s.step_id), error = %why, "a step transition was refused; failing the request");
                 t = Transition::failed(
                     t.id,
                     format!("the outcome of a step could not be stored: {why}"),
@@ -636,7 +718,7 @@ async fn write(exec: &Executor, mut t: Transition) -> bool {
                 return false;
             }
             Err(WriteError::Rejected(why)) => {
-                tracing::error!(id = %t.id, error = %why, "a request's failure could not be stored");
+                tracing::error!(service_request_id = %t.id, error = %why, "a request's failure could not be stored");
                 return false;
             }
         }

@@ -19,6 +19,7 @@ pub(crate) mod live;
 pub(crate) mod publish;
 pub(crate) mod resume;
 pub(crate) mod running;
+pub(crate) mod step_trace;
 pub(crate) mod watch;
 pub(crate) mod writer;
 
@@ -216,7 +217,7 @@ impl Executor {
                 ))
             })?;
         let payload = Doc::trusted(c.payload);
-        let headers = job::parse_headers(c.headers.as_bytes());
+        let (headers, trace) = job::headers_and_trace(c.headers.as_bytes());
         if c.status == "NEW" && c.current_step_id == 0 {
             // Nothing ran yet: this job writes every step row, from the first.
             return Ok(Job {
@@ -232,6 +233,8 @@ impl Executor {
                 fresh: c.parent_id.is_none(),
                 created_us: c.created_us,
                 has_parent: c.parent_id.is_some(),
+                trace,
+                retries: c.retries,
             });
         }
         let context = if wf.uses_context {
@@ -264,6 +267,8 @@ impl Executor {
             fresh: false,
             created_us: c.created_us,
             has_parent: c.parent_id.is_some(),
+            trace,
+            retries: c.retries,
         })
     }
 
@@ -335,7 +340,7 @@ impl Executor {
         self.unreserve(want - claimed.len());
         let n = claimed.len();
         if n > 0 {
-            tracing::debug!(n, first = %claimed[0].id, status = %claimed[0].status, "claimed");
+            tracing::debug!(n, first_service_request_id = %claimed[0].id, status = %claimed[0].status, "claimed");
         }
         self.app.metrics.leases_claimed.inc_by(n as u64);
         for c in claimed {
@@ -361,12 +366,14 @@ impl Executor {
     /// failure (its workflow is gone or no longer validates) fails it.
     async fn run_claimed(self: &Arc<Self>, c: Claimed) {
         let id = c.id;
+        // For its log lines: a scan of the headers' text, no parse.
+        let trace_id = crate::telemetry::context::trace_id_in(&c.headers).map(str::to_string);
         match self.job_for(c).await {
             Ok(job) => self.spawn(job),
             Err(e) if e.is_transient() => {
                 self.unreserve(1);
                 self.app.metrics.requests_released.inc();
-                tracing::warn!(%id, error = %e, "claimed request could not be loaded; continuing it later");
+                tracing::warn!(service_request_id = %id, trace_id = trace_id.as_deref(), error = %e, "claimed request could not be loaded; continuing it later");
                 let released = async {
                     let conn = self
                         .pool
@@ -381,7 +388,7 @@ impl Executor {
                 }
             }
             Err(e) => {
-                tracing::error!(%id, error = %e, "claimed request cannot run; marking it FAILED");
+                tracing::error!(service_request_id = %id, trace_id = trace_id.as_deref(), error = %e, "claimed request cannot run; marking it FAILED");
                 let t = writer::Transition::failed(id, e.to_string());
                 if self.writer.write(t).await.is_ok() {
                     self.count_finished("FAILED");
@@ -451,7 +458,7 @@ impl Executor {
                         }
                     }
                     if !lost.is_empty() {
-                        tracing::debug!(n = lost.len(), first = %lost[0], "leases lost");
+                        tracing::debug!(n = lost.len(), first_service_request_id = %lost[0], "leases lost");
                     }
                     for id in &lost {
                         // Another instance holds it now: stop working on it.
@@ -552,11 +559,14 @@ const CHILD_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The job of a request this instance just created, from its first step.
 fn fresh_job(r: Inserted, wf: Arc<Workflow>) -> Job {
+    let (headers, trace) = job::headers_and_trace(&r.headers);
     Job {
         id: r.id,
         next: wf.main.first().copied(),
         wf,
-        headers: job::parse_headers(&r.headers),
+        headers,
+        trace,
+        retries: 0,
         request: Doc::trusted(r.payload),
         failing: None,
         context: Default::default(),

@@ -216,8 +216,21 @@ impl Executor {
                 return Err(e.into());
             }
         };
-        if resumed.is_some() {
+        if let Some(c) = &resumed {
             self.app.changes.notify(&a.id);
+            if let Some(t) = &self.app.tracing {
+                if let (_, Some(trace)) = super::job::headers_and_trace(c.headers.as_bytes()) {
+                    t.mark(
+                        &trace,
+                        &a.id,
+                        "resume",
+                        vec![
+                            opentelemetry::KeyValue::new("clamp.step.id", a.step_id as i64),
+                            opentelemetry::KeyValue::new("clamp.step.status", step_status),
+                        ],
+                    );
+                }
+            }
         }
         match (resumed, owner) {
             (Some(claimed), Some(_)) => {

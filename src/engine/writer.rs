@@ -159,7 +159,7 @@ async fn run(rx: mpsc::Receiver<Pending>, w: Arc<Writer>, concurrency: usize) {
                             committed(&p.t);
                         } else {
                             metrics.leases_lost.inc();
-                            tracing::debug!(id = %p.t.id, status = p.t.status, n = batch_len, "transition refused: lease not held");
+                            tracing::debug!(service_request_id = %p.t.id, step_id = p.t.step.as_ref().map(|s| s.step_id), status = p.t.status, n = batch_len, "transition refused: lease not held");
                         }
                         let _ = p.ack.send(if ok {
                             Ok(())

@@ -191,7 +191,29 @@ pub async fn handle(core: Arc<Core>, conn: Arc<ConnState>, req: Request<Incoming
     let _in_flight = conn.begin();
     let (parts, body) = req.into_parts();
     let mut body = Body::new(body);
-    let (route, mut resp) = dispatch(&core, &parts, &mut body).await;
+    // Tracing on: a server span per request, a child of the caller's when it sent one.
+    let server = core.app.tracing.as_ref().map(|t| {
+        t.server(
+            parts.method.as_str(),
+            crate::telemetry::incoming(&parts.headers),
+        )
+    });
+    let (route, mut resp) = dispatch(&core, &parts, &mut body, server.as_ref()).await;
+    if let (Some(t), Some(span)) = (&core.app.tracing, server) {
+        let template = template(route);
+        t.end_server(
+            span,
+            format!("{} {template}", parts.method),
+            vec![
+                opentelemetry::KeyValue::new("http.request.method", parts.method.to_string()),
+                opentelemetry::KeyValue::new("http.route", template),
+                opentelemetry::KeyValue::new("url.path", parts.uri.path().to_string()),
+                opentelemetry::KeyValue::new("url.scheme", "http"),
+                opentelemetry::KeyValue::new("network.protocol.version", "1.1"),
+            ],
+            resp.status().as_u16(),
+        );
+    }
     let cfg = &core.app.config;
     body.settle(
         &parts.headers,
@@ -207,7 +229,38 @@ pub async fn handle(core: Arc<Core>, conn: Arc<ConnState>, req: Request<Incoming
     resp
 }
 
-async fn dispatch(core: &Core, parts: &Parts, body: &mut Body) -> (Route, Resp) {
+/// The route as a template, for span names and `http.route`.
+fn template(route: Route) -> &'static str {
+    match route {
+        Route::CreateWorkflow => "/workflow",
+        Route::GetWorkflow | Route::PutWorkflow => "/workflow/{name}",
+        Route::WorkflowVersions => "/workflow/{name}/versions",
+        Route::ListWorkflows => "/workflows",
+        Route::CreateServiceRequest => "/serviceRequest/{workflow}",
+        Route::GetServiceRequest => "/serviceRequest/{id}",
+        Route::CancelServiceRequest => "/serviceRequest/{id}/cancel",
+        Route::RetryServiceRequest => "/serviceRequest/{id}/retry",
+        Route::RerunServiceRequest => "/serviceRequest/{id}/rerun",
+        Route::ListServiceRequests => "/serviceRequests/{workflow}",
+        Route::SearchServiceRequests => "/serviceRequests",
+        Route::RetryServiceRequests => "/serviceRequests/retry",
+        Route::CountServiceRequests => "/serviceRequestCounts",
+        Route::StepResponse => "/stepResponse",
+        Route::Health => "/health",
+        Route::Ready => "/ready",
+        Route::Metrics => "/metrics",
+        Route::OpenApi => "/openapi.json",
+        Route::Console => "/console",
+        Route::NotFound => "",
+    }
+}
+
+async fn dispatch(
+    core: &Core,
+    parts: &Parts,
+    body: &mut Body,
+    server: Option<&crate::telemetry::ServerSpan>,
+) -> (Route, Resp) {
     // The console routes its own pages and signs its users in (`console::session`).
     if console::owns(parts.uri.path()) {
         return (Route::Console, console::handle(core, parts, body).await);
@@ -232,7 +285,7 @@ async fn dispatch(core: &Core, parts: &Parts, body: &mut Body) -> (Route, Resp) 
     let query = parts.uri.query();
     let resp = match route {
         Route::CreateServiceRequest => {
-            service_requests::create(core, &decode(arg), parts, body).await
+            service_requests::create(core, &decode(arg), parts, body, server).await
         }
         Route::GetServiceRequest => service_requests::get(core, arg, query).await,
         Route::CancelServiceRequest => service_requests::cancel(core, arg, parts, body).await,

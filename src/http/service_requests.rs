@@ -66,13 +66,29 @@ fn is_blank(b: &[u8]) -> bool {
 }
 
 /// The forwardable headers as a JSON array of `[name, value]` pairs (order and
-/// repeats kept). Values that are not UTF-8 are dropped.
-pub fn forwardable_headers(deny: &[&str], headers: &HeaderMap) -> Bytes {
+/// repeats kept). Values that are not UTF-8 are dropped. With a server span (tracing on),
+/// the trace context kept is that span's instead of the caller's: the request's span is
+/// its child (`telemetry::request_span_id`).
+pub fn forwardable_headers(
+    deny: &[&str],
+    headers: &HeaderMap,
+    server: Option<&crate::telemetry::ServerSpan>,
+) -> Bytes {
     let mut out = Vec::with_capacity(64);
     out.push(b'[');
+    if let Some(s) = server {
+        out.extend_from_slice(b"[\"traceparent\",\"");
+        out.extend_from_slice(&s.ctx.encode());
+        out.extend_from_slice(b"\"]");
+        if let Some(state) = &s.tracestate {
+            out.extend_from_slice(b",[\"tracestate\",");
+            serde_json::to_writer(&mut out, state).expect("strings serialize");
+            out.push(b']');
+        }
+    }
     for (name, value) in headers {
         let n = name.as_str();
-        if deny.contains(&n) {
+        if deny.contains(&n) || (server.is_some() && (n == "traceparent" || n == "tracestate")) {
             continue;
         }
         let Ok(v) = value.to_str() else { continue };
@@ -141,7 +157,13 @@ static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 ///
 /// Beyond Clamp, `?version=N` runs version N of the workflow; without it the request runs
 /// the latest version as its insert finds it (`store::pool::sql::INSERT_REQUESTS`).
-pub async fn create(core: &Core, name: &str, parts: &Parts, body: &mut Body) -> Resp {
+pub async fn create(
+    core: &Core,
+    name: &str,
+    parts: &Parts,
+    body: &mut Body,
+    server: Option<&crate::telemetry::ServerSpan>,
+) -> Resp {
     let app = &core.app;
     let pinned = match parts
         .uri
@@ -185,7 +207,7 @@ pub async fn create(core: &Core, name: &str, parts: &Parts, body: &mut Body) -> 
         app.metrics.rejected_overload.inc();
         return unavailable("database unavailable, retry later");
     }
-    let headers = forwardable_headers(&app.config.header_denylist, &parts.headers);
+    let headers = forwardable_headers(&app.config.header_denylist, &parts.headers, server);
     let body = match body.read_request(parts, &app.config).await {
         Ok(b) => b,
         Err(resp) => return resp,
@@ -328,7 +350,10 @@ pub(crate) async fn cancel_with(core: &Core, id: uuid::Uuid, reason: Option<Stri
         )
     };
     match crate::store::cancel::cancel(&conn, id, &reason).await {
-        Ok(Cancelled::Now) => {
+        Ok(Cancelled::Now(rows)) => {
+            if let Some(t) = &app.tracing {
+                trace_cancelled(t, &rows);
+            }
             app.metrics.cancelled.inc();
             app.changes.notify(&id);
             answer(&reason)
@@ -340,6 +365,34 @@ pub(crate) async fn cancel_with(core: &Core, id: uuid::Uuid, reason: Option<Stri
         ),
         Ok(Cancelled::Unknown) => error(StatusCode::NOT_FOUND, "no service request with this id"),
         Err(e) => store_error(e, "cancel service request"),
+    }
+}
+
+/// Ends the spans of the requests a cancel finished, each with the cancel as its event.
+fn trace_cancelled(t: &crate::telemetry::Tracing, rows: &[crate::store::cancel::CancelledRow]) {
+    for r in rows {
+        let (_, Some(trace)) = crate::engine::job::headers_and_trace(r.headers.as_bytes()) else {
+            continue;
+        };
+        let event = opentelemetry::trace::Event::new(
+            "cancel",
+            std::time::SystemTime::now(),
+            vec![opentelemetry::KeyValue::new(
+                "clamp.cancel.reason",
+                r.reason.clone(),
+            )],
+            0,
+        );
+        t.end_request(
+            &trace,
+            &r.id,
+            r.retries,
+            &r.workflow_name,
+            r.created_us,
+            "CANCELLED",
+            Some(&r.reason),
+            vec![event],
+        );
     }
 }
 
@@ -598,7 +651,7 @@ mod tests {
         h.insert("host", "x".parse().unwrap());
         h.append("x-multi", "1".parse().unwrap());
         h.append("x-multi", "2 \"q\"".parse().unwrap());
-        let b = forwardable_headers(crate::config::DEFAULT_HEADER_DENYLIST, &h);
+        let b = forwardable_headers(crate::config::DEFAULT_HEADER_DENYLIST, &h, None);
         let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
         assert_eq!(
             v,
@@ -608,7 +661,10 @@ mod tests {
                 ["x-multi", "2 \"q\""]
             ])
         );
-        assert_eq!(&forwardable_headers(&[], &HeaderMap::new())[..], b"[]");
+        assert_eq!(
+            &forwardable_headers(&[], &HeaderMap::new(), None)[..],
+            b"[]"
+        );
     }
 
     #[test]

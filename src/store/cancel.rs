@@ -12,8 +12,8 @@ use super::Result;
 /// What a cancel did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Cancelled {
-    /// Cancelled now.
-    Now,
+    /// Cancelled now: the request, and its unfinished children with it.
+    Now(Vec<CancelledRow>),
     /// It was cancelled before (cancelling is idempotent).
     Already {
         reason: Option<String>,
@@ -23,6 +23,17 @@ pub enum Cancelled {
         status: String,
     },
     Unknown,
+}
+
+/// A request a cancel finished: what its trace needs (`telemetry::Tracing::end_request`).
+#[derive(Debug, PartialEq, Eq)]
+pub struct CancelledRow {
+    pub id: Uuid,
+    pub workflow_name: String,
+    pub headers: String,
+    pub created_us: i64,
+    pub retries: i32,
+    pub reason: String,
 }
 
 pub async fn cancel(conn: &PgConn, id: Uuid, reason: &str) -> Result<Cancelled> {
@@ -41,18 +52,28 @@ pub async fn cancel(conn: &PgConn, id: Uuid, reason: &str) -> Result<Cancelled> 
                  finished_at = now(), updated_at = now(), lease_owner = NULL, lease_until = '-infinity' \
                  WHERE id IN (SELECT id FROM tree) \
                    AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') \
-                 RETURNING id \
-             ) SELECT count(*) FROM done WHERE id = $1",
+                 RETURNING id, workflow_name, headers, \
+                     (extract(epoch FROM created_at) * 1000000)::int8 AS created_us, retries, reason \
+             ) SELECT id, workflow_name, headers, created_us, retries, reason FROM done \
+             ORDER BY id = $1 DESC",
         )
         .await?;
-    if conn
+    let rows: Vec<CancelledRow> = conn
         .client
-        .query_one(&stmt, &[&id, &reason])
+        .query(&stmt, &[&id, &reason])
         .await?
-        .get::<_, i64>(0)
-        == 1
-    {
-        return Ok(Cancelled::Now);
+        .iter()
+        .map(|r| CancelledRow {
+            id: r.get(0),
+            workflow_name: r.get(1),
+            headers: r.get(2),
+            created_us: r.get(3),
+            retries: r.get(4),
+            reason: r.get(5),
+        })
+        .collect();
+    if rows.first().is_some_and(|r| r.id == id) {
+        return Ok(Cancelled::Now(rows));
     }
     // Not cancelled now: a final status never changes again, so this read is not racy.
     let stmt = conn

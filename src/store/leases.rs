@@ -31,6 +31,8 @@ pub struct Claimed {
     pub workflow_version: u32,
     /// The request whose WORKFLOW step started it, if one did.
     pub parent_id: Option<Uuid>,
+    /// Times it was retried.
+    pub retries: i32,
 }
 
 /// Claims up to `limit` runnable requests whose lease is free or expired. One statement:
@@ -50,7 +52,7 @@ WHERE s.id IN (
 RETURNING s.id, s.workflow_name, s.status, s.payload, s.headers, s.current_step_id,
           s.step_request, s.failed_step_id, s.reason, s.step_attempts, ",
     crate::store::sql::created_us!("s"),
-    ", coalesce(s.workflow_version, 1), s.parent_id"
+    ", coalesce(s.workflow_version, 1), s.parent_id, s.retries"
 );
 
 pub async fn claim(
@@ -72,7 +74,7 @@ pub async fn claim(
 impl Claimed {
     /// Reads a row returning `id, workflow_name, status, payload, headers, current_step_id,
     /// step_request, failed_step_id, reason, step_attempts, created_us, workflow_version,
-    /// parent_id`, in that order.
+    /// parent_id, retries`, in that order.
     pub fn from_row(r: &tokio_postgres::Row) -> Claimed {
         Claimed {
             id: r.get(0),
@@ -88,6 +90,7 @@ impl Claimed {
             created_us: r.get(10),
             workflow_version: r.get::<_, i32>(11).max(1) as u32,
             parent_id: r.get(12),
+            retries: r.get(13),
         }
     }
 }

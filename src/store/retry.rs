@@ -12,9 +12,10 @@ use super::Result;
 /// What a retry did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Retried {
-    /// Runnable again; this many retries so far.
+    /// Runnable again; this many retries so far. `headers` carry its trace context.
     Now {
         retries: i32,
+        headers: String,
     },
     /// Not FAILED or CANCELLED (it is running, paused, or completed): its status.
     NotRetryable {
@@ -66,7 +67,7 @@ const RETRY: &str = concat!(
     retry_set!(),
     " WHERE s.id = $1 AND ",
     retryable!(),
-    " RETURNING s.retries"
+    " RETURNING s.retries, s.headers"
 );
 
 pub async fn retry(conn: &PgConn, id: Uuid, payload: Option<&str>) -> Result<Retried> {
@@ -74,6 +75,7 @@ pub async fn retry(conn: &PgConn, id: Uuid, payload: Option<&str>) -> Result<Ret
     if let Some(row) = conn.client.query_opt(&stmt, &[&id, &payload]).await? {
         return Ok(Retried::Now {
             retries: row.get(0),
+            headers: row.get(1),
         });
     }
     let stmt = conn

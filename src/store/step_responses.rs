@@ -74,7 +74,7 @@ WITH resumed AS (
     RETURNING id, workflow_name, status, payload, headers, current_step_id, step_request,
               failed_step_id, reason, step_attempts, ",
     crate::store::sql::created_us!("service_requests"),
-    ", coalesce(workflow_version, 1), parent_id
+    ", coalesce(workflow_version, 1), parent_id, retries
 ), answered AS (
     UPDATE steps_status SET status = $7, response = $8, reason = $9, finished_at = now(),
         time_taken_ms = round(extract(epoch FROM now() - started_at) * 1000)::bigint

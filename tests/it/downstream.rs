@@ -17,6 +17,9 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
+/// The `traceparent` `/traced` answers with.
+pub const TRACED_ANSWER: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
 /// One request the downstream received.
 #[derive(Debug, Clone)]
 pub struct Received {
@@ -176,6 +179,8 @@ async fn handle(
             }
         }
         "/api/step1" => (200, json!({"user": {"id": 7, "ok": true}, "step": 1})),
+        // Answers with a `traceparent` of its own (a peer that traces too).
+        "/traced" => (200, json!({"traced": true})),
         "/api/echo" => (200, json!({"echo": body})),
         "/until-fixed" if fixed => (200, json!({"echo": body})),
         "/until-fixed" => (500, json!({"error": "down for now"})),
@@ -193,6 +198,10 @@ async fn handle(
     log.lock().in_flight -= 1;
     let mut r = Response::new(Full::new(Bytes::from(out.to_string())));
     *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+    if path == "/traced" {
+        r.headers_mut()
+            .insert("traceparent", TRACED_ANSWER.parse().unwrap());
+    }
     if let Some(secs) = retry_after {
         r.headers_mut().insert("retry-after", secs.parse().unwrap());
     }

@@ -22,6 +22,7 @@ mod retry;
 mod search;
 mod status_reads;
 mod support;
+mod traces;
 mod upgrade;
 mod versions;
 mod workflow_files;

@@ -144,6 +144,9 @@ fn properties(val: &AmqpVal, msg: &StepMessage<'_>) -> BasicProperties {
     for (k, v) in msg.headers {
         headers.insert(k.as_str().into(), AMQPValue::LongString(v.as_str().into()));
     }
+    for (k, v) in msg.trace_headers() {
+        headers.insert(k.into(), AMQPValue::LongString(v.into()));
+    }
     let id = msg.service_request_id.to_string();
     headers.insert(
         "serviceRequestId".into(),

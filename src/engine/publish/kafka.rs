@@ -148,6 +148,9 @@ fn record(val: &KafkaVal, msg: &StepMessage<'_>, key: &[u8]) -> Record {
     for (k, v) in msg.headers {
         headers.insert(k.clone(), v.clone().into_bytes());
     }
+    for (k, v) in msg.trace_headers() {
+        headers.insert(k.to_string(), v.as_bytes().to_vec());
+    }
     headers.insert("serviceRequestId".into(), key.to_vec());
     headers.insert("stepId".into(), msg.step_id.to_string().into_bytes());
     headers.insert("Idempotency-Key".into(), msg.idempotency_key().into_bytes());

@@ -24,11 +24,24 @@ pub struct StepMessage<'a> {
     pub body: &'a [u8],
     /// The service request's forwardable headers.
     pub headers: &'a [(String, String)],
+    /// The attempt's `traceparent` and `tracestate`, as message headers.
+    pub traceparent: Option<&'a str>,
+    pub tracestate: Option<&'a str>,
     /// How long the publish may take, retries included.
     pub timeout: Duration,
 }
 
 impl StepMessage<'_> {
+    /// The trace context headers the message carries.
+    pub fn trace_headers(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        [
+            ("traceparent", self.traceparent),
+            ("tracestate", self.tracestate),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+    }
+
     /// `<service-request-id>:<step-id>`, the same key HTTP steps send as `Idempotency-Key`.
     pub fn idempotency_key(&self) -> String {
         format!("{}:{}", self.service_request_id, self.step_id)
