@@ -2,8 +2,9 @@
 # Makes sure the services the tests need are installed and running on this machine:
 # PostgreSQL on 127.0.0.1:5432 (trust auth for local TCP), RabbitMQ on 127.0.0.1:5672,
 # the `tansu` Kafka-protocol broker binary (the Kafka tests start their own broker
-# from it; no Kafka broker comes from Debian), the OpenAPI and console test tools (PyPI),
-# and a headless browser for the console tests (Debian's chromium and chromium-driver).
+# from it; no Kafka broker comes from Debian), the OpenAPI, console and tracing test
+# tools (PyPI), and a headless browser for the console tests (Debian's chromium and
+# chromium-driver).
 # Safe to run again; installs only what is missing (Debian packages, tansu from
 # crates.io, the Python tools from PyPI).
 set -euo pipefail
@@ -73,16 +74,18 @@ ensure_tansu() {
     --no-default-features --features dynostore
 }
 
-# The OpenAPI checks (a validator and a property-based API fuzzer driven by the document)
-# and the console's browser tests (Selenium, driving chromium through chromium-driver), in
-# a virtualenv of their own under target/ (pinned, so the checks do not drift).
+# The OpenAPI checks (a validator and a property-based API fuzzer driven by the document),
+# the console's browser tests (Selenium, driving chromium through chromium-driver) and the
+# OTLP/HTTP trace receiver the tracing tests export to (tests/otlp/receiver.py: the OTLP
+# protobuf messages, and the protobuf runtime they are generated for), in a virtualenv of
+# their own under target/ (pinned, so the checks do not drift).
 PY_TOOLS="$(cd "$(dirname "$0")/.." && pwd)/target/py-tools"
 ensure_py_tools() {
-  local want="schemathesis==4.32.5 openapi-spec-validator==0.9.0 selenium==4.27.1"
+  local want="schemathesis==4.32.5 openapi-spec-validator==0.9.0 selenium==4.27.1 opentelemetry-proto==1.45.2 protobuf==7.36.2"
   if [ -x "$PY_TOOLS/bin/schemathesis" ] && [ -f "$PY_TOOLS/.pinned" ] && [ "$(cat "$PY_TOOLS/.pinned")" = "$want" ]; then
     return 0
   fi
-  log "installing the OpenAPI test tools ($want) into $PY_TOOLS"
+  log "installing the Python test tools ($want) into $PY_TOOLS"
   if ! python3 -m venv "$PY_TOOLS" >/dev/null 2>&1; then
     apt_install python3-venv
     python3 -m venv "$PY_TOOLS"
