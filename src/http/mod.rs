@@ -199,7 +199,7 @@ pub async fn handle(core: Arc<Core>, conn: Arc<ConnState>, req: Request<Incoming
         )
     });
     let (route, mut resp) = dispatch(&core, &parts, &mut body, server.as_ref()).await;
-    if let (Some(t), Some(span)) = (&core.app.tracing, server) {
+    if let (Some(t), Some(span)) = (&core.app.tracing, server.filter(|s| s.ctx.sampled())) {
         let template = template(route);
         t.end_server(
             span,
