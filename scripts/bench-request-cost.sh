@@ -14,7 +14,8 @@
 #   ROUNDS=3 DURATION=20 POLL=0 TAG=request-cost-x A=… B=… scripts/bench-request-cost.sh
 #
 # Settings: ROUNDS (2), DURATION (15, seconds of wrk), CONNS (64), SERVER_FLAGS (both
-# binaries), DEADLINE (120, seconds to wait for completion after wrk), POLL (1; 0 skips
+# binaries), A_FLAGS and B_FLAGS (one binary's own; `@NGINX@` in them becomes nginx's
+# base URL, e.g. B_FLAGS='--otlp-endpoint @NGINX@' exports spans to nginx's fixed 200), DEADLINE (120, seconds to wait for completion after wrk), POLL (1; 0 skips
 # the polling runs), POLL_ROUNDS (1), POLL_CONNS (512), POLL_INTERVAL (20ms),
 # POLL_DURATION (20), BENCH_BIN (target/release/clamp-bench), PGSS (1; 0 runs Postgres
 # without pg_stat_statements), TAG (request-cost).
@@ -139,10 +140,14 @@ finished() {
     $1 == "failed_service_request_handler_counter_total" {f = $2} END {printf "%d %d\n", c, f}'
 }
 
-start_server() {  # start_server BINARY DB LOG: starts it on $port and waits for /health
-  # SERVER_FLAGS is split into words on purpose.
+side_flags() {  # side_flags A|B: that binary's own flags, nginx's URL put in
+  local f="${1}_FLAGS"
+  echo "${!f:-}" | sed "s#@NGINX@#http://127.0.0.1:$nginx_port#g"
+}
+start_server() {  # start_server BINARY DB LOG [A|B]: starts it on $port and waits for /health
+  # SERVER_FLAGS and the side's flags are split into words on purpose.
   # shellcheck disable=SC2086
-  "$1" --port "$port" --bind 127.0.0.1 --database-url "$base/$2" ${SERVER_FLAGS:-} > "$3" 2>&1 &
+  "$1" --port "$port" --bind 127.0.0.1 --database-url "$base/$2" ${SERVER_FLAGS:-} $(side_flags "${4:-X}") > "$3" 2>&1 &
   server_pid=$!
   wait_up "$port"
   curl -sf -o /dev/null "http://127.0.0.1:$port/health" \
@@ -163,7 +168,7 @@ for round in $(seq 1 "$ROUNDS"); do
     bin=${!which}
     db=clamp_reqcost_${round}_${which,,}
     sql "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
-    start_server "$bin" "$db" "$tmp/server-$round-$which.log"
+    start_server "$bin" "$db" "$tmp/server-$round-$which.log" "$which"
     code=$(curl -s -o "$tmp/workflow.json" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
       -d "$workflow" "http://127.0.0.1:$port/workflow")
     case "$code" in 2??) ;; *) echo "bench-request-cost: POST /workflow answered $code: $(cat "$tmp/workflow.json")" >&2; exit 1 ;; esac
@@ -193,6 +198,8 @@ for round in $(seq 1 "$ROUNDS"); do
     t1=$(now)
     s1=$(proc_ticks "$server_pid"); p1=$(tree_ticks "$postmaster"); n1=$(tree_ticks "$nginx_pid")
     wal=$(sql "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn0')::bigint")
+    # Spans (zero unless the side traces): exported, dropped at the full queue, failed.
+    echo "$round $which $(metric clamp_trace_spans_exported_total) $(metric clamp_trace_spans_dropped_total) $(metric clamp_trace_spans_failed_total)" >> "$tmp/spans"
     # The backends flush their pending counters when the server's connections close.
     stop_server
     sleep 0.5
@@ -251,7 +258,7 @@ else
     for which in $(order "$round"); do
       db=clamp_reqcost_poll_${round}_${which,,}
       sql "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
-      start_server "${!which}" "$db" "$tmp/server-poll-$round-$which.log"
+      start_server "${!which}" "$db" "$tmp/server-poll-$round-$which.log" "$which"
       read -r c0 f0 < <(finished)
       s0=$(proc_ticks "$server_pid"); p0=$(tree_ticks "$postmaster")
       $gen_cmd --json "$tmp/poll-$round-$which.json" > /dev/null &
@@ -273,6 +280,7 @@ fi
 server_cmd="<binary> --port $port --bind 127.0.0.1 --database-url $base/<fresh db per run>${SERVER_FLAGS:+ $SERVER_FLAGS}"
 git_head="$(git rev-parse --short HEAD 2>/dev/null || echo none)"
 [ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] || git_head="$git_head (working tree with uncommitted changes)"
+export RC_AFLAGS="$(side_flags A)" RC_BFLAGS="$(side_flags B)"
 export RC_A=$A RC_B=$B RC_GIT=$git_head RC_PG="$pg_set" RC_PGCMD="$pg_cmd" RC_SERVER="$server_cmd" \
   RC_WRK="$wrk_cmd" RC_WORKFLOW="$workflow" RC_NGINX="$nginx_server" RC_POLLNOTE="$poll_note" \
   RC_PGSS=$pgss RC_TMP=$tmp RC_ROUNDS=$ROUNDS RC_DURATION=$DURATION RC_DEADLINE=$DEADLINE \
@@ -332,7 +340,8 @@ w('# What one completed two-step request costs, A against B\n')
 w(f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%M:%SZ}, host {socket.gethostname()}, "
   f"nproc {os.cpu_count()}, {cpu_model()}")
 w(f"- git HEAD of the tree the script ran in: {E['RC_GIT']}")
-w(f"- A: `{E['RC_A']}` (sha256 {sha(E['RC_A'])}); B: `{E['RC_B']}` (sha256 {sha(E['RC_B'])})")
+w(f"- A: `{E['RC_A']}` (sha256 {sha(E['RC_A'])}){' with `' + E['RC_AFLAGS'] + '`' if E['RC_AFLAGS'] else ''}; "
+  f"B: `{E['RC_B']}` (sha256 {sha(E['RC_B'])}){' with `' + E['RC_BFLAGS'] + '`' if E['RC_BFLAGS'] else ''}")
 w(f"- Postgres: throwaway cluster, `{E['RC_PGCMD']}` (the README's settings): {E['RC_PG']}"
   + ("; pg_stat_statements loaded (its cost is in Postgres CPU, alike for both)" if E['RC_PGSS'] == '1' else '; no pg_stat_statements'))
 w(f"- downstream: nginx 127.0.0.1, `worker_processes 1; access_log off;` and `{E['RC_NGINX']}`")
@@ -408,6 +417,14 @@ if prow:
     if prates['A'] and prates['B']:
         ma, mb = statistics.median(prates['A']), statistics.median(prates['B'])
         w(f'\nPolling completed/s, medians: A {ma:,.0f}, B {mb:,.0f}, B ÷ A {mb / ma:.3f}')
+if os.path.exists(f'{tmp}/spans'):
+    rows = [l.split() for l in open(f'{tmp}/spans')]
+    if any(int(x) for r in rows for x in r[2:]):
+        w('\n## Spans (the server\'s counters at the end of each run)\n')
+        w('| round | binary | exported | dropped (queue full) | failed exports |')
+        w('|---|---|---|---|---|')
+        for r in rows:
+            w(f'| {r[0]} | {r[1]} | {int(r[2]):,} | {int(r[3]):,} | {int(r[4]):,} |')
 open(path, 'w').write('\n'.join(o) + '\n')
 PY
 cat "$out/$tag.md"

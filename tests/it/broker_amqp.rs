@@ -619,3 +619,35 @@ async fn a_late_reply_for_a_cancelled_request_is_dead_lettered() {
     s.shutdown().await;
     r.cleanup().await;
 }
+
+#[tokio::test]
+async fn an_amqp_step_carries_the_trace_context_as_message_headers() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let (r, steps, responses) = Rabbit::with_queues().await;
+    let s = TestServer::start(amqp_config(&db, &responses)).await;
+    s.create_workflow(&amqp_then_http("amqptrace", &steps, &d))
+        .await;
+    let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let created = crate::support::send(
+        s.addr,
+        hyper::Method::POST,
+        "/serviceRequest/amqptrace",
+        Some(b"{}".to_vec()),
+        &[("traceparent", caller), ("tracestate", "rojo=00f067aa0ba902b7")],
+    )
+    .await;
+    assert_eq!(created.status, 200, "{}", created.text());
+    let m = r.next(&steps).await;
+    // Tracing is off here: the caller's context goes on as it came.
+    assert!(
+        matches!(header(&m, "traceparent"), Some(AMQPValue::LongString(v)) if v.to_string() == caller),
+        "{:?}",
+        header(&m, "traceparent")
+    );
+    assert!(
+        matches!(header(&m, "tracestate"), Some(AMQPValue::LongString(v)) if v.to_string() == "rojo=00f067aa0ba902b7")
+    );
+    s.shutdown().await;
+    r.cleanup().await;
+}

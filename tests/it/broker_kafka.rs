@@ -498,3 +498,27 @@ async fn a_reply_whose_workflow_no_longer_validates_is_dead_lettered_and_the_nex
     assert!(row.get::<_, &str>(4).contains("no longer validates"));
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_kafka_step_carries_the_trace_context_as_record_headers() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let (k, steps, responses) = Kafka::with_step_topic().await;
+    let s = TestServer::start(kafka_config(&db, &responses)).await;
+    s.create_workflow(&kafka_then_http("kafkatrace", &steps, &d))
+        .await;
+    let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let created = crate::support::send(
+        s.addr,
+        hyper::Method::POST,
+        "/serviceRequest/kafkatrace",
+        Some(b"{}".to_vec()),
+        &[("traceparent", caller)],
+    )
+    .await;
+    assert_eq!(created.status, 200, "{}", created.text());
+    let r = k.records(&steps, 1).await.remove(0);
+    // Tracing is off here: the caller's context goes on as it came.
+    assert_eq!(r.headers["traceparent"], caller.as_bytes());
+    s.shutdown().await;
+}

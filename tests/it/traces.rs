@@ -468,3 +468,40 @@ async fn json_log_lines_parse_and_name_the_request_step_and_trace() {
     assert_eq!(about["step_id"], 1, "{about}");
     assert_eq!(about["trace_id"], CALLER_TRACE, "{about}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_request_continues_its_trace() {
+    let db = TestDb::new();
+    let r = Receiver::start();
+    let d = Downstream::start().await;
+    let s = TestServer::start(traced(&db.url, &r)).await;
+    s.create_workflow(&json!({"name": "again", "steps": [step("a", "POST", d.url("/until-fixed"))]}))
+        .await;
+    let id = create_traced(&s, "again", CALLER).await;
+    wait_status(&s, &id, &["FAILED"], WAIT).await;
+    d.fix();
+    let retried = s
+        .post_json(&format!("/serviceRequest/{id}/retry"), &json!({}))
+        .await;
+    assert_eq!(retried.status, 200, "{}", retried.text());
+    wait_status(&s, &id, &["COMPLETED"], WAIT).await;
+    let spans = r
+        .wait_trace(CALLER_TRACE, "both runs' request spans and the retry", |s| {
+            named(s, "service request again").len() == 2 && !named(s, "retry").is_empty()
+        })
+        .await;
+    let mut runs = named(&spans, "service request again");
+    runs.sort_by_key(|s| s["endTimeUnixNano"].as_u64());
+    assert_eq!(runs[0]["attributes"]["clamp.service_request.status"], "FAILED");
+    assert_eq!(runs[1]["attributes"]["clamp.service_request.status"], "COMPLETED");
+    assert_eq!(runs[1]["attributes"]["clamp.service_request.retries"], 1);
+    assert_ne!(runs[0]["spanId"], runs[1]["spanId"]);
+    assert_eq!(runs[0]["parentSpanId"], runs[1]["parentSpanId"]);
+    // Every call, before and after the retry, is in the caller's trace.
+    let calls = d.received("/until-fixed");
+    assert!(calls.len() >= 2);
+    for c in &calls {
+        assert_eq!(&c.headers["traceparent"][3..35], CALLER_TRACE);
+    }
+    s.shutdown().await;
+}
