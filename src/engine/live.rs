@@ -64,6 +64,8 @@ pub fn committed(app: &App, t: &Transition) {
             step_attempts: t.attempts as i32,
             last_error: t.last_error.clone(),
             retry_at: None,
+            // A delayed request is never run from memory: it is claimed, not handed over.
+            start_at: None,
             // Only a request run here from its first step has a memory, and a retried one
             // never is (it continues from a later step).
             retries: 0,

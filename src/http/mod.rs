@@ -10,6 +10,7 @@ pub(crate) mod body;
 pub(crate) mod conn;
 pub(crate) mod console;
 pub(crate) mod counts;
+pub(crate) mod delayed;
 pub(crate) mod ops;
 pub(crate) mod rerun;
 pub(crate) mod response;

@@ -181,6 +181,14 @@ pub async fn create(
             }
         },
     };
+    // Beyond Clamp: `?startAt=` / `?delayMs=` (read only when there is a query).
+    let start = match parts.uri.query() {
+        None => None,
+        Some(q) => match super::delayed::start_time(q, std::time::SystemTime::now()) {
+            Ok(s) => s,
+            Err(resp) => return resp,
+        },
+    };
     let wf = match pinned {
         None => match find_workflow(core, name).await {
             Ok(Some(wf)) => wf,
@@ -220,6 +228,16 @@ pub async fn create(
         }
         body
     };
+    if let Some(start) = start {
+        if key.is_some() {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "Idempotency-Key cannot be combined with startAt or delayMs",
+            );
+        }
+        return super::delayed::create(core, &wf, pinned.is_some(), &payload, &headers, start)
+            .await;
+    }
     let id = crate::ids::new_v7();
     let created_us = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -20,6 +20,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (10, include_str!("migrations/0010_reruns.sql")),
     (11, include_str!("migrations/0011_workflow_versions.sql")),
     (12, include_str!("migrations/0012_child_workflows.sql")),
+    (13, include_str!("migrations/0013_delayed_start.sql")),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.

@@ -5,6 +5,7 @@ pub(crate) mod buffer;
 pub(crate) mod cancel;
 pub(crate) mod children;
 pub(crate) mod dead_letters;
+pub(crate) mod delayed;
 pub(crate) mod idempotency;
 pub(crate) mod kafka_offsets;
 pub(crate) mod leases;

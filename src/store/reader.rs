@@ -143,6 +143,7 @@ fn collect(rows: &[tokio_postgres::Row], want: Want, out: &mut HashMap<Uuid, Fou
                 step_attempts: r.get("step_attempts"),
                 last_error: r.get("last_error"),
                 retry_at: r.get("retry_at"),
+                start_at: r.get("start_at"),
                 retries: r.get("retries"),
                 rerun_of: r.get("rerun_of"),
                 parent_id: r.get("parent_id"),

@@ -1,8 +1,9 @@
 //! SQL fragments every statement that needs them shares, so a rule is written once.
 
 /// The status a read shows: between steps the stored status stays `NEW` (so the update
-/// after each step is a HOT update), and a `NEW` row whose lease is live or whose current
-/// step is past the first is `IN_PROGRESS`. The argument is the table alias.
+/// after each step is a HOT update), and a `NEW` row held by a live lease or whose current
+/// step is past the first is `IN_PROGRESS` (an unleased one waiting for its start, a
+/// delayed create, stays `NEW`). The argument is the table alias.
 macro_rules! derived_status {
     ($t:literal) => {
         concat!(
@@ -10,9 +11,11 @@ macro_rules! derived_status {
             $t,
             ".status = 'NEW' AND (",
             $t,
-            ".current_step_id > 0 OR ",
+            ".current_step_id > 0 OR (",
             $t,
-            ".lease_until > now()) THEN 'IN_PROGRESS' ELSE ",
+            ".lease_until > now() AND ",
+            $t,
+            ".lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE ",
             $t,
             ".status END"
         )

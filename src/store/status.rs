@@ -19,7 +19,8 @@ macro_rules! head_columns {
              extract(epoch FROM r.finished_at)::float8 * 1000 AS request_finished_ms, \
              r.step_attempts, r.last_error, r.retries, r.rerun_of, r.parent_id, \
              CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() \
-                  THEN to_json(r.lease_until) #>> '{}' END AS retry_at"
+                  THEN to_json(r.lease_until) #>> '{}' END AS retry_at, \
+             to_json(r.start_at) #>> '{}' AS start_at"
         )
     };
 }
@@ -66,6 +67,8 @@ pub struct Head {
     pub step_attempts: i32,
     pub last_error: Option<String>,
     pub retry_at: Option<String>,
+    /// The start a delayed create asked for (beyond Clamp).
+    pub start_at: Option<String>,
     /// Times it was retried after it failed or was cancelled (beyond Clamp).
     pub retries: i32,
     /// The request this one reruns (beyond Clamp).
@@ -177,6 +180,10 @@ pub fn render(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
     // Beyond Clamp: the request this one reruns (its reruns: search's `rerunOf`).
     if let Some(of) = head.rerun_of {
         out.insert("rerunOf".into(), Value::String(of.to_string()));
+    }
+    // Beyond Clamp: the start a delayed create asked for.
+    if let Some(at) = &head.start_at {
+        out.insert("startAt".into(), Value::String(at.clone()));
     }
     // Beyond Clamp: the request whose WORKFLOW step started this one.
     if let Some(p) = head.parent_id {

@@ -634,7 +634,10 @@ async fn an_amqp_step_carries_the_trace_context_as_message_headers() {
         hyper::Method::POST,
         "/serviceRequest/amqptrace",
         Some(b"{}".to_vec()),
-        &[("traceparent", caller), ("tracestate", "rojo=00f067aa0ba902b7")],
+        &[
+            ("traceparent", caller),
+            ("tracestate", "rojo=00f067aa0ba902b7"),
+        ],
     )
     .await;
     assert_eq!(created.status, 200, "{}", created.text());

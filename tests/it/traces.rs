@@ -475,8 +475,10 @@ async fn a_retried_request_continues_its_trace() {
     let r = Receiver::start();
     let d = Downstream::start().await;
     let s = TestServer::start(traced(&db.url, &r)).await;
-    s.create_workflow(&json!({"name": "again", "steps": [step("a", "POST", d.url("/until-fixed"))]}))
-        .await;
+    s.create_workflow(
+        &json!({"name": "again", "steps": [step("a", "POST", d.url("/until-fixed"))]}),
+    )
+    .await;
     let id = create_traced(&s, "again", CALLER).await;
     wait_status(&s, &id, &["FAILED"], WAIT).await;
     d.fix();
@@ -486,14 +488,22 @@ async fn a_retried_request_continues_its_trace() {
     assert_eq!(retried.status, 200, "{}", retried.text());
     wait_status(&s, &id, &["COMPLETED"], WAIT).await;
     let spans = r
-        .wait_trace(CALLER_TRACE, "both runs' request spans and the retry", |s| {
-            named(s, "service request again").len() == 2 && !named(s, "retry").is_empty()
-        })
+        .wait_trace(
+            CALLER_TRACE,
+            "both runs' request spans and the retry",
+            |s| named(s, "service request again").len() == 2 && !named(s, "retry").is_empty(),
+        )
         .await;
     let mut runs = named(&spans, "service request again");
     runs.sort_by_key(|s| s["endTimeUnixNano"].as_u64());
-    assert_eq!(runs[0]["attributes"]["clamp.service_request.status"], "FAILED");
-    assert_eq!(runs[1]["attributes"]["clamp.service_request.status"], "COMPLETED");
+    assert_eq!(
+        runs[0]["attributes"]["clamp.service_request.status"],
+        "FAILED"
+    );
+    assert_eq!(
+        runs[1]["attributes"]["clamp.service_request.status"],
+        "COMPLETED"
+    );
     assert_eq!(runs[1]["attributes"]["clamp.service_request.retries"], 1);
     assert_ne!(runs[0]["spanId"], runs[1]["spanId"]);
     assert_eq!(runs[0]["parentSpanId"], runs[1]["parentSpanId"]);

@@ -1,0 +1,53 @@
+//! Delayed service requests (beyond Clamp): a create that names a later start is written
+//! by itself, unleased, with `lease_until` at its start, so that the claim of any
+//! instance takes it then (`lease_until < now()`) and not before. Creates without a
+//! start never come here: the batched insert is as it was.
+
+use std::time::SystemTime;
+
+use uuid::Uuid;
+
+use super::raw_json::RawJson;
+use super::PgConn;
+use super::Result;
+
+/// One delayed create. `version` 0: the latest version when the row is stored.
+pub struct Delayed<'a> {
+    pub id: Uuid,
+    pub workflow: &'a str,
+    pub version: i32,
+    pub payload: &'a [u8],
+    pub headers: &'a [u8],
+    pub created: SystemTime,
+    pub start: SystemTime,
+}
+
+/// `$1` id, `$2` workflow, `$3` payload, `$4` headers, `$5` created, `$6` start, `$7` the
+/// version named (0: the latest, stored as NULL when it is 1, as `pinned_version!`).
+const INSERT: &str = "\
+INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
+                              created_at, workflow_version, start_at)
+SELECT $1, $2, $3, $4, NULL, $6, $5,
+       NULLIF(CASE WHEN $7::int > 0 THEN $7::int
+                   ELSE coalesce((SELECT w.version FROM workflows w WHERE w.name = $2), 1) END, 1),
+       $6";
+
+/// Stores `d`; answered after its commit.
+pub async fn insert(conn: &PgConn, d: &Delayed<'_>) -> Result<()> {
+    let stmt = conn.stmt(INSERT).await?;
+    conn.client
+        .execute(
+            &stmt,
+            &[
+                &d.id,
+                &d.workflow,
+                &RawJson(d.payload),
+                &RawJson(d.headers),
+                &d.created,
+                &d.start,
+                &d.version,
+            ],
+        )
+        .await?;
+    Ok(())
+}
