@@ -1,6 +1,6 @@
 //! A small downstream service for the steps to call: it records every request and
-//! answers by path (fixed JSON, echo, a status code, a delay, a fault on the first call of
-//! each key), counting calls per Idempotency-Key so tests can prove no step ran twice, and
+//! answers by path (fixed JSON, echo, a status code, a delay, an answer held until the
+//! test releases it, a fault on the first call of each key), counting calls per Idempotency-Key so tests can prove no step ran twice, and
 //! the calls in flight at once.
 
 use std::collections::HashMap;
@@ -38,6 +38,8 @@ pub struct Log {
     pub peak_in_flight: usize,
     /// `/until-fixed` answers 500 until `Downstream::fix` (a downstream that was down).
     pub fixed: bool,
+    /// `/held` answers (as `/api/echo` does) only once `Downstream::release` was called.
+    pub released: bool,
 }
 
 pub struct Downstream {
@@ -107,6 +109,11 @@ impl Downstream {
     /// From now on `/until-fixed` answers as `/api/echo` does.
     pub fn fix(&self) {
         self.log.lock().fixed = true;
+    }
+
+    /// Lets every `/held` call answer, those waiting and those to come.
+    pub fn release(&self) {
+        self.log.lock().released = true;
     }
 
     pub fn peak_in_flight(&self) -> usize {
@@ -184,6 +191,13 @@ async fn handle(
         "/api/echo" => (200, json!({"echo": body})),
         "/until-fixed" if fixed => (200, json!({"echo": body})),
         "/until-fixed" => (500, json!({"error": "down for now"})),
+        // A peer that answers when the test says so, however long that takes.
+        "/held" => {
+            while !log.lock().released {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            (200, json!({"echo": body}))
+        }
         "/api/accepted" => (202, json!({"accepted": true})),
         p if p.starts_with("/status/") => {
             (p[8..].parse().unwrap_or(500), json!({"error": "as asked"}))
