@@ -12,6 +12,7 @@ mod downstream;
 mod durability;
 mod engine;
 mod engine_recovery;
+mod failover;
 mod faults;
 mod front_door;
 mod hardening;
