@@ -576,8 +576,10 @@ pub(crate) fn system_time(us: i64) -> SystemTime {
 }
 
 /// Runs a statement with a client-side bound: a connection that stops answering is given
-/// up on, and the statement is cancelled server-side so it cannot commit later (the
-/// outcome is unknown, so the rows are answered 503).
+/// up on, and the statement is cancelled server-side. The outcome is unknown, so the rows
+/// are answered 503; they may still be stored: a cancel that reaches a commit waiting for
+/// a synchronous standby makes Postgres commit locally (docs/failover.md), so a client
+/// retrying a 503 should send an `Idempotency-Key`.
 async fn bounded<T, E, F>(conn: &PgConn, limit: Duration, fut: F) -> Result<T>
 where
     F: std::future::Future<Output = Result<T, E>>,
