@@ -362,9 +362,7 @@ async fn apply_one(backend: &Backend, def: &WorkflowDef, dry_run: bool) -> Resul
     })
 }
 
-/// Where definitions are applied: a running server, or the database. (One per command
-/// run: the size of its larger variant costs nothing.)
-#[allow(clippy::large_enum_variant)]
+/// Where definitions are applied: a running server, or the database.
 enum Backend {
     Http {
         client: hyper_util::client::legacy::Client<

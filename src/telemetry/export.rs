@@ -27,8 +27,7 @@ impl Queue {
         resource: Resource,
         c: ExportCounters,
     ) -> Result<Queue, String> {
-        let client =
-            opentelemetry_http::hyper::HyperClient::with_default_connector(s.timeout, None);
+        let client = super::http_client::ExportClient::new(s.timeout);
         let mut exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_http_client(client)

@@ -14,6 +14,7 @@
 
 pub(crate) mod context;
 pub(crate) mod export;
+pub(crate) mod http_client;
 pub(crate) mod settings;
 
 use std::borrow::Cow;
