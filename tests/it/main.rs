@@ -20,6 +20,7 @@ mod openapi;
 mod rerun;
 mod retention;
 mod retry;
+mod schedules;
 mod search;
 mod status_reads;
 mod support;
