@@ -138,12 +138,14 @@ fn check_name(field: &str, v: Option<&Value>) -> Result<String, ValidationError>
     Ok(s.to_string())
 }
 
+/// An optional string field (a `null` is refused like any other non-string: a field
+/// left out takes its default).
 fn opt_str<'a>(
     obj: &'a Map<String, Value>,
     field: &str,
 ) -> Result<Option<&'a str>, ValidationError> {
     match obj.get(field) {
-        None | Some(Value::Null) => Ok(None),
+        None => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
         Some(_) => bad(format!("{field}: must be a string")),
     }
@@ -220,7 +222,7 @@ pub fn validate(v: &Value) -> Result<CompiledSchedule, ValidationError> {
     let name = check_name("name", obj.get("name"))?;
     let workflow = check_name("workflow", obj.get("workflow"))?;
     let version = match obj.get("version") {
-        None | Some(Value::Null) => None,
+        None => None,
         Some(v) => match v.as_u64() {
             Some(n @ 1..=0x7fff_ffff) => Some(n as u32),
             _ => return bad("version: must be a whole number from 1".into()),
@@ -243,7 +245,7 @@ pub fn validate(v: &Value) -> Result<CompiledSchedule, ValidationError> {
         (None, Some(e)) => When::Every(parse_every(e)?.as_millis() as i64),
     };
     let payload = match obj.get("payload") {
-        None | Some(Value::Null) => Value::Object(Map::new()),
+        None => Value::Object(Map::new()),
         Some(p @ Value::Object(_)) if !has_nul(p) => p.clone(),
         Some(Value::Object(_)) => {
             return bad("payload: contains \\u0000, which cannot be stored".into())
@@ -261,7 +263,7 @@ pub fn validate(v: &Value) -> Result<CompiledSchedule, ValidationError> {
         Some("all") => CatchUp::All,
         Some(_) => return bad("catchUp: must be \"none\", \"latest\" or \"all\"".into()),
     };
-    if !matches!(obj.get("paused"), None | Some(Value::Null | Value::Bool(_))) {
+    if !matches!(obj.get("paused"), None | Some(Value::Bool(_))) {
         return bad("paused: must be true or false".into());
     }
     Ok(CompiledSchedule {
@@ -470,6 +472,9 @@ mod tests {
             "name: is required",
         );
         check(with("workflow", json!(null)), "workflow: ");
+        check(with("timezone", json!(null)), "timezone: ");
+        check(with("payload", json!(null)), "payload: ");
+        check(with("version", json!(null)), "version: ");
         check(with("cron", json!("every tuesday")), "cron: ");
         check(with("cron", json!("61 * * * * *")), "cron: ");
         check(with("every", json!("1s")), "cron, every: ");
