@@ -68,6 +68,17 @@ async fn check_workflow(core: &Core, s: &CompiledSchedule) -> Result<(), Resp> {
     Ok(())
 }
 
+/// A stored definition read again; 422 when this server no longer reads it (a time zone
+/// its zone database dropped).
+fn compiled(row: &Stored) -> Result<CompiledSchedule, Resp> {
+    def::validate(&row.definition).map_err(|e| {
+        error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &format!("the stored definition no longer reads: {}", e.0),
+        )
+    })
+}
+
 /// A schedule as the answers show it: its definition, `paused`, the next fire times
 /// (none while paused), and its last fires when read with them.
 fn view(row: &Stored, fires: Option<&[FireRow]>) -> Value {
@@ -230,12 +241,7 @@ pub async fn trigger(core: &Core, name: &str) -> Resp {
             .await
             .map_err(fail)?
             .ok_or_else(|| no_schedule(name))?;
-        let s = def::validate(&row.definition).map_err(|e| {
-            error(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                &format!("the stored definition no longer reads: {}", e.0),
-            )
-        })?;
+        let s = compiled(&row)?;
         let ms = Utc::now().timestamp_millis();
         let at = DateTime::from_timestamp_millis(ms).expect("now is a time");
         let id = match schedules::trigger(&conn, &s, at).await.map_err(fail)? {
@@ -293,12 +299,7 @@ pub async fn resume(core: &Core, name: &str) -> Resp {
             .map_err(fail)?
             .ok_or_else(|| no_schedule(name))?;
         if row.paused {
-            let s = def::validate(&row.definition).map_err(|e| {
-                error(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    &format!("the stored definition no longer reads: {}", e.0),
-                )
-            })?;
+            let s = compiled(&row)?;
             let next = s.first_after(now).map_err(|e| bad(&e.0))?;
             schedules::resume(&conn, name, next).await.map_err(fail)?;
         }
