@@ -5,6 +5,8 @@
 //! its workflow (and version) looked up as a create would; fire times are computed
 //! against the database's clock. The runner that makes the fires is `engine::schedules`.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, SecondsFormat, Utc};
 use hyper::http::request::Parts;
 use hyper::StatusCode;
@@ -184,6 +186,26 @@ pub async fn list(core: &Core) -> Resp {
         ),
         Err(e) => store_error(e, "list schedules"),
     }
+}
+
+/// Every schedule (up to `MAX_LIST`, by name) as `GET /schedules/{name}` shows it, with
+/// its latest `runs` fires: the console's list.
+pub async fn views(core: &Core, runs: i64) -> Result<Vec<Value>, StoreError> {
+    let conn = core.pool.get().await?;
+    let rows = schedules::list(&conn, MAX_LIST).await?;
+    let names: Vec<String> = rows
+        .iter()
+        .map(|r| r.definition["name"].as_str().unwrap_or("").to_string())
+        .collect();
+    let mut by_name: HashMap<String, Vec<FireRow>> = HashMap::new();
+    for (name, f) in schedules::last_fires_of(&conn, &names, runs).await? {
+        by_name.entry(name).or_default().push(f);
+    }
+    Ok(rows
+        .iter()
+        .zip(&names)
+        .map(|(row, name)| view(row, Some(&by_name.remove(name).unwrap_or_default())))
+        .collect())
 }
 
 /// `GET /schedules/{name}`: the schedule, its next fire times and its last runs.

@@ -90,6 +90,18 @@ FROM schedule_fires f LEFT JOIN service_requests r ON r.id = f.service_request_i
 WHERE f.schedule = $1 ORDER BY f.fire_at DESC LIMIT $2"
 );
 
+/// The latest `$2` fires of each of the schedules `$1`, with their requests' statuses.
+const LAST_FIRES_OF: &str = concat!(
+    "SELECT f.schedule, f.fire_at, f.service_request_id, ",
+    derived_status!("r"),
+    ", f.skipped
+FROM unnest($1::text[]) AS n(name)
+CROSS JOIN LATERAL (SELECT * FROM schedule_fires
+                    WHERE schedule = n.name ORDER BY fire_at DESC LIMIT $2) f
+LEFT JOIN service_requests r ON r.id = f.service_request_id
+ORDER BY f.schedule, f.fire_at DESC"
+);
+
 /// The schedules due now, locked for this pass; others' passes skip them.
 const DUE: &str = "\
 SELECT name, definition, next_fire_at, now() FROM schedules
@@ -252,6 +264,30 @@ pub async fn last_fires(conn: &PgConn, name: &str, limit: i64) -> Result<Vec<Fir
             service_request_id: r.get(1),
             status: r.get(2),
             skipped: r.get(3),
+        })
+        .collect())
+}
+
+/// The latest `limit` fires of each schedule named, newest first, by schedule name.
+pub async fn last_fires_of(
+    conn: &PgConn,
+    names: &[String],
+    limit: i64,
+) -> Result<Vec<(String, FireRow)>> {
+    let stmt = conn.stmt(LAST_FIRES_OF).await?;
+    let rows = conn.client.query(&stmt, &[&names, &limit]).await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            (
+                r.get(0),
+                FireRow {
+                    fire_at: r.get(1),
+                    service_request_id: r.get(2),
+                    status: r.get(3),
+                    skipped: r.get(4),
+                },
+            )
         })
         .collect())
 }
