@@ -36,6 +36,14 @@ pub enum Route {
     SearchServiceRequests,
     CountServiceRequests,
     StepResponse,
+    CreateSchedule,
+    ListSchedules,
+    GetSchedule,
+    PutSchedule,
+    DeleteSchedule,
+    TriggerSchedule,
+    PauseSchedule,
+    ResumeSchedule,
     Health,
     Ready,
     Metrics,
@@ -45,7 +53,7 @@ pub enum Route {
 }
 
 impl Route {
-    pub const ALL: [Route; 21] = [
+    pub const ALL: [Route; 29] = [
         Route::CreateWorkflow,
         Route::GetWorkflow,
         Route::PutWorkflow,
@@ -61,6 +69,14 @@ impl Route {
         Route::SearchServiceRequests,
         Route::CountServiceRequests,
         Route::StepResponse,
+        Route::CreateSchedule,
+        Route::ListSchedules,
+        Route::GetSchedule,
+        Route::PutSchedule,
+        Route::DeleteSchedule,
+        Route::TriggerSchedule,
+        Route::PauseSchedule,
+        Route::ResumeSchedule,
         Route::Health,
         Route::Ready,
         Route::Metrics,
@@ -87,6 +103,14 @@ impl Route {
             Route::SearchServiceRequests => "clamp_search_service_requests_handler",
             Route::CountServiceRequests => "clamp_count_service_requests_handler",
             Route::StepResponse => "resume_async_service_request_handler",
+            Route::CreateSchedule => "clamp_create_schedule_handler",
+            Route::ListSchedules => "clamp_list_schedules_handler",
+            Route::GetSchedule => "clamp_get_schedule_handler",
+            Route::PutSchedule => "clamp_put_schedule_handler",
+            Route::DeleteSchedule => "clamp_delete_schedule_handler",
+            Route::TriggerSchedule => "clamp_trigger_schedule_handler",
+            Route::PauseSchedule => "clamp_pause_schedule_handler",
+            Route::ResumeSchedule => "clamp_resume_schedule_handler",
             Route::Health => "health_handler",
             Route::Ready => "ready_handler",
             Route::Metrics => "metrics_handler",
@@ -126,6 +150,12 @@ pub struct SourceLabel {
     pub source: &'static str,
 }
 
+/// What a schedule's fire did.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: &'static str,
+}
+
 /// Why a step's call is tried again.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CauseLabel {
@@ -163,6 +193,12 @@ pub const LATENCY_BOUNDS: &[f64] = &[
 /// Batch size bucket bounds, in rows.
 pub const BATCH_BOUNDS: &[f64] = &[
     1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0,
+];
+
+/// Schedule fire lateness bucket bounds, in seconds: 10 ms … an hour (a catch-up after
+/// an outage is as late as the outage was long).
+pub const LATENESS_BOUNDS: &[f64] = &[
+    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0,
 ];
 
 impl AtomicHistogram {
@@ -265,6 +301,10 @@ pub struct Metrics {
     /// Finished spans dropped because the export queue was full, lost because their
     /// export failed, and exported.
     pub trace_spans: TraceCounters,
+    /// Schedule fires that started a request (0) and that the overlap policy skipped (1).
+    pub schedule_fires: [Counter; 2],
+    /// Seconds from a schedule's fire time to the pass that started its request.
+    pub schedule_lateness: Arc<AtomicHistogram>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -302,7 +342,27 @@ impl Metrics {
                 .get_or_create(&SourceLabel { source })
                 .clone()
         });
+        let schedule_fires_family = Family::<OutcomeLabel, Counter>::default();
+        let schedule_fires = ["started", "skipped"].map(|outcome| {
+            schedule_fires_family
+                .get_or_create(&OutcomeLabel { outcome })
+                .clone()
+        });
+        let schedule_lateness = Arc::new(AtomicHistogram::new(LATENESS_BOUNDS));
+        registry.register(
+            "clamp_schedule_fires",
+            "Schedule fires, by outcome: started a service request, or skipped because the \
+             schedule's previous run had not finished (overlap: skip)",
+            schedule_fires_family,
+        );
+        registry.register(
+            "clamp_schedule_fire_lateness_seconds",
+            "Seconds from a schedule's fire time to the pass that started its request",
+            ArcMetric(schedule_lateness.clone()),
+        );
         let m = Metrics {
+            schedule_fires,
+            schedule_lateness,
             requests,
             latency,
             batch_rows,

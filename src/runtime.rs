@@ -177,6 +177,13 @@ fn start_background(
             stop.clone(),
         )));
     }
+    // Schedules: one runner per instance too (instances make each fire once among them).
+    if index == 0 {
+        background.push(tokio::spawn(crate::engine::schedules::run(
+            core.executor.clone(),
+            stop.clone(),
+        )));
+    }
     if core.app.config.brokers.kafka_enabled && index == 0 {
         background.push(tokio::spawn(crate::broker::kafka::consume(
             core.clone(),

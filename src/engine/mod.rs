@@ -19,6 +19,7 @@ pub(crate) mod live;
 pub(crate) mod publish;
 pub(crate) mod resume;
 pub(crate) mod running;
+pub(crate) mod schedules;
 pub(crate) mod step_trace;
 pub(crate) mod watch;
 pub(crate) mod writer;

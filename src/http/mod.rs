@@ -15,6 +15,7 @@ pub(crate) mod ops;
 pub(crate) mod rerun;
 pub(crate) mod response;
 pub(crate) mod retry;
+pub(crate) mod schedules;
 pub(crate) mod search;
 pub(crate) mod service_requests;
 pub(crate) mod step_response;
@@ -129,6 +130,30 @@ const ROUTES: &[RouteDef] = &[
     ),
     route(Method::GET, &[Lit("workflows")], Route::ListWorkflows),
     route(Method::POST, &[Lit("stepResponse")], Route::StepResponse),
+    route(Method::POST, &[Lit("schedules")], Route::CreateSchedule),
+    route(Method::GET, &[Lit("schedules")], Route::ListSchedules),
+    route(Method::GET, &[Lit("schedules"), Arg], Route::GetSchedule),
+    route(Method::PUT, &[Lit("schedules"), Arg], Route::PutSchedule),
+    route(
+        Method::DELETE,
+        &[Lit("schedules"), Arg],
+        Route::DeleteSchedule,
+    ),
+    route(
+        Method::POST,
+        &[Lit("schedules"), Arg, Lit("trigger")],
+        Route::TriggerSchedule,
+    ),
+    route(
+        Method::POST,
+        &[Lit("schedules"), Arg, Lit("pause")],
+        Route::PauseSchedule,
+    ),
+    route(
+        Method::POST,
+        &[Lit("schedules"), Arg, Lit("resume")],
+        Route::ResumeSchedule,
+    ),
     open(Method::GET, &[Lit("health")], Route::Health),
     open(Method::GET, &[Lit("ready")], Route::Ready),
     route(Method::GET, &[Lit("metrics")], Route::Metrics),
@@ -247,6 +272,11 @@ fn template(route: Route) -> &'static str {
         Route::RetryServiceRequests => "/serviceRequests/retry",
         Route::CountServiceRequests => "/serviceRequestCounts",
         Route::StepResponse => "/stepResponse",
+        Route::CreateSchedule | Route::ListSchedules => "/schedules",
+        Route::GetSchedule | Route::PutSchedule | Route::DeleteSchedule => "/schedules/{name}",
+        Route::TriggerSchedule => "/schedules/{name}/trigger",
+        Route::PauseSchedule => "/schedules/{name}/pause",
+        Route::ResumeSchedule => "/schedules/{name}/resume",
         Route::Health => "/health",
         Route::Ready => "/ready",
         Route::Metrics => "/metrics",
@@ -302,6 +332,14 @@ async fn dispatch(
         Route::WorkflowVersions => workflows::versions(core, &decode(arg)).await,
         Route::ListWorkflows => workflows::list(core, query).await,
         Route::StepResponse => step_response::post(core, parts, body).await,
+        Route::CreateSchedule => schedules::create(core, parts, body).await,
+        Route::ListSchedules => schedules::list(core).await,
+        Route::GetSchedule => schedules::get(core, &decode(arg)).await,
+        Route::PutSchedule => schedules::put(core, &decode(arg), parts, body).await,
+        Route::DeleteSchedule => schedules::delete(core, &decode(arg)).await,
+        Route::TriggerSchedule => schedules::trigger(core, &decode(arg)).await,
+        Route::PauseSchedule => schedules::pause(core, &decode(arg)).await,
+        Route::ResumeSchedule => schedules::resume(core, &decode(arg)).await,
         Route::Health => ops::health(),
         Route::Ready => ops::ready(core).await,
         Route::Metrics => ops::metrics(core),

@@ -31,6 +31,13 @@ pub fn json<T: serde::Serialize>(status: StatusCode, body: &T) -> Resp {
     )
 }
 
+/// 204, no body.
+pub fn no_content() -> Resp {
+    let mut r = Response::new(Full::new(Bytes::new()));
+    *r.status_mut() = StatusCode::NO_CONTENT;
+    r
+}
+
 /// Clamp's error shape: `{"code": <status>, "message": "<why>"}`.
 pub fn error(status: StatusCode, message: &str) -> Resp {
     let mut body = Vec::with_capacity(message.len() + 32);

@@ -21,6 +21,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (11, include_str!("migrations/0011_workflow_versions.sql")),
     (12, include_str!("migrations/0012_child_workflows.sql")),
     (13, include_str!("migrations/0013_delayed_start.sql")),
+    (14, include_str!("migrations/0014_schedules.sql")),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.

@@ -17,6 +17,7 @@ pub(crate) mod reader;
 pub(crate) mod rerun;
 pub mod retention;
 pub(crate) mod retry;
+pub(crate) mod schedules;
 pub(crate) mod search;
 mod sql;
 pub(crate) mod stats;

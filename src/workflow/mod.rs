@@ -4,6 +4,7 @@
 pub(crate) mod expr;
 pub(crate) mod model;
 pub(crate) mod retry;
+pub(crate) mod schedule;
 pub(crate) mod transform;
 pub(crate) mod validate;
 

@@ -461,3 +461,66 @@ async fn the_console_pages_newest_first() {
         .contains("status: &quot;SOMETIMES&quot; is not a status"));
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schedules_page_shows_next_fires_and_runs_and_acts_through_its_forms() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&workflows(&d)[1]).await;
+    let r = s
+        .post_json(
+            "/schedules",
+            &json!({"name": "<b>nightly", "workflow": "orders", "cron": "0 30 2 * * *",
+                    "timezone": "Europe/Berlin"}),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let page = s.get("/console/schedules").await;
+    assert_eq!(page.status, 200, "{}", page.text());
+    let csrf = page
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("clamp_csrf="))
+        .map(|v| v.split(';').next().unwrap().to_string())
+        .expect("a csrf cookie");
+    let html = page.text();
+    assert!(html.contains("&lt;b&gt;nightly") && !html.contains("<b>nightly"));
+    assert!(
+        html.contains("T02:30:00+0") || html.contains("T03:00:00+02:00"),
+        "{html}"
+    );
+    let action = "/console/schedules/%3Cb%3Enightly/trigger";
+    assert!(html.contains(action), "{html}");
+    // Run now through the form: the request starts, and the page shows it.
+    let token = csrf.split('=').nth(1).unwrap().to_string();
+    let post = |path: &'static str, csrf_field: String| {
+        let (addr, cookie) = (s.addr, csrf.clone());
+        async move {
+            let body = format!("csrf={csrf_field}").into_bytes();
+            send(addr, Method::POST, path, Some(body), &[("cookie", &cookie)]).await
+        }
+    };
+    let forged = post(action, "wrong".into()).await;
+    assert_eq!(forged.status, 403);
+    let done = post(action, token.clone()).await;
+    assert_eq!(done.status, 303, "{}", done.text());
+    let to = done.headers["location"].to_str().unwrap().to_string();
+    assert!(to.starts_with("/console/schedules?done="), "{to}");
+    let runs = db.count("SELECT count(*) FROM schedule_fires").await;
+    assert_eq!(runs, 1);
+    let after = s.get(&to).await.text();
+    assert!(after.contains("started"), "{after}");
+    assert!(after.contains("/console/serviceRequests/"), "{after}");
+    // Pause, then the page offers resume and shows no next fires.
+    let paused = post("/console/schedules/%3Cb%3Enightly/pause", token).await;
+    assert_eq!(paused.status, 303);
+    let html = s.get("/console/schedules").await.text();
+    assert!(
+        html.contains("none while paused") && html.contains("Resume"),
+        "{html}"
+    );
+    s.shutdown().await;
+}

@@ -21,6 +21,7 @@ mod openapi;
 mod rerun;
 mod retention;
 mod retry;
+mod schedules;
 mod search;
 mod status_reads;
 mod support;

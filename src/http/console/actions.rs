@@ -111,11 +111,7 @@ pub async fn post(
         }
         _ => return layout::problem(StatusCode::NOT_FOUND, ctx, "no such action"),
     };
-    let ok = resp.status().is_success();
-    let answer: serde_json::Value = match resp.into_body().collect().await {
-        Ok(b) => serde_json::from_slice(&b.to_bytes()).unwrap_or_default(),
-        Err(never) => match never {},
-    };
+    let (ok, answer) = answer(resp).await;
     if !ok {
         let why = answer["message"].as_str().unwrap_or("the action failed");
         return failed(&back, why, ctx);
@@ -146,6 +142,16 @@ pub async fn post(
         }
         _ => layout::see_other(&format!("{back}?done={}", q("Cancelled.")), ctx),
     }
+}
+
+/// Whether an API handler's answer is a success, and its JSON body.
+pub async fn answer(resp: Resp) -> (bool, serde_json::Value) {
+    let ok = resp.status().is_success();
+    let body = match resp.into_body().collect().await {
+        Ok(b) => serde_json::from_slice(&b.to_bytes()).unwrap_or_default(),
+        Err(never) => match never {},
+    };
+    (ok, body)
 }
 
 /// An id from the API's answer, kept to the characters of a UUID.

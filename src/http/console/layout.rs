@@ -18,6 +18,7 @@ use crate::http::response::Resp;
 pub enum Nav {
     Requests,
     Workflows,
+    Schedules,
     None,
 }
 
@@ -43,6 +44,7 @@ pub fn page(ctx: &Ctx, nav: Nav, title: &str, body: Markup) -> Markup {
                     nav {
                         a href="/console" class=[(nav == Nav::Requests).then_some("on")] { "Requests" }
                         a href="/console/workflows" class=[(nav == Nav::Workflows).then_some("on")] { "Workflows" }
+                        a href="/console/schedules" class=[(nav == Nav::Schedules).then_some("on")] { "Schedules" }
                     }
                     @if ctx.tokens_on {
                         form.signout method="post" action="/console/logout" {

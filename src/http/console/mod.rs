@@ -1,6 +1,7 @@
 //! The console (beyond Clamp): pages served by the binary itself, for people who run
 //! clamp — requests by status, workflow and time; one request with its steps, timeline
-//! and actions (retry, rerun, cancel); the workflows and their requests per minute.
+//! and actions (retry, rerun, cancel); the workflows and their requests per minute; the
+//! schedules with their next fires and last runs (run now, pause, resume).
 //! Rendered on the server (maud, which escapes every value), no script, no asset from
 //! another host; it reads and acts through the same code as the API. With
 //! `--api-tokens` set, it asks for a token once per browser session (`session`).
@@ -9,6 +10,7 @@ mod actions;
 mod layout;
 mod request;
 mod requests;
+mod schedules;
 mod session;
 mod svg;
 mod workflows;
@@ -70,6 +72,10 @@ pub async fn handle(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
         (&Method::GET, ["workflows"]) => workflows::list(core, &ctx).await,
         (&Method::GET, ["workflows", name]) => {
             workflows::page(core, &ctx, &super::decode(name)).await
+        }
+        (&Method::GET, ["schedules"]) => schedules::page(core, &ctx, query).await,
+        (&Method::POST, ["schedules", name, action]) => {
+            schedules::post(core, &ctx, &super::decode(name), action, parts, body).await
         }
         (&Method::POST, ["logout"]) => logout(core, &ctx, parts, body).await,
         _ => layout::problem(StatusCode::NOT_FOUND, &ctx, "no such page in the console"),
