@@ -294,7 +294,10 @@ async fn dispatch(
 ) -> (Route, Resp) {
     // The console routes its own pages and signs its users in (`console::session`).
     if console::owns(parts.uri.path()) {
-        return (Route::Console, console::handle(core, parts, body).await);
+        return (
+            Route::Console,
+            Box::pin(console::handle(core, parts, body)).await,
+        );
     }
     let (def, arg) = match resolve(&parts.method, parts.uri.path()) {
         Ok(found) => found,
@@ -314,32 +317,38 @@ async fn dispatch(
         }
     }
     let query = parts.uri.query();
+    // The handlers of the rare routes are boxed, so that the future every request
+    // allocates (and zeroes) is as large as the hot routes' need, not the largest route's.
     let resp = match route {
         Route::CreateServiceRequest => {
             service_requests::create(core, &decode(arg), parts, body, server).await
         }
         Route::GetServiceRequest => service_requests::get(core, arg, query).await,
-        Route::CancelServiceRequest => service_requests::cancel(core, arg, parts, body).await,
-        Route::RetryServiceRequest => retry::retry(core, arg, parts, body).await,
-        Route::RerunServiceRequest => rerun::rerun(core, arg, parts, body).await,
-        Route::RetryServiceRequests => retry::retry_matching(core, parts, body).await,
-        Route::ListServiceRequests => service_requests::list(core, &decode(arg), query).await,
-        Route::SearchServiceRequests => search::search(core, query).await,
-        Route::CountServiceRequests => counts::counts(core, query).await,
-        Route::CreateWorkflow => workflows::create(core, parts, body).await,
-        Route::GetWorkflow => workflows::get(core, &decode(arg), query).await,
-        Route::PutWorkflow => workflows::put(core, &decode(arg), parts, body).await,
-        Route::WorkflowVersions => workflows::versions(core, &decode(arg)).await,
-        Route::ListWorkflows => workflows::list(core, query).await,
+        Route::CancelServiceRequest => {
+            Box::pin(service_requests::cancel(core, arg, parts, body)).await
+        }
+        Route::RetryServiceRequest => Box::pin(retry::retry(core, arg, parts, body)).await,
+        Route::RerunServiceRequest => Box::pin(rerun::rerun(core, arg, parts, body)).await,
+        Route::RetryServiceRequests => Box::pin(retry::retry_matching(core, parts, body)).await,
+        Route::ListServiceRequests => {
+            Box::pin(service_requests::list(core, &decode(arg), query)).await
+        }
+        Route::SearchServiceRequests => Box::pin(search::search(core, query)).await,
+        Route::CountServiceRequests => Box::pin(counts::counts(core, query)).await,
+        Route::CreateWorkflow => Box::pin(workflows::create(core, parts, body)).await,
+        Route::GetWorkflow => Box::pin(workflows::get(core, &decode(arg), query)).await,
+        Route::PutWorkflow => Box::pin(workflows::put(core, &decode(arg), parts, body)).await,
+        Route::WorkflowVersions => Box::pin(workflows::versions(core, &decode(arg))).await,
+        Route::ListWorkflows => Box::pin(workflows::list(core, query)).await,
         Route::StepResponse => step_response::post(core, parts, body).await,
-        Route::CreateSchedule => schedules::create(core, parts, body).await,
-        Route::ListSchedules => schedules::list(core).await,
-        Route::GetSchedule => schedules::get(core, &decode(arg)).await,
-        Route::PutSchedule => schedules::put(core, &decode(arg), parts, body).await,
-        Route::DeleteSchedule => schedules::delete(core, &decode(arg)).await,
-        Route::TriggerSchedule => schedules::trigger(core, &decode(arg)).await,
-        Route::PauseSchedule => schedules::pause(core, &decode(arg)).await,
-        Route::ResumeSchedule => schedules::resume(core, &decode(arg)).await,
+        Route::CreateSchedule => Box::pin(schedules::create(core, parts, body)).await,
+        Route::ListSchedules => Box::pin(schedules::list(core)).await,
+        Route::GetSchedule => Box::pin(schedules::get(core, &decode(arg))).await,
+        Route::PutSchedule => Box::pin(schedules::put(core, &decode(arg), parts, body)).await,
+        Route::DeleteSchedule => Box::pin(schedules::delete(core, &decode(arg))).await,
+        Route::TriggerSchedule => Box::pin(schedules::trigger(core, &decode(arg))).await,
+        Route::PauseSchedule => Box::pin(schedules::pause(core, &decode(arg))).await,
+        Route::ResumeSchedule => Box::pin(schedules::resume(core, &decode(arg))).await,
         Route::Health => ops::health(),
         Route::Ready => ops::ready(core).await,
         Route::Metrics => ops::metrics(core),

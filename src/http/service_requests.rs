@@ -235,8 +235,16 @@ pub async fn create(
                 "Idempotency-Key cannot be combined with startAt or delayMs",
             );
         }
-        return super::delayed::create(core, &wf, pinned.is_some(), &payload, &headers, start)
-            .await;
+        // Boxed: the create future every request allocates stays the size of the hot path.
+        return Box::pin(super::delayed::create(
+            core,
+            &wf,
+            pinned.is_some(),
+            &payload,
+            &headers,
+            start,
+        ))
+        .await;
     }
     let id = crate::ids::new_v7();
     let created_us = std::time::SystemTime::now()
