@@ -123,7 +123,18 @@ async fn handle_delivery(
     stop: &watch::Receiver<bool>,
 ) {
     // None: stopping while Postgres is away; the broker redelivers it later.
-    let Some(h) = reply::handle_until_final(core, "amqp", &d.data, stop).await else {
+    let traceparent = d.properties.headers().as_ref().and_then(|h| {
+        h.inner()
+            .iter()
+            .find(|(k, _)| k.as_str() == "traceparent")
+            .and_then(|(_, v)| match v {
+                lapin::types::AMQPValue::LongString(s) => Some(s.as_bytes().to_vec()),
+                _ => None,
+            })
+    });
+    let Some(h) =
+        reply::handle_until_final(core, "amqp", &d.data, traceparent.as_deref(), stop).await
+    else {
         return;
     };
     match h {

@@ -152,7 +152,8 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
             for chunk in records.chunks(APPLY_CONCURRENCY) {
                 let applied = futures_util::future::join_all(chunk.iter().map(|r| {
                     let body = r.record.value.as_deref().unwrap_or_default();
-                    apply_record(core, topic, p, r.offset, body, stop)
+                    let traceparent = r.record.headers.get("traceparent").map(Vec::as_slice);
+                    apply_record(core, topic, p, r.offset, body, traceparent, stop)
                 }))
                 .await;
                 if applied.iter().any(|done| !done) {
@@ -187,9 +188,10 @@ async fn apply_record(
     partition: i32,
     offset: i64,
     body: &[u8],
+    traceparent: Option<&[u8]>,
     stop: &watch::Receiver<bool>,
 ) -> bool {
-    let why = match reply::handle_until_final(core, "kafka", body, stop).await {
+    let why = match reply::handle_until_final(core, "kafka", body, traceparent, stop).await {
         None => return false,
         Some(Handled::Malformed(why) | Handled::Rejected(why)) => why,
         Some(_) => return true,

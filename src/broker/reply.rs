@@ -46,12 +46,13 @@ impl Handled {
 /// Brokers deliver answers fast; the pause is written within milliseconds of the send.
 const PATIENCE: Duration = Duration::from_secs(10);
 
-/// Applies one message body.
-pub async fn handle(core: &Core, body: &[u8]) -> Handled {
-    let answer = match resume::parse(body) {
+/// Applies one message body; `traceparent` is its header of that name, if any.
+pub async fn handle(core: &Core, body: &[u8], traceparent: Option<&[u8]>) -> Handled {
+    let mut answer = match resume::parse(body) {
         Ok(a) => a,
         Err(e) => return Handled::Malformed(e.to_string()),
     };
+    answer.traceparent = traceparent.and_then(crate::telemetry::TraceParent::parse);
     match core.executor.apply_response(&answer, PATIENCE).await {
         Ok(Applied::Resumed) => Handled::Resumed,
         Ok(Applied::Duplicate) => Handled::Duplicate,
@@ -68,11 +69,12 @@ pub async fn handle_until_final(
     core: &Core,
     broker: &'static str,
     body: &[u8],
+    traceparent: Option<&[u8]>,
     stop: &tokio::sync::watch::Receiver<bool>,
 ) -> Option<Handled> {
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     loop {
-        let h = handle(core, body).await;
+        let h = handle(core, body, traceparent).await;
         core.app.metrics.count_broker_reply(broker, h.label());
         if h.is_final() {
             return Some(h);

@@ -67,6 +67,7 @@ fn answer(c: &Untold) -> Answer {
         ),
     });
     Answer {
+        traceparent: None,
         id: c.parent,
         step_id: c.parent_step,
         response: StepResponse {

@@ -64,6 +64,9 @@ pub struct Answer {
     /// The outcome of a child request (a WORKFLOW step's answer); a WORKFLOW step takes
     /// no other.
     pub from_child: bool,
+    /// The `traceparent` the answer came with (an HTTP header, a message header): linked
+    /// from the request's `resume` span.
+    pub traceparent: Option<crate::telemetry::TraceParent>,
 }
 
 /// Parses and checks a step response body; a body that can never apply is `BadInput`.
@@ -81,6 +84,7 @@ pub fn parse(body: &[u8]) -> Result<Answer> {
         return Err(bad("a step response needs a response or an error".into()));
     }
     Ok(Answer {
+        traceparent: None,
         id,
         step_id,
         response: r,
@@ -220,10 +224,14 @@ impl Executor {
             self.app.changes.notify(&a.id);
             if let Some(t) = &self.app.tracing {
                 if let (_, Some(trace)) = super::job::headers_and_trace(c.headers.as_bytes()) {
-                    t.mark(
+                    t.mark_linked(
                         &trace,
                         &a.id,
                         "resume",
+                        a.traceparent
+                            .iter()
+                            .map(crate::telemetry::link_to)
+                            .collect(),
                         vec![
                             opentelemetry::KeyValue::new("clamp.step.id", a.step_id as i64),
                             opentelemetry::KeyValue::new("clamp.step.status", step_status),

@@ -21,10 +21,11 @@ pub async fn post(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
         Ok(b) => b,
         Err(r) => return r,
     };
-    let answer = match resume::parse(&body) {
+    let mut answer = match resume::parse(&body) {
         Ok(a) => a,
         Err(e) => return engine_error(e, "step response"),
     };
+    answer.traceparent = crate::telemetry::incoming(&parts.headers).map(|t| t.0);
     match core.executor.apply_response(&answer, HTTP_PATIENCE).await {
         Ok(Applied::Resumed) => ok("success"),
         Ok(Applied::Duplicate) => ok("duplicate response ignored"),

@@ -289,6 +289,18 @@ impl Tracing {
         name: &'static str,
         attributes: Vec<KeyValue>,
     ) {
+        self.mark_linked(t, id, name, Vec::new(), attributes);
+    }
+
+    /// `mark`, with links (to the span of a step response's sender, say).
+    pub fn mark_linked(
+        &self,
+        t: &RequestTrace,
+        id: &uuid::Uuid,
+        name: &'static str,
+        links: Vec<Link>,
+        attributes: Vec<KeyValue>,
+    ) {
         let now = SystemTime::now();
         self.child(
             t,
@@ -301,7 +313,7 @@ impl Tracing {
                 end: now,
                 attributes: Vec::new(),
                 events: vec![Event::new(name, now, attributes, 0)],
-                links: Vec::new(),
+                links,
                 status: Status::Unset,
             },
         );

@@ -319,12 +319,22 @@ async fn a_request_paused_across_a_restart_keeps_its_trace() {
 
     // Another process (here: a new server on the same database) gets the answer.
     let s = TestServer::start(traced(&db.url, &r)).await;
-    let resp = s
-        .post_json(
-            "/stepResponse",
-            &json!({"serviceRequestId": id, "stepId": 1, "response": {"ok": true}}),
-        )
-        .await;
+    // The service answers with a traceparent of its own: the resume links to it.
+    let resp = send(
+        s.addr,
+        hyper::Method::POST,
+        "/stepResponse",
+        Some(
+            json!({"serviceRequestId": id, "stepId": 1, "response": {"ok": true}})
+                .to_string()
+                .into_bytes(),
+        ),
+        &[
+            ("content-type", "application/json"),
+            ("traceparent", TRACED_ANSWER),
+        ],
+    )
+    .await;
     assert_eq!(resp.status, 200, "{}", resp.text());
     let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
     assert_eq!(v["status"], "COMPLETED", "{v}");
@@ -339,6 +349,10 @@ async fn a_request_paused_across_a_restart_keeps_its_trace() {
     let mut attempts = named(&spans, "POST");
     attempts.sort_by_key(|s| s["startTimeUnixNano"].as_u64());
     assert_eq!(attempts[0]["events"][0]["name"], "pause");
+    assert_eq!(
+        named(&spans, "resume")[0]["links"][0]["spanId"],
+        parent_in(TRACED_ANSWER)
+    );
     for a in attempts.iter().chain(named(&spans, "resume").iter()) {
         assert_eq!(a["parentSpanId"], request["spanId"], "{a}");
     }
