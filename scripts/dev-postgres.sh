@@ -14,15 +14,7 @@
 # tests running beside them keep theirs.
 set -euo pipefail
 
-find_bin() {
-  local d
-  for d in /usr/lib/postgresql/*/bin /usr/local/pgsql/bin /usr/pgsql-*/bin; do
-    if [ -x "$d/initdb" ]; then echo "$d"; return 0; fi
-  done
-  if command -v initdb >/dev/null 2>&1; then dirname "$(command -v initdb)"; return 0; fi
-  echo "dev-postgres: no PostgreSQL server binaries found (apt-get install postgresql)" >&2
-  return 1
-}
+. "$(dirname "$0")/pg-lib.sh"
 
 cmd=${1:-start}
 case "$cmd" in

@@ -19,15 +19,7 @@ set -euo pipefail
 
 STANDBY_NAME=clamp_standby
 
-find_bin() {
-  local d
-  for d in /usr/lib/postgresql/*/bin /usr/local/pgsql/bin /usr/pgsql-*/bin; do
-    if [ -x "$d/initdb" ]; then echo "$d"; return 0; fi
-  done
-  if command -v initdb >/dev/null 2>&1; then dirname "$(command -v initdb)"; return 0; fi
-  echo "pg-replica: no PostgreSQL server binaries found (apt-get install postgresql)" >&2
-  return 1
-}
+. "$(dirname "$0")/pg-lib.sh"
 
 bin=$(find_bin)
 # initdb and postgres refuse to run as root: run them as the postgres user when root.

@@ -122,6 +122,15 @@ fn traced(db: &str, r: &Receiver) -> clamp::config::Config {
     c
 }
 
+/// A database, a receiver, a downstream, and a server exporting its spans to the receiver.
+async fn traced_server() -> (TestDb, Receiver, Downstream, TestServer) {
+    let db = TestDb::new();
+    let r = Receiver::start();
+    let d = Downstream::start().await;
+    let s = TestServer::start(traced(&db.url, &r)).await;
+    (db, r, d, s)
+}
+
 fn step(name: &str, method: &str, url: String) -> Value {
     json!({"name": name, "mode": "HTTP", "val": {"method": method, "url": url}})
 }
@@ -161,10 +170,7 @@ fn parent_in(tp: &str) -> &str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_two_step_request_with_a_retried_step_is_one_trace() {
-    let db = TestDb::new();
-    let r = Receiver::start();
-    let d = Downstream::start().await;
-    let s = TestServer::start(traced(&db.url, &r)).await;
+    let (_db, r, d, s) = traced_server().await;
     let mut flaky = step("reserve", "POST", d.url("/flaky/503"));
     flaky["retry"] = json!({"maxAttempts": 3, "initialIntervalMs": 20});
     let then = step("confirm", "POST", d.url("/traced"));
@@ -272,10 +278,7 @@ async fn without_tracing_the_callers_traceparent_goes_on_as_it_came() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_traceparent_starts_a_new_trace_when_tracing_is_on() {
-    let db = TestDb::new();
-    let r = Receiver::start();
-    let d = Downstream::start().await;
-    let s = TestServer::start(traced(&db.url, &r)).await;
+    let (_db, r, d, s) = traced_server().await;
     s.create_workflow(&json!({"name": "fresh", "steps": [step("a", "POST", d.url("/api/echo"))]}))
         .await;
     let id = create_traced(
@@ -304,10 +307,7 @@ async fn a_malformed_traceparent_starts_a_new_trace_when_tracing_is_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_paused_across_a_restart_keeps_its_trace() {
-    let db = TestDb::new();
-    let r = Receiver::start();
-    let d = Downstream::start().await;
-    let s = TestServer::start(traced(&db.url, &r)).await;
+    let (db, r, d, s) = traced_server().await;
     let mut ask = step("ask", "POST", d.url("/api/accepted"));
     ask["type"] = json!("ASYNC");
     let then = step("use", "POST", d.url("/api/echo"));
@@ -364,10 +364,7 @@ async fn a_request_paused_across_a_restart_keeps_its_trace() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_ends_the_requests_span_with_its_event() {
-    let db = TestDb::new();
-    let r = Receiver::start();
-    let d = Downstream::start().await;
-    let s = TestServer::start(traced(&db.url, &r)).await;
+    let (_db, r, d, s) = traced_server().await;
     let mut ask = step("ask", "POST", d.url("/api/accepted"));
     ask["type"] = json!("ASYNC");
     s.create_workflow(&json!({"name": "cancelled", "steps": [ask]}))
@@ -485,10 +482,7 @@ async fn json_log_lines_parse_and_name_the_request_step_and_trace() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_request_continues_its_trace() {
-    let db = TestDb::new();
-    let r = Receiver::start();
-    let d = Downstream::start().await;
-    let s = TestServer::start(traced(&db.url, &r)).await;
+    let (_db, r, d, s) = traced_server().await;
     s.create_workflow(
         &json!({"name": "again", "steps": [step("a", "POST", d.url("/until-fixed"))]}),
     )
