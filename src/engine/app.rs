@@ -29,6 +29,16 @@ pub struct App {
 }
 
 impl App {
+    /// Tracing, and the trace a request keeps in its stored `headers`: None when tracing
+    /// is off (the headers are not read then) or the request has no trace.
+    pub fn traced(
+        &self,
+        headers: &str,
+    ) -> Option<(&crate::telemetry::Tracing, crate::telemetry::RequestTrace)> {
+        let t = self.tracing.as_ref()?;
+        Some((t, super::job::headers_and_trace(headers.as_bytes()).1?))
+    }
+
     pub fn new(
         config: Config,
         metrics: Arc<Metrics>,

@@ -222,22 +222,20 @@ impl Executor {
         };
         if let Some(c) = &resumed {
             self.app.changes.notify(&a.id);
-            if let Some(t) = &self.app.tracing {
-                if let (_, Some(trace)) = super::job::headers_and_trace(c.headers.as_bytes()) {
-                    t.mark_linked(
-                        &trace,
-                        &a.id,
-                        "resume",
-                        a.traceparent
-                            .iter()
-                            .map(crate::telemetry::link_to)
-                            .collect(),
-                        vec![
-                            opentelemetry::KeyValue::new("clamp.step.id", a.step_id as i64),
-                            opentelemetry::KeyValue::new("clamp.step.status", step_status),
-                        ],
-                    );
-                }
+            if let Some((t, trace)) = self.app.traced(&c.headers) {
+                t.mark_linked(
+                    &trace,
+                    &a.id,
+                    "resume",
+                    a.traceparent
+                        .iter()
+                        .map(crate::telemetry::link_to)
+                        .collect(),
+                    vec![
+                        opentelemetry::KeyValue::new("clamp.step.id", a.step_id as i64),
+                        opentelemetry::KeyValue::new("clamp.step.status", step_status),
+                    ],
+                );
             }
         }
         match (resumed, owner) {

@@ -9,6 +9,7 @@ use hyper::StatusCode;
 use serde_json::{json, Map, Value};
 
 use super::response::{error, json, store_error, Resp};
+use super::rfc3339;
 use crate::state::Core;
 use crate::store::stats::{self, Bucket};
 
@@ -58,10 +59,6 @@ pub fn totals(buckets: &[Bucket]) -> Vec<(String, i64)> {
     }
     out.sort();
     out
-}
-
-fn rfc3339(t: SystemTime) -> String {
-    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 /// `{"createdAfter", "createdBefore", "counts": {status: n}, "perMinute": [{"minute",

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use hyper::StatusCode;
 
-use super::response::{error, json_bytes, store_error, unavailable, Resp};
+use super::response::{error, json_bytes, store_error, Resp};
 use crate::state::Core;
 use crate::workflow::Workflow;
 
@@ -58,11 +58,6 @@ pub fn start_time(q: &str, now: SystemTime) -> Result<Option<SystemTime>, Resp> 
     Ok((start > now).then_some(start))
 }
 
-/// RFC 3339 in UTC with milliseconds, as the answers show times.
-pub fn rfc3339(t: SystemTime) -> String {
-    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
 /// Stores a delayed request; answered after its commit, like every create.
 pub async fn create(
     core: &Core,
@@ -72,10 +67,7 @@ pub async fn create(
     headers: &[u8],
     start: SystemTime,
 ) -> Resp {
-    if core.buffer.presumed_down() {
-        core.app.metrics.rejected_overload.inc();
-        return unavailable("database unavailable, retry later");
-    }
+    // The database was presumed up just before (`service_requests::create`).
     let id = crate::ids::new_v7();
     let conn = match core.pool.get().await {
         Ok(c) => c,
@@ -97,7 +89,7 @@ pub async fn create(
         "pollUrl": format!("/serviceRequest/{id}"),
         "status": "NEW",
         "serviceRequestId": id.to_string(),
-        "startAt": rfc3339(start),
+        "startAt": super::rfc3339(start),
     });
     json_bytes(
         StatusCode::OK,

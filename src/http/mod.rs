@@ -377,6 +377,12 @@ pub fn decode(seg: &str) -> Cow<'_, str> {
     percent_encoding::percent_decode_str(seg).decode_utf8_lossy()
 }
 
+/// A time as the answers show it: RFC 3339 in UTC, with milliseconds.
+pub(crate) fn rfc3339(t: impl Into<chrono::DateTime<chrono::Utc>>) -> String {
+    t.into()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
 /// Reads `key`'s value from a query string (the first occurrence, form-decoded: `%xx`
 /// and `+` for a space).
 pub fn query_param<'q>(query: Option<&'q str>, key: &str) -> Option<Cow<'q, str>> {

@@ -37,19 +37,16 @@ pub(crate) async fn retry_with(core: &Core, id: uuid::Uuid, payload: Option<&str
     };
     match retry::retry(&conn, id, payload).await {
         Ok(Retried::Now { retries, headers }) => {
-            if let Some(t) = &app.tracing {
-                if let (_, Some(trace)) = crate::engine::job::headers_and_trace(headers.as_bytes())
-                {
-                    t.mark(
-                        &trace,
-                        &id,
-                        "retry",
-                        vec![opentelemetry::KeyValue::new(
-                            "clamp.service_request.retries",
-                            retries as i64,
-                        )],
-                    );
-                }
+            if let Some((t, trace)) = app.traced(&headers) {
+                t.mark(
+                    &trace,
+                    &id,
+                    "retry",
+                    vec![opentelemetry::KeyValue::new(
+                        "clamp.service_request.retries",
+                        retries as i64,
+                    )],
+                );
             }
             app.changes.notify(&id);
             // Any instance's sweeper claims it; this one looks at once.

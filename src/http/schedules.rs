@@ -7,13 +7,14 @@
 
 use std::collections::HashMap;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use hyper::http::request::Parts;
 use hyper::StatusCode;
 use serde_json::{json, Value};
 
 use super::body::Body;
 use super::response::{error, json, no_content, store_error, Resp};
+use super::rfc3339;
 use crate::state::Core;
 use crate::store::schedules::{self, FireRow, Stored, Triggered};
 use crate::store::{LoadError, StoreError};
@@ -37,10 +38,6 @@ fn no_schedule(name: &str) -> Resp {
         StatusCode::NOT_FOUND,
         &format!("no schedule named {name:?}"),
     )
-}
-
-fn rfc3339(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
 /// The body as a JSON value; 400 when it is not JSON.

@@ -377,9 +377,7 @@ pub(crate) async fn cancel_with(core: &Core, id: uuid::Uuid, reason: Option<Stri
     };
     match crate::store::cancel::cancel(&conn, id, &reason).await {
         Ok(Cancelled::Now(rows)) => {
-            if let Some(t) = &app.tracing {
-                trace_cancelled(t, &rows);
-            }
+            trace_cancelled(app, &rows);
             app.metrics.cancelled.inc();
             app.changes.notify(&id);
             answer(&reason)
@@ -395,9 +393,9 @@ pub(crate) async fn cancel_with(core: &Core, id: uuid::Uuid, reason: Option<Stri
 }
 
 /// Ends the spans of the requests a cancel finished, each with the cancel as its event.
-fn trace_cancelled(t: &crate::telemetry::Tracing, rows: &[crate::store::cancel::CancelledRow]) {
+fn trace_cancelled(app: &crate::engine::App, rows: &[crate::store::cancel::CancelledRow]) {
     for r in rows {
-        let (_, Some(trace)) = crate::engine::job::headers_and_trace(r.headers.as_bytes()) else {
+        let Some((t, trace)) = app.traced(&r.headers) else {
             continue;
         };
         let event = opentelemetry::trace::Event::new(

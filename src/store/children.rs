@@ -27,7 +27,8 @@ pub struct Start<'a> {
     pub version: u32,
 }
 
-const START: &str = "\
+const START: &str = concat!(
+    "\
 WITH fenced AS (
     UPDATE service_requests s SET status = 'PAUSED', current_step_id = $2, updated_at = now(),
            step_attempts = 0, last_error = NULL, lease_owner = NULL, lease_until = '-infinity'
@@ -40,12 +41,14 @@ WITH fenced AS (
 ), child AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
                                   workflow_version, parent_id, parent_step_id, parent_told)
-    SELECT $8, $9, $5, f.headers, NULL, '-infinity',
-           NULLIF(CASE WHEN $10 > 0 THEN $10 ELSE coalesce(w.version, 1) END, 1), $1, $2, false
+    SELECT $8, $9, $5, f.headers, NULL, '-infinity', ",
+    crate::store::sql::pinned_version!("$10", "w.version"),
+    ", $1, $2, false
     FROM fenced f LEFT JOIN workflows w ON w.name = $9
     RETURNING id
 )
-SELECT count(*) FROM child";
+SELECT count(*) FROM child"
+);
 
 /// Starts the child; false when the parent's lease is lost or it was cancelled.
 pub async fn start(conn: &PgConn, s: &Start<'_>) -> Result<bool> {

@@ -24,13 +24,16 @@ pub struct Delayed<'a> {
 
 /// `$1` id, `$2` workflow, `$3` payload, `$4` headers, `$5` created, `$6` start, `$7` the
 /// version named (0: the latest, stored as NULL when it is 1, as `pinned_version!`).
-const INSERT: &str = "\
-INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
-                              created_at, workflow_version, start_at)
-SELECT $1, $2, $3, $4, NULL, $6, $5,
-       NULLIF(CASE WHEN $7::int > 0 THEN $7::int
-                   ELSE coalesce((SELECT w.version FROM workflows w WHERE w.name = $2), 1) END, 1),
-       $6";
+const INSERT: &str = concat!(
+    "INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, \
+     lease_until, created_at, workflow_version, start_at) \
+     SELECT $1, $2, $3, $4, NULL, $6, $5, ",
+    crate::store::sql::pinned_version!(
+        "$7::int",
+        "(SELECT w.version FROM workflows w WHERE w.name = $2)"
+    ),
+    ", $6"
+);
 
 /// Stores `d`; answered after its commit.
 pub async fn insert(conn: &PgConn, d: &Delayed<'_>) -> Result<()> {

@@ -120,7 +120,8 @@ const SET_NEXT: &str = "UPDATE schedules SET next_fire_at = $2 WHERE name = $1";
 /// UPDATE` already covers), so a trigger and a pass meet on the row, not on the fire's key.
 /// The previous run is the latest fire that started one; a request retention deleted is
 /// finished. Answers (fire rows inserted, requests inserted).
-const FIRE: &str = "\
+const FIRE: &str = concat!(
+    "\
 WITH s AS (
     SELECT name FROM schedules WHERE name = $1 FOR KEY SHARE
 ), prev AS (
@@ -142,14 +143,17 @@ WITH s AS (
 ), req AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner,
                                   lease_until, created_at, workflow_version)
-    SELECT fire.service_request_id, $4, $5, '[]', NULL, '-infinity', $6,
-           NULLIF(CASE WHEN $7::int > 0 THEN $7::int
-                       ELSE coalesce((SELECT w.version FROM workflows w WHERE w.name = $4), 1)
-                  END, 1)
+    SELECT fire.service_request_id, $4, $5, '[]', NULL, '-infinity', $6, ",
+    crate::store::sql::pinned_version!(
+        "$7::int",
+        "(SELECT w.version FROM workflows w WHERE w.name = $4)"
+    ),
+    "
     FROM fire WHERE fire.service_request_id IS NOT NULL
     RETURNING id
 )
-SELECT (SELECT count(*) FROM fire), (SELECT count(*) FROM req)";
+SELECT (SELECT count(*) FROM fire), (SELECT count(*) FROM req)"
+);
 
 const FIRE_AT: &str =
     "SELECT service_request_id FROM schedule_fires WHERE schedule = $1 AND fire_at = $2";

@@ -70,11 +70,23 @@ macro_rules! batch_versions {
     };
 }
 
-/// The version a new row (`t`, joined to `v` of `batch_versions!`) runs: the one it
-/// names (`t.ver` > 0), else the latest; stored as NULL when it is 1 (migration 11).
+/// The version a new row runs: the one it names (`$named` > 0), else the latest
+/// (`$latest`, NULL for a workflow without versions: 1); stored as NULL when it is 1
+/// (migration 11). Without arguments: a batch row `t` joined to `v` of `batch_versions!`.
 macro_rules! pinned_version {
     () => {
-        "NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END, 1)"
+        $crate::store::sql::pinned_version!("t.ver", "v.version")
+    };
+    ($named:literal, $latest:literal) => {
+        concat!(
+            "NULLIF(CASE WHEN ",
+            $named,
+            " > 0 THEN ",
+            $named,
+            " ELSE coalesce(",
+            $latest,
+            ", 1) END, 1)"
+        )
     };
 }
 

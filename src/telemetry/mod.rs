@@ -98,11 +98,6 @@ pub fn time_us(us: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_micros(us.max(0) as u64)
 }
 
-/// A time in milliseconds since the Unix epoch (the engine's step clock).
-pub fn time_ms(ms: f64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_secs_f64(ms.max(0.0) / 1000.0)
-}
-
 fn span_context(tp: &TraceParent, state: Option<&str>, remote: bool) -> SpanContext {
     SpanContext::new(
         TraceId::from_bytes(tp.trace_id),
