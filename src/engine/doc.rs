@@ -39,6 +39,12 @@ impl Doc {
         ))
     }
 
+    /// The same text: the same shared buffer (the usual case, a step that passes its
+    /// request on unchanged), or equal bytes.
+    pub fn same(&self, other: &Doc) -> bool {
+        (self.0.as_ptr() == other.0.as_ptr() && self.0.len() == other.0.len()) || self.0 == other.0
+    }
+
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }

@@ -27,6 +27,9 @@ pub struct Job {
     pub next: Option<u32>,
     /// The request the next step receives.
     pub request: Doc,
+    /// The request's payload (shared with `request` until the first step answers): a step
+    /// record whose request is this text stores a mark instead of a copy.
+    pub payload: Doc,
     /// The failed step whose onFailure steps are running, and why it failed.
     pub failing: Option<(u32, String)>,
     /// `{step_context_name: {request, response}}` of the steps run so far.
@@ -296,7 +299,15 @@ async fn skip(
     started: f64,
 ) -> Flow {
     let next = job.wf.next_main(step.id);
-    let rec = record(step, "SKIPPED", &request, Some(&request), started, None);
+    let rec = record(
+        job,
+        step,
+        "SKIPPED",
+        &request,
+        Some(&request),
+        started,
+        None,
+    );
     let t = transition(job, next, Some(request.clone()), rec);
     job.remember(step, &request, &request);
     if !advance(exec, job, t).await {
@@ -367,7 +378,7 @@ async fn sent(exec: &Executor, job: &Job, step: &CompiledStep, body: &Doc, a: &A
         release: true,
         step: Some(StepRecord {
             attempts: a.n,
-            ..record(step, "STARTED", body, None, a.started, None)
+            ..record(job, step, "STARTED", body, None, a.started, None)
         }),
         attempts: 0,
         retry_in_ms: None,
@@ -389,6 +400,7 @@ async fn completed(
     let rec = StepRecord {
         attempts: a.n,
         ..record(
+            job,
             step,
             "COMPLETED",
             &body,
@@ -436,6 +448,7 @@ async fn failed(
         attempts: a.n,
         reason: Some(reason.clone()),
         ..record(
+            job,
             step,
             "FAILED",
             &body,
@@ -551,6 +564,7 @@ fn sent_or_done(is_async: bool) -> Outcome {
 }
 
 fn record(
+    job: &Job,
     step: &CompiledStep,
     status: &'static str,
     request: &Doc,
@@ -563,6 +577,7 @@ fn record(
         step_name: step.name.clone(),
         status,
         request: Some(request.clone()),
+        request_is_payload: request.same(&job.payload),
         response: response.cloned(),
         started_ms: started,
         finished_ms: finished,

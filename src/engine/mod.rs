@@ -226,7 +226,8 @@ impl Executor {
                 next: wf.main.first().copied(),
                 wf,
                 headers,
-                request: payload,
+                request: payload.clone(),
+                payload,
                 failing: None,
                 context: Default::default(),
                 attempts: 0,
@@ -250,7 +251,7 @@ impl Executor {
         };
         let request = match c.step_request {
             Some(t) => Doc::trusted(t),
-            None => payload,
+            None => payload.clone(),
         };
         let reason = c.reason.filter(|r| !r.is_empty());
         let failing = c
@@ -262,6 +263,7 @@ impl Executor {
             headers,
             next: (c.current_step_id > 0).then_some(c.current_step_id),
             request,
+            payload,
             failing,
             context,
             attempts: c.step_attempts,
@@ -561,6 +563,7 @@ const CHILD_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 /// The job of a request this instance just created, from its first step.
 fn fresh_job(r: Inserted, wf: Arc<Workflow>) -> Job {
     let (headers, trace) = job::headers_and_trace(&r.headers);
+    let payload = Doc::trusted(r.payload);
     Job {
         id: r.id,
         next: wf.main.first().copied(),
@@ -568,7 +571,8 @@ fn fresh_job(r: Inserted, wf: Arc<Workflow>) -> Job {
         headers,
         trace,
         retries: 0,
-        request: Doc::trusted(r.payload),
+        request: payload.clone(),
+        payload,
         failing: None,
         context: Default::default(),
         attempts: 0,

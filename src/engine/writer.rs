@@ -25,6 +25,9 @@ pub struct StepRecord {
     /// COMPLETED, FAILED, SKIPPED, or STARTED for an ASYNC step that was sent.
     pub status: &'static str,
     pub request: Option<Doc>,
+    /// `request` is the request's payload: stored as the mark `''`, not as a second copy
+    /// of the payload (`store::sql::step_request` puts it back for readers).
+    pub request_is_payload: bool,
     pub response: Option<Doc>,
     /// Milliseconds since the Unix epoch.
     pub started_ms: f64,
@@ -236,7 +239,11 @@ async fn write(pool: &Pool, batch: &[Pending], owner: Uuid) -> Result<Vec<Uuid>,
                 step_id.push(s.step_id as i32);
                 step_name.push(s.step_name.as_str());
                 step_status.push(s.status);
-                step_request.push(s.request.as_ref().map(Doc::as_str));
+                step_request.push(if s.request_is_payload {
+                    Some("")
+                } else {
+                    s.request.as_ref().map(Doc::as_str)
+                });
                 step_response.push(s.response.as_ref().map(Doc::as_str));
                 started.push(s.started_ms);
                 finished.push(s.finished_ms);

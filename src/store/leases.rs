@@ -144,8 +144,13 @@ pub async fn load_context(conn: &PgConn, id: Uuid) -> Result<Map<String, Value>>
     let rows = conn
         .client
         .query(
-            "SELECT step_name, request, response FROM steps_status \
-             WHERE service_request_id = $1 ORDER BY id",
+            concat!(
+                "SELECT st.step_name, ",
+                crate::store::sql::step_request!("st", "r.payload"),
+                ", st.response FROM steps_status st \
+                 JOIN service_requests r ON r.id = st.service_request_id \
+                 WHERE st.service_request_id = $1 ORDER BY st.id"
+            ),
             &[&id],
         )
         .await?;

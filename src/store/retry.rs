@@ -39,7 +39,8 @@ macro_rules! retry_set {
     step_request = CASE
         WHEN $2::text IS NOT NULL THEN $2
         WHEN s.status = 'FAILED' AND s.failed_step_id IS NOT NULL THEN
-            (SELECT st.request FROM steps_status st
+            -- '' marks the payload in a record, NULL in the row (see sql::step_request).
+            (SELECT NULLIF(st.request, '') FROM steps_status st
              WHERE st.service_request_id = s.id AND st.step_id = s.failed_step_id
              ORDER BY st.id DESC LIMIT 1)
         WHEN s.status = 'FAILED' THEN NULL

@@ -55,6 +55,25 @@ macro_rules! fresh_lease {
     };
 }
 
+/// A step record's request as readers see it: a step that received the request's payload
+/// unchanged (most first steps) stores `''` instead of a second copy of it (no JSON text
+/// is empty, so the mark is unambiguous), and this puts the payload back. The arguments
+/// are the step record's and the request row's aliases (or a column reference for the
+/// payload).
+macro_rules! step_request {
+    ($st:literal, $payload:literal) => {
+        concat!(
+            "CASE WHEN ",
+            $st,
+            ".request = '' THEN ",
+            $payload,
+            " ELSE ",
+            $st,
+            ".request END"
+        )
+    };
+}
+
 // Exported to the store's files only: a `#[macro_export]` macro lives at the crate root,
 // which would make every statement here depend on `lib.rs`.
 /// The latest version of each workflow a batch names (`$names`), read once per batch
@@ -92,4 +111,5 @@ macro_rules! pinned_version {
 
 pub(crate) use {
     batch_versions, created_us, derived_status, fresh_lease, now_plus_ms, pinned_version,
+    step_request,
 };

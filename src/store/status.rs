@@ -28,10 +28,14 @@ macro_rules! head_columns {
 /// The step-record columns every whole status read returns (`st`: its `steps_status`).
 macro_rules! step_columns {
     () => {
-        ", st.step_id, st.step_name, st.status AS step_status, st.request, st.response, \
+        concat!(
+            ", st.step_id, st.step_name, st.status AS step_status, ",
+            crate::store::sql::step_request!("st", "r.payload"),
+            " AS request, st.response, \
          st.time_taken_ms, st.attempts, st.reason AS step_reason, st.child_id, \
          extract(epoch FROM st.started_at)::float8 * 1000 AS started_ms, \
          extract(epoch FROM st.finished_at)::float8 * 1000 AS finished_ms"
+        )
     };
 }
 

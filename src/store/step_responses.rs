@@ -61,7 +61,8 @@ pub struct Resume<'a> {
 const RESUME: &str = concat!("\
 WITH resumed AS (
     UPDATE service_requests SET status = 'RESUMED', current_step_id = $3,
-        step_request = COALESCE($4, (SELECT request FROM steps_status
+        -- '' marks the payload in a record, NULL in the row (see sql::step_request).
+        step_request = COALESCE($4, (SELECT NULLIF(request, '') FROM steps_status
                                      WHERE service_request_id = $1 AND step_id = $2 ORDER BY id DESC LIMIT 1)),
         failed_step_id = $5, reason = $6, updated_at = now(),
         step_attempts = 0, last_error = NULL,

@@ -372,3 +372,78 @@ async fn conditions_and_transforms_after_a_pause_see_the_steps_before_it() {
     assert_eq!(echoed[0].body, json!({"user": 7, "decision": "yes"}));
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_step_that_receives_the_payload_stores_it_once_and_reads_it_back() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    let first = step("first", "POST", d.url("/api/echo"));
+    let mut wait = step("approve", "POST", d.url("/api/accepted"));
+    wait["type"] = json!("ASYNC");
+    let mut used = step("use", "POST", d.url("/api/echo"));
+    used["transform"] = json!(true);
+    used["requestTransform"] = json!({"spec": {"claim": "first.request.claim"}});
+    s.create_workflow(&json!({"name": "once", "steps": [first, wait, used]}))
+        .await;
+    let id = create_request(&s, "once", &json!({"claim": 42})).await;
+    wait_status(&s, &id, &["PAUSED"], WAIT).await;
+    // The first step's record marks its request as the payload instead of copying it; the
+    // second's holds its own request (the first step's answer).
+    let c = db.client().await;
+    let uid: uuid::Uuid = id.parse().unwrap();
+    let stored: Vec<Option<String>> = c
+        .query(
+            "SELECT request FROM steps_status WHERE service_request_id = $1 ORDER BY id",
+            &[&uid],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(stored.len(), 2, "{stored:?}");
+    assert_eq!(stored[0].as_deref(), Some(""));
+    let second: Value = serde_json::from_str(stored[1].as_deref().unwrap()).unwrap();
+    assert_eq!(second, json!({"echo": {"claim": 42}}));
+
+    // A fresh server reads the records from Postgres alone: the answer shows the payload
+    // as the first step's request, and the context it rebuilds has it too.
+    s.shutdown().await;
+    let s = TestServer::start(config(&db.url)).await;
+    let v: Value = s.get(&format!("/serviceRequest/{id}")).await.json();
+    for entry in &v["steps"].as_array().unwrap()[..2] {
+        assert_eq!(entry["id"], 1, "{v}");
+        assert_eq!(entry["payload"]["request"], json!({"claim": 42}), "{v}");
+    }
+    let r = s
+        .post_json(
+            "/stepResponse",
+            &json!({"serviceRequestId": id, "stepId": 2, "response": {"ok": true}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let echoed = d.received("/api/echo");
+    assert_eq!(echoed.len(), 2);
+    assert_eq!(echoed[1].body, json!({"claim": 42}));
+
+    // A rerun from the second step copies the first step's record: it shows the payload.
+    let r = s
+        .post_json(
+            &format!("/serviceRequest/{id}/rerun"),
+            &json!({"fromStep": 2}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let rerun = r.json()["serviceRequestId"].as_str().unwrap().to_string();
+    let v = wait_status(&s, &rerun, &["PAUSED", "COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["steps"][0]["id"], 1, "{v}");
+    assert_eq!(
+        v["steps"][0]["payload"]["request"],
+        json!({"claim": 42}),
+        "{v}"
+    );
+    s.shutdown().await;
+}
