@@ -166,7 +166,9 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
             finish(exec, &job).await;
             return;
         };
-        let Some(step) = job.wf.step(step_id).cloned() else {
+        // The workflow is shared (an Arc), so the step is borrowed from it, not copied.
+        let wf = job.wf.clone();
+        let Some(step) = wf.step(step_id) else {
             let t = Transition::failed(
                 job.id,
                 format!("step {step_id} is not part of workflow {}", job.wf.def.name),
@@ -177,7 +179,7 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
             }
             return;
         };
-        if let Flow::Stop = run_step(exec, &mut job, &step).await {
+        if let Flow::Stop = run_step(exec, &mut job, step).await {
             return;
         }
     }
