@@ -202,88 +202,38 @@ async fn run(rx: mpsc::Receiver<Pending>, w: Arc<Writer>, concurrency: usize) {
 
 async fn write(pool: &Pool, batch: &[Pending], owner: Uuid) -> Result<Vec<Uuid>, StoreError> {
     let conn = pool.get().await?;
-    let n = batch.len();
-    let mut ids = Vec::with_capacity(n);
-    let mut status = Vec::with_capacity(n);
-    let mut next_step = Vec::with_capacity(n);
-    let mut next_request = Vec::with_capacity(n);
-    let mut failed_step = Vec::with_capacity(n);
-    let mut reason = Vec::with_capacity(n);
-    let mut release = Vec::with_capacity(n);
-    let mut step_id = Vec::with_capacity(n);
-    let mut step_name = Vec::with_capacity(n);
-    let mut step_status = Vec::with_capacity(n);
-    let mut step_request = Vec::with_capacity(n);
-    let mut step_response = Vec::with_capacity(n);
-    let mut started = Vec::with_capacity(n);
-    let mut finished = Vec::with_capacity(n);
-    let mut step_reason = Vec::with_capacity(n);
-    let mut step_attempts = Vec::with_capacity(n);
-    let mut attempts = Vec::with_capacity(n);
-    let mut retry_in = Vec::with_capacity(n);
-    let mut last_error = Vec::with_capacity(n);
-    for p in batch {
-        let t = &p.t;
-        ids.push(t.id);
-        status.push(t.status);
-        next_step.push(t.next_step as i32);
-        next_request.push(t.next_request.as_ref().map(Doc::as_str));
-        failed_step.push(t.failed_step.map(|s| s as i32));
-        reason.push(t.reason.as_deref());
-        release.push(t.release);
-        attempts.push(t.attempts as i32);
-        retry_in.push(t.retry_in_ms);
-        last_error.push(t.last_error.as_deref());
-        match &t.step {
-            Some(s) => {
-                step_id.push(s.step_id as i32);
-                step_name.push(s.step_name.as_str());
-                step_status.push(s.status);
-                step_request.push(if s.request_is_payload {
-                    Some("")
-                } else {
-                    s.request.as_ref().map(Doc::as_str)
-                });
-                step_response.push(s.response.as_ref().map(Doc::as_str));
-                started.push(s.started_ms);
-                finished.push(s.finished_ms);
-                step_reason.push(s.reason.as_deref());
-                step_attempts.push(s.attempts as i32);
+    let rows: Vec<transitions::Row> = batch.iter().map(|p| row(&p.t)).collect();
+    transitions::write(&conn, &rows, owner).await
+}
+
+/// A transition as the statement's row type holds it.
+fn row(t: &Transition) -> transitions::Row<'_> {
+    let step = t.step.as_ref();
+    transitions::Row {
+        id: t.id,
+        status: t.status,
+        next_step: t.next_step as i32,
+        next_request: t.next_request.as_ref().map(Doc::as_str),
+        failed_step: t.failed_step.map(|s| s as i32),
+        reason: t.reason.as_deref(),
+        release: t.release,
+        step_id: step.map_or(0, |s| s.step_id as i32),
+        step_name: step.map_or("", |s| s.step_name.as_str()),
+        step_status: step.map_or("", |s| s.status),
+        step_request: step.and_then(|s| {
+            if s.request_is_payload {
+                Some("")
+            } else {
+                s.request.as_ref().map(Doc::as_str)
             }
-            None => {
-                step_id.push(0);
-                step_name.push("");
-                step_status.push("");
-                step_request.push(None);
-                step_response.push(None);
-                started.push(0.0);
-                finished.push(None);
-                step_reason.push(None);
-                step_attempts.push(0);
-            }
-        }
+        }),
+        step_response: step.and_then(|s| s.response.as_ref().map(Doc::as_str)),
+        started_ms: step.map_or(0.0, |s| s.started_ms),
+        finished_ms: step.and_then(|s| s.finished_ms),
+        step_reason: step.and_then(|s| s.reason.as_deref()),
+        step_attempts: step.map_or(0, |s| s.attempts as i32),
+        attempts: t.attempts as i32,
+        retry_in_ms: t.retry_in_ms,
+        last_error: t.last_error.as_deref(),
     }
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 20] = [
-        &ids,
-        &status,
-        &next_step,
-        &next_request,
-        &failed_step,
-        &reason,
-        &release,
-        &step_id,
-        &step_name,
-        &step_status,
-        &step_request,
-        &step_response,
-        &started,
-        &finished,
-        &step_reason,
-        &step_attempts,
-        &attempts,
-        &retry_in,
-        &last_error,
-        &owner,
-    ];
-    transitions::write(&conn, &params).await
 }

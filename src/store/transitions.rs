@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tokio_postgres::types::ToSql;
+use postgres_types::ToSql;
 use uuid::Uuid;
 
 use super::pool::PgConn;
@@ -16,12 +16,8 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The statement: fence on the lease, update the request row, insert the step record.
 const WRITE_TRANSITIONS: &str = concat!("\
 WITH input AS (
-    SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::int[], $4::text[], $5::int[], $6::text[], $7::bool[],
-                         $8::int[], $9::text[], $10::text[], $11::text[], $12::text[], $13::float8[], $14::float8[], $15::text[],
-                         $16::int[], $17::int[], $18::float8[], $19::text[])
-        AS t(id, status, next_step, next_request, failed_step, reason, release,
-             step_id, step_name, step_status, step_request, step_response, started_ms, finished_ms, step_reason,
-             step_attempts, attempts, retry_in_ms, last_error)
+    -- One array of rows (migration 15's type), not one array per column.
+    SELECT * FROM UNNEST($1::step_transition[])
 ), fenced AS (
     UPDATE service_requests s SET
         -- Between steps the stored status stays NEW (or RESUMED): status is in the claim
@@ -39,7 +35,7 @@ WITH input AS (
                            WHEN i.release THEN '-infinity'::timestamptz ELSE s.lease_until END
     FROM input i
     -- The fence: still leased to this instance, and not cancelled meanwhile.
-    WHERE s.id = i.id AND s.lease_owner = $20 AND s.status <> 'CANCELLED'
+    WHERE s.id = i.id AND s.lease_owner = $2 AND s.status <> 'CANCELLED'
     RETURNING s.id
 ), records AS (
     INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
@@ -57,12 +53,38 @@ WITH input AS (
 )
 SELECT id FROM fenced");
 
-/// Writes a batch of transitions, one array per column of `WRITE_TRANSITIONS`' input
-/// (`$1`–`$19`) and the lease owner (`$20`); returns the ids that passed the fence.
-pub async fn write(conn: &PgConn, params: &[&(dyn ToSql + Sync); 20]) -> Result<Vec<Uuid>> {
+/// One transition as the statement reads it: a `step_transition` (migration 15), field
+/// by field. A transition without a step record has `step_id` 0.
+#[derive(Debug, ToSql)]
+#[postgres(name = "step_transition")]
+pub struct Row<'a> {
+    pub id: Uuid,
+    pub status: &'a str,
+    pub next_step: i32,
+    pub next_request: Option<&'a str>,
+    pub failed_step: Option<i32>,
+    pub reason: Option<&'a str>,
+    pub release: bool,
+    pub step_id: i32,
+    pub step_name: &'a str,
+    pub step_status: &'a str,
+    pub step_request: Option<&'a str>,
+    pub step_response: Option<&'a str>,
+    pub started_ms: f64,
+    pub finished_ms: Option<f64>,
+    pub step_reason: Option<&'a str>,
+    pub step_attempts: i32,
+    pub attempts: i32,
+    pub retry_in_ms: Option<f64>,
+    pub last_error: Option<&'a str>,
+}
+
+/// Writes a batch of transitions for lease owner `owner`; returns the ids that passed
+/// the fence.
+pub async fn write(conn: &PgConn, rows: &[Row<'_>], owner: Uuid) -> Result<Vec<Uuid>> {
     let rows = tokio::time::timeout(WRITE_TIMEOUT, async {
         let stmt = conn.stmt(WRITE_TRANSITIONS).await?;
-        conn.client.query(&stmt, params).await
+        conn.client.query(&stmt, &[&rows, &owner]).await
     })
     .await
     .map_err(|_| StoreError::Unavailable("step write timed out".into()))??;
