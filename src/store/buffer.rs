@@ -413,19 +413,14 @@ async fn write_batch(
     let owner: Option<Uuid> = handoff.filter(|_| n_leased > 0).map(|h| h.owner());
     let lease_ms: f64 = handoff.map_or(0.0, |h| h.lease().as_secs_f64() * 1000.0);
     if rows.iter().all(|r| r.key.is_none()) {
-        let c = Columns::of(rows.iter());
-        let leased: Vec<bool> = (0..rows.len()).map(|i| i < n_leased).collect();
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
-            &c.ids,
-            &c.names,
-            &c.payloads,
-            &c.headers,
-            &leased,
-            &owner,
-            &lease_ms,
-            &c.created,
-            &c.versions,
-        ];
+        let names: Vec<&str> = rows.iter().map(|r| r.workflow.def.name.as_str()).collect();
+        let rows: Vec<NewRequest> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| NewRequest::of(r, i < n_leased))
+            .collect();
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+            [&rows, &names, &owner, &lease_ms];
         let rows = bounded(&conn, cfg.hard_timeout, async {
             conn.client.query(&conn.insert_requests, &params).await
         })
@@ -560,13 +555,47 @@ impl<'a> Columns<'a> {
             c.payloads.push(RawJson(&r.payload));
             c.headers.push(RawJson(&r.headers));
             c.created.push(system_time(r.created_us));
-            c.versions.push(if r.pinned {
-                r.workflow.def.version as i32
-            } else {
-                0
-            });
+            c.versions.push(named_version(r));
         }
         c
+    }
+}
+
+/// A plain create as `INSERT_REQUESTS` reads it: a `new_request` (migration 15), field by
+/// field.
+#[derive(Debug, postgres_types::ToSql)]
+#[postgres(name = "new_request")]
+pub(super) struct NewRequest<'a> {
+    id: Uuid,
+    wf: &'a str,
+    payload: RawJson<'a>,
+    headers: RawJson<'a>,
+    leased: bool,
+    created: SystemTime,
+    /// The version it names (0: the latest).
+    ver: i32,
+}
+
+impl<'a> NewRequest<'a> {
+    fn of(r: &'a PendingRow, leased: bool) -> NewRequest<'a> {
+        NewRequest {
+            id: r.id,
+            wf: r.workflow.def.name.as_str(),
+            payload: RawJson(&r.payload),
+            headers: RawJson(&r.headers),
+            leased,
+            created: system_time(r.created_us),
+            ver: named_version(r),
+        }
+    }
+}
+
+/// The version a row names (0: the latest).
+fn named_version(r: &PendingRow) -> i32 {
+    if r.pinned {
+        r.workflow.def.version as i32
+    } else {
+        0
     }
 }
 

@@ -22,7 +22,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (12, include_str!("migrations/0012_child_workflows.sql")),
     (13, include_str!("migrations/0013_delayed_start.sql")),
     (14, include_str!("migrations/0014_schedules.sql")),
-    (15, include_str!("migrations/0015_step_transition_type.sql")),
+    (15, include_str!("migrations/0015_row_types.sql")),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.

@@ -52,12 +52,12 @@ pub mod sql {
         ", ins AS (INSERT INTO service_requests \
         (id, workflow_name, payload, headers, lease_owner, lease_until, created_at, workflow_version) \
         SELECT t.id, t.wf, t.payload, t.headers, ",
-        crate::store::sql::fresh_lease!(),
+        crate::store::sql::fresh_lease!("$3", "$4"),
         ", t.created, ",
         crate::store::sql::pinned_version!(),
-        " FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::timestamptz[], \
-                     $9::int[]) AS t(id, wf, payload, headers, leased, created, ver) \
-        LEFT JOIN v ON v.name = t.wf) \
+        // One array of rows (migration 15's type), not an array per column; `$2` is
+        // their workflows' names, for `v`.
+        " FROM UNNEST($1::new_request[]) AS t LEFT JOIN v ON v.name = t.wf) \
         SELECT name, version FROM v"
     );
 }

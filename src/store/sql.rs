@@ -43,13 +43,19 @@ macro_rules! created_us {
     };
 }
 
-/// A new request row's `lease_owner, lease_until`: leased to `$6` for `$7` ms when the
-/// input column `leased` says so (the local executor takes it after commit), else free.
+/// A new request row's `lease_owner, lease_until`: leased to `$6` for `$7` ms (or the
+/// two parameters given) when the input column `leased` says so (the local executor
+/// takes it after commit), else free.
 macro_rules! fresh_lease {
     () => {
+        $crate::store::sql::fresh_lease!("$6", "$7")
+    };
+    ($owner:literal, $ms:literal) => {
         concat!(
-            "CASE WHEN leased THEN $6::uuid END, CASE WHEN leased THEN ",
-            $crate::store::sql::now_plus_ms!("$7"),
+            "CASE WHEN leased THEN ",
+            $owner,
+            "::uuid END, CASE WHEN leased THEN ",
+            $crate::store::sql::now_plus_ms!($ms),
             " ELSE '-infinity' END"
         )
     };
