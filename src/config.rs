@@ -234,8 +234,10 @@ pub struct Args {
     pub forward_headers: Vec<String>,
 
     /// Step-transition batches in flight per thread (fewer means larger batches and fewer
-    /// commits; more means lower latency when the database is idle).
-    #[arg(long, env = "CLAMP_STEP_WRITE_CONCURRENCY", default_value_t = 2)]
+    /// commits; more means lower latency when the database is idle). One: a completed
+    /// two-step request cost Postgres 0.91× the CPU of two, polling clients no slower
+    /// (docs/decisions.md).
+    #[arg(long, env = "CLAMP_STEP_WRITE_CONCURRENCY", default_value_t = 1)]
     pub step_write_concurrency: usize,
 
     /// Delete finished service requests (and their step records) this many days after they
