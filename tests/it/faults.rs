@@ -247,7 +247,7 @@ async fn a_claimed_request_whose_context_load_fails_is_continued_not_failed() {
     wait_status(&s, &id, &["PAUSED"], WAIT).await;
     // The resumed request is claimed by this instance in the resume statement; the
     // connection loading its context is then lost.
-    proxy.drop_connection_on("SELECT step_name, request, response FROM steps_status");
+    proxy.drop_connection_on("SELECT st.step_name, CASE WHEN st.request");
     let r = s
         .post_json(
             "/stepResponse",
