@@ -269,3 +269,35 @@ async fn a_bulk_retry_takes_the_matches_once_and_nothing_else() {
     }
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_first_step_retried_receives_the_payload_again() {
+    // The first step's record marks its request as the payload (it stores no copy); the
+    // retry turns the mark back into the payload.
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&json!({"name": "first", "description": "retry", "steps": [
+        {"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/until-fixed")}}]}))
+        .await;
+    let id = create_request(&s, "first", &json!({"claim": 9})).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "FAILED", "{v}");
+    d.fix();
+    let r = s.post(&format!("/serviceRequest/{id}/retry"), "").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let bodies: Vec<Value> = d
+        .received("/until-fixed")
+        .into_iter()
+        .map(|r| r.body)
+        .collect();
+    assert_eq!(bodies, [json!({"claim": 9}), json!({"claim": 9})]);
+    assert_eq!(
+        v["steps"][3]["payload"]["request"],
+        json!({"claim": 9}),
+        "{v}"
+    );
+    s.shutdown().await;
+}
