@@ -98,15 +98,13 @@ WITH run AS (
     RETURNING id)
 INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
                           started_at, finished_at, time_taken_ms, reason, attempts)
-SELECT run.id, st.step_id, st.step_name, st.status,
-       -- A record marked as holding the payload ('', see sql::step_request) keeps the
-       -- mark only where the rerun's payload is the original's.
-       CASE WHEN st.request = '' AND o.payload IS DISTINCT FROM $4 THEN o.payload
-            ELSE st.request END,
-       st.response, now(), now(), 0, $9, st.attempts
-FROM run, service_requests o, unnest($8::bigint[]) WITH ORDINALITY AS c(record_id, n)
+-- A record's request is copied as it is, the payload's mark ('', sql::step_request)
+-- included: records are copied only for a rerun from a later step, whose payload is
+-- the original's (http::rerun::plan).
+SELECT run.id, st.step_id, st.step_name, st.status, st.request, st.response,
+       now(), now(), 0, $9, st.attempts
+FROM run, unnest($8::bigint[]) WITH ORDINALITY AS c(record_id, n)
 JOIN steps_status st ON st.service_request_id = $2 AND st.id = c.record_id
-WHERE o.id = $2
 ORDER BY c.n";
 
 pub async fn insert(conn: &PgConn, r: &Rerun<'_>) -> Result<()> {
