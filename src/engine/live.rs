@@ -14,15 +14,17 @@ use super::doc::Doc;
 use super::writer::{StepRecord, Transition};
 use crate::engine::App;
 use crate::store::status::{self, Head, Live, StepRow};
+use crate::workflow::Workflow;
 
 /// Starts keeping the step rows of a request this process runs from its first step.
-pub fn start(app: &App, id: &uuid::Uuid, workflow_name: &str, version: u32, created_us: i64) {
+pub fn start(app: &App, id: &uuid::Uuid, wf: &Workflow, created_us: i64) {
     app.running.with_live(id, |live| {
         *live = Some(Arc::new(Live {
-            workflow_name: workflow_name.to_string(),
-            workflow_version: version as i32,
+            workflow_name: wf.name.clone(),
+            workflow_version: wf.def.version as i32,
             created_us,
-            steps: Vec::new(),
+            // Room for the main steps (the common run), so pushing them never reallocates.
+            steps: Vec::with_capacity(wf.main.len()),
             current_step_id: 0,
             step_attempts: 0,
         }))
@@ -57,7 +59,7 @@ pub fn committed(app: &App, t: &Transition) {
         let head = Head {
             workflow_name: live.workflow_name,
             workflow_version: live.workflow_version,
-            status: t.status.to_string(),
+            status: std::borrow::Cow::Borrowed(t.status),
             current_step_id: t.next_step as i32,
             reason: t.reason.clone(),
             created_at: status::pg_json_timestamp(live.created_us),
@@ -83,7 +85,7 @@ fn step_row(rec: &StepRecord) -> StepRow {
     StepRow {
         step_id: rec.step_id as i32,
         name: rec.step_name.clone(),
-        status: rec.status.to_string(),
+        status: std::borrow::Cow::Borrowed(rec.status),
         request: rec.request.as_ref().map(Doc::to_bytes),
         response: rec.response.as_ref().map(Doc::to_bytes),
         time_taken_ms: rec

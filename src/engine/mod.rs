@@ -158,8 +158,8 @@ impl Executor {
     pub fn spawn(self: &Arc<Self>, job: Job) {
         let id = job.id;
         let fresh = job.fresh;
-        let (name, version, created_us) =
-            (job.wf.def.name.clone(), job.wf.def.version, job.created_us);
+        // Only a fresh job keeps a status memory, which needs its workflow.
+        let (wf, created_us) = (fresh.then(|| job.wf.clone()), job.created_us);
         let has_parent = job.has_parent;
         let exec = self.clone();
         // Registered before the task can finish, so its own cleanup always finds it.
@@ -182,8 +182,8 @@ impl Executor {
             },
         );
         self.app.running.insert(id);
-        if fresh {
-            live::start(&self.app, &id, &name, version, created_us);
+        if let Some(wf) = wf {
+            live::start(&self.app, &id, &wf, created_us);
         }
     }
 

@@ -21,7 +21,7 @@ use crate::store::{transitions, Pool, StoreError};
 #[derive(Debug, Clone)]
 pub struct StepRecord {
     pub step_id: u32,
-    pub step_name: String,
+    pub step_name: std::sync::Arc<str>,
     /// COMPLETED, FAILED, SKIPPED, or STARTED for an ASYNC step that was sent.
     pub status: &'static str,
     pub request: Option<Doc>,
@@ -218,7 +218,7 @@ fn row(t: &Transition) -> transitions::Row<'_> {
         reason: t.reason.as_deref(),
         release: t.release,
         step_id: step.map_or(0, |s| s.step_id as i32),
-        step_name: step.map_or("", |s| s.step_name.as_str()),
+        step_name: step.map_or("", |s| &s.step_name),
         step_status: step.map_or("", |s| s.status),
         step_request: step.and_then(|s| {
             if s.request_is_payload {

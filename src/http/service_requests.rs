@@ -551,12 +551,12 @@ async fn read_status(core: &Core, id: uuid::Uuid) -> Result<Read, Resp> {
             if let Some(l) = &live {
                 if f.head.current_step_id == l.current_step_id
                     && f.head.step_attempts == l.step_attempts
-                    && matches!(f.head.status.as_str(), "NEW" | "IN_PROGRESS")
+                    && matches!(&*f.head.status, "NEW" | "IN_PROGRESS")
                 {
                     app.metrics.status_reads[2].inc();
                     return Ok(Read {
                         body: status::render(id, &f.head, &l.steps),
-                        status: f.head.status,
+                        status: f.head.status.into_owned(),
                     });
                 }
             }
@@ -565,7 +565,7 @@ async fn read_status(core: &Core, id: uuid::Uuid) -> Result<Read, Resp> {
                     app.metrics.status_reads[0].inc();
                     return Ok(Read {
                         body,
-                        status: f.head.status,
+                        status: f.head.status.into_owned(),
                     });
                 }
             }
@@ -585,7 +585,7 @@ async fn read_status(core: &Core, id: uuid::Uuid) -> Result<Read, Resp> {
             }
             Ok(Read {
                 body,
-                status: f.head.status,
+                status: f.head.status.into_owned(),
             })
         }
         Ok(None) => Err(error(

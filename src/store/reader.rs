@@ -134,9 +134,9 @@ fn collect(rows: &[tokio_postgres::Row], want: Want, out: &mut HashMap<Uuid, Fou
         let id: Uuid = r.get("id");
         let f = out.entry(id).or_insert_with(|| Found {
             head: Head {
-                workflow_name: r.get("workflow_name"),
+                workflow_name: r.get::<_, &str>("workflow_name").into(),
                 workflow_version: r.get("workflow_version"),
-                status: r.get("status"),
+                status: super::status::fixed(r.get("status")),
                 current_step_id: r.get("current_step_id"),
                 reason: r.get("reason"),
                 created_at: r.get("created_at"),
@@ -154,8 +154,8 @@ fn collect(rows: &[tokio_postgres::Row], want: Want, out: &mut HashMap<Uuid, Fou
         if want == Want::Whole && r.get::<_, Option<i32>>("step_id").is_some() {
             f.steps.push(StepRow {
                 step_id: r.get("step_id"),
-                name: r.get("step_name"),
-                status: r.get("step_status"),
+                name: r.get::<_, &str>("step_name").into(),
+                status: super::status::fixed(r.get("step_status")),
                 request: r.get::<_, Option<String>>("request").map(Bytes::from),
                 response: r.get::<_, Option<String>>("response").map(Bytes::from),
                 time_taken_ms: r.get("time_taken_ms"),

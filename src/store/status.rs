@@ -2,6 +2,9 @@
 //! one function, whether the rows come from Postgres or from the executor that wrote them
 //! (so an answer from memory is byte for byte the answer a database read gives).
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
@@ -59,11 +62,13 @@ pub const GET_WHOLE: &str = concat!(
 /// The request row, as the answer shows it.
 #[derive(Debug, Clone)]
 pub struct Head {
-    pub workflow_name: String,
+    /// Shared with the workflow when the answer is kept from memory.
+    pub workflow_name: Arc<str>,
     /// The workflow version it runs (beyond Clamp).
     pub workflow_version: i32,
-    /// As reads show it (`IN_PROGRESS` derived).
-    pub status: String,
+    /// As reads show it (`IN_PROGRESS` derived); one of the fixed statuses, not a copy,
+    /// when the answer is kept from memory.
+    pub status: Cow<'static, str>,
     pub current_step_id: i32,
     pub reason: Option<String>,
     /// `created_at` as Postgres renders a timestamptz in JSON (the session is in UTC).
@@ -85,9 +90,12 @@ pub struct Head {
 #[derive(Debug, Clone)]
 pub struct StepRow {
     pub step_id: i32,
-    pub name: String,
+    /// Shared with the workflow's step when kept from memory (a kept answer is dropped
+    /// for every request that finishes once the cache is full: each allocation it holds
+    /// is freed then, cold).
+    pub name: Arc<str>,
     /// STARTED (an ASYNC step waiting), COMPLETED, FAILED or SKIPPED.
-    pub status: String,
+    pub status: Cow<'static, str>,
     pub request: Option<Bytes>,
     pub response: Option<Bytes>,
     pub time_taken_ms: Option<i64>,
@@ -112,6 +120,25 @@ pub fn never_changes(status: &str) -> bool {
     status == "COMPLETED"
 }
 
+/// A status read from Postgres as one of the fixed statuses when it is one (no copy to
+/// keep or free), else as read.
+pub fn fixed(status: String) -> Cow<'static, str> {
+    const KNOWN: [&str; 8] = [
+        "NEW",
+        "IN_PROGRESS",
+        "RESUMED",
+        "PAUSED",
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "STARTED",
+    ];
+    match KNOWN.iter().find(|k| **k == status) {
+        Some(k) => Cow::Borrowed(k),
+        None => Cow::Owned(status),
+    }
+}
+
 fn text(b: &Option<Bytes>) -> Option<&str> {
     b.as_deref()
         .map(|b| std::str::from_utf8(b).unwrap_or("null"))
@@ -129,7 +156,7 @@ pub fn render(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
         first_start = Some(first_start.map_or(started, |f: f64| f.min(started)));
         last_end = Some(last_end.map_or(started, |l: f64| l.max(started)));
         let mut started = json!({
-            "id": s.step_id, "name": s.name, "status": "STARTED", "time_taken": 0,
+            "id": s.step_id, "name": &*s.name, "status": "STARTED", "time_taken": 0,
             "payload": {"request": request.clone().unwrap_or(Value::Null), "response": Value::Null},
             "attempts": s.attempts,
         });
@@ -142,7 +169,7 @@ pub fn render(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
                 last_end = Some(last_end.map_or(f, |l: f64| l.max(f)));
             }
             let mut entry = json!({
-                "id": s.step_id, "name": s.name, "status": s.status,
+                "id": s.step_id, "name": &*s.name, "status": &*s.status,
                 "time_taken": s.time_taken_ms.unwrap_or(0),
                 "payload": {"request": request.unwrap_or(Value::Null), "response": response.unwrap_or(Value::Null)},
                 "attempts": s.attempts,
@@ -164,11 +191,11 @@ pub fn render(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
     out.insert("service_request_id".into(), Value::String(id.to_string()));
     out.insert(
         "workflow_name".into(),
-        Value::String(head.workflow_name.clone()),
+        Value::String(head.workflow_name.to_string()),
     );
     // Beyond Clamp: the version of the workflow it runs.
     out.insert("workflow_version".into(), json!(head.workflow_version));
-    out.insert("status".into(), Value::String(head.status.clone()));
+    out.insert("status".into(), Value::String(head.status.to_string()));
     out.insert("total_time_in_ms".into(), json!(total));
     out.insert("current_step_id".into(), json!(head.current_step_id));
     out.insert("steps".into(), Value::Array(entries));
@@ -194,9 +221,7 @@ pub fn render(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
         out.insert("parentId".into(), Value::String(p.to_string()));
     }
     // Beyond Clamp: a step whose call failed and is to be tried again.
-    if head.step_attempts > 0
-        && !matches!(head.status.as_str(), "COMPLETED" | "FAILED" | "CANCELLED")
-    {
+    if head.step_attempts > 0 && !matches!(&*head.status, "COMPLETED" | "FAILED" | "CANCELLED") {
         out.insert(
             "retrying".into(),
             json!({
@@ -215,7 +240,7 @@ pub fn render(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
 /// the request row that finds it there sees exactly these rows.
 #[derive(Debug, Clone)]
 pub struct Live {
-    pub workflow_name: String,
+    pub workflow_name: Arc<str>,
     pub workflow_version: i32,
     /// When the request was created, in microseconds since the Unix epoch.
     pub created_us: i64,

@@ -179,7 +179,8 @@ pub enum Val {
 #[derive(Debug, Clone)]
 pub struct CompiledStep {
     pub id: u32,
-    pub name: String,
+    /// Shared, not copied, by every record and status answer of the step.
+    pub name: Arc<str>,
     /// The name as it appears in `when` and transform paths (spaces become `_`).
     pub context_name: String,
     pub mode: Mode,
@@ -198,6 +199,8 @@ pub struct CompiledStep {
 #[derive(Debug)]
 pub struct Workflow {
     pub def: WorkflowDef,
+    /// `def.name`, shared by the status answers kept of its requests.
+    pub name: Arc<str>,
     /// The stored definition serialized once, served by `GET /workflow/{name}`.
     pub json: Bytes,
     /// Every step (main and onFailure) indexed by `id - 1`.

@@ -85,6 +85,7 @@ pub fn compile(mut def: WorkflowDef) -> Result<Workflow, ValidationError> {
         .iter()
         .any(|s| s.when.is_some() || s.transform.is_some());
     Ok(Workflow {
+        name: def.name.as_str().into(),
         def,
         json,
         steps,
@@ -179,7 +180,7 @@ fn compile_step(
     Ok(CompiledStep {
         id,
         retry: s.retry.clone(),
-        name: s.name.clone(),
+        name: s.name.as_str().into(),
         context_name: context_name(&s.name),
         mode,
         step_type,
@@ -442,7 +443,7 @@ mod tests {
         .unwrap();
         assert_eq!(w.main, vec![1, 4, 5, 6, 7]);
         assert_eq!(w.step(1).unwrap().on_failure, vec![2, 3]);
-        assert_eq!(w.step(3).unwrap().name, "a fail 2");
+        assert_eq!(&*w.step(3).unwrap().name, "a fail 2");
         assert_eq!(w.step(3).unwrap().context_name, "a_fail_2");
         let types: Vec<_> = w.steps.iter().map(|s| s.step_type).collect();
         assert_eq!(types[..4], [StepType::Sync; 4]);

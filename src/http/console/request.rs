@@ -131,7 +131,7 @@ fn facts(id: Uuid, f: &Found, reruns: &(Vec<serde_json::Value>, bool)) -> Markup
                 @if h.retries > 0 {
                     dt { "Retried" } dd { (h.retries) @if h.retries == 1 { " time" } @else { " times" } }
                 }
-                @if h.step_attempts > 0 && !matches!(h.status.as_str(), "COMPLETED" | "FAILED" | "CANCELLED") {
+                @if h.step_attempts > 0 && !matches!(&*h.status, "COMPLETED" | "FAILED" | "CANCELLED") {
                     dt { "Pending retry" }
                     dd {
                         "step " (h.current_step_id) " after " (h.step_attempts)
@@ -176,7 +176,7 @@ fn bars(steps: &[StepRow]) -> Vec<Bar> {
         .iter()
         .map(|s| Bar {
             label: format!("{} · {}", s.step_id, s.name),
-            status: s.status.clone(),
+            status: s.status.to_string(),
             start_ms: s.started_ms,
             end_ms: if s.status == "STARTED" {
                 None
@@ -238,7 +238,7 @@ fn steps(steps: &[StepRow]) -> Markup {
 }
 
 fn actions(ctx: &Ctx, id: Uuid, f: &Found, wf: Option<&Arc<Workflow>>) -> Markup {
-    let status = f.head.status.as_str();
+    let status = &*f.head.status;
     let retryable = matches!(status, "FAILED" | "CANCELLED");
     let cancellable = !matches!(status, "COMPLETED" | "FAILED" | "CANCELLED");
     html! {
@@ -262,7 +262,7 @@ fn actions(ctx: &Ctx, id: Uuid, f: &Found, wf: Option<&Arc<Workflow>>) -> Markup
                     label { "From step "
                         select name="fromStep" {
                             @for sid in &wf.main {
-                                @let name = wf.step(*sid).map_or("", |s| s.name.as_str());
+                                @let name = wf.step(*sid).map_or("", |s| &*s.name);
                                 option value=(sid) { (sid) " · " (name) }
                             }
                         }
