@@ -23,6 +23,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (13, include_str!("migrations/0013_delayed_start.sql")),
     (14, include_str!("migrations/0014_schedules.sql")),
     (15, include_str!("migrations/0015_row_types.sql")),
+    (16, include_str!("migrations/0016_index_room.sql")),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.
