@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE, HOST, RETRY_AFTER};
 use hyper::Request;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -49,27 +49,23 @@ impl HttpClient {
         &self,
         val: &HttpVal,
         body: &Doc,
-        forwarded: &[(String, String)],
-        idempotency_key: &str,
+        forwarded: &[(HeaderName, HeaderValue)],
+        idempotency_key: HeaderValue,
         mut trace: Option<&mut super::step_trace::StepTrace>,
     ) -> Result<Doc, CallError> {
         let mut req = Request::builder()
             .method(val.method.clone())
             .uri(val.url.clone());
         let headers = req.headers_mut().expect("builder has no error yet");
-        // Forwarded client headers first, so the step's own headers win.
+        // Forwarded client headers first, so the step's own headers win (both parsed
+        // once: a clone here is a reference count).
         for (k, v) in forwarded.iter().chain(val.headers.iter()) {
-            if let (Ok(k), Ok(v)) = (
-                HeaderName::from_bytes(k.as_bytes()),
-                HeaderValue::from_str(v),
-            ) {
-                headers.insert(k, v);
-            }
+            headers.insert(k.clone(), v.clone());
         }
-        headers.insert(
-            HeaderName::from_static("idempotency-key"),
-            HeaderValue::from_str(idempotency_key).expect("ids are header-safe"),
-        );
+        // Set here, as the client would, unless a step's header names it; the client
+        // would format it again on every call.
+        headers.entry(HOST).or_insert_with(|| val.host.clone());
+        headers.insert(HeaderName::from_static("idempotency-key"), idempotency_key);
         if let Some(t) = trace.as_deref() {
             headers.insert(
                 HeaderName::from_static("traceparent"),

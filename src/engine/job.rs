@@ -23,6 +23,8 @@ pub struct Job {
     pub wf: Arc<Workflow>,
     /// Forwardable headers of the original request.
     pub headers: Vec<(String, String)>,
+    /// The same, as an HTTP step sends them (`http_headers`).
+    pub http_headers: Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>,
     /// The step to run next; None when no step is left.
     pub next: Option<u32>,
     /// The request the next step receives.
@@ -54,6 +56,34 @@ pub fn now_ms() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+}
+
+/// The `Idempotency-Key` of a request's step, `<request id>:<step id>`, written straight
+/// into the header (it is sent with every HTTP step call).
+fn step_key(id: &Uuid, step: u32) -> hyper::header::HeaderValue {
+    let mut buf = [0u8; 36 + 1 + 10];
+    id.hyphenated().encode_lower(&mut buf[..36]);
+    buf[36] = b':';
+    let mut n = itoa::Buffer::new();
+    let digits = n.format(step).as_bytes();
+    buf[37..37 + digits.len()].copy_from_slice(digits);
+    hyper::header::HeaderValue::from_bytes(&buf[..37 + digits.len()]).expect("hex, '-', ':'")
+}
+
+/// The forwardable headers as an HTTP step sends them, parsed once per job; a pair that
+/// is not a valid header is not sent (an AMQP or Kafka step still carries it).
+pub fn http_headers(
+    headers: &[(String, String)],
+) -> Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)> {
+    headers
+        .iter()
+        .filter_map(|(k, v)| {
+            Some((
+                hyper::header::HeaderName::from_bytes(k.as_bytes()).ok()?,
+                hyper::header::HeaderValue::from_str(v).ok()?,
+            ))
+        })
+        .collect()
 }
 
 /// Parses persisted forwardable headers (`[[name, value], …]`).
@@ -490,13 +520,17 @@ async fn execute(
     is_async: bool,
     trace: Option<&mut StepTrace>,
 ) -> Outcome {
-    let key = format!("{}:{}", job.id, step.id);
     match (&step.val, step.mode) {
         (Val::Http(val), Mode::Http) => {
             // The turn at the host is taken before the call and given back after it; the
             // wait for it does not count against the call's own timeout.
             let called = match exec.app.downstream.acquire(&val.host_key).await {
-                Ok(_turn) => exec.http.call(val, body, &job.headers, &key, trace).await,
+                Ok(_turn) => {
+                    let key = step_key(&job.id, step.id);
+                    exec.http
+                        .call(val, body, &job.http_headers, key, trace)
+                        .await
+                }
                 Err(e) => Err(e),
             };
             match called {
@@ -748,4 +782,17 @@ fn write_failed(
     t: Transition,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + '_>> {
     Box::pin(write(exec, t))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_key_is_request_id_colon_step_id() {
+        let id = Uuid::now_v7();
+        for step in [1, 42, u32::MAX] {
+            assert_eq!(step_key(&id, step), format!("{id}:{step}").as_str());
+        }
+    }
 }

@@ -225,6 +225,7 @@ impl Executor {
                 id: c.id,
                 next: wf.main.first().copied(),
                 wf,
+                http_headers: job::http_headers(&headers),
                 headers,
                 request: payload.clone(),
                 payload,
@@ -260,6 +261,7 @@ impl Executor {
         Ok(Job {
             id: c.id,
             wf,
+            http_headers: job::http_headers(&headers),
             headers,
             next: (c.current_step_id > 0).then_some(c.current_step_id),
             request,
@@ -568,6 +570,7 @@ fn fresh_job(r: Inserted, wf: Arc<Workflow>) -> Job {
         id: r.id,
         next: wf.main.first().copied(),
         wf,
+        http_headers: job::http_headers(&headers),
         headers,
         trace,
         retries: 0,

@@ -127,8 +127,11 @@ impl StepType {
 pub struct HttpVal {
     pub method: hyper::Method,
     pub url: hyper::Uri,
-    /// Parsed from Clamp's `"K:v;K2:v2;"` form.
-    pub headers: Vec<(String, String)>,
+    /// Parsed from Clamp's `"K:v;K2:v2;"` form, once, into what a call sends.
+    pub headers: Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>,
+    /// The `Host` header a call sends (what the HTTP client would derive from `url` on
+    /// every call: the host, with the port unless it is the scheme's default).
+    pub host: hyper::header::HeaderValue,
     /// Per-step total timeout override, in milliseconds.
     pub timeout_ms: Option<u64>,
     /// The downstream host as calls to it are limited: `scheme://host:port`, with the

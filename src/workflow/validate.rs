@@ -253,10 +253,24 @@ fn compile_val(mode: Mode, val: &Value, at: &str) -> Result<Val, ValidationError
                 },
             };
             let host_key = host_key(&uri);
+            let host = host_header(&uri).ok_or_else(|| {
+                ValidationError(format!("{at}.val.url {url:?} has no valid host"))
+            })?;
+            // Every pair parsed when it was validated (parse_headers).
+            let headers = headers
+                .iter()
+                .filter_map(|(k, v)| {
+                    Some((
+                        hyper::header::HeaderName::from_bytes(k.as_bytes()).ok()?,
+                        hyper::header::HeaderValue::from_str(v).ok()?,
+                    ))
+                })
+                .collect();
             Ok(Val::Http(HttpVal {
                 method,
                 url: uri,
                 headers,
+                host,
                 timeout_ms,
                 host_key,
             }))
@@ -402,6 +416,22 @@ pub fn set_default_reply_to(def: &mut WorkflowDef, amqp_queue: &str, kafka_topic
 }
 
 /// Parses Clamp's header string `"K:v;K2:v2;"` into validated (name, value) pairs.
+/// The `Host` header of a call to `uri`, as hyper-util's client derives it when a request
+/// has none: the host, and `:port` unless the port is the scheme's default.
+fn host_header(uri: &hyper::Uri) -> Option<hyper::header::HeaderValue> {
+    let host = uri.host()?;
+    let default = if matches!(uri.scheme_str(), Some("https" | "wss")) {
+        443
+    } else {
+        80
+    };
+    match uri.port_u16() {
+        Some(p) if p != default => hyper::header::HeaderValue::from_str(&format!("{host}:{p}")),
+        _ => hyper::header::HeaderValue::from_str(host),
+    }
+    .ok()
+}
+
 pub fn parse_headers(s: &str) -> Result<Vec<(String, String)>, ValidationError> {
     let mut out = Vec::new();
     for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
@@ -623,5 +653,14 @@ mod tests {
         let back: Value = serde_json::from_slice(&w.json).unwrap();
         assert_eq!(back["steps"][0]["id"], 1);
         assert_eq!(back["steps"][0]["type"], "SYNC");
+    }
+
+    #[test]
+    fn host_header_is_what_the_client_would_send() {
+        let h = |u: &str| host_header(&u.parse().unwrap()).unwrap();
+        assert_eq!(h("http://svc/x"), "svc");
+        assert_eq!(h("http://svc:80/x"), "svc");
+        assert_eq!(h("http://svc:8080/x"), "svc:8080");
+        assert_eq!(h("http://127.0.0.1:9000/"), "127.0.0.1:9000");
     }
 }
