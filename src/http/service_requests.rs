@@ -475,7 +475,7 @@ pub async fn get(core: &Core, id: &str, query: Option<&str>) -> Resp {
     let deadline = tokio::time::Instant::now() + wait;
     // The status at the start. A request running here exists and shows no final status;
     // its next status change wakes this wait, with no read before it (None).
-    let mut baseline: Option<String> = None;
+    let mut baseline: Option<std::borrow::Cow<'static, str>> = None;
     if !app.running.contains(&id) {
         let r = match read_status(core, id).await {
             Ok(r) => r,
@@ -519,7 +519,7 @@ const CATCH_UP: Duration = Duration::from_millis(50);
 /// A status answer read from Postgres.
 struct Read {
     body: bytes::Bytes,
-    status: String,
+    status: std::borrow::Cow<'static, str>,
 }
 
 /// Reads a request's answer from Postgres (batched with concurrent reads), keeping it
@@ -556,7 +556,7 @@ async fn read_status(core: &Core, id: uuid::Uuid) -> Result<Read, Resp> {
                     app.metrics.status_reads[2].inc();
                     return Ok(Read {
                         body: status::render(id, &f.head, &l.steps),
-                        status: f.head.status.into_owned(),
+                        status: f.head.status,
                     });
                 }
             }
@@ -565,7 +565,7 @@ async fn read_status(core: &Core, id: uuid::Uuid) -> Result<Read, Resp> {
                     app.metrics.status_reads[0].inc();
                     return Ok(Read {
                         body,
-                        status: f.head.status.into_owned(),
+                        status: f.head.status,
                     });
                 }
             }
@@ -585,7 +585,7 @@ async fn read_status(core: &Core, id: uuid::Uuid) -> Result<Read, Resp> {
             }
             Ok(Read {
                 body,
-                status: f.head.status.into_owned(),
+                status: f.head.status,
             })
         }
         Ok(None) => Err(error(

@@ -122,7 +122,7 @@ pub fn never_changes(status: &str) -> bool {
 
 /// A status read from Postgres as one of the fixed statuses when it is one (no copy to
 /// keep or free), else as read.
-pub fn fixed(status: String) -> Cow<'static, str> {
+pub fn fixed(status: &str) -> Cow<'static, str> {
     const KNOWN: [&str; 8] = [
         "NEW",
         "IN_PROGRESS",
@@ -135,7 +135,7 @@ pub fn fixed(status: String) -> Cow<'static, str> {
     ];
     match KNOWN.iter().find(|k| **k == status) {
         Some(k) => Cow::Borrowed(k),
-        None => Cow::Owned(status),
+        None => Cow::Owned(status.to_string()),
     }
 }
 
