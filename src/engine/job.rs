@@ -23,7 +23,7 @@ pub struct Job {
     pub wf: Arc<Workflow>,
     /// Forwardable headers of the original request.
     pub headers: Vec<(String, String)>,
-    /// The same, as an HTTP step sends them (`http_headers`).
+    /// The same, as an HTTP step sends them, parsed once per job (`workflow::header_pairs`).
     pub http_headers: Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>,
     /// The step to run next; None when no step is left.
     pub next: Option<u32>,
@@ -68,22 +68,6 @@ fn step_key(id: &Uuid, step: u32) -> hyper::header::HeaderValue {
     let digits = n.format(step).as_bytes();
     buf[37..37 + digits.len()].copy_from_slice(digits);
     hyper::header::HeaderValue::from_bytes(&buf[..37 + digits.len()]).expect("hex, '-', ':'")
-}
-
-/// The forwardable headers as an HTTP step sends them, parsed once per job; a pair that
-/// is not a valid header is not sent (an AMQP or Kafka step still carries it).
-pub fn http_headers(
-    headers: &[(String, String)],
-) -> Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)> {
-    headers
-        .iter()
-        .filter_map(|(k, v)| {
-            Some((
-                hyper::header::HeaderName::from_bytes(k.as_bytes()).ok()?,
-                hyper::header::HeaderValue::from_str(v).ok()?,
-            ))
-        })
-        .collect()
 }
 
 /// Parses persisted forwardable headers (`[[name, value], …]`).

@@ -12,4 +12,4 @@ pub use model::{
     AmqpVal, CompiledStep, HttpVal, KafkaVal, Mode, StepType, Val, Workflow, WorkflowDef,
 };
 pub use retry::{RetryPolicy, RetrySpec};
-pub use validate::{compile, set_default_reply_to, ValidationError};
+pub use validate::{compile, header_pairs, set_default_reply_to, ValidationError};

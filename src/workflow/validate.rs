@@ -257,15 +257,7 @@ fn compile_val(mode: Mode, val: &Value, at: &str) -> Result<Val, ValidationError
                 ValidationError(format!("{at}.val.url {url:?} has no valid host"))
             })?;
             // Every pair parsed when it was validated (parse_headers).
-            let headers = headers
-                .iter()
-                .filter_map(|(k, v)| {
-                    Some((
-                        hyper::header::HeaderName::from_bytes(k.as_bytes()).ok()?,
-                        hyper::header::HeaderValue::from_str(v).ok()?,
-                    ))
-                })
-                .collect();
+            let headers = header_pairs(&headers);
             Ok(Val::Http(HttpVal {
                 method,
                 url: uri,
@@ -430,6 +422,22 @@ fn host_header(uri: &hyper::Uri) -> Option<hyper::header::HeaderValue> {
         _ => hyper::header::HeaderValue::from_str(host),
     }
     .ok()
+}
+
+/// Header pairs as an HTTP call sends them, parsed once; a pair that is not a valid
+/// header is left out (a forwarded one may not be; an AMQP or Kafka step still carries it).
+pub fn header_pairs(
+    pairs: &[(String, String)],
+) -> Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)> {
+    pairs
+        .iter()
+        .filter_map(|(k, v)| {
+            Some((
+                hyper::header::HeaderName::from_bytes(k.as_bytes()).ok()?,
+                hyper::header::HeaderValue::from_str(v).ok()?,
+            ))
+        })
+        .collect()
 }
 
 pub fn parse_headers(s: &str) -> Result<Vec<(String, String)>, ValidationError> {
