@@ -15,16 +15,8 @@ use crate::store::search::{self, Filter};
 const DEFAULT_LIMIT: i64 = 50;
 const MAX_LIMIT: i64 = 1_000;
 
-/// The statuses a request can show.
-pub(crate) const STATUSES: [&str; 7] = [
-    "NEW",
-    "IN_PROGRESS",
-    "PAUSED",
-    "RESUMED",
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-];
+/// The statuses a request can show (what `status=` accepts).
+pub(crate) use crate::store::status::REQUEST_STATUSES as STATUSES;
 
 pub async fn search(core: &Core, query: Option<&str>) -> Resp {
     let filter = match parse(query) {

@@ -120,20 +120,28 @@ pub fn never_changes(status: &str) -> bool {
     status == "COMPLETED"
 }
 
+/// The statuses a request can show.
+pub const REQUEST_STATUSES: [&str; 7] = [
+    "NEW",
+    "IN_PROGRESS",
+    "PAUSED",
+    "RESUMED",
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+];
+
+/// The statuses a step record can hold beyond a request's (COMPLETED, FAILED).
+const STEP_ONLY_STATUSES: [&str; 2] = ["STARTED", "SKIPPED"];
+
 /// A status read from Postgres as one of the fixed statuses when it is one (no copy to
 /// keep or free), else as read.
 pub fn fixed(status: &str) -> Cow<'static, str> {
-    const KNOWN: [&str; 8] = [
-        "NEW",
-        "IN_PROGRESS",
-        "RESUMED",
-        "PAUSED",
-        "COMPLETED",
-        "FAILED",
-        "CANCELLED",
-        "STARTED",
-    ];
-    match KNOWN.iter().find(|k| **k == status) {
+    match REQUEST_STATUSES
+        .iter()
+        .chain(STEP_ONLY_STATUSES.iter())
+        .find(|k| **k == status)
+    {
         Some(k) => Cow::Borrowed(k),
         None => Cow::Owned(status.to_string()),
     }
@@ -286,6 +294,14 @@ pub fn pg_json_timestamp(micros: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn known_statuses_are_not_copied() {
+        for s in ["NEW", "PAUSED", "CANCELLED", "STARTED", "SKIPPED"] {
+            assert!(matches!(fixed(s), Cow::Borrowed(b) if b == s));
+        }
+        assert!(matches!(fixed("SOMETHING"), Cow::Owned(o) if o == "SOMETHING"));
+    }
 
     #[test]
     fn timestamps_render_as_postgres_renders_them() {
