@@ -194,9 +194,7 @@ fn compile_step(
 /// `scheme://host:port` of an absolute URL, the port defaulted from the scheme.
 fn host_key(uri: &hyper::Uri) -> Arc<str> {
     let scheme = uri.scheme_str().unwrap_or("http");
-    let port = uri
-        .port_u16()
-        .unwrap_or(if scheme == "https" { 443 } else { 80 });
+    let port = uri.port_u16().unwrap_or(default_port(uri));
     let host = uri.host().unwrap_or_default().to_ascii_lowercase();
     format!("{scheme}://{host}:{port}").into()
 }
@@ -408,17 +406,23 @@ pub fn set_default_reply_to(def: &mut WorkflowDef, amqp_queue: &str, kafka_topic
 }
 
 /// Parses Clamp's header string `"K:v;K2:v2;"` into validated (name, value) pairs.
+/// The port a URL without one means.
+fn default_port(uri: &hyper::Uri) -> u16 {
+    if matches!(uri.scheme_str(), Some("https" | "wss")) {
+        443
+    } else {
+        80
+    }
+}
+
 /// The `Host` header of a call to `uri`, as hyper-util's client derives it when a request
 /// has none: the host, and `:port` unless the port is the scheme's default.
 fn host_header(uri: &hyper::Uri) -> Option<hyper::header::HeaderValue> {
     let host = uri.host()?;
-    let default = if matches!(uri.scheme_str(), Some("https" | "wss")) {
-        443
-    } else {
-        80
-    };
     match uri.port_u16() {
-        Some(p) if p != default => hyper::header::HeaderValue::from_str(&format!("{host}:{p}")),
+        Some(p) if p != default_port(uri) => {
+            hyper::header::HeaderValue::from_str(&format!("{host}:{p}"))
+        }
         _ => hyper::header::HeaderValue::from_str(host),
     }
     .ok()
