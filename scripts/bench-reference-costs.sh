@@ -5,7 +5,9 @@
 # the product's `service_requests` at a time (its columns with their defaults and
 # fillfactor, the by-workflow index, the claimable index), then the same table with
 # fillfactor 50 (migration 7), or with VARIANT=c the by-workflow index keyed in the "C"
-# collation (compared as bytes) instead of the database's. `wrk -t1 -c128` creates against
+# collation (compared as bytes) instead of the database's. With VARIANT=key: the product's table of
+# migration 16 against the same with the by-workflow index keyed by the id's millisecond
+# (`substr(uuid_send(id), 1, 6)`: equal keys share one posting list), and with none. `wrk -t1 -c128` creates against
 # each in rotating order per round; CPU per request of the server and of Postgres is
 # sampled inside each run. Writes perf/runs/<date>-<host>/<tag>.md.
 #
@@ -47,6 +49,16 @@ fi
 names=("primary key only" "+ the product's columns" "+ by-workflow index" "+ claimable index (the table of 018c7b2)"
   "$last_name")
 ddls=("" "$columns" "$columns $by_workflow" "$columns $by_workflow $claimable" "$last_ddl")
+if [ "${VARIANT:-}" = key ]; then
+  # The product's table of migration 16 against the by-workflow index keyed by the
+  # millisecond of the id (equal keys share one entry), and against none at all.
+  table="$columns $claimable ALTER TABLE $t SET (fillfactor = 50); ALTER INDEX ${t}_pkey SET (fillfactor = 50);"
+  by_ms="CREATE INDEX ON $t (workflow_name, substr(uuid_send(id), 1, 6));"
+  names=("primary key only" "the product's table of migration 16" "the same, by-workflow index keyed by the id's millisecond"
+    "the same, no by-workflow index" "by the millisecond, primary key at the default fillfactor")
+  ddls=("" "$table CREATE INDEX ${t}_wf ON $t (workflow_name, id); ALTER INDEX ${t}_wf SET (fillfactor = 50);"
+    "$table $by_ms" "$table" "$columns $claimable ALTER TABLE $t SET (fillfactor = 50); $by_ms")
+fi
 flags=("" "" "" "" "")
 n=${#names[@]}
 pids=()
