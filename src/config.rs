@@ -89,7 +89,8 @@ pub struct Args {
     #[arg(long, env = "CLAMP_MAX_BATCH", default_value_t = 1024)]
     pub max_batch: usize,
 
-    /// Batches each thread may have in flight at once (each on its own connection).
+    /// Most batches each thread may have in flight at once (each on its own connection):
+    /// one, and more only beside one that is slow (`store::flights`).
     #[arg(long, env = "CLAMP_FLUSH_CONCURRENCY", default_value_t = 2)]
     pub flush_concurrency: usize,
 

@@ -21,6 +21,7 @@ use uuid::Uuid;
 
 use std::collections::{HashMap, HashSet};
 
+use super::flights::Flights;
 use super::idempotency;
 use super::pool::{PgConn, Pool};
 use super::raw_json::RawJson;
@@ -162,7 +163,7 @@ impl WriteBuffer {
 pub struct FlusherConfig {
     pub ack: AckMode,
     pub max_batch: usize,
-    /// Batches in flight at once.
+    /// Batches in flight at once, at most: one, and more only beside a slow one.
     pub concurrency: usize,
     /// Client-side bound on a statement, beyond the server's statement_timeout, for a
     /// connection that stops answering altogether.
@@ -197,17 +198,19 @@ pub async fn run_flusher(
         cfg: cfg.clone(),
         metrics,
         handoff,
+        flights: Flights::default(),
     });
     // The flusher must not keep its own channel open, or shutdown would never end.
     drop(buffer);
-    // Several batches may be in flight at once (on different connections): Postgres
-    // then flushes their commits together, and a slow commit does not stall the buffer.
+    // One batch in flight, the next filling behind it; up to `concurrency` (each on its
+    // own connection) only while the one in flight is slower than usual (`flights`).
     let slots = Arc::new(Semaphore::new(cfg.concurrency));
     let mut close = Some(close);
     loop {
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return;
         };
+        shared.flights.clearance().await;
         let mut batch: Vec<PendingRow> = Vec::with_capacity(cfg.max_batch);
         // Once told to close, refuse new rows but keep draining what is queued.
         let n = match close.as_mut() {
@@ -225,8 +228,10 @@ pub async fn run_flusher(
             break;
         }
         let shared = shared.clone();
+        let departed = shared.flights.depart();
         tokio::spawn(async move {
             shared.flush(batch).await;
+            shared.flights.land(departed);
             drop(permit);
         });
     }
@@ -241,6 +246,7 @@ struct Shared {
     cfg: FlusherConfig,
     metrics: Arc<Metrics>,
     handoff: Option<Arc<dyn Handoff>>,
+    flights: Flights,
 }
 
 impl Shared {

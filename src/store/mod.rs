@@ -6,6 +6,7 @@ pub(crate) mod cancel;
 pub(crate) mod children;
 pub(crate) mod dead_letters;
 pub(crate) mod delayed;
+mod flights;
 pub(crate) mod idempotency;
 pub(crate) mod kafka_offsets;
 pub(crate) mod leases;

@@ -146,6 +146,77 @@ async fn a_locked_table_fails_the_batch_with_503_and_writes_nothing() {
     assert_eq!(db.count("SELECT count(*) FROM service_requests").await, 2);
 }
 
+/// One slow batch does not hold up every create behind it: with one batch in flight at a
+/// time (`store::flights`), a batch waiting on a lock (a keyed create, whose key table
+/// another transaction holds) is relieved by a second batch once it has been in flight
+/// for long, and the creates of that second batch are answered while the lock is held.
+#[tokio::test]
+async fn a_stalled_batch_does_not_hold_up_the_creates_behind_it() {
+    let db = TestDb::new();
+    let mut cfg = config(&db.url);
+    // One thread: one flusher, which every create below goes through.
+    cfg.threads = 1;
+    cfg.flush_timeout = Duration::from_secs(20);
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&simple_workflow("wf")).await;
+    for _ in 0..10 {
+        assert_eq!(s.post("/serviceRequest/wf", "{}").await.status, 200);
+    }
+    let mut locker = db.client().await;
+    let tx = locker.transaction().await.unwrap();
+    tx.batch_execute("LOCK TABLE idempotency_keys IN EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let addr = s.addr;
+    let keyed = tokio::spawn(async move {
+        send(
+            addr,
+            hyper::Method::POST,
+            "/serviceRequest/wf",
+            Some(b"{}".to_vec()),
+            &[("idempotency-key", "stalled")],
+        )
+        .await
+    });
+    // Its batch is in flight once its statement waits for the lock.
+    let watcher = db.client().await;
+    let name = db.name.clone();
+    wait_for("the keyed batch to wait on the lock", Duration::from_secs(10), || {
+        let (watcher, name) = (&watcher, &name);
+        async move {
+            let waiting: i64 = watcher
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
+                    &[name],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            (waiting > 0).then_some(())
+        }
+    })
+    .await;
+    let started = Instant::now();
+    for _ in 0..3 {
+        let r = s.post("/serviceRequest/wf", "{}").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let took = started.elapsed();
+    assert!(
+        !keyed.is_finished(),
+        "the keyed create did not wait for the lock"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "creates behind a stalled batch took {took:?}"
+    );
+    tx.rollback().await.unwrap();
+    let r = keyed.await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    s.shutdown().await;
+    assert_eq!(db.count("SELECT count(*) FROM service_requests").await, 14);
+}
+
 #[tokio::test]
 async fn a_hung_connection_answers_503_within_the_bound() {
     let db = TestDb::new();
