@@ -7,7 +7,9 @@
 # fillfactor 50 (migration 7), or with VARIANT=c the by-workflow index keyed in the "C"
 # collation (compared as bytes) instead of the database's. With VARIANT=key: the product's table of
 # migration 16 against the same with the by-workflow index keyed by the id's millisecond
-# (`substr(uuid_send(id), 1, 6)`: equal keys share one posting list), and with none. `wrk -t1 -c128` creates against
+# (`substr(uuid_send(id), 1, 6)`: equal keys share one posting list), and with none. With VARIANT=layout or
+# VARIANT=fill: every column and index of the product's table (migration 16) against a primary key that
+# leads with a workflow key, and against each fillfactor (see the variant's comment). `wrk -t1 -c128` creates against
 # each in rotating order per round; CPU per request of the server and of Postgres is
 # sampled inside each run. Writes perf/runs/<date>-<host>/<tag>.md.
 #
@@ -59,7 +61,44 @@ if [ "${VARIANT:-}" = key ]; then
   ddls=("" "$table CREATE INDEX ${t}_wf ON $t (workflow_name, id); ALTER INDEX ${t}_wf SET (fillfactor = 50);"
     "$table $by_ms" "$table" "$columns $claimable ALTER TABLE $t SET (fillfactor = 50); $by_ms")
 fi
-flags=("" "" "" "" "")
+if [ "${VARIANT:-}" = layout ] || [ "${VARIANT:-}" = fill ]; then
+  # Today's table (migration 16: every column and index of the product's) against the
+  # layouts that would make it cheaper. VARIANT=layout: the primary key leading with a
+  # small workflow key (so that it serves the listing by workflow, and the by-workflow
+  # index goes), and the default fillfactor (no room kept for HOT updates). VARIANT=fill:
+  # which fillfactor costs what (the table's, the keys'), and the partial indexes that no
+  # create enters.
+  partial="CREATE INDEX ON $t (parent_id, id) WHERE parent_id IS NOT NULL; \
+CREATE INDEX ON $t (id) WHERE status IN ('FAILED', 'CANCELLED'); \
+CREATE INDEX ON $t (workflow_name, id) WHERE status IN ('FAILED', 'CANCELLED'); \
+CREATE INDEX ON $t (rerun_of, id) WHERE rerun_of IS NOT NULL; \
+CREATE INDEX ON $t (id) WHERE parent_id IS NOT NULL AND NOT parent_told AND status IN ('COMPLETED', 'FAILED', 'CANCELLED');"
+  more_columns="$columns ALTER TABLE $t ADD COLUMN retries integer NOT NULL DEFAULT 0, \
+ADD COLUMN rerun_of uuid, ADD COLUMN workflow_version integer, ADD COLUMN parent_id uuid, \
+ADD COLUMN parent_step_id integer, ADD COLUMN parent_told boolean, ADD COLUMN start_at timestamptz; $claimable"
+  all_columns="$more_columns $partial"
+  wf_key="ALTER TABLE $t ADD COLUMN wf_key smallint NOT NULL DEFAULT 1; \
+ALTER TABLE $t DROP CONSTRAINT ${t}_pkey, ADD PRIMARY KEY (wf_key, id);"
+  by_wf="CREATE INDEX ${t}_by_workflow ON $t (workflow_name, id);"
+  half="ALTER TABLE $t SET (fillfactor = 50);"
+  half_keys="ALTER INDEX ${t}_pkey SET (fillfactor = 50); ALTER INDEX ${t}_by_workflow SET (fillfactor = 50);"
+  full="ALTER TABLE $t SET (fillfactor = 100);"
+  if [ "${VARIANT:-}" = layout ]; then
+    names=("primary key only" "the product's table of migration 16"
+      "the same, primary key (workflow key, id) instead of the by-workflow index"
+      "the same at the default fillfactor (table and key)"
+      "migration 16's indexes, the default fillfactor (table and keys)")
+    ddls=("" "$all_columns $by_wf $half $half_keys" "$all_columns $wf_key $half"
+      "$all_columns $wf_key $full" "$all_columns $by_wf $full")
+  else
+    names=("primary key only" "the product's table of migration 16"
+      "the same without the partial indexes" "the same, the table at fillfactor 100"
+      "the same, the keys at the default fillfactor" "the same, the table at 100 and the keys at the default")
+    ddls=("" "$all_columns $by_wf $half $half_keys" "$more_columns $by_wf $half $half_keys"
+      "$all_columns $by_wf $full $half_keys" "$all_columns $by_wf $half" "$all_columns $by_wf $full")
+  fi
+fi
+flags=("" "" "" "" "" "")
 n=${#names[@]}
 pids=()
 trap 'kill ${pids[*]} 2>/dev/null || true; scripts/dev-postgres.sh stop $pg_dir >/dev/null' EXIT
