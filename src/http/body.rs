@@ -61,8 +61,18 @@ impl Body {
         let Some(incoming) = self.unread.take() else {
             return Ok(Bytes::new());
         };
-        let body = Limited::new(incoming, limit);
-        let result = match tokio::time::timeout(timeout, body.collect()).await {
+        let mut collect = std::pin::pin!(Limited::new(incoming, limit).collect());
+        // A small body usually arrives with its head: when it is all here already, it is
+        // read without arming a timer (one fewer timer-wheel entry per request).
+        let first = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(std::future::Future::poll(collect.as_mut(), cx))
+        })
+        .await;
+        let read = match first {
+            std::task::Poll::Ready(r) => Ok(r),
+            std::task::Poll::Pending => tokio::time::timeout(timeout, collect).await,
+        };
+        let result = match read {
             // A copy of its own: the body as read is a slice of the connection's read
             // buffer, and a request kept in memory (a running job, a cached answer) would
             // pin that whole buffer and make hyper allocate a new one for the next read.

@@ -91,6 +91,34 @@ async fn slow_and_idle_clients_are_disconnected() {
     s.shutdown().await;
 }
 
+/// A create whose body stops arriving is answered 408 once the header timeout passed
+/// (the body's bound), stores nothing, and leaves the server serving.
+#[tokio::test]
+async fn a_body_that_stops_arriving_gets_408() {
+    let db = TestDb::new();
+    let mut cfg = config(&db.url);
+    cfg.header_timeout = Duration::from_millis(500);
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&simple_workflow("wf")).await;
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    c.write_all(
+        b"POST /serviceRequest/wf HTTP/1.1\r\nHost: x\r\nContent-Length: 20\r\n\r\n{\"a\":",
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let (text, _) = read_until_close(&mut c, Duration::from_secs(5)).await;
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_secs(3),
+        "took {took:?}"
+    );
+    assert_eq!(s.post("/serviceRequest/wf", "{}").await.status, 200);
+    s.shutdown().await;
+    assert_eq!(db.count("SELECT count(*) FROM service_requests").await, 1);
+}
+
 #[tokio::test]
 async fn malformed_requests_get_400_and_harm_nothing() {
     let db = TestDb::new();
