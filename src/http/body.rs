@@ -64,13 +64,9 @@ impl Body {
         let mut collect = std::pin::pin!(Limited::new(incoming, limit).collect());
         // A small body usually arrives with its head: when it is all here already, it is
         // read without arming a timer (one fewer timer-wheel entry per request).
-        let first = std::future::poll_fn(|cx| {
-            std::task::Poll::Ready(std::future::Future::poll(collect.as_mut(), cx))
-        })
-        .await;
-        let read = match first {
-            std::task::Poll::Ready(r) => Ok(r),
-            std::task::Poll::Pending => tokio::time::timeout(timeout, collect).await,
+        let read = match futures_util::FutureExt::now_or_never(collect.as_mut()) {
+            Some(r) => Ok(r),
+            None => tokio::time::timeout(timeout, collect).await,
         };
         let result = match read {
             // A copy of its own: the body as read is a slice of the connection's read

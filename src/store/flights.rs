@@ -13,9 +13,9 @@
 //! leaves once the batch in flight has taken longer than `STALL_FACTOR` times the recent
 //! average (and at least `MIN_STALL`); an ordinary commit at saturation stays below it.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -26,30 +26,23 @@ const STALL_FACTOR: u32 = 4;
 /// would only split the rows.
 const MIN_STALL: Duration = Duration::from_millis(10);
 
-/// Weight of the newest commit in the running average, as 1/2^`EWMA_SHIFT`.
-const EWMA_SHIFT: u32 = 3;
+/// Weight of the newest commit in the running average, as 1/`EWMA_WEIGHT`.
+const EWMA_WEIGHT: u32 = 8;
 
 /// The batches of one flusher in flight.
+#[derive(Default)]
 pub struct Flights {
-    epoch: Instant,
-    in_flight: AtomicUsize,
-    /// When the youngest batch in flight left, in microseconds since `epoch`.
-    youngest_us: AtomicU64,
-    /// Running average of a batch's time in flight, in microseconds.
-    average_us: AtomicU64,
+    state: Mutex<State>,
     landed: Notify,
 }
 
-impl Default for Flights {
-    fn default() -> Self {
-        Flights {
-            epoch: Instant::now(),
-            in_flight: AtomicUsize::new(0),
-            youngest_us: AtomicU64::new(0),
-            average_us: AtomicU64::new(0),
-            landed: Notify::new(),
-        }
-    }
+#[derive(Default)]
+struct State {
+    in_flight: usize,
+    /// When the youngest batch in flight left (None before the first).
+    youngest: Option<Instant>,
+    /// Running average of a batch's time in flight.
+    average: Duration,
 }
 
 impl Flights {
@@ -61,12 +54,15 @@ impl Flights {
             tokio::pin!(landed);
             // Registered before the state is read, so a landing in between is not missed.
             landed.as_mut().enable();
-            if self.in_flight.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            let stalled_at = self.epoch
-                + Duration::from_micros(self.youngest_us.load(Ordering::Acquire))
-                + self.stall_after();
+            let stalled_at = {
+                let s = self.state.lock();
+                match s.youngest {
+                    Some(youngest) if s.in_flight > 0 => {
+                        youngest + (s.average * STALL_FACTOR).max(MIN_STALL)
+                    }
+                    _ => return,
+                }
+            };
             if Instant::now() >= stalled_at {
                 return;
             }
@@ -80,30 +76,25 @@ impl Flights {
     /// A batch leaves now.
     pub fn depart(&self) -> Instant {
         let now = Instant::now();
-        self.youngest_us
-            .store((now - self.epoch).as_micros() as u64, Ordering::Release);
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        let mut s = self.state.lock();
+        s.youngest = Some(now);
+        s.in_flight += 1;
         now
     }
 
     /// The batch that left at `departed` is done (committed or not).
     pub fn land(&self, departed: Instant) {
-        let took = departed.elapsed().as_micros() as u64;
-        let avg = self.average_us.load(Ordering::Relaxed);
-        let next = if avg == 0 {
-            took
-        } else {
-            avg - (avg >> EWMA_SHIFT) + (took >> EWMA_SHIFT)
-        };
-        self.average_us.store(next, Ordering::Relaxed);
-        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        let took = departed.elapsed();
+        {
+            let mut s = self.state.lock();
+            s.average = if s.average.is_zero() {
+                took
+            } else {
+                s.average - s.average / EWMA_WEIGHT + took / EWMA_WEIGHT
+            };
+            s.in_flight -= 1;
+        }
         self.landed.notify_waiters();
-    }
-
-    /// How long a batch may be in flight before another leaves beside it.
-    fn stall_after(&self) -> Duration {
-        let avg = Duration::from_micros(self.average_us.load(Ordering::Relaxed));
-        (avg * STALL_FACTOR).max(MIN_STALL)
     }
 }
 
