@@ -39,7 +39,7 @@ LAYER = {
     "lib": 8,
     "main": 8,
 }
-LEAVES = {"metrics", "ids", "backoff", "error_chain", "batches"}
+LEAVES = {"metrics", "ids", "backoff", "error_chain", "batches", "tls"}
 USE = re.compile(r"\bcrate::([a-z_]+)")
 GROUP = re.compile(r"\buse crate::\{([^}]*)\}", re.S)
 

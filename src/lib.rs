@@ -18,6 +18,7 @@ pub mod runtime;
 pub(crate) mod state;
 pub mod store;
 pub mod telemetry;
+pub mod tls;
 pub(crate) mod workflow;
 pub mod workflow_files;
 
@@ -26,7 +27,7 @@ use std::sync::Arc;
 
 use tokio::sync::{oneshot, watch};
 
-use config::{redact_url, Config};
+use config::Config;
 use engine::App;
 use metrics::Metrics;
 
@@ -48,6 +49,8 @@ pub enum StartError {
     },
     #[error("cannot start tracing: {0}")]
     Tracing(String),
+    #[error("TLS: {0}")]
+    Tls(#[source] tls::TlsError),
     #[error("cannot start runtimes: {0}")]
     Runtime(#[source] std::io::Error),
 }
@@ -86,14 +89,25 @@ impl Server {
 /// Prepares the database (creating it and applying migrations), loads the workflows and
 /// starts serving. Returns once every listener is bound.
 pub async fn start(config: Config) -> Result<Server, StartError> {
-    let url = redact_url(&config.database_url);
-    let pg = store::pool::pg_config(&config);
-    let mut client = store::migrate::connect_or_create(&pg)
+    tls::install_default_provider();
+    let url = config.database.redacted();
+    let db = Arc::new(store::pool::connector(&config).map_err(StartError::Tls)?);
+    let outbound = engine::tls::Outbound::load(&config).map_err(StartError::Tls)?;
+    // HTTPS when given a certificate: HTTP/1.1 only, like the plain listener.
+    let listener_tls = match &config.tls.server {
+        Some((cert, key)) => Some(Arc::new(
+            tls::Identity::load(cert, key)
+                .and_then(|id| tls::server(id, &[b"http/1.1"]))
+                .map_err(StartError::Tls)?,
+        )),
+        None => None,
+    };
+    let mut client = store::migrate::connect_or_create(&db)
         .await
         .map_err(|e| match e {
             store::migrate::MigrateError::Connect(source) => StartError::Database {
                 url: url.clone(),
-                reason: error_chain::one_line(&source),
+                reason: source.to_string(),
             },
             other => StartError::Migrate {
                 url: url.clone(),
@@ -117,7 +131,7 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         ),
         None => None,
     };
-    let app = Arc::new(App::new(config, metrics, tracing));
+    let app = Arc::new(App::new(config, db, outbound, metrics, tracing));
     let defs = store::queries::all_workflows(&client)
         .await
         .map_err(|e| StartError::Migrate {
@@ -141,9 +155,12 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
             source,
         })?;
     let (shutdown, shutdown_rx) = watch::channel(false);
-    let done = runtime::spawn(app.clone(), listeners, shutdown_rx).map_err(StartError::Runtime)?;
+    let https = listener_tls.is_some();
+    let done = runtime::spawn(app.clone(), listeners, listener_tls, shutdown_rx)
+        .map_err(StartError::Runtime)?;
     tracing::info!(
         addr = %local_addr,
+        scheme = if https { "https" } else { "http" },
         threads = n,
         runtime = ?app.config.runtime,
         ack = ?app.config.ack,

@@ -13,6 +13,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
+use tokio_rustls::TlsAcceptor;
 
 use crate::engine::App;
 use crate::http::conn::{ConnIo, ConnState, Timeouts};
@@ -68,14 +69,16 @@ fn is_resource_exhaustion(e: &std::io::Error) -> bool {
 
 /// Serves one core until `shutdown` turns true, then drains it: stop accepting, finish
 /// in-flight requests (bounded by the shutdown timeout), then flush the write buffer.
+/// With `tls`, every connection is HTTPS.
 pub async fn serve_core(
     index: usize,
     app: Arc<App>,
     listener: std::net::TcpListener,
+    tls: Option<TlsAcceptor>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let cfg = &app.config;
-    let pool = pool::build(cfg, cfg.pool_size);
+    let pool = pool::build(app.db.clone(), cfg, cfg.pool_size);
     let (buffer, rx) = buffer::channel(cfg.buffer_rows);
     {
         let buffer = buffer.clone();
@@ -123,7 +126,7 @@ pub async fn serve_core(
         }
     };
     let graceful = GracefulShutdown::new();
-    accept_loop(&listener, &core, &mut shutdown, &graceful).await;
+    accept_loop(&listener, &core, tls.as_ref(), &mut shutdown, &graceful).await;
     drop(listener);
     if tokio::time::timeout(cfg.shutdown_timeout, graceful.shutdown())
         .await
@@ -193,10 +196,13 @@ fn start_background(
     background
 }
 
-/// Accepts connections and serves each on its own task until `shutdown` fires.
+/// Accepts connections and serves each on its own task until `shutdown` fires. Over
+/// TLS, the handshake runs on the connection's task, bounded by the header timeout (it
+/// is the first thing the client sends), below `ConnIo`'s timeouts and lingering close.
 async fn accept_loop(
     listener: &TcpListener,
     core: &Arc<Core>,
+    tls: Option<&TlsAcceptor>,
     shutdown: &mut watch::Receiver<bool>,
     graceful: &GracefulShutdown,
 ) {
@@ -226,15 +232,33 @@ async fn accept_loop(
                     let _ = stream.set_nodelay(true);
                     let core = core.clone();
                     let state = Arc::new(ConnState::default());
-                    let io = TokioIo::new(ConnIo::new(stream, state.clone(), timeouts));
+                    let io = ConnIo::new(stream, state.clone(), timeouts);
                     let service = service_fn(move |req| {
                         let (core, state) = (core.clone(), state.clone());
                         async move { Ok::<_, std::convert::Infallible>(crate::http::handle(core, state, req).await) }
                     });
-                    let conn = graceful.watch(builder.serve_connection(io, service));
-                    tokio::spawn(async move {
-                        let _ = conn.await;
-                    });
+                    match tls {
+                        None => {
+                            let conn = graceful.watch(builder.serve_connection(TokioIo::new(io), service));
+                            tokio::spawn(async move {
+                                let _ = conn.await;
+                            });
+                        }
+                        Some(acceptor) => {
+                            let (accept, watcher) = (acceptor.accept(io), graceful.watcher());
+                            let (builder, handshake) = (builder.clone(), timeouts.header);
+                            tokio::spawn(async move {
+                                // A client that does not finish its handshake in time, or fails
+                                // it, is closed; there is no HTTP to answer it with.
+                                let Ok(Ok(stream)) = tokio::time::timeout(handshake, accept).await else {
+                                    return;
+                                };
+                                let _ = watcher
+                                    .watch(builder.serve_connection(TokioIo::new(stream), service))
+                                    .await;
+                            });
+                        }
+                    }
                 }
                 Err(e) if is_resource_exhaustion(&e) => {
                     tracing::warn!(error = %e, "accept failed; pausing");
@@ -270,8 +294,10 @@ async fn stop_background_tasks(
 pub fn spawn(
     app: Arc<App>,
     listeners: Vec<std::net::TcpListener>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<Vec<oneshot::Receiver<()>>> {
+    let tls = tls.map(TlsAcceptor::from);
     let mut done = Vec::new();
     match app.config.runtime {
         crate::config::RuntimeMode::PerCore => {
@@ -279,13 +305,14 @@ pub fn spawn(
                 let (tx, rx) = oneshot::channel();
                 let app = app.clone();
                 let shutdown = shutdown.clone();
+                let tls = tls.clone();
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()?;
                 std::thread::Builder::new()
                     .name(format!("clamp-core-{i}"))
                     .spawn(move || {
-                        rt.block_on(serve_core(i, app, listener, shutdown));
+                        rt.block_on(serve_core(i, app, listener, tls, shutdown));
                         let _ = tx.send(());
                     })?;
                 done.push(rx);
@@ -306,7 +333,13 @@ pub fn spawn(
                             .into_iter()
                             .enumerate()
                             .map(|(i, l)| {
-                                tokio::spawn(serve_core(i, app.clone(), l, shutdown.clone()))
+                                tokio::spawn(serve_core(
+                                    i,
+                                    app.clone(),
+                                    l,
+                                    tls.clone(),
+                                    shutdown.clone(),
+                                ))
                             })
                             .collect();
                         for t in tasks {

@@ -62,6 +62,10 @@ struct Target {
     /// The bearer token for `--url`, when the server has `--api-tokens`.
     #[arg(long, env = "CLAMP_API_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// A PEM file of CA certificates an `https://` `--url` is trusted by, besides the
+    /// system's roots (a server whose certificate a private CA signed).
+    #[arg(long, requires = "url")]
+    ca_file: Option<PathBuf>,
 }
 
 /// Runs `clamp workflows …` (`args` after the program name, `workflows` first).
@@ -366,7 +370,7 @@ async fn apply_one(backend: &Backend, def: &WorkflowDef, dry_run: bool) -> Resul
 enum Backend {
     Http {
         client: hyper_util::client::legacy::Client<
-            hyper_util::client::legacy::connect::HttpConnector,
+            hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
             Full<Bytes>,
         >,
         base: String,
@@ -378,9 +382,17 @@ enum Backend {
 impl Backend {
     async fn connect(t: &Target) -> Result<Backend, String> {
         if let Some(url) = &t.url {
+            let roots = crate::tls::roots(true, t.ca_file.as_deref()).map_err(|e| e.to_string())?;
+            let tls = crate::tls::client(crate::tls::Verify::Full(roots), None, &[b"http/1.1"])
+                .map_err(|e| e.to_string())?;
+            let https = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(tls)
+                .https_or_http()
+                .enable_http1()
+                .build();
             let client =
                 hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                    .build_http();
+                    .build(https);
             return Ok(Backend::Http {
                 client,
                 base: url.trim_end_matches('/').to_string(),
@@ -388,14 +400,16 @@ impl Backend {
             });
         }
         let cfg = config(t.database_url.as_deref())?;
-        let pg = crate::store::pool::pg_config(&cfg);
-        let mut client = crate::store::migrate::connect_or_create(&pg)
+        let db = std::sync::Arc::new(
+            crate::store::pool::connector(&cfg).map_err(|e| crate::error_chain::one_line(&e))?,
+        );
+        let mut client = crate::store::migrate::connect_or_create(&db)
             .await
             .map_err(|e| crate::error_chain::one_line(&e))?;
         crate::store::migrate::run(&mut client)
             .await
             .map_err(|e| crate::error_chain::one_line(&e))?;
-        Ok(Backend::Db(crate::store::pool::build(&cfg, 1)))
+        Ok(Backend::Db(crate::store::pool::build(db, &cfg, 1)))
     }
 
     /// Sends one request to the server; its status and JSON answer.

@@ -53,14 +53,25 @@ fn lock_key(topic: &str) -> i32 {
 async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(), ConsumerError> {
     let b = &core.app.config.brokers;
     let topic = b.kafka_response_topic.as_str();
-    let c = client(&b.kafka_brokers, Duration::from_secs(10))
-        .await
-        .map_err(|e| ConsumerError::Away(format!("cannot connect to {}: {e}", b.kafka_brokers)))?;
+    let c = client(
+        &b.kafka_brokers,
+        Duration::from_secs(10),
+        &core.app.outbound.kafka,
+    )
+    .await
+    .map_err(|e| {
+        let why = crate::engine::publish::kafka::connect_error(&e).1;
+        ConsumerError::Away(format!("{}: {why}", b.kafka_brokers))
+    })?;
     let partitions = ensure_topic(&c, topic).await?;
     // The partition locks live as long as this connection, which closes when `locks` is
     // dropped, however the session ends: that releases them for the next session or
     // another instance.
-    let locks = kafka_offsets::PartitionLocks::connect(&core.app.config).await?;
+    let locks = kafka_offsets::PartitionLocks::connect(
+        &core.app.db,
+        crate::store::pool::guard(&core.app.config),
+    )
+    .await?;
     let mut owned: BTreeMap<i32, Owned> = BTreeMap::new();
     let mut next_lock_try = Instant::now();
     tracing::info!(

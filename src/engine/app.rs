@@ -12,6 +12,10 @@ use crate::store::WorkflowMap;
 /// State shared by all runtimes: read-mostly, so the hot path only takes read locks.
 pub struct App {
     pub config: Config,
+    /// Opens connections to the database (every pool, the Kafka partition locks).
+    pub db: Arc<crate::store::connect::PgConnector>,
+    /// TLS settings of step calls and broker connections.
+    pub outbound: super::tls::Outbound,
     pub workflows: WorkflowMap,
     pub metrics: Arc<Metrics>,
     /// Unique per process start: the owner id of every lease this instance takes.
@@ -41,6 +45,8 @@ impl App {
 
     pub fn new(
         config: Config,
+        db: Arc<crate::store::connect::PgConnector>,
+        outbound: super::tls::Outbound,
         metrics: Arc<Metrics>,
         tracing: Option<crate::telemetry::Tracing>,
     ) -> App {
@@ -57,6 +63,8 @@ impl App {
             status_cache,
             changes: Default::default(),
             config,
+            db,
+            outbound,
             workflows: WorkflowMap::default(),
             metrics,
             instance_id: Uuid::now_v7(),

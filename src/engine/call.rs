@@ -22,6 +22,9 @@ pub enum CallErrorKind {
     BrokerAway,
     /// A broker answered no (unroutable message, no such topic).
     Refused,
+    /// The TLS handshake failed a check (a certificate not trusted, for another host,
+    /// expired; a client certificate wanted or refused): permanent, as a 4xx is.
+    Tls,
     /// Anything else trying again cannot fix (a response too large or not HTTP).
     Other,
 }
@@ -55,7 +58,7 @@ impl CallError {
             | CallErrorKind::Queued
             | CallErrorKind::BrokerAway => true,
             CallErrorKind::Status(s) => policy.retries_status(s),
-            CallErrorKind::Refused | CallErrorKind::Other => false,
+            CallErrorKind::Refused | CallErrorKind::Tls | CallErrorKind::Other => false,
         }
     }
 
@@ -75,6 +78,7 @@ impl CallError {
             CallErrorKind::Queued => "queued",
             CallErrorKind::Status(_) => "status",
             CallErrorKind::BrokerAway | CallErrorKind::Refused => "broker",
+            CallErrorKind::Tls => "tls",
             CallErrorKind::Other => "other",
         }
     }
@@ -117,6 +121,7 @@ mod tests {
             CallErrorKind::Status(404),
             CallErrorKind::Status(409),
             CallErrorKind::Refused,
+            CallErrorKind::Tls,
             CallErrorKind::Other,
         ] {
             assert!(!e(k).retryable(&p), "{k:?}");

@@ -1,12 +1,15 @@
-//! Running an HTTP step: one pooled hyper client per runtime, connect and total timeouts,
-//! a response size cap, and the headers a step sends.
+//! Running an HTTP step: one pooled hyper client per runtime (`http://` and `https://`,
+//! connections and TLS sessions reused per scheme, host and port), connect and total
+//! timeouts, a response size cap, and the headers a step sends.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE, HOST, RETRY_AFTER};
 use hyper::Request;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -18,17 +21,25 @@ use crate::workflow::HttpVal;
 /// The pooled client a runtime's steps share.
 #[derive(Clone)]
 pub struct HttpClient {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     timeout: Duration,
     max_response: usize,
 }
 
 impl HttpClient {
-    pub fn new(s: &crate::config::HttpSettings) -> HttpClient {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(s.connect_timeout));
-        connector.set_nodelay(true);
-        connector.enforce_http(true);
+    /// `tls` checks `https://` servers (`engine::tls`: chain and host name, always); its
+    /// session cache is shared by every runtime's client.
+    pub fn new(s: &crate::config::HttpSettings, tls: Arc<rustls::ClientConfig>) -> HttpClient {
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(s.connect_timeout));
+        http.set_nodelay(true);
+        // The TLS layer hands `https://` URIs down to this connector.
+        http.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config((*tls).clone())
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
@@ -90,7 +101,11 @@ impl HttpClient {
         })?;
         let timeout = val.timeout_ms.map_or(self.timeout, Duration::from_millis);
         let call = async {
-            let resp = self.client.request(req).await.map_err(|e| describe(&e))?;
+            let resp = self
+                .client
+                .request(req)
+                .await
+                .map_err(|e| describe(&e, &val.host_key))?;
             let status = resp.status();
             if let Some(t) = trace.as_deref_mut() {
                 t.status = Some(status.as_u16());
@@ -151,9 +166,19 @@ impl HttpClient {
 }
 
 /// A client error as a failed attempt: a connection that could not be made, one that
-/// broke during the exchange, or an answer that was not HTTP (the only kind retrying
-/// cannot fix); the reason carries the whole cause (connection refused, …).
-fn describe(e: &hyper_util::client::legacy::Error) -> CallError {
+/// broke during the exchange, a TLS handshake that failed a check, or an answer that was
+/// not HTTP (the last two are what retrying cannot fix); the reason carries the whole
+/// cause (connection refused, …), or for TLS which check failed.
+fn describe(e: &hyper_util::client::legacy::Error, host: &str) -> CallError {
+    if let Some(t) = crate::tls::find(e) {
+        return CallError::new(
+            CallErrorKind::Tls,
+            format!(
+                "TLS handshake with {host} failed: {}",
+                crate::tls::reason(t)
+            ),
+        );
+    }
     let mut message = if e.is_connect() {
         "connection failed".to_string()
     } else {

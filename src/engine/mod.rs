@@ -21,6 +21,7 @@ pub(crate) mod resume;
 pub(crate) mod running;
 pub(crate) mod schedules;
 pub(crate) mod step_trace;
+pub(crate) mod tls;
 pub(crate) mod watch;
 pub(crate) mod writer;
 
@@ -78,7 +79,7 @@ impl Executor {
     /// Creates the executor and starts its writer; call inside the runtime it serves.
     pub fn new(app: Arc<App>, pool: Pool) -> Arc<Executor> {
         let cfg = &app.config;
-        let http = HttpClient::new(&cfg.http);
+        let http = HttpClient::new(&cfg.http, app.outbound.https.clone());
         let committed: writer::OnCommit = {
             let app = app.clone();
             Arc::new(move |t: &writer::Transition| live::committed(&app, t))
@@ -93,8 +94,11 @@ impl Executor {
         );
         Arc::new(Executor {
             capacity: cfg.max_running,
-            amqp: publish::amqp::AmqpPublisher::new(app.metrics.clone()),
-            kafka: publish::kafka::KafkaProducer::new(app.metrics.clone()),
+            amqp: publish::amqp::AmqpPublisher::new(app.metrics.clone(), app.outbound.amqp.clone()),
+            kafka: publish::kafka::KafkaProducer::new(
+                app.metrics.clone(),
+                app.outbound.kafka.clone(),
+            ),
             app,
             pool,
             http,

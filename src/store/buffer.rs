@@ -625,10 +625,7 @@ where
         Err(_) => {
             // Abandoned midway, the session may sit inside a transaction: never reuse it.
             conn.poison();
-            let token = conn.client.cancel_token();
-            tokio::spawn(async move {
-                let _ = token.cancel_query(tokio_postgres::NoTls).await;
-            });
+            tokio::spawn(conn.cancel());
             Err(StoreError::Unavailable("batch insert timed out".into()))
         }
     }

@@ -39,13 +39,17 @@ pub struct PartitionLocks {
 impl PartitionLocks {
     /// Opens the connection with the pool's session settings (statement_timeout above
     /// all, so a stalled database cannot hold a lock call forever).
-    pub async fn connect(config: &crate::config::Config) -> Result<PartitionLocks> {
-        let (client, conn) = super::pool::pg_config(config)
-            .connect(tokio_postgres::NoTls)
-            .await?;
+    pub async fn connect(
+        db: &super::connect::PgConnector,
+        guard: std::time::Duration,
+    ) -> Result<PartitionLocks> {
+        let c = db
+            .connect(Some(guard))
+            .await
+            .map_err(|e| super::StoreError::Unavailable(e.to_string()))?;
         Ok(PartitionLocks {
-            client,
-            task: tokio::spawn(conn),
+            client: c.client,
+            task: c.task,
         })
     }
 

@@ -2,7 +2,9 @@
 //! several instances starting at once serialize instead of racing. Also creates the
 //! database itself when it does not exist yet.
 
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
+
+use super::connect::{ConnectError, PgConnector};
 
 /// Every migration, in order. A version is never edited once released; add a new one.
 /// (Version 5 was made a no-op when version 6 undid it: a database that applied 5 is
@@ -33,7 +35,7 @@ const MIGRATION_LOCK_KEY: i64 = 0x636c_616d_7000_0001;
 #[derive(Debug, thiserror::Error)]
 pub enum MigrateError {
     #[error("cannot connect to Postgres: {0}")]
-    Connect(#[source] tokio_postgres::Error),
+    Connect(#[source] ConnectError),
     #[error("cannot create database {db}: {source}")]
     CreateDb {
         db: String,
@@ -48,33 +50,29 @@ pub enum MigrateError {
     },
 }
 
-async fn connect(cfg: &tokio_postgres::Config) -> Result<Client, tokio_postgres::Error> {
-    let (client, conn) = cfg.connect(NoTls).await?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Ok(client)
+/// A connection without a guard: a migration's statement may take long on a big table.
+async fn connect(db: &PgConnector) -> Result<Client, ConnectError> {
+    db.connect(None).await.map(|c| c.client)
 }
 
 /// Connects to the configured database, creating it first if Postgres says it does not exist.
-pub async fn connect_or_create(cfg: &tokio_postgres::Config) -> Result<Client, MigrateError> {
-    match connect(cfg).await {
+pub async fn connect_or_create(db: &PgConnector) -> Result<Client, MigrateError> {
+    match connect(db).await {
         Ok(c) => Ok(c),
         Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INVALID_CATALOG_NAME) => {
-            let db = cfg.get_dbname().unwrap_or("clamp").to_string();
-            let mut admin = cfg.clone();
-            admin.dbname("postgres");
+            let name = db.dbname().unwrap_or("clamp").to_string();
+            let admin = db.for_dbname("postgres");
             let client = connect(&admin).await.map_err(MigrateError::Connect)?;
-            let stmt = format!("CREATE DATABASE \"{}\"", db.replace('"', "\"\""));
+            let stmt = format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\""));
             match client.batch_execute(&stmt).await {
                 Ok(()) => {}
                 // Another instance created it first.
                 Err(e)
                     if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_DATABASE) => {}
-                Err(source) => return Err(MigrateError::CreateDb { db, source }),
+                Err(source) => return Err(MigrateError::CreateDb { db: name, source }),
             }
-            tracing::info!(database = %db, "created database");
-            connect(cfg).await.map_err(MigrateError::Connect)
+            tracing::info!(database = %name, "created database");
+            connect(db).await.map_err(MigrateError::Connect)
         }
         Err(e) => Err(MigrateError::Connect(e)),
     }

@@ -4,6 +4,7 @@
 pub(crate) mod buffer;
 pub(crate) mod cancel;
 pub(crate) mod children;
+pub(crate) mod connect;
 pub(crate) mod dead_letters;
 pub(crate) mod delayed;
 mod flights;
@@ -26,6 +27,7 @@ pub(crate) mod status;
 pub(crate) mod status_cache;
 pub(crate) mod step_responses;
 pub(crate) mod transitions;
+mod watchdog;
 pub mod workflow_map;
 
 pub use buffer::{AckError, Created, PendingRow, WriteBuffer};

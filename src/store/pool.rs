@@ -1,11 +1,13 @@
-//! The per-runtime connection pool: bb8 over bb8-postgres, with the hot statements
-//! prepared once per connection (bb8-postgres keeps no statement cache of its own).
+//! The per-runtime connection pool: bb8 over `connect::PgConnector` (one deadline per
+//! host, TLS as libpq means it, guarded connections), with the hot statements prepared
+//! once per connection.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use bb8_postgres::PostgresConnectionManager;
-use tokio_postgres::{Client, NoTls, Statement};
+use tokio_postgres::{Client, Statement};
 
+use super::connect::PgConnector;
 use crate::config::Config;
 
 /// A pooled connection and the statements prepared on it.
@@ -18,6 +20,11 @@ pub struct PgConn {
     poisoned: std::sync::atomic::AtomicBool,
     /// Other statements, prepared on first use on this connection.
     cache: parking_lot::Mutex<std::collections::HashMap<&'static str, Statement>>,
+    /// Which host of the URL it is connected to, and when it was opened (on that
+    /// host's clock): a connection older than the host's last silence is dropped.
+    host: usize,
+    opened_ms: u64,
+    connector: Arc<PgConnector>,
 }
 
 impl PgConn {
@@ -25,6 +32,17 @@ impl PgConn {
     pub fn poison(&self) {
         self.poisoned
             .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Asks the server to cancel what this connection is running (after a client-side
+    /// timeout), on a connection of its own; run it on a task of its own.
+    pub fn cancel(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (token, host, connector) = (
+            self.client.cancel_token(),
+            self.host,
+            self.connector.clone(),
+        );
+        async move { connector.cancel(token, host).await }
     }
 
     /// `sql` prepared on this connection (once; later calls reuse it).
@@ -64,21 +82,37 @@ pub mod sql {
 
 /// Opens connections with the server's session settings and prepares the hot statements.
 pub struct PgManager {
-    inner: PostgresConnectionManager<NoTls>,
+    connector: Arc<PgConnector>,
+    /// How long a connection may hear nothing after sending a statement (`watchdog`).
+    guard: Duration,
+}
+
+/// Why a pooled connection could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error(transparent)]
+    Connect(#[from] super::connect::ConnectError),
+    #[error(transparent)]
+    Pg(#[from] tokio_postgres::Error),
+    #[error("its host fell silent after it was opened")]
+    Outlived,
 }
 
 impl bb8::ManageConnection for PgManager {
     type Connection = PgConn;
-    type Error = tokio_postgres::Error;
+    type Error = PoolError;
 
     async fn connect(&self) -> Result<PgConn, Self::Error> {
-        let client = self.inner.connect().await?;
-        let insert_requests = client.prepare(sql::INSERT_REQUESTS).await?;
+        let c = self.connector.connect(Some(self.guard)).await?;
+        let insert_requests = c.client.prepare(sql::INSERT_REQUESTS).await?;
         Ok(PgConn {
-            client,
+            client: c.client,
             insert_requests,
             poisoned: Default::default(),
             cache: Default::default(),
+            host: c.host,
+            opened_ms: c.opened_ms,
+            connector: self.connector.clone(),
         })
     }
 
@@ -87,16 +121,23 @@ impl bb8::ManageConnection for PgManager {
     /// refused (querying it fails at once, with the reason). Without this, after an outage
     /// the pool handed out its dead idle connections one by one, each failing a request
     /// (a batch answered 503) after the database was back.
+    /// A connection to a host that has since been found silent (a frozen server) is
+    /// refused too, so one timeout clears them all rather than one timeout each.
     async fn is_valid(&self, conn: &mut PgConn) -> Result<(), Self::Error> {
         if conn.client.is_closed() {
-            conn.client.simple_query("").await.map(|_| ())
-        } else {
-            Ok(())
+            conn.client.simple_query("").await?;
         }
+        if self.connector.outlived(conn.host, conn.opened_ms) {
+            conn.poison();
+            return Err(PoolError::Outlived);
+        }
+        Ok(())
     }
 
     fn has_broken(&self, conn: &mut PgConn) -> bool {
-        conn.client.is_closed() || conn.poisoned.load(std::sync::atomic::Ordering::Relaxed)
+        conn.client.is_closed()
+            || conn.poisoned.load(std::sync::atomic::Ordering::Relaxed)
+            || self.connector.outlived(conn.host, conn.opened_ms)
     }
 }
 
@@ -105,14 +146,10 @@ pub type Pool = bb8::Pool<PgManager>;
 
 /// The driver configuration for `config`: session settings that bound every statement,
 /// so a stalled database cannot hold a request (or a batch) forever.
-pub fn pg_config(config: &Config) -> tokio_postgres::Config {
-    let mut pg: tokio_postgres::Config = config
-        .database_url
-        .parse()
-        .expect("database URL was validated at startup");
+pub fn session(config: &Config) -> tokio_postgres::Config {
+    let mut pg = config.database.driver.clone();
     let timeout_ms = config.flush_timeout.as_millis();
     pg.application_name("clamp")
-        .connect_timeout(config.db_connect_timeout)
         .keepalives_idle(Duration::from_secs(30))
         // enable_seqscan = off: every statement of ours is a key lookup or an index range,
         // but prepared statements keep a generic plan made while the tables were small,
@@ -129,16 +166,29 @@ pub fn pg_config(config: &Config) -> tokio_postgres::Config {
     pg
 }
 
+/// The connector for `config`'s database, with its session settings and one
+/// `--db-connect-timeout-ms` per host. Fails when a certificate file is unusable.
+pub fn connector(config: &Config) -> Result<PgConnector, crate::tls::TlsError> {
+    PgConnector::new(&config.database, session(config), config.db_connect_timeout)
+}
+
+/// How long a pooled connection may hear nothing back after sending a statement:
+/// past the statement timeout, which a live server enforces itself.
+pub fn guard(config: &Config) -> Duration {
+    config.flush_timeout + Duration::from_secs(1)
+}
+
 /// Builds a pool; connections are opened lazily and re-opened after outages.
 /// Must be called inside the runtime that will use it (connection tasks spawn there).
-pub fn build(config: &Config, size: u32) -> Pool {
+pub fn build(connector: Arc<PgConnector>, config: &Config, size: u32) -> Pool {
     let manager = PgManager {
-        inner: PostgresConnectionManager::new(pg_config(config), NoTls),
+        connector,
+        guard: guard(config),
     };
     bb8::Pool::builder()
         .max_size(size)
         .min_idle(Some(1))
-        // `is_valid` is a local check (no round trip), so every checkout can afford it.
+        // `is_valid` makes no round trip for a live connection, so every checkout can afford it.
         .test_on_check_out(true)
         .connection_timeout(config.db_connect_timeout)
         .retry_connection(false)

@@ -228,9 +228,9 @@ fn compile_val(mode: Mode, val: &Value, at: &str) -> Result<Val, ValidationError
             let uri: hyper::Uri = url
                 .parse()
                 .map_err(|_| ValidationError(format!("{at}.val.url {url:?} is not a valid URL")))?;
-            if !matches!(uri.scheme_str(), Some("http")) || uri.host().is_none() {
+            if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
                 return err(format!(
-                    "{at}.val.url {url:?} must be an absolute http:// URL"
+                    "{at}.val.url {url:?} must be an absolute http:// or https:// URL"
                 ));
             }
             let headers = match val.get("headers") {
@@ -598,6 +598,10 @@ mod tests {
             "absolute",
         );
         bad(
+            json!({"name": "w", "steps": [{"name": "a", "mode": "HTTP", "val": {"method": "GET", "url": "ftp://h/x"}}]}),
+            "http:// or https://",
+        );
+        bad(
             json!({"name": "w", "steps": [{"name": "a", "mode": "HTTP", "val": {"method": "GET", "url": "http://h/", "headers": "novalue"}}]}),
             "headers",
         );
@@ -674,5 +678,22 @@ mod tests {
         assert_eq!(h("http://svc:80/x"), "svc");
         assert_eq!(h("http://svc:8080/x"), "svc:8080");
         assert_eq!(h("http://127.0.0.1:9000/"), "127.0.0.1:9000");
+        assert_eq!(h("https://svc:443/x"), "svc");
+        assert_eq!(h("https://svc:80/x"), "svc:80");
+    }
+
+    #[test]
+    fn https_steps_have_their_own_host_key() {
+        let key = |u: &str| host_key(&u.parse().unwrap());
+        assert_eq!(&*key("https://Pay.example/v1"), "https://pay.example:443");
+        assert_eq!(&*key("http://pay.example/v1"), "http://pay.example:80");
+        assert_eq!(
+            &*key("https://pay.example:8443/"),
+            "https://pay.example:8443"
+        );
+        let w = compile(def(json!({"name": "w", "steps": [
+            {"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": "https://pay.example/charge"}}]})))
+        .unwrap();
+        assert_eq!(w.def.steps[0].name, "a");
     }
 }

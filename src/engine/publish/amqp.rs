@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::tcp::OwnedTLSConfig;
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::Confirmation;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
@@ -26,20 +27,44 @@ struct Slot {
 pub struct AmqpPublisher {
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     metrics: Arc<Metrics>,
+    tls: OwnedTLSConfig,
 }
 
-async fn open_channel(url: &str) -> Result<(Connection, Channel), lapin::Error> {
-    let conn = Connection::connect(url, ConnectionProperties::default()).await?;
+/// Connects to `url` (`amqp://`, or `amqps://` with `tls`'s extra CA).
+pub(crate) async fn connect(url: &str, tls: &OwnedTLSConfig) -> Result<Connection, lapin::Error> {
+    Connection::connect_with_config(
+        url,
+        ConnectionProperties::default(),
+        tls.clone(),
+        lapin::runtime::default_runtime()?,
+    )
+    .await
+}
+
+/// Why a connection could not be made, with the failed TLS check where there was one.
+pub(crate) fn connect_error(e: &lapin::Error) -> (bool, String) {
+    match crate::tls::describe(e) {
+        Some(tls) => (true, format!("TLS handshake failed: {tls}")),
+        None => (false, format!("cannot connect: {e}")),
+    }
+}
+
+async fn open_channel(
+    url: &str,
+    tls: &OwnedTLSConfig,
+) -> Result<(Connection, Channel), lapin::Error> {
+    let conn = connect(url, tls).await?;
     let ch = conn.create_channel().await?;
     ch.confirm_select(ConfirmSelectOptions::default()).await?;
     Ok((conn, ch))
 }
 
 impl AmqpPublisher {
-    pub fn new(metrics: Arc<Metrics>) -> AmqpPublisher {
+    pub fn new(metrics: Arc<Metrics>, tls: OwnedTLSConfig) -> AmqpPublisher {
         AmqpPublisher {
             slots: Mutex::new(HashMap::new()),
             metrics,
+            tls,
         }
     }
 
@@ -82,7 +107,11 @@ impl AmqpPublisher {
             .entry(url.to_string())
             .or_default()
             .clone();
-        let ch = match slot.open.get_or_try_init(|| open_channel(url)).await {
+        let ch = match slot
+            .open
+            .get_or_try_init(|| open_channel(url, &self.tls))
+            .await
+        {
             Ok((_, ch)) if ch.status().connected() => ch.clone(),
             Ok(_) => {
                 self.forget(url, &slot);
@@ -90,7 +119,11 @@ impl AmqpPublisher {
             }
             Err(e) => {
                 self.forget(url, &slot);
-                return Err(Attempt::Retry(format!("cannot connect: {e}")));
+                // A certificate check that failed fails the same way next time.
+                return Err(match connect_error(&e) {
+                    (true, why) => Attempt::Refused(why),
+                    (false, why) => Attempt::Retry(why),
+                });
             }
         };
         // `mandatory`: a message no queue takes comes back instead of vanishing.

@@ -15,6 +15,7 @@ use tokio::sync::OnceCell;
 
 use super::{Attempt, StepMessage};
 use crate::engine::call::CallError;
+use crate::engine::tls::KafkaTransport;
 use crate::metrics::Metrics;
 use crate::workflow::KafkaVal;
 
@@ -30,27 +31,56 @@ type Cell<T> = Arc<OnceCell<Arc<T>>>;
 pub struct KafkaProducer {
     topics: Mutex<HashMap<(String, String), Cell<TopicWriter>>>,
     metrics: Arc<Metrics>,
+    transport: KafkaTransport,
 }
 
-/// Builds a client that gives up on an unreachable cluster instead of retrying forever.
-pub(crate) async fn client(brokers: &str, deadline: Duration) -> Result<Client, KafkaError> {
-    ClientBuilder::new(brokers.split(',').map(|b| b.trim().to_string()).collect())
+/// Builds a client that gives up on an unreachable cluster instead of retrying forever,
+/// over TLS and with SASL as `transport` says.
+pub(crate) async fn client(
+    brokers: &str,
+    deadline: Duration,
+    transport: &KafkaTransport,
+) -> Result<Client, KafkaError> {
+    let mut b = ClientBuilder::new(brokers.split(',').map(|b| b.trim().to_string()).collect())
         .client_id("clamp")
         .backoff_config(BackoffConfig {
             init_backoff: Duration::from_millis(50),
             max_backoff: Duration::from_secs(1),
             base: 2.0,
             deadline: Some(deadline),
-        })
-        .build()
-        .await
+        });
+    if let Some(tls) = &transport.tls {
+        b = b.tls_config(tls.clone());
+    }
+    if let Some(sasl) = &transport.sasl {
+        b = b.sasl_config(sasl.clone());
+    }
+    b.build().await
 }
 
-async fn open_topic(brokers: &str, topic: &str) -> Result<TopicWriter, Attempt> {
+/// Why a client could not be built: a failed TLS check or SASL authentication is
+/// permanent (the next attempt meets the same certificate or credentials).
+pub(crate) fn connect_error(e: &KafkaError) -> (bool, String) {
+    if let Some(tls) = crate::tls::describe(e) {
+        return (true, format!("TLS handshake failed: {tls}"));
+    }
+    let text = crate::error_chain::one_line(e);
+    let auth = text.contains("SASL") || text.contains("uthenticat");
+    (auth, format!("cannot connect: {text}"))
+}
+
+async fn open_topic(
+    brokers: &str,
+    topic: &str,
+    transport: &KafkaTransport,
+) -> Result<TopicWriter, Attempt> {
     let retry = |e: KafkaError| Attempt::Retry(e.to_string());
-    let c = client(brokers, Duration::from_secs(5))
+    let c = client(brokers, Duration::from_secs(5), transport)
         .await
-        .map_err(|e| Attempt::Retry(format!("cannot connect: {e}")))?;
+        .map_err(|e| match connect_error(&e) {
+            (true, why) => Attempt::Refused(why),
+            (false, why) => Attempt::Retry(why),
+        })?;
     let topics = c.list_topics().await.map_err(retry)?;
     let Some(t) = topics.into_iter().find(|t| t.name == topic) else {
         return Err(Attempt::Refused(format!("topic '{topic}' does not exist")));
@@ -72,10 +102,11 @@ async fn open_topic(brokers: &str, topic: &str) -> Result<TopicWriter, Attempt> 
 }
 
 impl KafkaProducer {
-    pub fn new(metrics: Arc<Metrics>) -> KafkaProducer {
+    pub fn new(metrics: Arc<Metrics>, transport: KafkaTransport) -> KafkaProducer {
         KafkaProducer {
             topics: Mutex::new(HashMap::new()),
             metrics,
+            transport,
         }
     }
 
@@ -109,7 +140,7 @@ impl KafkaProducer {
             .clone();
         let writer = match slot
             .get_or_try_init(|| async {
-                open_topic(&val.connection_url, &val.topic_name)
+                open_topic(&val.connection_url, &val.topic_name, &self.transport)
                     .await
                     .map(Arc::new)
             })

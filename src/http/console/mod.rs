@@ -36,7 +36,7 @@ pub fn owns(path: &str) -> bool {
 
 pub async fn handle(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
     let tokens = &core.app.config.api_tokens;
-    let ctx = session::context(tokens, &parts.headers);
+    let ctx = session::context(tokens, &parts.headers, core.app.config.tls.server.is_some());
     let path = parts.uri.path();
     let rest = path.strip_prefix("/console").unwrap_or("");
     let segs: Vec<&str> = rest.split('/').skip(1).collect();
@@ -156,8 +156,10 @@ async fn login(core: &Core, ctx: &Ctx, parts: &Parts, body: &mut Body) -> Resp {
         return login_page(ctx, parts.uri.query(), Some("That token is not accepted."));
     }
     let mut r = layout::see_other(&next_page(parts.uri.query()), ctx);
-    r.headers_mut()
-        .append(SET_COOKIE, session::session_cookie(Some(token.as_bytes())));
+    r.headers_mut().append(
+        SET_COOKIE,
+        session::session_cookie(Some(token.as_bytes()), ctx.secure),
+    );
     r
 }
 
@@ -167,7 +169,7 @@ async fn logout(core: &Core, ctx: &Ctx, parts: &Parts, body: &mut Body) -> Resp 
     }
     let mut r = layout::see_other("/console/login", ctx);
     r.headers_mut()
-        .append(SET_COOKIE, session::session_cookie(None));
+        .append(SET_COOKIE, session::session_cookie(None, ctx.secure));
     r
 }
 

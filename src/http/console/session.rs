@@ -10,7 +10,8 @@
 //! Cross-site request forgery: every form carries a random value that is also in a
 //! cookie only this origin can read back (double submit); an action whose form value does
 //! not match the cookie, or whose `Origin` or `Sec-Fetch-Site` says another site sent it,
-//! is refused. Both cookies are `SameSite=Strict` and `HttpOnly`.
+//! is refused. Both cookies are `SameSite=Strict` and `HttpOnly`, and `Secure` when the
+//! server speaks HTTPS.
 
 use hyper::header::{HeaderMap, HeaderValue, COOKIE, HOST, ORIGIN, SET_COOKIE};
 use sha2::{Digest, Sha256};
@@ -31,16 +32,24 @@ pub struct Ctx {
     new_csrf: bool,
     /// Tokens are on (the pages offer to sign out).
     pub tokens_on: bool,
+    /// Served over HTTPS: cookies are `Secure` (never sent over plain HTTP).
+    pub secure: bool,
+}
+
+/// The attributes every console cookie has.
+fn attributes(secure: bool) -> &'static str {
+    if secure {
+        "Path=/console; HttpOnly; SameSite=Strict; Secure"
+    } else {
+        "Path=/console; HttpOnly; SameSite=Strict"
+    }
 }
 
 impl Ctx {
     /// Sets the cookies this answer owes the browser.
     pub fn finish(&self, resp: &mut Resp) {
         if self.new_csrf {
-            let c = format!(
-                "{CSRF_COOKIE}={}; Path=/console; HttpOnly; SameSite=Strict",
-                self.csrf
-            );
+            let c = format!("{CSRF_COOKIE}={}; {}", self.csrf, attributes(self.secure));
             if let Ok(v) = HeaderValue::from_str(&c) {
                 resp.headers_mut().append(SET_COOKIE, v);
             }
@@ -101,25 +110,27 @@ pub fn signed_in(tokens: &ApiTokens, headers: &HeaderMap) -> bool {
 }
 
 /// The `Set-Cookie` of a session for `token` (or, None, one that ends it).
-pub fn session_cookie(token: Option<&[u8]>) -> HeaderValue {
+pub fn session_cookie(token: Option<&[u8]>, secure: bool) -> HeaderValue {
     let c = match token {
         Some(t) => format!(
-            "{SESSION_COOKIE}={}; Path=/console; HttpOnly; SameSite=Strict",
-            session_value(t)
+            "{SESSION_COOKIE}={}; {}",
+            session_value(t),
+            attributes(secure)
         ),
-        None => format!("{SESSION_COOKIE}=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0"),
+        None => format!("{SESSION_COOKIE}=; {}; Max-Age=0", attributes(secure)),
     };
     HeaderValue::from_str(&c).expect("hex and ASCII")
 }
 
 /// The page context: the browser's forgery cookie, or a new one.
-pub fn context(tokens: &ApiTokens, headers: &HeaderMap) -> Ctx {
+pub fn context(tokens: &ApiTokens, headers: &HeaderMap, secure: bool) -> Ctx {
     let known = cookie(headers, CSRF_COOKIE)
         .filter(|v| v.len() == 32 && v.bytes().all(|b| b.is_ascii_hexdigit()));
     Ctx {
         csrf: known.map_or_else(|| uuid::Uuid::new_v4().simple().to_string(), str::to_string),
         new_csrf: known.is_none(),
         tokens_on: tokens.is_on(),
+        secure,
     }
 }
 

@@ -5,10 +5,15 @@
 //! code elsewhere reads too; the others stand beside their flag. A unit test checks that
 //! the README's table lists every flag and key, so the two cannot drift apart silently.
 
+pub mod postgres;
+
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+
+pub use postgres::{clamp_conn_str_to_url, redact_url, Database, PgTls, RootCert, SslMode};
 
 /// Environment variable names, in one place.
 pub mod env {
@@ -192,6 +197,26 @@ pub struct Args {
     #[arg(long, env = "CLAMP_STEP_MAX_RESPONSE", default_value_t = 4 << 20)]
     pub step_max_response: usize,
 
+    /// A PEM file of CA certificates HTTPS steps trust besides the system's roots.
+    #[arg(long, env = "CLAMP_STEP_CA_FILE")]
+    pub step_ca_file: Option<PathBuf>,
+
+    /// A PEM certificate chain HTTPS steps present when a server asks for one (mutual TLS).
+    #[arg(long, env = "CLAMP_STEP_CLIENT_CERT", requires = "step_client_key")]
+    pub step_client_cert: Option<PathBuf>,
+
+    /// The private key of `--step-client-cert` (PEM).
+    #[arg(long, env = "CLAMP_STEP_CLIENT_KEY", requires = "step_client_cert")]
+    pub step_client_key: Option<PathBuf>,
+
+    /// Serve HTTPS with this PEM certificate chain (with `--tls-key`); plain HTTP without.
+    #[arg(long, env = "CLAMP_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of `--tls-cert` (PEM).
+    #[arg(long, env = "CLAMP_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
     /// Attempts a step's call gets in all, unless its `retry` says otherwise (1: none retried).
     #[arg(long, env = "CLAMP_STEP_RETRY_MAX_ATTEMPTS", default_value_t = 3)]
     pub step_retry_max_attempts: u32,
@@ -262,6 +287,11 @@ pub struct Args {
     #[arg(long, env = "CLAMP_AMQP_PREFETCH", default_value_t = 256)]
     pub amqp_prefetch: u16,
 
+    /// A PEM file of CA certificates `amqps://` connections (the consumer's and AMQP
+    /// steps') trust besides the system's roots.
+    #[arg(long, env = "CLAMP_AMQP_CA_FILE")]
+    pub amqp_ca_file: Option<PathBuf>,
+
     /// Consume step responses from the Kafka topic `--kafka-response-topic`.
     #[arg(long, env = env::ENABLE_KAFKA_INTEGRATION, default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub enable_kafka: bool,
@@ -273,6 +303,27 @@ pub struct Args {
     /// The topic step responses arrive on; also every Kafka step's default `reply_to`.
     #[arg(long, env = env::CLAMP_KAFKA_TOPIC_NAME, default_value = "clamp_steps_response")]
     pub kafka_response_topic: String,
+
+    /// How Kafka connections (the consumer's and Kafka steps') are secured, in Kafka's
+    /// words: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
+    #[arg(long, env = "CLAMP_KAFKA_SECURITY_PROTOCOL", value_enum, ignore_case = true, default_value_t = KafkaProtocol::Plaintext)]
+    pub kafka_security_protocol: KafkaProtocol,
+
+    /// The SASL mechanism of SASL_PLAINTEXT and SASL_SSL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+    #[arg(long, env = "CLAMP_KAFKA_SASL_MECHANISM", value_enum, ignore_case = true, default_value_t = SaslMechanism::Plain)]
+    pub kafka_sasl_mechanism: SaslMechanism,
+
+    /// The SASL user name.
+    #[arg(long, env = "CLAMP_KAFKA_SASL_USERNAME")]
+    pub kafka_sasl_username: Option<String>,
+
+    /// The SASL password (best given in the environment).
+    #[arg(long, env = "CLAMP_KAFKA_SASL_PASSWORD", hide_env_values = true)]
+    pub kafka_sasl_password: Option<String>,
+
+    /// A PEM file of CA certificates SSL and SASL_SSL connections trust besides the system's roots.
+    #[arg(long, env = "CLAMP_KAFKA_CA_FILE")]
+    pub kafka_ca_file: Option<PathBuf>,
 
     /// Log filter (error, warn, info, debug, trace, or a tracing directive).
     #[arg(long, env = env::LOG_LEVEL, default_value = "info")]
@@ -289,9 +340,73 @@ pub struct BrokerConfig {
     pub amqp_url: String,
     pub amqp_response_queue: String,
     pub amqp_prefetch: u16,
+    /// Trusted besides the system's roots by `amqps://` connections.
+    pub amqp_ca_file: Option<PathBuf>,
     pub kafka_enabled: bool,
     pub kafka_brokers: String,
     pub kafka_response_topic: String,
+    pub kafka_security: KafkaSecurity,
+}
+
+/// Kafka's `security.protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KafkaProtocol {
+    #[value(name = "PLAINTEXT")]
+    Plaintext,
+    #[value(name = "SSL")]
+    Ssl,
+    #[value(name = "SASL_PLAINTEXT")]
+    SaslPlaintext,
+    #[value(name = "SASL_SSL")]
+    SaslSsl,
+}
+
+/// Kafka's `sasl.mechanism`, those clamp speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SaslMechanism {
+    #[value(name = "PLAIN")]
+    Plain,
+    #[value(name = "SCRAM-SHA-256")]
+    ScramSha256,
+    #[value(name = "SCRAM-SHA-512")]
+    ScramSha512,
+}
+
+/// How every Kafka connection is secured: TLS (with an extra CA) and SASL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaSecurity {
+    pub tls: bool,
+    pub ca_file: Option<PathBuf>,
+    pub sasl: Option<KafkaSasl>,
+}
+
+/// SASL credentials; the password is never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KafkaSasl {
+    pub mechanism: SaslMechanism,
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for KafkaSasl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "KafkaSasl({:?}, {}, password hidden)",
+            self.mechanism, self.username
+        )
+    }
+}
+
+/// Certificate files the server reads at startup, beside the database's (`Database`).
+#[derive(Debug, Clone, Default)]
+pub struct TlsFiles {
+    /// The listener's chain and key: HTTPS instead of plain HTTP.
+    pub server: Option<(PathBuf, PathBuf)>,
+    /// Trusted by HTTPS steps besides the system's roots.
+    pub step_ca: Option<PathBuf>,
+    /// Presented by HTTPS steps when a server asks for a client certificate.
+    pub step_client: Option<(PathBuf, PathBuf)>,
 }
 
 /// A configuration error: printed as one line and exits non-zero.
@@ -365,7 +480,8 @@ pub const DEFAULT_HEADER_DENYLIST: &[&str] = &[
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: SocketAddr,
-    pub database_url: String,
+    pub database: Database,
+    pub tls: TlsFiles,
     pub threads: usize,
     pub runtime: RuntimeMode,
     pub ack: AckMode,
@@ -433,7 +549,8 @@ impl Config {
 
     /// Validates raw arguments into a `Config`.
     pub fn from_args(a: Args) -> Result<Config, ConfigError> {
-        let database_url = database_url(&a)?;
+        let database = database(&a)?;
+        let kafka_security = kafka_security(&a)?;
         check_sizes(&a)?;
         check_timeouts(&a)?;
         check_brokers(&a)?;
@@ -447,7 +564,12 @@ impl Config {
         };
         Ok(Config {
             listen: SocketAddr::new(a.bind, a.port),
-            database_url,
+            database,
+            tls: TlsFiles {
+                server: a.tls_cert.clone().zip(a.tls_key.clone()),
+                step_ca: a.step_ca_file.clone(),
+                step_client: a.step_client_cert.clone().zip(a.step_client_key.clone()),
+            },
             threads,
             runtime: a.runtime,
             ack: a.ack,
@@ -496,9 +618,11 @@ impl Config {
                 amqp_url: a.amqp_url,
                 amqp_response_queue: a.amqp_response_queue,
                 amqp_prefetch: a.amqp_prefetch,
+                amqp_ca_file: a.amqp_ca_file,
                 kafka_enabled: a.enable_kafka,
                 kafka_brokers: a.kafka_brokers,
                 kafka_response_topic: a.kafka_response_topic,
+                kafka_security,
             },
             step_write_concurrency: a.step_write_concurrency,
             retention: (a.retention_days > 0.0)
@@ -527,20 +651,54 @@ impl Config {
     }
 }
 
-/// The database URL: `--database-url`, else Clamp's connection string, else the default.
-fn database_url(a: &Args) -> Result<String, ConfigError> {
+/// The database: `--database-url`, else Clamp's connection string, else the default.
+fn database(a: &Args) -> Result<Database, ConfigError> {
     let url = match (&a.database_url, &a.clamp_db_connection_str) {
         (Some(url), _) => url.clone(),
         (None, Some(clamp)) => clamp_conn_str_to_url(clamp)?,
         (None, None) => DEFAULT_DATABASE_URL.to_string(),
     };
-    if url.parse::<tokio_postgres::Config>().is_err() {
-        return Err(ConfigError(format!(
-            "invalid database URL {}",
-            redact_url(&url)
-        )));
+    Database::parse(&url, &|k| std::env::var(k).ok())
+}
+
+/// Kafka's security settings, consistent with each other.
+fn kafka_security(a: &Args) -> Result<KafkaSecurity, ConfigError> {
+    let (tls, sasl) = match a.kafka_security_protocol {
+        KafkaProtocol::Plaintext => (false, false),
+        KafkaProtocol::Ssl => (true, false),
+        KafkaProtocol::SaslPlaintext => (false, true),
+        KafkaProtocol::SaslSsl => (true, true),
+    };
+    let sasl = match (sasl, &a.kafka_sasl_username, &a.kafka_sasl_password) {
+        (true, Some(u), Some(p)) => Some(KafkaSasl {
+            mechanism: a.kafka_sasl_mechanism,
+            username: u.clone(),
+            password: p.clone(),
+        }),
+        (true, _, _) => {
+            return Err(ConfigError(
+                "--kafka-security-protocol SASL_… needs --kafka-sasl-username and --kafka-sasl-password"
+                    .into(),
+            ))
+        }
+        (false, None, None) => None,
+        (false, _, _) => {
+            return Err(ConfigError(
+                "Kafka SASL credentials are set but --kafka-security-protocol is not SASL_PLAINTEXT or SASL_SSL"
+                    .into(),
+            ))
+        }
+    };
+    if a.kafka_ca_file.is_some() && !tls {
+        return Err(ConfigError(
+            "--kafka-ca-file is set but --kafka-security-protocol is not SSL or SASL_SSL".into(),
+        ));
     }
-    Ok(url)
+    Ok(KafkaSecurity {
+        tls,
+        ca_file: a.kafka_ca_file.clone(),
+        sasl,
+    })
 }
 
 fn positive(v: usize, name: &str) -> Result<usize, ConfigError> {
@@ -675,86 +833,6 @@ fn first_line(s: &str) -> String {
         .to_string()
 }
 
-/// Converts Clamp's `host=h:p user=u dbname=d password=p` into a postgres URL.
-pub fn clamp_conn_str_to_url(s: &str) -> Result<String, ConfigError> {
-    let (mut host, mut port, mut user, mut db, mut password) =
-        (None, None, None, None, None::<String>);
-    for part in s.split_whitespace() {
-        let (k, v) = part.split_once('=').ok_or_else(|| {
-            ConfigError(format!(
-                "CLAMP_DB_CONNECTION_STR: expected key=value, got {part:?}"
-            ))
-        })?;
-        match k {
-            "host" => match v.rsplit_once(':') {
-                Some((h, p)) => {
-                    host = Some(h.to_string());
-                    port = Some(p.parse::<u16>().map_err(|_| {
-                        ConfigError(format!("CLAMP_DB_CONNECTION_STR: bad port {p:?}"))
-                    })?);
-                }
-                None => host = Some(v.to_string()),
-            },
-            "port" => {
-                port =
-                    Some(v.parse::<u16>().map_err(|_| {
-                        ConfigError(format!("CLAMP_DB_CONNECTION_STR: bad port {v:?}"))
-                    })?)
-            }
-            "user" => user = Some(v.to_string()),
-            "dbname" => db = Some(v.to_string()),
-            "password" => password = Some(v.to_string()),
-            // sslmode and friends are accepted and left to the driver's defaults.
-            _ => {}
-        }
-    }
-    let mut url = String::from("postgres://");
-    url.push_str(&pct(user.as_deref().unwrap_or("postgres")));
-    if let Some(p) = password {
-        url.push(':');
-        url.push_str(&pct(&p));
-    }
-    url.push('@');
-    url.push_str(host.as_deref().unwrap_or("127.0.0.1"));
-    url.push(':');
-    url.push_str(&port.unwrap_or(5432).to_string());
-    url.push('/');
-    url.push_str(&pct(db.as_deref().unwrap_or("clamp")));
-    Ok(url)
-}
-
-/// Percent-encodes what is not unreserved in a URL component.
-fn pct(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// Hides the password of a postgres URL, for logs and error messages.
-pub fn redact_url(url: &str) -> String {
-    if let Some(scheme_end) = url.find("://") {
-        let rest = &url[scheme_end + 3..];
-        if let Some(at) = rest.find('@') {
-            let userinfo = &rest[..at];
-            if let Some(colon) = userinfo.find(':') {
-                return format!(
-                    "{}{}:***{}",
-                    &url[..scheme_end + 3],
-                    &userinfo[..colon],
-                    &rest[at..]
-                );
-            }
-        }
-    }
-    url.to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -764,7 +842,7 @@ mod tests {
     #[test]
     fn the_readme_lists_every_flag_and_key() {
         use clap::CommandFactory;
-        let readme = include_str!("../README.md");
+        let readme = include_str!("../../README.md");
         let rows: Vec<&str> = readme.lines().filter(|l| l.starts_with("| ")).collect();
         for arg in Args::command().get_arguments() {
             let (Some(flag), Some(env)) = (arg.get_long(), arg.get_env()) else {
@@ -781,30 +859,6 @@ mod tests {
                 "README.md has no configuration row with {flag} and {env}"
             );
         }
-    }
-
-    #[test]
-    fn clamp_connection_string() {
-        let check = |input: &str, expected: &str| {
-            assert_eq!(clamp_conn_str_to_url(input).unwrap(), expected, "{input}");
-        };
-        check(
-            "host=db:5433 user=clamp dbname=clampdev password=p@ss",
-            "postgres://clamp:p%40ss@db:5433/clampdev",
-        );
-        check("host=localhost", "postgres://postgres@localhost:5432/clamp");
-        check("host=h port=6000 user=u dbname=d", "postgres://u@h:6000/d");
-        assert!(clamp_conn_str_to_url("host=h:notaport").is_err());
-        assert!(clamp_conn_str_to_url("garbage").is_err());
-    }
-
-    #[test]
-    fn redacts_passwords() {
-        assert_eq!(
-            redact_url("postgres://u:secret@h:1/d"),
-            "postgres://u:***@h:1/d"
-        );
-        assert_eq!(redact_url("postgres://u@h/d"), "postgres://u@h/d");
     }
 
     #[test]
