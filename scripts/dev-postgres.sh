@@ -9,6 +9,8 @@
 # PG_EXTRA_CONF (optional): lines appended to the cluster's postgresql.conf before it is
 # started, e.g. PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'". Unset, the
 # cluster is started as always.
+# PG_HBA_FIRST (optional): lines put first in pg_hba.conf when the cluster is made (rules
+# are matched in order), e.g. PG_HBA_FIRST="hostssl all alice 127.0.0.1/32 cert".
 #
 # Tests that stop Postgres on purpose use their own cluster from this script, so the
 # tests running beside them keep theirs.
@@ -32,6 +34,11 @@ case "$cmd" in
       mkdir -p "$dir"
       [ "$(id -u)" = 0 ] && chown postgres "$dir"
       "${as[@]}" "$bin/initdb" -D "$dir" -U postgres --auth=trust -E UTF8 >/dev/null
+      if [ -n "${PG_HBA_FIRST:-}" ]; then
+        { printf '%s\n' "$PG_HBA_FIRST"; cat "$dir/pg_hba.conf"; } > "$dir/pg_hba.conf.new"
+        mv "$dir/pg_hba.conf.new" "$dir/pg_hba.conf"
+        [ "$(id -u)" = 0 ] && chown postgres "$dir/pg_hba.conf"
+      fi
     fi
     if ! "${as[@]}" "$bin/pg_ctl" -D "$dir" status >/dev/null 2>&1; then
       [ -z "${PG_EXTRA_CONF:-}" ] || printf '%s\n' "$PG_EXTRA_CONF" >> "$dir/postgresql.conf"

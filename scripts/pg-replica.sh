@@ -7,6 +7,9 @@
 #   scripts/pg-replica.sh primary DIR PORT                # prints the primary's URL
 #   scripts/pg-replica.sh standby DIR PORT PRIMARY_PORT   # a sync standby of it; prints its URL
 #   scripts/pg-replica.sh kill    DIR                     # SIGKILL the postmaster and its children
+#   scripts/pg-replica.sh freeze  DIR                     # SIGSTOP them: a hung host that still
+#                                                         #   completes TCP handshakes
+#   scripts/pg-replica.sh thaw    DIR                     # SIGCONT them
 #   scripts/pg-replica.sh promote DIR                     # the standby becomes a primary
 #   scripts/pg-replica.sh stop    DIR                     # immediate stop (if running)
 #
@@ -44,7 +47,7 @@ start() {
 }
 
 usage() {
-  echo "usage: $0 primary DIR PORT | standby DIR PORT PRIMARY_PORT | kill DIR | promote DIR | stop DIR" >&2
+  echo "usage: $0 primary DIR PORT | standby DIR PORT PRIMARY_PORT | kill DIR | freeze DIR | thaw DIR | promote DIR | stop DIR" >&2
   exit 2
 }
 
@@ -93,6 +96,16 @@ EOF
       [ "$state" = gone ] || [ "$state" = Z ] && break
       sleep 0.01
     done
+    ;;
+  freeze|thaw)
+    [ $# = 2 ] || usage
+    pid=$(head -n 1 "$2/postmaster.pid")
+    sig=STOP
+    [ "$cmd" = thaw ] && sig=CONT
+    # The postmaster first (so it forks nothing meanwhile), then every child it has.
+    kill -$sig "$pid"
+    # shellcheck disable=SC2046
+    kill -$sig $(pgrep -P "$pid" || true) 2>/dev/null || true
     ;;
   promote)
     [ $# = 2 ] || usage

@@ -63,15 +63,22 @@ ensure_rabbitmq() {
   rabbit_up || { log "RabbitMQ did not come up on 127.0.0.1:5672"; return 1; }
 }
 
-# The version the Kafka tests were written against; memory storage needs `dynostore`.
+# The version the Kafka tests were written against; memory storage needs `dynostore`,
+# and SQLite storage (`libsql`, the one that keeps SCRAM credentials) the SASL tests.
 TANSU_VERSION=0.6.0
+TANSU_FEATURES=dynostore,libsql
 
 ensure_tansu() {
   local bin="${CARGO_HOME:-$HOME/.cargo}/bin/tansu"
-  if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -q "$TANSU_VERSION"; then return 0; fi
-  log "installing the tansu Kafka broker $TANSU_VERSION (cargo install; a few minutes, once)"
-  cargo install --quiet --locked tansu --version "$TANSU_VERSION" \
-    --no-default-features --features dynostore
+  local stamp="$bin.features"
+  if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -q "$TANSU_VERSION" \
+    && [ "$(cat "$stamp" 2>/dev/null)" = "$TANSU_FEATURES" ]; then
+    return 0
+  fi
+  log "installing the tansu Kafka broker $TANSU_VERSION (cargo install; several minutes, once)"
+  cargo install --quiet --locked --force tansu --version "$TANSU_VERSION" \
+    --no-default-features --features "$TANSU_FEATURES"
+  echo "$TANSU_FEATURES" > "$stamp"
 }
 
 # The OpenAPI checks (a validator and a property-based API fuzzer driven by the document),

@@ -39,6 +39,8 @@ pub enum StartError {
          (it prints a DATABASE_URL to use), or `docker compose -f docker/compose.yml up -d postgres`"
     )]
     Database { url: String, reason: String },
+    #[error("cannot connect to Postgres at {url}: {reason}")]
+    Refused { url: String, reason: String },
     #[error("cannot prepare the database at {url}: {reason}")]
     Migrate { url: String, reason: String },
     #[error("cannot listen on {addr}: {source}")]
@@ -105,7 +107,13 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
     let mut client = store::migrate::connect_or_create(&db)
         .await
         .map_err(|e| match e {
-            store::migrate::MigrateError::Connect(source) => StartError::Database {
+            store::migrate::MigrateError::Connect(source) if source.unreachable() => {
+                StartError::Database {
+                    url: url.clone(),
+                    reason: source.to_string(),
+                }
+            }
+            store::migrate::MigrateError::Connect(source) => StartError::Refused {
                 url: url.clone(),
                 reason: source.to_string(),
             },

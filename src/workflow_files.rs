@@ -383,7 +383,7 @@ impl Backend {
     async fn connect(t: &Target) -> Result<Backend, String> {
         if let Some(url) = &t.url {
             let roots = crate::tls::roots(true, t.ca_file.as_deref()).map_err(|e| e.to_string())?;
-            let tls = crate::tls::client(crate::tls::Verify::Full(roots), None, &[b"http/1.1"])
+            let tls = crate::tls::client(crate::tls::Verify::Full(roots), None, &[])
                 .map_err(|e| e.to_string())?;
             let https = hyper_rustls::HttpsConnectorBuilder::new()
                 .with_tls_config(tls)

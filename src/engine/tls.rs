@@ -39,7 +39,8 @@ impl Outbound {
         let https = tls::client(
             Verify::Full(tls::roots(true, config.tls.step_ca.as_deref())?),
             identity.as_ref(),
-            &[b"http/1.1"],
+            // hyper-rustls offers the ALPN of the protocols it enables (HTTP/1.1).
+            &[],
         )?;
         let k = &config.brokers.kafka_security;
         let kafka = KafkaTransport {

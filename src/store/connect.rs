@@ -111,6 +111,15 @@ impl std::fmt::Display for ConnectError {
 impl std::error::Error for ConnectError {}
 
 impl ConnectError {
+    /// True when no host could be reached at all (nothing listens, or nothing answers),
+    /// as opposed to one that answered and refused (TLS, authentication, role).
+    pub fn unreachable(&self) -> bool {
+        self.failures.iter().all(|(_, e)| {
+            matches!(e, HostError::Deadline(_) | HostError::Io(_))
+                || matches!(e, HostError::Pg(p) if p.as_db_error().is_none() && crate::tls::find(p).is_none())
+        })
+    }
+
     /// The SQLSTATE a host answered with, if one did.
     pub fn code(&self) -> Option<&tokio_postgres::error::SqlState> {
         self.failures.iter().find_map(|(_, e)| match e {
@@ -165,6 +174,12 @@ impl PgConnector {
             tls: MakeRustlsConnect::new(client),
             deadline,
         })
+    }
+
+    /// The connector of `config`'s database, with the server's session settings and one
+    /// `--db-connect-timeout-ms` per host.
+    pub fn for_config(config: &crate::config::Config) -> Result<PgConnector, tls::TlsError> {
+        super::pool::connector(config)
     }
 
     /// The same connector for another database of the same server (to create ours).

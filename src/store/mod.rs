@@ -4,7 +4,7 @@
 pub(crate) mod buffer;
 pub(crate) mod cancel;
 pub(crate) mod children;
-pub(crate) mod connect;
+pub mod connect;
 pub(crate) mod dead_letters;
 pub(crate) mod delayed;
 mod flights;

@@ -248,19 +248,20 @@ pub fn server(identity: Identity, alpn: &[&[u8]]) -> Result<ServerConfig> {
     Ok(config)
 }
 
-/// The TLS error somewhere in `e`'s causes, if any (rustls reports through `io::Error`).
+/// The TLS error somewhere in `e`'s causes, if any. rustls reports through `io::Error`,
+/// sometimes one inside another, whose `source` skips the error it wraps: those are
+/// looked into as well as followed.
 pub fn find<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a rustls::Error> {
     let mut next = Some(e);
     while let Some(c) = next {
         if let Some(t) = c.downcast_ref::<rustls::Error>() {
             return Some(t);
         }
-        if let Some(t) = c
-            .downcast_ref::<io::Error>()
-            .and_then(|io| io.get_ref())
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        {
-            return Some(t);
+        if let Some(inner) = c.downcast_ref::<io::Error>().and_then(|io| io.get_ref()) {
+            let inner: &(dyn StdError + 'static) = inner;
+            if let Some(t) = find(inner) {
+                return Some(t);
+            }
         }
         next = c.source();
     }
@@ -307,7 +308,11 @@ fn certificate(c: &CertificateError) -> String {
             if presented.is_empty() {
                 "no host".to_string()
             } else {
-                presented.join(", ")
+                presented
+                    .iter()
+                    .map(|p| unquote(p))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             }
         ),
         C::Expired | C::ExpiredContext { .. } => "has expired".into(),
@@ -320,6 +325,14 @@ fn certificate(c: &CertificateError) -> String {
         }
         other => format!("was refused ({other:?})"),
     }
+}
+
+/// rustls names a certificate's names as `DnsName("a.example")`; the name alone reads better.
+fn unquote(presented: &str) -> &str {
+    presented
+        .split_once("(\"")
+        .and_then(|(_, rest)| rest.strip_suffix("\")"))
+        .unwrap_or(presented)
 }
 
 fn server_name(n: &rustls::pki_types::ServerName<'_>) -> String {
@@ -345,13 +358,20 @@ mod tests {
         assert!(reason(&e).contains("unknown issuer"));
         let io = io::Error::new(io::ErrorKind::InvalidData, e);
         assert!(describe(&io).unwrap().contains("trusted CA"));
+        // As hyper-rustls reports it: one io::Error inside another.
+        let twice = io::Error::other(io);
+        assert!(describe(&twice).unwrap().contains("trusted CA"));
         let e = rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
             expected: rustls::pki_types::ServerName::try_from("a.example")
                 .unwrap()
                 .to_owned(),
             presented: vec!["DnsName(\"b.example\")".into()],
         });
-        assert!(reason(&e).contains("host name a.example"), "{}", reason(&e));
+        assert!(
+            reason(&e).contains("host name a.example (it names b.example)"),
+            "{}",
+            reason(&e)
+        );
         let e = rustls::Error::AlertReceived(AlertDescription::CertificateRequired);
         assert!(reason(&e).contains("requires a client certificate"));
         assert!(describe(&io::Error::other("plain")).is_none());

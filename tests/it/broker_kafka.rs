@@ -17,7 +17,7 @@ use crate::downstream::Downstream;
 use crate::support::*;
 
 /// The broker binary: `$TANSU`, else cargo's bin directory, else `PATH`.
-fn tansu_bin() -> String {
+pub fn tansu_bin() -> String {
     if let Ok(p) = std::env::var("TANSU") {
         return p;
     }

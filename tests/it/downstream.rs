@@ -28,6 +28,8 @@ pub struct Received {
     pub headers: HashMap<String, String>,
     pub body: Value,
     pub at: std::time::Instant,
+    /// Over HTTPS, whether the client presented a certificate.
+    pub client_cert: bool,
 }
 
 #[derive(Default)]
@@ -45,33 +47,73 @@ pub struct Log {
 pub struct Downstream {
     pub addr: SocketAddr,
     pub log: Arc<Mutex<Log>>,
+    /// Over HTTPS (as `localhost`), with this server configuration.
+    tls: bool,
+    /// TLS handshakes completed: fewer than calls when connections are reused.
+    pub handshakes: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Downstream {
     pub async fn start() -> Downstream {
+        Downstream::serve(None).await
+    }
+
+    /// The same service over HTTPS, at `https://localhost:<port>`.
+    pub async fn start_tls(config: Arc<rustls::ServerConfig>) -> Downstream {
+        Downstream::serve(Some(tokio_rustls::TlsAcceptor::from(config))).await
+    }
+
+    async fn serve(tls: Option<tokio_rustls::TlsAcceptor>) -> Downstream {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let log: Arc<Mutex<Log>> = Arc::default();
-        let l = log.clone();
+        let handshakes: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+        let (l, hs, is_tls) = (log.clone(), handshakes.clone(), tls.is_some());
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let l = l.clone();
+                let (l, hs, tls) = (l.clone(), hs.clone(), tls.clone());
                 tokio::spawn(async move {
-                    let svc = service_fn(move |req| handle(l.clone(), req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                        .await;
+                    let builder = hyper::server::conn::http1::Builder::new();
+                    match tls {
+                        None => {
+                            let svc = service_fn(move |req| handle(l.clone(), false, req));
+                            let _ = builder
+                                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                                .await;
+                        }
+                        Some(acceptor) => {
+                            // A client that fails the handshake just goes away.
+                            let Ok(stream) = acceptor.accept(stream).await else {
+                                return;
+                            };
+                            hs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let cert = stream.get_ref().1.peer_certificates().is_some();
+                            let svc = service_fn(move |req| handle(l.clone(), cert, req));
+                            let _ = builder
+                                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                                .await;
+                        }
+                    }
                 });
             }
         });
-        Downstream { addr, log }
+        Downstream {
+            addr,
+            log,
+            tls: is_tls,
+            handshakes,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.addr, path)
+        if self.tls {
+            format!("https://localhost:{}{}", self.addr.port(), path)
+        } else {
+            format!("http://{}{}", self.addr, path)
+        }
     }
 
     pub fn received(&self, path: &str) -> Vec<Received> {
@@ -123,6 +165,7 @@ impl Downstream {
 
 async fn handle(
     log: Arc<Mutex<Log>>,
+    client_cert: bool,
     req: Request<hyper::body::Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let method = req.method().to_string();
@@ -161,6 +204,7 @@ async fn handle(
             headers,
             body: body.clone(),
             at: std::time::Instant::now(),
+            client_cert,
         });
     }
     let mut retry_after = None;

@@ -28,6 +28,8 @@ const COME_BACK_BOUND: Duration = Duration::from_secs(10);
 struct Node {
     dir: String,
     port: u16,
+    /// Stopped with SIGSTOP (continued before it is stopped for good).
+    frozen: AtomicBool,
 }
 
 impl Node {
@@ -52,7 +54,11 @@ impl Node {
             std::process::id()
         );
         let _ = std::fs::remove_dir_all(&dir);
-        Node { dir, port }
+        Node {
+            dir,
+            port,
+            frozen: AtomicBool::new(false),
+        }
     }
 
     fn primary() -> Node {
@@ -77,6 +83,13 @@ impl Node {
         tokio::task::block_in_place(|| Node::run(&["kill", &self.dir]));
     }
 
+    /// Every process of this cluster stops (SIGSTOP): a hung host, whose kernel still
+    /// accepts connections and acknowledges what is sent, and which answers nothing.
+    fn freeze(&self) {
+        self.frozen.store(true, Ordering::Relaxed);
+        tokio::task::block_in_place(|| Node::run(&["freeze", &self.dir]));
+    }
+
     /// The standby becomes a primary (returns once it accepts writes).
     fn promote(&self) {
         tokio::task::block_in_place(|| Node::run(&["promote", &self.dir]));
@@ -94,6 +107,9 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
+        if self.frozen.load(Ordering::Relaxed) {
+            Node::run(&["thaw", &self.dir]);
+        }
         Node::run(&["stop", &self.dir]);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -583,4 +599,105 @@ async fn a_step_in_flight_at_the_failover_completes_on_the_new_primary() {
     }
     // At-least-once across the failover: a held step may have been called again, not more.
     assert!(calls.iter().all(|&n| (1..=2).contains(&n)), "{calls:?}");
+}
+
+/// The primary hangs instead of dying (SIGSTOP: connections are still accepted, nothing
+/// is answered). The pool's connections to it give up after the guard (the statement
+/// timeout and a second), the rest are dropped with them, and new connections try it for
+/// one deadline (`--db-connect-timeout-ms`) and then take the next host: once the standby
+/// is promoted, creates are acknowledged again, and every acknowledged request completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_primary_is_passed_by_and_the_standby_takes_over() {
+    let pair = Pair::start().await;
+    let d = Downstream::start().await;
+    let port = free_port();
+    let _clamp = spawn_binary_with(&pair.url(), port, &[]);
+    wait_healthy(port).await;
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    create_workflow(
+        addr,
+        &json!({"name": "frozen", "steps": [
+            http_step("first", d.url("/api/step1")),
+            http_step("second", d.url("/api/echo"))]}),
+    )
+    .await;
+    let started = Instant::now();
+    let load = Load::start(addr, "frozen", 6);
+    wait_for(
+        "load before the freeze",
+        Duration::from_secs(30),
+        || async {
+            (started.elapsed() >= Duration::from_millis(1500)
+                && load.count(|a| acked(a).is_some()) >= 50
+                && !d.received("/api/echo").is_empty())
+            .then_some(())
+        },
+    )
+    .await;
+
+    let frozen = Instant::now();
+    pair.primary.freeze();
+    wait_for(
+        "a create answered 503 after the freeze",
+        Duration::from_secs(20),
+        || async { load.find(|a| a.sent >= frozen && is_503(a)).map(|_| ()) },
+    )
+    .await;
+    let promoting = Instant::now();
+    pair.standby.promote();
+    let back = wait_for(
+        "a create acknowledged after the promotion",
+        Duration::from_secs(30),
+        || async { load.find(|a| a.got >= promoting && acked(a).is_some()) },
+    )
+    .await;
+    wait_for(
+        "creates acknowledged after the promotion",
+        Duration::from_secs(30),
+        || async { (load.count(|a| a.sent >= back.got && acked(a).is_some()) >= 50).then_some(()) },
+    )
+    .await;
+    let answers = load.stop().await;
+    let come_back = back.got - promoting;
+    let slowest = answers
+        .iter()
+        .filter(|a| a.got >= frozen)
+        .map(|a| a.got - a.sent)
+        .max()
+        .unwrap_or_default();
+    let ids: Vec<Uuid> = answers.iter().filter_map(acked).collect();
+    eprintln!(
+        "frozen primary: first 503 {:?} after the freeze; first create acknowledged {:?} \
+         after the promotion began ({:?} after the freeze); slowest answer {:?}; {} acknowledged",
+        load_first_503(&answers, frozen),
+        come_back,
+        back.got - frozen,
+        slowest,
+        ids.len()
+    );
+    for a in &answers {
+        match &a.outcome {
+            Outcome::Acked(_) => {}
+            Outcome::Unavailable { retry_after } => {
+                assert!(retry_after, "a 503 without Retry-After")
+            }
+            Outcome::Other(status, body) => panic!("a create was answered {status}: {body}"),
+            Outcome::NoAnswer(why) => panic!("a create got no answer: {why}"),
+        }
+    }
+    assert!(
+        come_back < COME_BACK_BOUND,
+        "creates came back {come_back:?} after the promotion (bound {COME_BACK_BOUND:?})"
+    );
+    // Acknowledged on the frozen primary means replicated (synchronous standby): every one
+    // is on the new primary, and completes there.
+    wait_completed(&pair.standby, &ids).await;
+}
+
+fn load_first_503(answers: &[Answer], after: Instant) -> Option<Duration> {
+    answers
+        .iter()
+        .filter(|a| a.sent >= after && is_503(a))
+        .map(|a| a.got - after)
+        .min()
 }

@@ -65,7 +65,8 @@ pub(crate) fn connect_error(e: &KafkaError) -> (bool, String) {
         return (true, format!("TLS handshake failed: {tls}"));
     }
     let text = crate::error_chain::one_line(e);
-    let auth = text.contains("SASL") || text.contains("uthenticat");
+    let lower = text.to_ascii_lowercase();
+    let auth = lower.contains("sasl") || lower.contains("authenticat");
     (auth, format!("cannot connect: {text}"))
 }
 

@@ -1,0 +1,392 @@
+//! Brokers over TLS: `amqps://` against a RabbitMQ node of the test's own that speaks TLS
+//! only (`scripts/rabbitmq-tls.sh`), and Kafka over TLS with SCRAM against tansu. tansu
+//! 0.6 authenticates SASL but does not serve TLS (its `--cert` is read and not used), so
+//! the test puts a TLS terminator of its own in front of it, as a load balancer would be:
+//! TLS runs from clamp to the terminator, SCRAM from clamp to the broker.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lapin::options::{BasicGetOptions, BasicPublishOptions, QueueDeclareOptions};
+use lapin::tcp::OwnedTLSConfig;
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Connection, ConnectionProperties};
+use rskafka::client::partition::{Compression, UnknownTopicHandling};
+use rskafka::client::{Client, ClientBuilder, Credentials, SaslConfig};
+use rskafka::record::Record;
+use serde_json::{json, Value};
+
+use crate::pki::Ca;
+use crate::support::*;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A RabbitMQ node with a TLS listener only, stopped and removed on drop.
+struct TlsRabbit {
+    dir: String,
+    port: u16,
+}
+
+impl TlsRabbit {
+    fn script() -> String {
+        format!("{}/scripts/rabbitmq-tls.sh", env!("CARGO_MANIFEST_DIR"))
+    }
+
+    fn start(ca: &Ca) -> TlsRabbit {
+        let pair = ca.server("rabbit", &["localhost", "127.0.0.1"]);
+        let dir = format!(
+            "/tmp/clamp-it-rabbit-tls-{}-{}",
+            std::process::id(),
+            fastrand::u32(..)
+        );
+        let out = std::process::Command::new(Self::script())
+            .args(["start", &dir])
+            .arg(ca.ca_file())
+            .arg(&pair.cert)
+            .arg(&pair.key)
+            .output()
+            .expect("rabbitmq-tls.sh runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let port = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        TlsRabbit { dir, port }
+    }
+
+    fn url(&self) -> String {
+        format!("amqps://guest:guest@localhost:{}/%2f", self.port)
+    }
+}
+
+impl Drop for TlsRabbit {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(Self::script())
+            .args(["stop", &self.dir])
+            .output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqps_steps_and_responses_go_over_tls() {
+    let ca = Ca::new("amqps");
+    let rabbit = TlsRabbit::start(&ca);
+    let url = rabbit.url();
+    let tls = OwnedTLSConfig {
+        identity: None,
+        cert_chain: Some(std::fs::read_to_string(ca.ca_file()).unwrap()),
+    };
+    let conn = Connection::connect_with_config(
+        &url,
+        ConnectionProperties::default(),
+        tls,
+        lapin::runtime::default_runtime().unwrap(),
+    )
+    .await
+    .expect("the test connects over TLS");
+    let ch = conn.create_channel().await.unwrap();
+    for q in ["steps", "responses", "responses.dead"] {
+        ch.queue_declare(
+            q.into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    }
+    let db = TestDb::new();
+    let mut cfg = config(&db.url);
+    cfg.brokers.amqp_enabled = true;
+    cfg.brokers.amqp_url = url.clone();
+    cfg.brokers.amqp_response_queue = "responses".into();
+    cfg.brokers.amqp_ca_file = Some(ca.ca_file());
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&json!({"name": "amqps", "steps": [
+        {"name": "ask", "mode": "AMQP", "val": {"connection_url": url, "queue_name": "steps"}}]}))
+        .await;
+    let id = create_request(&s, "amqps", &json!({"claim": 5})).await;
+    let m = wait_for("the step message over TLS", WAIT, || async {
+        ch.basic_get("steps".into(), BasicGetOptions { no_ack: true })
+            .await
+            .unwrap()
+            .map(|m| m.delivery)
+    })
+    .await;
+    assert_eq!(
+        serde_json::from_slice::<Value>(&m.data).unwrap(),
+        json!({"claim": 5})
+    );
+    wait_status(&s, &id, &["PAUSED"], WAIT).await;
+    ch.basic_publish(
+        "".into(),
+        "responses".into(),
+        BasicPublishOptions::default(),
+        &step_reply(&id, json!({"approved": true})),
+        BasicProperties::default(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+    let v = wait_status(&s, &id, &["COMPLETED"], WAIT).await;
+    assert_eq!(v["steps"][1]["payload"]["response"]["approved"], true);
+    s.shutdown().await;
+
+    // Without the CA, the certificate is not trusted: the step fails once, saying so.
+    let db = TestDb::new();
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&json!({"name": "amqps-untrusted", "steps": [
+        {"name": "ask", "mode": "AMQP", "val": {"connection_url": rabbit.url(), "queue_name": "steps"}}]}))
+    .await;
+    let id = create_request(&s, "amqps-untrusted", &json!({})).await;
+    let v = wait_status(&s, &id, &["FAILED"], WAIT).await;
+    let why = v["reason"].as_str().unwrap();
+    assert!(why.contains("TLS handshake failed"), "{why}");
+    assert!(why.contains("trusted CA"), "{why}");
+    assert_eq!(v["steps"][1]["attempts"], 1, "{v}");
+    s.shutdown().await;
+}
+
+/// tansu with SQLite storage (which keeps SCRAM credentials) behind a TLS terminator.
+struct SecureKafka {
+    dir: std::path::PathBuf,
+    _broker: Spawned,
+    /// Where clients connect: the terminator, as `localhost:<port>`.
+    pub bootstrap: String,
+    tls: Arc<rustls::ClientConfig>,
+}
+
+fn tansu(dir: &std::path::Path, port: u16, advertised: &str, auth: bool) -> Spawned {
+    let mut cmd = std::process::Command::new(crate::broker_kafka::tansu_bin());
+    cmd.current_dir(dir)
+        .args([
+            "broker",
+            "--listener-url",
+            &format!("tcp://127.0.0.1:{port}"),
+        ])
+        .args(["--advertised-listener-url", advertised])
+        .args(["--storage-engine", "sqlite://tansu.db"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    if auth {
+        cmd.arg("--authentication");
+    }
+    let child = Spawned(
+        cmd.spawn()
+            .expect("tansu starts (scripts/services.sh installs it)"),
+    );
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "tansu did not listen on {addr}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
+impl SecureKafka {
+    async fn start(ca: &Ca) -> SecureKafka {
+        let dir = std::env::temp_dir().join(format!(
+            "clamp-it-kafka-tls-{}-{}",
+            std::process::id(),
+            fastrand::u32(..)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Users first, on a broker without authentication over the same storage.
+        {
+            let port = free_port();
+            let url = format!("tcp://127.0.0.1:{port}");
+            let _setup = tansu(&dir, port, &url, false);
+            for (user, password, mechanism) in [
+                ("clamp256", "secret-256", "scram256"),
+                ("clamp512", "secret-512", "scram512"),
+            ] {
+                let out = std::process::Command::new(crate::broker_kafka::tansu_bin())
+                    .current_dir(&dir)
+                    .args(["user", "create", "--broker", &url, user, password])
+                    .args(["--mechanism", mechanism])
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+        let terminator = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let front = terminator.local_addr().unwrap().port();
+        let port = free_port();
+        let broker = tansu(&dir, port, &format!("tcp://localhost:{front}"), true);
+        let acceptor = tokio_rustls::TlsAcceptor::from(Ca::server_config(
+            &ca.server("kafka", &["localhost", "127.0.0.1"]),
+            None,
+        ));
+        tokio::spawn(async move {
+            while let Ok((client, _)) = terminator.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut client) = acceptor.accept(client).await else {
+                        return;
+                    };
+                    let Ok(mut upstream) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", port)).await
+                    else {
+                        return;
+                    };
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                });
+            }
+        });
+        SecureKafka {
+            dir,
+            _broker: broker,
+            bootstrap: format!("localhost:{front}"),
+            tls: ca.client_config_plain(),
+        }
+    }
+
+    async fn client(&self, sasl: SaslConfig) -> Result<Client, rskafka::client::error::Error> {
+        ClientBuilder::new(vec![self.bootstrap.clone()])
+            .tls_config(self.tls.clone())
+            .sasl_config(sasl)
+            .build()
+            .await
+    }
+}
+
+impl Drop for SecureKafka {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn scram256(password: &str) -> SaslConfig {
+    SaslConfig::ScramSha256(Credentials::new("clamp256".into(), password.into()))
+}
+
+fn security(
+    ca: &Ca,
+    mechanism: clamp::config::SaslMechanism,
+    user: &str,
+    password: &str,
+) -> clamp::config::KafkaSecurity {
+    clamp::config::KafkaSecurity {
+        tls: true,
+        ca_file: Some(ca.ca_file()),
+        sasl: Some(clamp::config::KafkaSasl {
+            mechanism,
+            username: user.into(),
+            password: password.into(),
+        }),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_steps_and_responses_go_over_tls_with_scram() {
+    let ca = Ca::new("kafka");
+    let kafka = SecureKafka::start(&ca).await;
+    let admin = kafka
+        .client(scram256("secret-256"))
+        .await
+        .expect("the test connects over TLS and SCRAM");
+    let controller = admin.controller_client().unwrap();
+    for topic in ["tls-steps", "tls-responses"] {
+        controller.create_topic(topic, 1, 1, 5_000).await.unwrap();
+    }
+    let db = TestDb::new();
+    let mut cfg = config(&db.url);
+    cfg.brokers.kafka_enabled = true;
+    cfg.brokers.kafka_brokers = kafka.bootstrap.clone();
+    cfg.brokers.kafka_response_topic = "tls-responses".into();
+    cfg.brokers.kafka_security = security(
+        &ca,
+        clamp::config::SaslMechanism::ScramSha256,
+        "clamp256",
+        "secret-256",
+    );
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&json!({"name": "kafka-tls", "steps": [
+        {"name": "ask", "mode": "KAFKA", "val": {"connection_url": kafka.bootstrap, "topic_name": "tls-steps"}}]}))
+    .await;
+    let id = create_request(&s, "kafka-tls", &json!({"claim": 11})).await;
+    let steps = admin
+        .partition_client("tls-steps", 0, UnknownTopicHandling::Retry)
+        .await
+        .unwrap();
+    let record = wait_for("the step record over TLS", WAIT, || async {
+        let (got, _) = steps.fetch_records(0, 1..1_000_000, 200).await.unwrap();
+        got.into_iter().next().map(|r| r.record)
+    })
+    .await;
+    assert_eq!(record.key.as_deref(), Some(id.as_bytes()));
+    assert_eq!(
+        serde_json::from_slice::<Value>(record.value.as_deref().unwrap()).unwrap(),
+        json!({"claim": 11})
+    );
+    wait_status(&s, &id, &["PAUSED"], WAIT).await;
+    let responses = admin
+        .partition_client("tls-responses", 0, UnknownTopicHandling::Retry)
+        .await
+        .unwrap();
+    responses
+        .produce(
+            vec![Record {
+                key: None,
+                value: Some(step_reply(&id, json!({"approved": true}))),
+                headers: BTreeMap::new(),
+                timestamp: chrono::Utc::now(),
+            }],
+            Compression::NoCompression,
+        )
+        .await
+        .unwrap();
+    let v = wait_status(&s, &id, &["COMPLETED"], WAIT).await;
+    assert_eq!(v["steps"][1]["payload"]["response"]["approved"], true);
+    s.shutdown().await;
+
+    // SCRAM-SHA-512 too; and a wrong password fails the step once, saying why.
+    for (mechanism, user, password, works) in [
+        (
+            clamp::config::SaslMechanism::ScramSha512,
+            "clamp512",
+            "secret-512",
+            true,
+        ),
+        (
+            clamp::config::SaslMechanism::ScramSha256,
+            "clamp256",
+            "not-the-password",
+            false,
+        ),
+    ] {
+        let db = TestDb::new();
+        let mut cfg = config(&db.url);
+        cfg.brokers.kafka_security = security(&ca, mechanism, user, password);
+        let s = TestServer::start(cfg).await;
+        s.create_workflow(&json!({"name": "kafka-tls-2", "steps": [
+            {"name": "ask", "mode": "KAFKA", "val": {"connection_url": kafka.bootstrap, "topic_name": "tls-steps"}}]}))
+        .await;
+        let id = create_request(&s, "kafka-tls-2", &json!({"user": user})).await;
+        if works {
+            wait_status(&s, &id, &["PAUSED"], WAIT).await;
+        } else {
+            let v = wait_status(&s, &id, &["FAILED"], WAIT).await;
+            let why = v["reason"].as_str().unwrap().to_ascii_lowercase();
+            assert!(why.contains("sasl") || why.contains("authenticat"), "{why}");
+            assert_eq!(v["steps"][1]["attempts"], 1, "{v}");
+        }
+        s.shutdown().await;
+    }
+    // Without SASL credentials the broker is not reachable at all.
+    assert!(kafka.client(scram256("wrong")).await.is_err());
+}
