@@ -267,6 +267,8 @@ pub struct Metrics {
     pub batch_rows: Arc<AtomicHistogram>,
     pub commit_seconds: Arc<AtomicHistogram>,
     pub flush_errors: Counter,
+    /// Creates answered 503 unsent: their time in the buffer ran out (`store::budget`).
+    pub flush_expired: Counter,
     pub rows_written: Counter,
     pub rejected_overload: Counter,
     buffer_depth: Gauge,
@@ -368,6 +370,7 @@ impl Metrics {
             batch_rows,
             commit_seconds,
             flush_errors: Counter::default(),
+            flush_expired: Counter::default(),
             rows_written: Counter::default(),
             rejected_overload: Counter::default(),
             buffer_depth: Gauge::default(),
@@ -432,6 +435,11 @@ impl Metrics {
             "clamp_write_flush_errors",
             "Batch inserts that failed",
             self.flush_errors.clone(),
+        );
+        registry.register(
+            "clamp_write_expired",
+            "Creates answered 503 without being sent: their flush timeout ran out while they waited for a batch",
+            self.flush_expired.clone(),
         );
         registry.register(
             "clamp_write_rows",

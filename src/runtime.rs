@@ -98,6 +98,9 @@ pub async fn serve_core(
             max_batch: cfg.max_batch,
             concurrency: cfg.flush_concurrency,
             hard_timeout: cfg.flush_timeout + Duration::from_secs(2),
+            budget: crate::store::budget::Budget {
+                flush_timeout: cfg.flush_timeout,
+            },
             key_window: cfg.idempotency_window,
         },
         app.metrics.clone(),

@@ -16,11 +16,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use futures_util::FutureExt;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use uuid::Uuid;
 
 use std::collections::{HashMap, HashSet};
 
+use super::budget::{self, Budget};
 use super::flights::Flights;
 use super::idempotency;
 use super::pool::{PgConn, Pool};
@@ -168,6 +170,8 @@ pub struct FlusherConfig {
     /// Client-side bound on a statement, beyond the server's statement_timeout, for a
     /// connection that stops answering altogether.
     pub hard_timeout: Duration,
+    /// How long a row has from entering the buffer to its answer (`budget`).
+    pub budget: Budget,
     /// How long an idempotency key holds.
     pub key_window: Duration,
 }
@@ -206,27 +210,39 @@ pub async fn run_flusher(
     // own connection) only while the one in flight is slower than usual (`flights`).
     let slots = Arc::new(Semaphore::new(cfg.concurrency));
     let mut close = Some(close);
+    // The oldest row not in a batch yet: the next batch starts with it.
+    let mut front: Option<PendingRow> = None;
     loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        shared.flights.clearance().await;
-        let mut batch: Vec<PendingRow> = Vec::with_capacity(cfg.max_batch);
-        // Once told to close, refuse new rows but keep draining what is queued.
-        let n = match close.as_mut() {
-            Some(c) => tokio::select! {
-                n = rx.recv_many(&mut batch, cfg.max_batch) => n,
-                _ = c => {
-                    close = None;
-                    rx.close();
-                    continue;
-                }
+        let first = match front.take() {
+            Some(row) => row,
+            None => match next_row(&mut rx, &mut close).await {
+                Some(row) => row,
+                None => break,
             },
-            None => rx.recv_many(&mut batch, cfg.max_batch).await,
         };
-        if n == 0 {
-            break;
-        }
+        // A slot and clearance to leave; meanwhile, rows whose time runs out are
+        // answered (`budget`), the oldest first.
+        let expiry = cfg.budget.until_expiry(&first, budget::now_us());
+        let cleared = async {
+            let permit = slots.clone().acquire_owned().await;
+            shared.flights.clearance().await;
+            permit
+        };
+        let permit = tokio::select! {
+            biased;
+            p = cleared => match p {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+            _ = tokio::time::sleep(expiry.unwrap_or_default()), if expiry.is_some() => {
+                front = shared.expire(first, &mut rx);
+                continue;
+            }
+        };
+        let mut batch: Vec<PendingRow> = Vec::with_capacity(cfg.max_batch);
+        batch.push(first);
+        // What else is queued, without waiting for more.
+        let _ = rx.recv_many(&mut batch, cfg.max_batch - 1).now_or_never();
         let shared = shared.clone();
         let departed = shared.flights.depart();
         tokio::spawn(async move {
@@ -237,6 +253,26 @@ pub async fn run_flusher(
     }
     // Wait for the batches still in flight.
     let _ = slots.acquire_many(cfg.concurrency as u32).await;
+}
+
+/// The next row of the buffer, waiting for one; once told to close, the buffer refuses
+/// new rows and what is queued is still drained. None when it is closed and empty.
+async fn next_row(
+    rx: &mut mpsc::Receiver<PendingRow>,
+    close: &mut Option<oneshot::Receiver<()>>,
+) -> Option<PendingRow> {
+    loop {
+        match close.as_mut() {
+            Some(c) => tokio::select! {
+                row = rx.recv() => return row,
+                _ = c => {
+                    *close = None;
+                    rx.close();
+                }
+            },
+            None => return rx.recv().await,
+        }
+    }
 }
 
 /// What every in-flight batch of one flusher shares.
@@ -250,14 +286,52 @@ struct Shared {
 }
 
 impl Shared {
+    /// Answers `first` and the rows queued behind it whose time ran out, unsent (503);
+    /// returns the first row that still has time, if one is queued.
+    fn expire(&self, first: PendingRow, rx: &mut mpsc::Receiver<PendingRow>) -> Option<PendingRow> {
+        let now = budget::now_us();
+        let mut next = Some(first);
+        while let Some(row) = next.take() {
+            if !self.cfg.budget.expired(&row, now) {
+                return Some(row);
+            }
+            self.refuse(row);
+            next = rx.try_recv().ok();
+        }
+        None
+    }
+
+    /// Answers a row that was never sent: 503.
+    fn refuse(&self, row: PendingRow) {
+        if let Some(ack) = row.ack {
+            self.metrics.flush_expired.inc();
+            let _ = ack.send(Err(AckError::Unavailable));
+        }
+    }
+
     /// Writes one batch and answers its rows (retrying in `ack=accept` mode until it commits).
     async fn flush(&self, mut batch: Vec<PendingRow>) {
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
         loop {
+            // Rows with no time left are answered unsent; a late batch gets the time its
+            // most pressed row has left as its statement timeout.
+            let now = budget::now_us();
+            if batch.iter().any(|r| self.cfg.budget.expired(r, now)) {
+                let (gone, kept): (Vec<_>, Vec<_>) = batch
+                    .into_iter()
+                    .partition(|r| self.cfg.budget.expired(r, now));
+                gone.into_iter().for_each(|r| self.refuse(r));
+                batch = kept;
+                if batch.is_empty() {
+                    return;
+                }
+            }
+            let timeout = self.cfg.budget.statement_timeout(&batch, now);
             let handoff = self.handoff.as_deref();
             let n_leased = handoff.map_or(0, |h| h.reserve(batch.len()));
             let started = Instant::now();
-            let result = write_batch(&self.pool, &batch, n_leased, handoff, &self.cfg).await;
+            let result =
+                write_batch(&self.pool, &batch, n_leased, handoff, &self.cfg, timeout).await;
             self.metrics
                 .commit_seconds
                 .observe_duration(started.elapsed());
@@ -343,7 +417,7 @@ impl Shared {
     async fn write_rows_singly(&self, batch: Vec<PendingRow>) {
         for row in batch {
             let rows = std::slice::from_ref(&row);
-            let answer = match write_batch(&self.pool, rows, 0, None, &self.cfg)
+            let answer = match write_batch(&self.pool, rows, 0, None, &self.cfg, None)
                 .await
                 .map(|(w, _)| w)
             {
@@ -407,15 +481,44 @@ fn latest(rows: &[tokio_postgres::Row]) -> Pinned {
 }
 
 /// Writes `rows` in one statement (two when keys were taken by other creates); the first
-/// `n_leased` are inserted leased to this instance.
+/// `n_leased` are inserted leased to this instance. With `timeout`, the statements run
+/// under that statement timeout instead of the session's (set before, reset after).
 async fn write_batch(
     pool: &Pool,
     rows: &[PendingRow],
     n_leased: usize,
     handoff: Option<&dyn Handoff>,
     cfg: &FlusherConfig,
+    timeout: Option<Duration>,
 ) -> Result<(Written, Pinned)> {
     let conn = pool.get().await?;
+    let Some(timeout) = timeout else {
+        return write_rows(&conn, rows, n_leased, handoff, cfg).await;
+    };
+    bounded(&conn, cfg.hard_timeout, async {
+        let set = format!("SET statement_timeout = {}", timeout.as_millis().max(1));
+        conn.client.batch_execute(&set).await
+    })
+    .await?;
+    let written = write_rows(&conn, rows, n_leased, handoff, cfg).await;
+    let reset = bounded(&conn, cfg.hard_timeout, async {
+        conn.client.batch_execute("RESET statement_timeout").await
+    })
+    .await;
+    if reset.is_err() {
+        // A session left with a short timeout must not serve anyone else.
+        conn.poison();
+    }
+    written
+}
+
+async fn write_rows(
+    conn: &PgConn,
+    rows: &[PendingRow],
+    n_leased: usize,
+    handoff: Option<&dyn Handoff>,
+    cfg: &FlusherConfig,
+) -> Result<(Written, Pinned)> {
     let owner: Option<Uuid> = handoff.filter(|_| n_leased > 0).map(|h| h.owner());
     let lease_ms: f64 = handoff.map_or(0.0, |h| h.lease().as_secs_f64() * 1000.0);
     if rows.iter().all(|r| r.key.is_none()) {

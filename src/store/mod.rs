@@ -1,6 +1,7 @@
 //! Postgres: the connection pool, embedded migrations, the bounded write-behind buffer
 //! and its flusher, and the queries the HTTP handlers and the engine run.
 
+pub(crate) mod budget;
 pub(crate) mod buffer;
 pub(crate) mod cancel;
 pub(crate) mod children;
