@@ -530,7 +530,7 @@ async fn write_rows(
             .collect();
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
             [&rows, &names, &owner, &lease_ms];
-        let rows = bounded(&conn, cfg.hard_timeout, async {
+        let rows = bounded(conn, cfg.hard_timeout, async {
             conn.client.query(&conn.insert_requests, &params).await
         })
         .await?;
@@ -560,7 +560,7 @@ async fn write_rows(
         &c.versions,
     ];
     // The usual case: every key is new, and every row is inserted.
-    let fast = bounded(&conn, cfg.hard_timeout, async {
+    let fast = bounded(conn, cfg.hard_timeout, async {
         let stmt = conn.stmt(idempotency::INSERT_KEYED).await?;
         let first9 = &params[..9];
         let with_versions: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
@@ -578,7 +578,7 @@ async fn write_rows(
     let (inserted, pinned) = match fast {
         Ok(pinned) => (leaders.iter().map(|&i| rows[i].id).collect(), pinned),
         Err(()) => {
-            let found = bounded(&conn, cfg.hard_timeout, async {
+            let found = bounded(conn, cfg.hard_timeout, async {
                 let stmt = conn.stmt(idempotency::INSERT_KEYED_CONFLICTS).await?;
                 conn.client.query(&stmt, &params).await
             })
@@ -605,8 +605,8 @@ async fn write_rows(
         })
         .collect();
     if !lost.is_empty() {
-        let holders = bounded(&conn, cfg.hard_timeout, async {
-            idempotency::holders(&conn, &lost).await
+        let holders = bounded(conn, cfg.hard_timeout, async {
+            idempotency::holders(conn, &lost).await
         })
         .await?;
         for (idx, h) in holders {
