@@ -18,7 +18,9 @@
 # base URL, e.g. B_FLAGS='--otlp-endpoint @NGINX@' exports spans to nginx's fixed 200), DEADLINE (120, seconds to wait for completion after wrk), POLL (1; 0 skips
 # the polling runs), POLL_ROUNDS (1), POLL_CONNS (512), POLL_INTERVAL (20ms),
 # POLL_DURATION (20), BENCH_BIN (target/release/clamp-bench), PGSS (1; 0 runs Postgres
-# without pg_stat_statements), TAG (request-cost).
+# without pg_stat_statements), TAG (request-cost), A_SCHEME and B_SCHEME (http; https
+# makes that side's workflow call nginx over TLS, with a certificate of a CA made for the
+# run and given to the server as --step-ca-file: A=B with B_SCHEME=https prices TLS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -103,10 +105,23 @@ tree_ticks() {
   echo "$t"
 }
 
-# The downstream: nginx answering every path and method with a fixed JSON 200.
+# The downstream: nginx answering every path and method with a fixed JSON 200, in plain
+# text and (on another port) over TLS with a certificate for localhost of a CA made here.
 nginx_port=$(free_port)
+nginx_tls_port=$(free_port)
 mkdir -p "$tmp/nginx/logs"
-nginx_server="server { listen 127.0.0.1:$nginx_port; location / { default_type application/json; return 200 '{\"ok\":true}'; } }"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj "/CN=bench CA" \
+  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign" \
+  -keyout "$tmp/ca.key" -out "$tmp/ca.pem" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=localhost" \
+  -keyout "$tmp/nginx/server.key" -out "$tmp/server.csr" 2>/dev/null
+printf 'subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\n' > "$tmp/server.ext"
+openssl x509 -req -in "$tmp/server.csr" -CA "$tmp/ca.pem" -CAkey "$tmp/ca.key" -CAcreateserial -days 2 \
+  -extfile "$tmp/server.ext" -out "$tmp/nginx/server.pem" 2>/dev/null
+nginx_answer="location / { default_type application/json; return 200 '{\"ok\":true}'; }"
+nginx_server="server { listen 127.0.0.1:$nginx_port; $nginx_answer }
+  server { listen 127.0.0.1:$nginx_tls_port ssl; ssl_certificate $tmp/nginx/server.pem;
+    ssl_certificate_key $tmp/nginx/server.key; ssl_session_cache shared:tls:10m; $nginx_answer }"
 cat > "$tmp/nginx/nginx.conf" <<EOF
 worker_processes 1;
 daemon off;
@@ -131,7 +146,11 @@ curl -sf -o /dev/null -X POST -d x "http://127.0.0.1:$nginx_port/a" \
   || { echo "bench-request-cost: nginx did not answer on 127.0.0.1:$nginx_port" >&2; cat "$tmp/nginx/logs/error.log" >&2; exit 1; }
 
 port=$(free_port)
-workflow="{\"name\":\"two\",\"description\":\"bench\",\"steps\":[{\"name\":\"a\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"http://127.0.0.1:$nginx_port/a\"}},{\"name\":\"b\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"http://127.0.0.1:$nginx_port/b\"}}]}"
+workflow_for() {  # workflow_for A|B: the two-step workflow, over that side's scheme
+  local scheme_var="${1}_SCHEME" base_url="http://127.0.0.1:$nginx_port"
+  [ "${!scheme_var:-http}" = https ] && base_url="https://localhost:$nginx_tls_port"
+  echo "{\"name\":\"two\",\"description\":\"bench\",\"steps\":[{\"name\":\"a\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"$base_url/a\"}},{\"name\":\"b\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"$base_url/b\"}}]}"
+}
 wrk_cmd="wrk -t1 -c$CONNS -d${DURATION}s -s perf/wrk/create.lua http://127.0.0.1:$port -- two"
 metric() { curl -s "http://127.0.0.1:$port/metrics" | awk -v n="$1" '$1 == n {s += $2} END {printf "%d\n", s}'; }
 # finished: completed + failed requests, by the server's counters (one /metrics read).
@@ -141,8 +160,9 @@ finished() {
 }
 
 side_flags() {  # side_flags A|B: that binary's own flags, nginx's URL put in
-  local f="${1}_FLAGS"
+  local f="${1}_FLAGS" scheme="${1}_SCHEME"
   echo "${!f:-}" | sed "s#@NGINX@#http://127.0.0.1:$nginx_port#g"
+  [ "${!scheme:-http}" != https ] || echo "--step-ca-file $tmp/ca.pem"
 }
 start_server() {  # start_server BINARY DB LOG [A|B]: starts it on $port and waits for /health
   # SERVER_FLAGS and the side's flags are split into words on purpose.
@@ -170,7 +190,7 @@ for round in $(seq 1 "$ROUNDS"); do
     sql "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
     start_server "$bin" "$db" "$tmp/server-$round-$which.log" "$which"
     code=$(curl -s -o "$tmp/workflow.json" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
-      -d "$workflow" "http://127.0.0.1:$port/workflow")
+      -d "$(workflow_for "$which")" "http://127.0.0.1:$port/workflow")
     case "$code" in 2??) ;; *) echo "bench-request-cost: POST /workflow answered $code: $(cat "$tmp/workflow.json")" >&2; exit 1 ;; esac
     sleep 1
     [ "$pgss" = 0 ] || sql "SELECT pg_stat_statements_reset()" >/dev/null
@@ -280,9 +300,9 @@ fi
 server_cmd="<binary> --port $port --bind 127.0.0.1 --database-url $base/<fresh db per run>${SERVER_FLAGS:+ $SERVER_FLAGS}"
 git_head="$(git rev-parse --short HEAD 2>/dev/null || echo none)"
 [ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] || git_head="$git_head (working tree with uncommitted changes)"
-export RC_AFLAGS="$(side_flags A)" RC_BFLAGS="$(side_flags B)"
+export RC_AFLAGS="$(side_flags A | xargs)" RC_BFLAGS="$(side_flags B | xargs)"
 export RC_A=$A RC_B=$B RC_GIT=$git_head RC_PG="$pg_set" RC_PGCMD="$pg_cmd" RC_SERVER="$server_cmd" \
-  RC_WRK="$wrk_cmd" RC_WORKFLOW="$workflow" RC_NGINX="$nginx_server" RC_POLLNOTE="$poll_note" \
+  RC_WRK="$wrk_cmd" RC_WORKFLOW="A: $(workflow_for A); B: $(workflow_for B)" RC_NGINX="$nginx_server" RC_POLLNOTE="$poll_note" \
   RC_PGSS=$pgss RC_TMP=$tmp RC_ROUNDS=$ROUNDS RC_DURATION=$DURATION RC_DEADLINE=$DEADLINE \
   RC_POLLDUR=$POLL_DURATION RC_POLLCONNS=$POLL_CONNS RC_POLLINT=$POLL_INTERVAL
 python3 - "$out/$tag.md" <<'PY'
