@@ -93,7 +93,7 @@ impl Server {
 pub async fn start(config: Config) -> Result<Server, StartError> {
     tls::install_default_provider();
     let url = config.database.redacted();
-    let db = Arc::new(store::pool::connector(&config).map_err(StartError::Tls)?);
+    let db = Arc::new(store::connect::PgConnector::for_config(&config).map_err(StartError::Tls)?);
     let outbound = engine::tls::Outbound::load(&config).map_err(StartError::Tls)?;
     // HTTPS when given a certificate: HTTP/1.1 only, like the plain listener.
     let listener_tls = match &config.tls.server {

@@ -401,7 +401,8 @@ impl Backend {
         }
         let cfg = config(t.database_url.as_deref())?;
         let db = std::sync::Arc::new(
-            crate::store::pool::connector(&cfg).map_err(|e| crate::error_chain::one_line(&e))?,
+            crate::store::connect::PgConnector::for_config(&cfg)
+                .map_err(|e| crate::error_chain::one_line(&e))?,
         );
         let mut client = crate::store::migrate::connect_or_create(&db)
             .await

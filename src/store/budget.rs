@@ -12,7 +12,13 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::buffer::PendingRow;
+/// A row as the budget sees it.
+pub trait Stamped {
+    /// When it entered the buffer, in microseconds since the Unix epoch.
+    fn created_us(&self) -> i64;
+    /// Whether its client waits for the answer (false: answered on enqueue, `--ack accept`).
+    fn awaited(&self) -> bool;
+}
 
 /// A batch whose oldest row waited longer than this gets a statement timeout of its own.
 pub const LATE: Duration = Duration::from_millis(250);
@@ -36,19 +42,19 @@ pub struct Budget {
 impl Budget {
     /// Microseconds `row` has left at `now_us`; None for a row answered already (on
     /// enqueue, `--ack accept`), which is kept until it commits however long that takes.
-    pub fn left_us(&self, row: &PendingRow, now_us: i64) -> Option<i64> {
-        row.ack.as_ref()?;
-        Some(row.created_us + self.flush_timeout.as_micros() as i64 - now_us)
+    pub fn left_us(&self, row: &impl Stamped, now_us: i64) -> Option<i64> {
+        row.awaited()
+            .then(|| row.created_us() + self.flush_timeout.as_micros() as i64 - now_us)
     }
 
     /// True when `row` has too little time left to be sent.
-    pub fn expired(&self, row: &PendingRow, now_us: i64) -> bool {
+    pub fn expired(&self, row: &impl Stamped, now_us: i64) -> bool {
         self.left_us(row, now_us)
             .is_some_and(|left| left < MIN_SEND.as_micros() as i64)
     }
 
     /// How long until `row` expires (None: never).
-    pub fn until_expiry(&self, row: &PendingRow, now_us: i64) -> Option<Duration> {
+    pub fn until_expiry(&self, row: &impl Stamped, now_us: i64) -> Option<Duration> {
         let left = self.left_us(row, now_us)? - MIN_SEND.as_micros() as i64;
         Some(Duration::from_micros(left.max(0) as u64))
     }
@@ -56,7 +62,7 @@ impl Budget {
     /// The statement timeout of a batch leaving now, whose rows (none expired) are
     /// `rows`: None keeps the session's (the flush timeout), for a batch that left in
     /// time; else what its most pressed row has left.
-    pub fn statement_timeout(&self, rows: &[PendingRow], now_us: i64) -> Option<Duration> {
+    pub fn statement_timeout<R: Stamped>(&self, rows: &[R], now_us: i64) -> Option<Duration> {
         let least = rows.iter().filter_map(|r| self.left_us(r, now_us)).min()?;
         let late = (self.flush_timeout.saturating_sub(LATE)).as_micros() as i64;
         (least < late).then(|| Duration::from_micros(least.max(1) as u64))
@@ -66,21 +72,15 @@ impl Budget {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workflow::compile;
 
-    fn row(created_us: i64, answered_later: bool) -> PendingRow {
-        let def = serde_json::from_value(serde_json::json!({"name": "w", "steps": [
-            {"name": "a", "mode": "HTTP", "val": {"method": "GET", "url": "http://h/"}}]}))
-        .unwrap();
-        PendingRow {
-            id: uuid::Uuid::now_v7(),
-            workflow: std::sync::Arc::new(compile(def).unwrap()),
-            pinned: false,
-            payload: bytes::Bytes::from_static(b"{}"),
-            headers: bytes::Bytes::from_static(b"[]"),
-            key: None,
-            created_us,
-            ack: answered_later.then(|| tokio::sync::oneshot::channel().0),
+    struct Row(i64, bool);
+
+    impl Stamped for Row {
+        fn created_us(&self) -> i64 {
+            self.0
+        }
+        fn awaited(&self) -> bool {
+            self.1
         }
     }
 
@@ -90,20 +90,15 @@ mod tests {
             flush_timeout: Duration::from_secs(3),
         };
         let t0 = 1_000_000_000;
-        let fresh = row(t0, true);
         // Left in time: the session's timeout.
-        assert_eq!(
-            b.statement_timeout(std::slice::from_ref(&fresh), t0 + 100_000),
-            None
-        );
+        assert_eq!(b.statement_timeout(&[Row(t0, true)], t0 + 100_000), None);
         // Left late: what the oldest has left.
-        let old = row(t0 - 1_000_000, true);
         assert_eq!(
-            b.statement_timeout(&[old, row(t0, true)], t0 + 500_000),
+            b.statement_timeout(&[Row(t0 - 1_000_000, true), Row(t0, true)], t0 + 500_000),
             Some(Duration::from_millis(1_500))
         );
         // Too little left to send.
-        let dying = row(t0, true);
+        let dying = Row(t0, true);
         assert!(!b.expired(&dying, t0 + 2_900_000));
         assert!(b.expired(&dying, t0 + 2_960_000));
         assert_eq!(
@@ -111,7 +106,7 @@ mod tests {
             Some(Duration::from_millis(50))
         );
         // Rows acknowledged on enqueue have no deadline.
-        let accepted = row(t0, false);
+        let accepted = Row(t0, false);
         assert!(!b.expired(&accepted, t0 + 60_000_000));
         assert_eq!(b.until_expiry(&accepted, t0), None);
         assert_eq!(b.statement_timeout(&[accepted], t0 + 60_000_000), None);

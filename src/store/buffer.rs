@@ -76,6 +76,16 @@ pub struct PendingRow {
     pub ack: Option<oneshot::Sender<Result<Created, AckError>>>,
 }
 
+impl budget::Stamped for PendingRow {
+    fn created_us(&self) -> i64 {
+        self.created_us
+    }
+
+    fn awaited(&self) -> bool {
+        self.ack.is_some()
+    }
+}
+
 /// Why a push was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PushError {

@@ -26,6 +26,28 @@ use super::watchdog::{Health, Socket, Watched};
 use crate::config::{Database, RootCert, SslMode};
 use crate::tls::{self, Verify};
 
+/// The driver configuration for `config`: session settings that bound every statement,
+/// so a stalled database cannot hold a request (or a batch) forever.
+pub fn session(config: &crate::config::Config) -> tokio_postgres::Config {
+    let mut pg = config.database.driver.clone();
+    let timeout_ms = config.flush_timeout.as_millis();
+    pg.application_name("clamp")
+        .keepalives_idle(Duration::from_secs(30))
+        // enable_seqscan = off: every statement of ours is a key lookup or an index range,
+        // but prepared statements keep a generic plan made while the tables were small,
+        // and those joined the batch inputs to whole-table scans: 1,207 sequential scans
+        // reading 25M rows in 20 s at 3,000 requests/s, until the next ANALYZE. Off, the
+        // planner takes the index whenever there is one (perf/runs/2026-11-30-vm/seqscan.md).
+        // timezone=UTC: timestamps render the same whichever server they come from, and
+        // the same as the executor renders them from memory (`store::status`).
+        .options(format!(
+            "-c statement_timeout={timeout_ms} -c idle_in_transaction_session_timeout={} \
+             -c enable_seqscan=off -c timezone=UTC",
+            timeout_ms * 2
+        ));
+    pg
+}
+
 /// How long a host that failed stays at the back of the order.
 const DEMOTION: Duration = Duration::from_secs(30);
 
@@ -179,7 +201,7 @@ impl PgConnector {
     /// The connector of `config`'s database, with the server's session settings and one
     /// `--db-connect-timeout-ms` per host.
     pub fn for_config(config: &crate::config::Config) -> Result<PgConnector, tls::TlsError> {
-        super::pool::connector(config)
+        PgConnector::new(&config.database, session(config), config.db_connect_timeout)
     }
 
     /// The same connector for another database of the same server (to create ours).

@@ -63,7 +63,7 @@ pub async fn claim(
 ) -> Result<Vec<Claimed>> {
     let stmt = conn.stmt(CLAIM).await?;
     // Pinned to the claim index like every statement (the pool's sessions run with
-    // enable_seqscan = off; see `store::pool::pg_config`).
+    // enable_seqscan = off; see `store::connect::session`).
     let rows = conn
         .client
         .query(&stmt, &[&owner, &(lease.as_secs_f64() * 1000.0), &limit])

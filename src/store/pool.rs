@@ -144,34 +144,6 @@ impl bb8::ManageConnection for PgManager {
 /// The pool type every runtime holds.
 pub type Pool = bb8::Pool<PgManager>;
 
-/// The driver configuration for `config`: session settings that bound every statement,
-/// so a stalled database cannot hold a request (or a batch) forever.
-pub fn session(config: &Config) -> tokio_postgres::Config {
-    let mut pg = config.database.driver.clone();
-    let timeout_ms = config.flush_timeout.as_millis();
-    pg.application_name("clamp")
-        .keepalives_idle(Duration::from_secs(30))
-        // enable_seqscan = off: every statement of ours is a key lookup or an index range,
-        // but prepared statements keep a generic plan made while the tables were small,
-        // and those joined the batch inputs to whole-table scans: 1,207 sequential scans
-        // reading 25M rows in 20 s at 3,000 requests/s, until the next ANALYZE. Off, the
-        // planner takes the index whenever there is one (perf/runs/2026-11-30-vm/seqscan.md).
-        // timezone=UTC: timestamps render the same whichever server they come from, and
-        // the same as the executor renders them from memory (`store::status`).
-        .options(format!(
-            "-c statement_timeout={timeout_ms} -c idle_in_transaction_session_timeout={} \
-             -c enable_seqscan=off -c timezone=UTC",
-            timeout_ms * 2
-        ));
-    pg
-}
-
-/// The connector for `config`'s database, with its session settings and one
-/// `--db-connect-timeout-ms` per host. Fails when a certificate file is unusable.
-pub fn connector(config: &Config) -> Result<PgConnector, crate::tls::TlsError> {
-    PgConnector::new(&config.database, session(config), config.db_connect_timeout)
-}
-
 /// How long a pooled connection may hear nothing back after sending a statement:
 /// past the statement timeout, which a live server enforces itself.
 pub fn guard(config: &Config) -> Duration {
