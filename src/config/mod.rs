@@ -3,7 +3,8 @@
 //! Raw input (`Args`, what clap parsed) is kept apart from the derived, validated
 //! `Config` that the rest of the server reads. [`env`] names the environment keys that
 //! code elsewhere reads too; the others stand beside their flag. A unit test checks that
-//! the README's table lists every flag and key, so the two cannot drift apart silently.
+//! the guide's table (`docs/configuration.md`) lists every flag and key, so the two cannot
+//! drift apart silently.
 
 pub mod postgres;
 
@@ -837,13 +838,13 @@ fn first_line(s: &str) -> String {
 mod tests {
     use super::*;
 
-    /// The README's configuration table names every flag with its environment key, so
-    /// that a flag added here without a row there fails this test.
+    /// The guide's configuration table (`docs/configuration.md`) names every flag with its
+    /// environment key, so that a flag added here without a row there fails this test.
     #[test]
-    fn the_readme_lists_every_flag_and_key() {
+    fn the_guide_lists_every_flag_and_key() {
         use clap::CommandFactory;
-        let readme = include_str!("../../README.md");
-        let rows: Vec<&str> = readme.lines().filter(|l| l.starts_with("| ")).collect();
+        let guide = include_str!("../../docs/configuration.md");
+        let rows: Vec<&str> = guide.lines().filter(|l| l.starts_with("| ")).collect();
         for arg in Args::command().get_arguments() {
             let (Some(flag), Some(env)) = (arg.get_long(), arg.get_env()) else {
                 continue;
@@ -856,7 +857,7 @@ mod tests {
             let flag = if arg.is_hide_set() { env.clone() } else { flag };
             assert!(
                 rows.iter().any(|r| r.contains(&flag) && r.contains(&env)),
-                "README.md has no configuration row with {flag} and {env}"
+                "docs/configuration.md has no configuration row with {flag} and {env}"
             );
         }
     }
