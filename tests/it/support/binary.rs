@@ -1,0 +1,91 @@
+//! The real `clamp` binary as a child process (killed when dropped), a free port for it,
+//! and waiting until it answers `/health`.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::http::send;
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The real binary as a child process, on `port`, with short leases (1 s) and sweeps.
+pub fn spawn_binary(db_url: &str, port: u16) -> Spawned {
+    spawn_binary_with(db_url, port, &[])
+}
+
+/// A child process killed when dropped, so a failing test leaves none behind.
+pub struct Spawned(pub Child);
+
+impl std::ops::Deref for Spawned {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Spawned {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `spawn_binary` with more flags.
+pub fn spawn_binary_with(db_url: &str, port: u16, extra: &[&str]) -> Spawned {
+    Spawned(
+        Command::new(env!("CARGO_BIN_EXE_clamp"))
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--database-url",
+                db_url,
+            ])
+            .args([
+                "--threads",
+                "2",
+                "--lease-ms",
+                "1000",
+                "--sweep-interval-ms",
+                "100",
+            ])
+            .args(extra)
+            .env("LOG_LEVEL", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("binary starts"),
+    )
+}
+
+/// Waits (up to 20 s) until the server on `port` answers `/health`.
+pub async fn wait_healthy(port: u16) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    while std::time::Instant::now() < deadline {
+        if tokio::net::TcpStream::connect(addr).await.is_ok()
+            && send(addr, hyper::Method::GET, "/health", None, &[])
+                .await
+                .status
+                == 200
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("server on {port} did not come up");
+}

@@ -1,0 +1,118 @@
+//! Databases for tests: a fresh one per test on the shared Postgres (dropped with its
+//! value), and a throwaway cluster from `scripts/dev-postgres.sh` for tests that stop
+//! or restart Postgres itself.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio_postgres::NoTls;
+
+/// Where the test Postgres is (a server URL without a database).
+pub fn pg_base() -> String {
+    std::env::var("CLAMP_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A database of this test's own, dropped when the value is dropped.
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+}
+
+impl TestDb {
+    /// A fresh, unique database name; the server creates it (which tests that path too).
+    pub fn new() -> TestDb {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let name = format!(
+            "clamp_it_{}_{}_{}",
+            std::process::id(),
+            n,
+            fastrand::u32(..)
+        );
+        let url = format!("{}/{}", pg_base(), name);
+        TestDb { name, url }
+    }
+
+    /// A direct connection, for checking what the server wrote.
+    pub async fn client(&self) -> tokio_postgres::Client {
+        let (client, conn) = tokio_postgres::connect(&self.url, NoTls)
+            .await
+            .expect("test db connects");
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        client
+    }
+
+    pub async fn count(&self, sql: &str) -> i64 {
+        self.client()
+            .await
+            .query_one(sql, &[])
+            .await
+            .expect("count query")
+            .get(0)
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Drop cannot be async; a short-lived runtime on its own thread does the cleanup.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                if let Ok((c, conn)) =
+                    tokio_postgres::connect(&format!("{}/postgres", pg_base()), NoTls).await
+                {
+                    tokio::spawn(conn);
+                    let _ = c
+                        .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// A throwaway cluster from `scripts/dev-postgres.sh`, stopped and removed on drop.
+pub struct DevCluster {
+    pub dir: String,
+}
+
+impl DevCluster {
+    pub fn script() -> String {
+        format!("{}/scripts/dev-postgres.sh", env!("CARGO_MANIFEST_DIR"))
+    }
+
+    pub fn start(dir: &str, port: u16) -> String {
+        let out = std::process::Command::new(Self::script())
+            .args(["start", dir, &port.to_string()])
+            .output()
+            .expect("dev-postgres.sh runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    pub fn stop(&self) {
+        let out = std::process::Command::new(Self::script())
+            .args(["stop", &self.dir])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+    }
+}
+
+impl Drop for DevCluster {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,28 @@
+//! Test support, one file per thing supported, all re-exported here so a test file needs
+//! only `use crate::support::*;`:
+//! - `database`: fresh databases per test, and throwaway clusters from `dev-postgres.sh`;
+//! - `server`: servers started in-process, their configuration, and the requests tests
+//!   create and wait on through them;
+//! - `binary`: the real binary as a child process, and waiting for it to be healthy;
+//! - `http`: a small HTTP client (one request per connection, or a keep-alive one);
+//! - `proxy`: a TCP proxy that can cut or stall the server's Postgres connections;
+//! - `waiting`: `wait_for`, waiting for a condition within a bound;
+//! - `metrics`: reading a value out of a metrics exposition.
+
+#![allow(dead_code)]
+
+mod binary;
+mod database;
+mod http;
+mod metrics;
+mod proxy;
+mod server;
+mod waiting;
+
+pub use binary::*;
+pub use database::*;
+pub use http::*;
+pub use metrics::*;
+pub use proxy::*;
+pub use server::*;
+pub use waiting::*;
