@@ -58,15 +58,12 @@ fn start_tansu(port: u16) -> std::process::Child {
         panic!("cannot start the tansu Kafka broker ({e}); scripts/services.sh installs it")
     });
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(addr).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "tansu did not listen on {addr}"
-        );
-        // The poll interval of this wait (a blocking one: it runs on a plain thread).
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // A blocking wait: the shared broker is started from a plain thread.
+    wait_for_blocking(
+        &format!("tansu to listen on {addr}"),
+        Duration::from_secs(20),
+        || std::net::TcpStream::connect(addr).ok().map(drop),
+    );
     child
 }
 

@@ -215,14 +215,13 @@ async fn a_kill_while_the_child_runs_loses_nothing_and_repeats_nothing() {
         ids.push(r.json()["serviceRequestId"].as_str().unwrap().to_string());
     }
     // Every child is in its slow first step (so every parent waits at step 2).
-    let deadline = std::time::Instant::now() + WAIT;
-    while d.received("/slow/1500").len() < ids.len() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the children did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_seen("every child to start its slow step", WAIT, || async {
+        let started = d.received("/slow/1500").len();
+        (started >= ids.len())
+            .then_some(())
+            .ok_or_else(|| format!("{started} of {} started", ids.len()))
+    })
+    .await;
     server.kill().unwrap();
     server.wait().unwrap();
     let port2 = free_port();
@@ -230,23 +229,14 @@ async fn a_kill_while_the_child_runs_loses_nothing_and_repeats_nothing() {
     wait_healthy(port2).await;
     let addr2: std::net::SocketAddr = format!("127.0.0.1:{port2}").parse().unwrap();
     for id in &ids {
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        let v = loop {
-            let v = send(
-                addr2,
-                hyper::Method::GET,
-                &format!("/serviceRequest/{id}"),
-                None,
-                &[],
-            )
-            .await
-            .json();
-            if matches!(v["status"].as_str(), Some("COMPLETED" | "FAILED")) {
-                break v;
-            }
-            assert!(std::time::Instant::now() < deadline, "{id}: {v}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
+        let v = wait_status_at(
+            addr2,
+            id,
+            &["COMPLETED", "FAILED"],
+            Duration::from_secs(30),
+            &[],
+        )
+        .await;
         assert_eq!(v["status"], "COMPLETED", "{v}");
         let children: Vec<&str> = v["steps"]
             .as_array()

@@ -56,21 +56,10 @@ async fn create_with(
     r.json()["serviceRequestId"].as_str().unwrap().to_string()
 }
 
-async fn wait_for(s: &TestServer, id: &str, want: &[&str]) -> Value {
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        let v = call(s, Method::GET, &format!("/serviceRequest/{id}"), None)
-            .await
-            .json();
-        if want.contains(&v["status"].as_str().unwrap_or("")) {
-            return v;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{id} never reached {want:?}: {v}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// `wait_status` with the token (the API asks for it here).
+async fn wait_status_with_token(s: &TestServer, id: &str, want: &[&str]) -> Value {
+    let auth = format!("Bearer {TOKEN}");
+    wait_status_at(s.addr, id, want, WAIT, &[("authorization", &auth)]).await
 }
 
 fn workflows(d: &Downstream) -> Vec<Value> {
@@ -107,26 +96,27 @@ async fn scene(d: &Downstream, db: &TestDb) -> (TestServer, Value) {
     let failed_after_retries = create(&s, "flaky", &json!({})).await;
     let retry_pending = create(&s, "later", &json!({})).await;
     let paused = create(&s, "approval", &json!({})).await;
-    wait_for(&s, &completed, &["COMPLETED"]).await;
-    wait_for(&s, &fixable, &["FAILED"]).await;
-    wait_for(&s, &xss, &["FAILED"]).await;
-    wait_for(&s, &failed_after_retries, &["FAILED"]).await;
-    wait_for(&s, &paused, &["PAUSED"]).await;
-    let deadline = std::time::Instant::now() + WAIT;
-    while call(
-        &s,
-        Method::GET,
-        &format!("/serviceRequest/{retry_pending}"),
-        None,
+    wait_status_with_token(&s, &completed, &["COMPLETED"]).await;
+    wait_status_with_token(&s, &fixable, &["FAILED"]).await;
+    wait_status_with_token(&s, &xss, &["FAILED"]).await;
+    wait_status_with_token(&s, &failed_after_retries, &["FAILED"]).await;
+    wait_status_with_token(&s, &paused, &["PAUSED"]).await;
+    wait_for_seen(
+        &format!("a pending retry of {retry_pending}"),
+        WAIT,
+        || async {
+            let v = call(
+                &s,
+                Method::GET,
+                &format!("/serviceRequest/{retry_pending}"),
+                None,
+            )
+            .await
+            .json();
+            v.get("retrying").map(|_| ()).ok_or(v)
+        },
     )
-    .await
-    .json()
-    .get("retrying")
-    .is_none()
-    {
-        assert!(std::time::Instant::now() < deadline, "no pending retry");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    .await;
     let ids = json!({
         "completed": completed, "fixable": fixable, "xss": xss,
         "failed_after_retries": failed_after_retries, "retry_pending": retry_pending,
@@ -190,14 +180,14 @@ async fn the_console_works_in_a_real_browser() {
     );
     // What the page did, seen through the API.
     let id = |k: &str| ids[k].as_str().unwrap().to_string();
-    let v = wait_for(&s, &id("paused"), &["CANCELLED"]).await;
+    let v = wait_status_with_token(&s, &id("paused"), &["CANCELLED"]).await;
     assert!(v["reason"].as_str().unwrap().contains("<b>now</b>"), "{v}");
-    let v = wait_for(&s, &id("fixable"), &["COMPLETED"]).await;
+    let v = wait_status_with_token(&s, &id("fixable"), &["COMPLETED"]).await;
     assert_eq!(v["retries"], 1);
     assert_eq!(d.calls_for_key(&format!("{}:1", id("fixable"))), 1);
     let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     let rerun = last["rerun"].as_str().unwrap();
-    let v = wait_for(&s, rerun, &["COMPLETED"]).await;
+    let v = wait_status_with_token(&s, rerun, &["COMPLETED"]).await;
     assert_eq!(v["rerunOf"], id("completed").as_str());
     assert_eq!(d.calls_for_key(&format!("{rerun}:1")), 0);
     assert_eq!(d.calls_for_key(&format!("{rerun}:2")), 1);
@@ -357,7 +347,7 @@ async fn the_console_asks_for_a_token_and_refuses_forged_actions() {
     .await;
     assert_eq!(r.status, 303, "{}", r.text());
     assert!(r.headers["location"].to_str().unwrap().contains("done="));
-    wait_for(&s, paused, &["CANCELLED"]).await;
+    wait_status_with_token(&s, paused, &["CANCELLED"]).await;
     // Signing out ends it.
     let out = post(
         "/console/logout".into(),

@@ -235,7 +235,8 @@ async fn handle(
         "/api/echo" => (200, json!({"echo": body})),
         "/until-fixed" if fixed => (200, json!({"echo": body})),
         "/until-fixed" => (500, json!({"error": "down for now"})),
-        // A peer that answers when the test says so, however long that takes.
+        // A peer that answers when the test says so, however long that takes (the peer's
+        // side: the test bounds its own wait for what follows the release).
         "/held" => {
             while !log.lock().released {
                 tokio::time::sleep(Duration::from_millis(10)).await;

@@ -433,9 +433,10 @@ async fn no_create_waits_past_the_stall_bound_while_a_lock_is_held() {
             })
         })
         .collect();
+    // time is what is tested: the lock is held for 8 s under load.
     tokio::time::sleep_until((locked + Duration::from_secs(8)).into()).await;
     tx.rollback().await.unwrap();
-    // A little load after the lock, then stop.
+    // A little load after the lock, then stop (half a second of it, on purpose).
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut all = Vec::new();

@@ -305,6 +305,7 @@ async fn across_a_restart(catch_up: &str, down: Duration) -> (Vec<Fire>, Vec<Fir
     wait_fires(&db, &name, 2, WAIT).await;
     s.shutdown().await;
     let before = fires(&db, &name).await;
+    // time is what is tested: how long no instance runs (see the callers).
     tokio::time::sleep(down).await;
     let restarted = db_now(&db).await;
     let s = TestServer::start(config(&db.url)).await;
@@ -498,6 +499,8 @@ async fn trigger_runs_now_and_pause_stops_fires_until_resume() {
     wait_fires(&db, "ticker", 2, WAIT).await;
     s.post("/schedules/ticker/pause", "").await;
     let paused = fires(&db, "ticker").await;
+    // time is what is tested: two and a half fire intervals pass paused with no fire (the
+    // fires after the resume, below, are this absence's twin).
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(fires(&db, "ticker").await.len(), paused.len());
     let resumed_at = db_now(&db).await;

@@ -47,7 +47,9 @@ async fn filters_combine_newest_first() {
         let id = create_request(&s, wf, &json!({"n": i})).await;
         wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
         created.push(id);
-        tokio::time::sleep(Duration::from_millis(3)).await; // distinct milliseconds
+        // Not a wait for a condition: creation times a few milliseconds apart, so that the
+        // order by creation time is the order made.
+        tokio::time::sleep(Duration::from_millis(3)).await;
     }
     let newest_first: Vec<String> = created.iter().rev().cloned().collect();
 

@@ -182,14 +182,12 @@ fn tansu(dir: &std::path::Path, port: u16, advertised: &str, auth: bool) -> Spaw
             .expect("tansu starts (scripts/services.sh installs it)"),
     );
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(addr).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "tansu did not listen on {addr}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // A blocking wait, as `broker_kafka`'s: this function is not async.
+    wait_for_blocking(
+        &format!("tansu to listen on {addr}"),
+        Duration::from_secs(20),
+        || std::net::TcpStream::connect(addr).ok().map(drop),
+    );
     child
 }
 

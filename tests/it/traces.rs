@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::downstream::{Downstream, TRACED_ANSWER};
-use crate::support::{config, send, wait_for, wait_status, TestDb, TestServer};
+use crate::support::{config, send, wait_for, wait_for_blocking, wait_status, TestDb, TestServer};
 
 const WAIT: Duration = Duration::from_secs(20);
 const CALLER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -46,19 +46,18 @@ impl Receiver {
             .stderr(Stdio::null())
             .spawn()
             .expect("the receiver starts");
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        let port = loop {
-            if let Ok(p) = std::fs::read_to_string(&port_file) {
-                if let Ok(p) = p.trim().parse() {
-                    break p;
-                }
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the receiver did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        // A blocking wait: this constructor is not async.
+        let port = wait_for_blocking(
+            "the receiver to write its port",
+            Duration::from_secs(20),
+            || {
+                std::fs::read_to_string(&port_file)
+                    .ok()?
+                    .trim()
+                    .parse()
+                    .ok()
+            },
+        );
         Receiver {
             child,
             port,

@@ -124,17 +124,11 @@ async fn requests_finish_on_the_version_they_started_with() {
     }
     // Each is paused, running its first step, or waiting to try it again.
     wait_status(&s, &old[0], &["PAUSED"], WAIT).await;
-    let deadline = std::time::Instant::now() + WAIT;
-    while s
-        .get(&format!("/serviceRequest/{}", old[2]))
-        .await
-        .json()
-        .get("retrying")
-        .is_none()
-    {
-        assert!(std::time::Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_seen(&format!("a pending retry of {}", old[2]), WAIT, || async {
+        let v = s.get(&format!("/serviceRequest/{}", old[2])).await.json();
+        v.get("retrying").map(|_| ()).ok_or(v)
+    })
+    .await;
     for (name, first) in &shapes {
         let r = put(&s, name, &def(name, first.clone(), &d, "/api/step1")).await;
         assert_eq!(r.json()["version"], 2, "{}", r.text());

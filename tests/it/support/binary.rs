@@ -5,6 +5,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use super::http::send;
+use super::waiting::wait_for;
 
 /// A port nothing listens on right now.
 pub fn free_port() -> u16 {
@@ -74,18 +75,19 @@ pub fn spawn_binary_with(db_url: &str, port: u16, extra: &[&str]) -> Spawned {
 
 /// Waits (up to 20 s) until the server on `port` answers `/health`.
 pub async fn wait_healthy(port: u16) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let addr = format!("127.0.0.1:{port}").parse().unwrap();
-    while std::time::Instant::now() < deadline {
-        if tokio::net::TcpStream::connect(addr).await.is_ok()
-            && send(addr, hyper::Method::GET, "/health", None, &[])
-                .await
-                .status
-                == 200
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("server on {port} did not come up");
+    wait_for(
+        &format!("the server on {port} to answer /health"),
+        Duration::from_secs(20),
+        || async {
+            // Connected first: `send` panics on a refused connection.
+            let up = tokio::net::TcpStream::connect(addr).await.is_ok()
+                && send(addr, hyper::Method::GET, "/health", None, &[])
+                    .await
+                    .status
+                    == 200;
+            up.then_some(())
+        },
+    )
+    .await;
 }

@@ -6,7 +6,7 @@
 //! - `binary`: the real binary as a child process, and waiting for it to be healthy;
 //! - `http`: a small HTTP client (one request per connection, or a keep-alive one);
 //! - `proxy`: a TCP proxy that can cut or stall the server's Postgres connections;
-//! - `waiting`: `wait_for`, waiting for a condition within a bound;
+//! - `waiting`: `wait_for` and its kin, the one way tests wait for a condition;
 //! - `metrics`: reading a value out of a metrics exposition.
 
 #![allow(dead_code)]

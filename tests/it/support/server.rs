@@ -9,6 +9,7 @@ use hyper::Method;
 use serde_json::{json, Value};
 
 use super::http::{send, Resp};
+use super::waiting::wait_for_seen;
 
 /// A test configuration for `url`.
 pub fn config(url: &str) -> clamp::config::Config {
@@ -96,19 +97,28 @@ pub async fn create_request(s: &TestServer, workflow: &str, payload: &Value) -> 
 /// Polls `GET /serviceRequest/{id}` until its status is one of `want`, and returns it;
 /// panics (with the last answer) when `within` passes first.
 pub async fn wait_status(s: &TestServer, id: &str, want: &[&str], within: Duration) -> Value {
-    let deadline = std::time::Instant::now() + within;
-    loop {
-        let v = s.get(&format!("/serviceRequest/{id}")).await.json();
-        let st = v["status"].as_str().unwrap_or("").to_string();
-        if want.contains(&st.as_str()) {
-            return v;
+    wait_status_at(s.addr, id, want, within, &[]).await
+}
+
+/// `wait_status` for any server at `addr` (a spawned binary, say), sending `headers`
+/// with each read (a token, say).
+pub async fn wait_status_at(
+    addr: SocketAddr,
+    id: &str,
+    want: &[&str],
+    within: Duration,
+    headers: &[(&str, &str)],
+) -> Value {
+    let path = format!("/serviceRequest/{id}");
+    wait_for_seen(&format!("{id} to be one of {want:?}"), within, || async {
+        let v = send(addr, Method::GET, &path, None, headers).await.json();
+        if want.contains(&v["status"].as_str().unwrap_or("")) {
+            Ok(v)
+        } else {
+            Err(v)
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out after {within:?} waiting for {id} to be one of {want:?}: {v}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    })
+    .await
 }
 
 /// A step response as the brokers carry it: `response` answers step 1 of request `id`.
