@@ -45,6 +45,8 @@ async fn a_delayed_request_is_not_called_before_its_time_and_is_after_it() {
     );
     let found = s.get("/serviceRequests?status=NEW").await.json();
     assert!(found.to_string().contains(&id), "{found}");
+    // time is what is tested: 1.1 s into its 1.5 s delay it has not been called (the
+    // call after its time, below, is this absence's twin).
     tokio::time::sleep(Duration::from_millis(1100)).await;
     assert!(d.received("/api/echo").is_empty(), "called before its time");
 
@@ -108,14 +110,27 @@ async fn start_at_names_the_time_and_a_past_time_starts_at_once() {
     s.shutdown().await;
 }
 
+/// A cancelled delayed request never runs, and a twin due at the same moment that was not
+/// cancelled does: without it, "no call" would also pass if delayed requests never started.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delayed_request_cancelled_before_its_time_never_runs() {
     let db = TestDb::new();
     let d = Downstream::start().await;
     let s = TestServer::start(config(&db.url)).await;
     s.create_workflow(&one_step("cancelled", &d)).await;
-    let r = s.post("/serviceRequest/cancelled?delayMs=800", "{}").await;
-    let id = r.json()["serviceRequestId"].as_str().unwrap().to_string();
+    // Both due at one instant, 800 ms from now: one sweep finds both due.
+    let due = rfc3339(SystemTime::now() + Duration::from_millis(800)).replace('+', "%2B");
+    let delayed = |which: &'static str| {
+        let path = format!("/serviceRequest/cancelled?startAt={due}");
+        let s = &s;
+        async move {
+            let r = s.post(&path, &json!({ "which": which }).to_string()).await;
+            assert_eq!(r.status, 200, "{}", r.text());
+            r.json()["serviceRequestId"].as_str().unwrap().to_string()
+        }
+    };
+    let id = delayed("cancelled").await;
+    let kept = delayed("kept").await;
     let c = s
         .post(
             &format!("/serviceRequest/{id}/cancel"),
@@ -123,8 +138,22 @@ async fn a_delayed_request_cancelled_before_its_time_never_runs() {
         )
         .await;
     assert_eq!(c.status, 200, "{}", c.text());
-    tokio::time::sleep(Duration::from_millis(2000)).await;
-    assert!(d.received("/api/echo").is_empty());
+    let cancelled = Instant::now();
+    // The one left alone runs when due: its call arrives.
+    let v = wait_status(&s, &kept, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    assert_eq!(d.calls_for_key(&format!("{kept}:1")), 1);
+    // time is what is tested: the cancelled one is also given 2 s from its cancel, well
+    // past its start, to show a call it should never make.
+    tokio::time::sleep_until((cancelled + Duration::from_millis(2000)).into()).await;
+    assert_eq!(
+        d.calls_for_key(&format!("{id}:1")),
+        0,
+        "the cancelled one ran"
+    );
+    let calls = d.received("/api/echo");
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].body, json!({"which": "kept"}));
     let v = s.get(&format!("/serviceRequest/{id}")).await.json();
     assert_eq!(v["status"], "CANCELLED", "{v}");
     s.shutdown().await;

@@ -502,6 +502,19 @@ async fn concurrent_duplicates_on_two_instances_leave_one_request_per_key() {
     two.shutdown().await;
 }
 
+/// Calls to `path` that request `id` made (its steps' Idempotency-Keys are `{id}:{step}`).
+fn calls_by(d: &Downstream, path: &str, id: &str) -> usize {
+    let prefix = format!("{id}:");
+    d.received(path)
+        .iter()
+        .filter(|r| {
+            r.headers
+                .get("idempotency-key")
+                .is_some_and(|k| k.starts_with(&prefix))
+        })
+        .count()
+}
+
 async fn cancel(s: &TestServer, id: &str) -> Resp {
     s.post(
         &format!("/serviceRequest/{id}/cancel"),
@@ -521,7 +534,13 @@ async fn cancel_racing_a_running_step_records_it_and_starts_nothing_after() {
         {"name": "next", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/step1")}}]}))
         .await;
     let id = create_request(&s, "slow", &json!({})).await;
-    d.wait_for("/slow/800").await;
+    // A twin left alone, its slow step running just behind the cancelled one's: once its
+    // next step has been called, the cancelled one's would have been too.
+    let twin = create_request(&s, "slow", &json!({})).await;
+    wait_for("both slow steps to be running", WAIT, || async {
+        (d.received("/slow/800").len() == 2).then_some(())
+    })
+    .await;
     let r = cancel(&s, &id).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["status"], "CANCELLED");
@@ -536,7 +555,18 @@ async fn cancel_racing_a_running_step_records_it_and_starts_nothing_after() {
     assert_eq!(v["status"], "CANCELLED", "{v}");
     assert_eq!(v["reason"], "changed my mind");
     assert_eq!(v["steps"][1]["status"], "COMPLETED", "{v}");
-    assert!(d.received("/api/step1").is_empty());
+    let t = wait_status(&s, &twin, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(t["status"], "COMPLETED", "{t}");
+    assert_eq!(
+        calls_by(&d, "/api/step1", &twin),
+        1,
+        "the twin's next step ran"
+    );
+    assert_eq!(
+        calls_by(&d, "/api/step1", &id),
+        0,
+        "a step ran after the cancel"
+    );
     assert!(d.received("/api/echo").is_empty(), "onFailure ran");
     s.shutdown().await;
 }
@@ -602,7 +632,13 @@ async fn a_cancel_through_the_other_instance_stops_the_holder() {
             {"name": "next", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/step1")}}]}))
         .await;
     let id = create_request(&runner, "two", &json!({})).await;
-    d.wait_for("/slow/600").await;
+    // A twin left alone, just behind it: its next step being called shows when the
+    // cancelled one's would have been.
+    let twin = create_request(&runner, "two", &json!({})).await;
+    wait_for("both slow steps to be running", WAIT, || async {
+        (d.received("/slow/600").len() == 2).then_some(())
+    })
+    .await;
     assert_eq!(cancel(&api, &id).await.status, 200);
     let v = wait_for("the holder to record its step and stop", WAIT, || async {
         let v = api.get(&format!("/serviceRequest/{id}")).await.json();
@@ -610,7 +646,18 @@ async fn a_cancel_through_the_other_instance_stops_the_holder() {
     })
     .await;
     assert_eq!(v["status"], "CANCELLED", "{v}");
-    assert!(d.received("/api/step1").is_empty());
+    let t = wait_status(&api, &twin, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(t["status"], "COMPLETED", "{t}");
+    assert_eq!(
+        calls_by(&d, "/api/step1", &twin),
+        1,
+        "the twin's next step ran"
+    );
+    assert_eq!(
+        calls_by(&d, "/api/step1", &id),
+        0,
+        "a step ran after the cancel"
+    );
     runner.shutdown().await;
     api.shutdown().await;
 }
