@@ -14,8 +14,10 @@ pub(crate) mod error_chain;
 pub(crate) mod http;
 pub(crate) mod ids;
 pub(crate) mod metrics;
+pub(crate) mod ops;
 pub mod runtime;
 pub(crate) mod state;
+pub(crate) mod status;
 pub mod store;
 pub mod telemetry;
 pub mod tls;
@@ -139,7 +141,14 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         ),
         None => None,
     };
-    let app = Arc::new(App::new(config, db, outbound, metrics, tracing));
+    let app = Arc::new(App::new(
+        config,
+        db,
+        outbound,
+        metrics,
+        tracing,
+        http::answers::status,
+    ));
     let defs = store::queries::all_workflows(&client)
         .await
         .map_err(|e| StartError::Migrate {

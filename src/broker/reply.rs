@@ -5,8 +5,11 @@
 use std::time::Duration;
 
 use crate::backoff::Backoff;
-use crate::engine::resume::{self, Applied};
+use crate::engine::resume;
+use crate::ops::respond::{respond, Responded};
+use crate::ops::OpError;
 use crate::state::Core;
+use crate::store::StoreError;
 
 /// What became of one broker message.
 #[derive(Debug, PartialEq, Eq)]
@@ -53,13 +56,18 @@ pub async fn handle(core: &Core, body: &[u8], traceparent: Option<&[u8]>) -> Han
         Err(e) => return Handled::Malformed(e.to_string()),
     };
     answer.traceparent = traceparent.and_then(crate::telemetry::TraceParent::parse);
-    match core.executor.apply_response(&answer, PATIENCE).await {
-        Ok(Applied::Resumed) => Handled::Resumed,
-        Ok(Applied::Duplicate) => Handled::Duplicate,
-        Ok(Applied::NotWaiting(msg) | Applied::NotYet(msg)) => Handled::Rejected(msg),
-        Ok(Applied::Unknown) => Handled::Rejected(format!("no service request {}", answer.id)),
-        Err(e) if e.is_transient() => Handled::Unavailable(e.to_string()),
-        Err(e) => Handled::Rejected(e.to_string()),
+    match respond(core, &answer, PATIENCE).await {
+        Ok(Responded::Resumed) => Handled::Resumed,
+        Ok(Responded::Duplicate) => Handled::Duplicate,
+        Err(OpError::Unavailable(m)) => Handled::Unavailable(m.to_string()),
+        Err(OpError::Store {
+            error: e @ StoreError::Unavailable(_),
+            ..
+        }) => Handled::Unavailable(e.to_string()),
+        // The request named is not there: say which, for the dead-letter's reader.
+        Err(OpError::NotFound(_)) => Handled::Rejected(format!("no service request {}", answer.id)),
+        Err(OpError::Store { error, .. }) => Handled::Rejected(error.to_string()),
+        Err(e) => Handled::Rejected(e.message()),
     }
 }
 

@@ -25,7 +25,7 @@ pub struct App {
     /// Step calls in flight per downstream host, for the whole process.
     pub downstream: super::limits::HostLimits,
     /// Final status answers, kept for reads that come after.
-    pub status_cache: crate::store::status_cache::StatusCache,
+    pub finals: super::finals::FinalAnswers,
     /// Who waits (long polls) for a request's next committed change.
     pub changes: super::watch::Changes,
     /// Spans exported over OTLP; None when tracing is off.
@@ -49,18 +49,17 @@ impl App {
         outbound: super::tls::Outbound,
         metrics: Arc<Metrics>,
         tracing: Option<crate::telemetry::Tracing>,
+        render: super::finals::Render,
     ) -> App {
         let downstream = super::limits::HostLimits::new(
             config.downstream_limit,
             config.downstream_wait,
             metrics.clone(),
         );
-        let status_cache = crate::store::status_cache::StatusCache::new(
-            config.status_cache_entries,
-            config.retention,
-        );
+        let finals =
+            super::finals::FinalAnswers::new(config.status_cache_entries, config.retention, render);
         App {
-            status_cache,
+            finals,
             changes: Default::default(),
             config,
             db,

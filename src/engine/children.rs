@@ -50,7 +50,7 @@ impl Executor {
 /// A child's outcome as its parent's step response: its last answer when it completed,
 /// an error naming it and its reason when it failed or was cancelled.
 fn answer(c: &Untold) -> Answer {
-    let completed = c.status == "COMPLETED";
+    let completed = c.status == crate::status::RequestStatus::Completed;
     let response = completed.then(|| {
         c.response
             .as_deref()

@@ -33,6 +33,11 @@ impl Doc {
         ))
     }
 
+    /// A failed step's record: `{"errors": {"code": …, "message": …}}` (Clamp's shape).
+    pub fn error(code: i64, message: &str) -> Doc {
+        Doc::from_value(&serde_json::json!({"errors": {"code": code, "message": message}}))
+    }
+
     pub fn from_value(v: &Value) -> Doc {
         Doc(Bytes::from(
             serde_json::to_vec(v).expect("values serialize"),
@@ -63,6 +68,15 @@ impl Doc {
     pub fn value(&self) -> Value {
         serde_json::from_slice(&self.0).unwrap_or(Value::Null)
     }
+}
+
+/// One step's entry in the context conditions and transforms read:
+/// `{"request": …, "response": …}` (Clamp's shape).
+pub fn context_entry(request: Value, response: Value) -> Value {
+    let mut m = serde_json::Map::with_capacity(2);
+    m.insert("request".into(), request);
+    m.insert("response".into(), response);
+    Value::Object(m)
 }
 
 #[cfg(test)]

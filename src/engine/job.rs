@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::call::{CallError, CallErrorKind};
@@ -14,6 +14,7 @@ use super::step_trace::{Ended, StepTrace};
 use super::writer::{StepRecord, Transition, WriteError};
 use super::Executor;
 use crate::backoff::Backoff;
+use crate::status::{RequestStatus, StepStatus};
 use crate::telemetry::{RequestTrace, TraceParent};
 use crate::workflow::{transform, CompiledStep, Mode, RetryPolicy, StepType, Val, Workflow};
 
@@ -138,7 +139,7 @@ impl Job {
         if self.wf.uses_context {
             self.context.insert(
                 step.context_name.clone(),
-                json!({"request": request.value(), "response": response.value()}),
+                super::doc::context_entry(request.value(), response.value()),
             );
         }
     }
@@ -149,7 +150,7 @@ impl Job {
         let mut ctx = self.context.clone();
         ctx.insert(
             step.context_name.clone(),
-            json!({"request": request.value(), "response": Value::Null}),
+            super::doc::context_entry(request.value(), Value::Null),
         );
         ctx
     }
@@ -189,7 +190,7 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
             );
             let reason = t.reason.clone();
             if write(exec, t).await {
-                ended(exec, &job, "FAILED", reason.as_deref());
+                ended(exec, &job, RequestStatus::Failed, reason.as_deref());
             }
             return;
         };
@@ -203,8 +204,8 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
 /// or fails if it was running onFailure steps.
 async fn finish(exec: &Executor, job: &Job) {
     let (status, reason) = match &job.failing {
-        Some((_, r)) => ("FAILED", Some(r.clone())),
-        None => ("COMPLETED", None),
+        Some((_, r)) => (RequestStatus::Failed, Some(r.clone())),
+        None => (RequestStatus::Completed, None),
     };
     let t = Transition {
         id: job.id,
@@ -318,7 +319,7 @@ async fn skip(
     let rec = record(
         job,
         step,
-        "SKIPPED",
+        StepStatus::Skipped,
         &request,
         Some(&request),
         started,
@@ -386,7 +387,7 @@ async fn start_child(exec: &Executor, job: &Job, step: &CompiledStep, body: &Doc
 async fn sent(exec: &Executor, job: &Job, step: &CompiledStep, body: &Doc, a: &Attempt) {
     let t = Transition {
         id: job.id,
-        status: "PAUSED",
+        status: RequestStatus::Paused,
         next_step: step.id,
         next_request: None,
         failed_step: None,
@@ -394,7 +395,7 @@ async fn sent(exec: &Executor, job: &Job, step: &CompiledStep, body: &Doc, a: &A
         release: true,
         step: Some(StepRecord {
             attempts: a.n,
-            ..record(job, step, "STARTED", body, None, a.started, None)
+            ..record(job, step, StepStatus::Started, body, None, a.started, None)
         }),
         attempts: 0,
         retry_in_ms: None,
@@ -418,7 +419,7 @@ async fn completed(
         ..record(
             job,
             step,
-            "COMPLETED",
+            StepStatus::Completed,
             &body,
             Some(&response),
             a.started,
@@ -459,14 +460,14 @@ async fn failed(
     } else {
         e.message
     };
-    let error = Doc::from_value(&json!({"errors": {"code": 500, "message": reason}}));
+    let error = Doc::error(500, &reason);
     let rec = StepRecord {
         attempts: a.n,
         reason: Some(reason.clone()),
         ..record(
             job,
             step,
-            "FAILED",
+            StepStatus::Failed,
             &body,
             Some(&error),
             a.started,
@@ -586,7 +587,7 @@ fn sent_or_done(is_async: bool) -> Outcome {
 fn record(
     job: &Job,
     step: &CompiledStep,
-    status: &'static str,
+    status: StepStatus,
     request: &Doc,
     response: Option<&Doc>,
     started: f64,
@@ -638,7 +639,7 @@ async fn retry(
     let at_once = wait.is_zero();
     let t = Transition {
         id: job.id,
-        status: "IN_PROGRESS",
+        status: RequestStatus::InProgress,
         next_step: step_id,
         next_request: Some(job.request.clone()),
         failed_step: job.failing.as_ref().map(|f| f.0),
@@ -668,9 +669,9 @@ fn transition(
     rec: StepRecord,
 ) -> Transition {
     let (status, reason) = match (next, &job.failing) {
-        (Some(_), _) => ("IN_PROGRESS", None),
-        (None, Some((_, reason))) => ("FAILED", Some(reason.clone())),
-        (None, None) => ("COMPLETED", None),
+        (Some(_), _) => (RequestStatus::InProgress, None),
+        (None, Some((_, reason))) => (RequestStatus::Failed, Some(reason.clone())),
+        (None, None) => (RequestStatus::Completed, None),
     };
     Transition {
         id: job.id,
@@ -691,7 +692,7 @@ fn transition(
 /// it finished, paused, or is no longer this instance's to run).
 async fn advance(exec: &Executor, job: &Job, t: Transition) -> bool {
     let status = t.status;
-    let reason = if status == "IN_PROGRESS" {
+    let reason = if status == RequestStatus::InProgress {
         None
     } else {
         t.reason.clone()
@@ -699,7 +700,7 @@ async fn advance(exec: &Executor, job: &Job, t: Transition) -> bool {
     if !write(exec, t).await {
         return false;
     }
-    if status != "IN_PROGRESS" {
+    if status != RequestStatus::InProgress {
         ended(exec, job, status, reason.as_deref());
         return false;
     }
@@ -707,7 +708,7 @@ async fn advance(exec: &Executor, job: &Job, t: Transition) -> bool {
 }
 
 /// `job`'s request reached its final `status`: counted, and its span written.
-fn ended(exec: &Executor, job: &Job, status: &'static str, reason: Option<&str>) {
+fn ended(exec: &Executor, job: &Job, status: RequestStatus, reason: Option<&str>) {
     exec.count_finished(status);
     if let (Some(tracing), Some(t)) = (&exec.app.tracing, &job.trace) {
         tracing.end_request(
@@ -741,14 +742,16 @@ async fn write(exec: &Executor, mut t: Transition) -> bool {
                 }
                 backoff.wait().await;
             }
-            Err(WriteError::Rejected(why)) if t.step.is_some() || t.status != "FAILED" => {
+            Err(WriteError::Rejected(why))
+                if t.step.is_some() || t.status != RequestStatus::Failed =>
+            {
                 tracing::error!(service_request_id = %t.id, step_id = t.step.as_ref().map(|s| s.step_id), error = %why, "a step transition was refused; failing the request");
                 t = Transition::failed(
                     t.id,
                     format!("the outcome of a step could not be stored: {why}"),
                 );
                 if write_failed(exec, t).await {
-                    exec.count_finished("FAILED");
+                    exec.count_finished(RequestStatus::Failed);
                 }
                 return false;
             }

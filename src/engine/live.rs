@@ -8,6 +8,7 @@
 //! - its answer once COMPLETED (which never changes again) is kept for the reads that
 //!   come after; a FAILED one is not, as a retry may change it on any instance.
 
+use crate::status::RequestStatus;
 use std::sync::Arc;
 
 use super::doc::Doc;
@@ -33,7 +34,7 @@ pub fn start(app: &App, id: &uuid::Uuid, wf: &Workflow, created_us: i64) {
 
 /// Applies one committed transition.
 pub fn committed(app: &App, t: &Transition) {
-    if t.status != "IN_PROGRESS" {
+    if t.status != RequestStatus::InProgress {
         app.changes.notify(&t.id);
     }
     let done = app.running.with_live(&t.id, |slot| {
@@ -42,7 +43,7 @@ pub fn committed(app: &App, t: &Transition) {
             live.steps.push(step_row(rec));
         }
         match t.status {
-            "IN_PROGRESS" => {
+            RequestStatus::InProgress => {
                 live.current_step_id = t.next_step as i32;
                 live.step_attempts = t.attempts as i32;
                 None
@@ -54,12 +55,12 @@ pub fn committed(app: &App, t: &Transition) {
     let Some(Some(live)) = done else {
         return;
     };
-    if status::never_changes(t.status) {
+    if t.status.never_changes() {
         let live = Arc::unwrap_or_clone(live);
         let head = Head {
             workflow_name: live.workflow_name,
             workflow_version: live.workflow_version,
-            status: std::borrow::Cow::Borrowed(t.status),
+            status: t.status,
             current_step_id: t.next_step as i32,
             reason: t.reason.clone(),
             created_at: status::pg_json_timestamp(live.created_us),
@@ -75,7 +76,7 @@ pub fn committed(app: &App, t: &Transition) {
             rerun_of: None,
             parent_id: None,
         };
-        app.status_cache.insert_parts(t.id, head, live.steps);
+        app.finals.insert_parts(t.id, head, live.steps);
     }
 }
 
@@ -85,7 +86,7 @@ fn step_row(rec: &StepRecord) -> StepRow {
     StepRow {
         step_id: rec.step_id as i32,
         name: rec.step_name.clone(),
-        status: std::borrow::Cow::Borrowed(rec.status),
+        status: rec.status,
         request: rec.request.as_ref().map(Doc::to_bytes),
         response: rec.response.as_ref().map(Doc::to_bytes),
         time_taken_ms: rec

@@ -12,6 +12,7 @@ pub(crate) mod call;
 pub(crate) mod children;
 pub(crate) mod doc;
 pub(crate) mod error;
+pub(crate) mod finals;
 pub(crate) mod http_step;
 pub(crate) mod job;
 pub(crate) mod limits;
@@ -38,6 +39,7 @@ use parking_lot::Mutex;
 use tokio::task::AbortHandle;
 use uuid::Uuid;
 
+use crate::status::RequestStatus;
 use crate::store::buffer::{Handoff, Inserted};
 use crate::store::leases::{self, Claimed};
 use crate::store::Pool;
@@ -200,10 +202,10 @@ impl Executor {
         }
     }
 
-    pub fn count_finished(&self, status: &str) {
+    pub fn count_finished(&self, status: RequestStatus) {
         match status {
-            "COMPLETED" => self.app.metrics.completed.inc(),
-            "FAILED" => self.app.metrics.failed.inc(),
+            RequestStatus::Completed => self.app.metrics.completed.inc(),
+            RequestStatus::Failed => self.app.metrics.failed.inc(),
             _ => 0,
         };
     }
@@ -223,7 +225,7 @@ impl Executor {
             })?;
         let payload = Doc::trusted(c.payload);
         let (headers, trace) = job::headers_and_trace(c.headers.as_bytes());
-        if c.status == "NEW" && c.current_step_id == 0 {
+        if c.status == RequestStatus::New && c.current_step_id == 0 {
             // Nothing ran yet: this job writes every step row, from the first.
             return Ok(Job {
                 id: c.id,
@@ -250,7 +252,17 @@ impl Executor {
                 .get()
                 .await
                 .map_err(crate::store::StoreError::from)?;
-            leases::load_context(&conn, c.id).await?
+            let mut ctx = serde_json::Map::new();
+            for r in leases::load_context(&conn, c.id).await? {
+                ctx.insert(
+                    crate::workflow::expr::context_name(&r.step_name),
+                    doc::context_entry(
+                        r.request.unwrap_or_default(),
+                        r.response.unwrap_or_default(),
+                    ),
+                );
+            }
+            ctx
         } else {
             Default::default()
         };
@@ -400,7 +412,7 @@ impl Executor {
                 tracing::error!(service_request_id = %id, trace_id = trace_id.as_deref(), error = %e, "claimed request cannot run; marking it FAILED");
                 let t = writer::Transition::failed(id, e.to_string());
                 if self.writer.write(t).await.is_ok() {
-                    self.count_finished("FAILED");
+                    self.count_finished(RequestStatus::Failed);
                 }
                 self.unreserve(1);
             }

@@ -10,11 +10,12 @@
 //! answered is a harmless duplicate; one for a step the request is not waiting on is
 //! refused; so is one for an unknown request.
 
+use crate::status::{RequestStatus, StepStatus};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -180,16 +181,17 @@ impl Executor {
                     .to_string();
                 next_request = Some(response.as_str());
                 next_step = wf.next_main(a.step_id).unwrap_or(0);
-                (failed_step, reason, step_status, step_reason) = (None, None, "COMPLETED", None);
+                (failed_step, reason, step_status, step_reason) =
+                    (None, None, StepStatus::Completed, None);
             }
             Some(e) => {
                 let why = format!("step '{}' failed: {} {}", step.name, e.code, e.message);
-                response = json!({"errors": {"code": e.code, "message": e.message}}).to_string();
+                response = super::Doc::error(e.code, &e.message).as_str().to_string();
                 next_request = None;
                 next_step = step.on_failure.first().copied().unwrap_or(0);
                 failed_step = Some(a.step_id);
                 reason = Some(why);
-                step_status = "FAILED";
+                step_status = StepStatus::Failed;
                 step_reason = reason.clone();
             }
         }
@@ -233,7 +235,7 @@ impl Executor {
                         .collect(),
                     vec![
                         opentelemetry::KeyValue::new("clamp.step.id", a.step_id as i64),
-                        opentelemetry::KeyValue::new("clamp.step.status", step_status),
+                        opentelemetry::KeyValue::new("clamp.step.status", step_status.as_str()),
                     ],
                 );
             }
@@ -255,7 +257,7 @@ impl Executor {
         if is_async && step_responses::answered(&conn, a.id, a.step_id).await? {
             return Ok(Applied::Duplicate);
         }
-        let (status, current) = (state.status.as_str(), state.current_step_id);
+        let (status, current) = (state.status, state.current_step_id);
         let msg = format!(
             "service request is {status} at step {current}, not waiting for a response to step {}",
             a.step_id
@@ -264,7 +266,8 @@ impl Executor {
         // sent now, or about to be. The stored step lags: a request handed to the executor
         // at insert still says step 0 until its first step is written.
         let sending = is_async
-            && !matches!(status, "PAUSED" | "COMPLETED" | "FAILED" | "CANCELLED")
+            && status != RequestStatus::Paused
+            && !status.is_finished()
             && current <= a.step_id as i32;
         Ok(if sending {
             Applied::NotYet(msg)

@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use super::doc::Doc;
 use crate::metrics::Metrics;
+use crate::status::{RequestStatus, StepStatus};
 use crate::store::{transitions, Pool, StoreError};
 
 /// A step's record, as written to `steps_status`.
@@ -23,7 +24,7 @@ pub struct StepRecord {
     pub step_id: u32,
     pub step_name: std::sync::Arc<str>,
     /// COMPLETED, FAILED, SKIPPED, or STARTED for an ASYNC step that was sent.
-    pub status: &'static str,
+    pub status: StepStatus,
     pub request: Option<Doc>,
     /// `request` is the request's payload: stored as the mark `''`, not as a second copy
     /// of the payload (`store::sql::step_request` puts it back for readers).
@@ -43,7 +44,7 @@ pub struct Transition {
     pub id: Uuid,
     /// IN_PROGRESS (between steps: the stored status is left as it is), PAUSED,
     /// COMPLETED or FAILED.
-    pub status: &'static str,
+    pub status: RequestStatus,
     pub next_step: u32,
     pub next_request: Option<Doc>,
     pub failed_step: Option<u32>,
@@ -65,7 +66,7 @@ impl Transition {
     pub fn failed(id: Uuid, reason: String) -> Transition {
         Transition {
             id,
-            status: "FAILED",
+            status: RequestStatus::Failed,
             next_step: 0,
             next_request: None,
             failed_step: None,
@@ -162,7 +163,7 @@ async fn run(rx: mpsc::Receiver<Pending>, w: Arc<Writer>, concurrency: usize) {
                             committed(&p.t);
                         } else {
                             metrics.leases_lost.inc();
-                            tracing::debug!(service_request_id = %p.t.id, step_id = p.t.step.as_ref().map(|s| s.step_id), status = p.t.status, n = batch_len, "transition refused: lease not held");
+                            tracing::debug!(service_request_id = %p.t.id, step_id = p.t.step.as_ref().map(|s| s.step_id), status = %p.t.status, n = batch_len, "transition refused: lease not held");
                         }
                         let _ = p.ack.send(if ok {
                             Ok(())
@@ -219,7 +220,7 @@ fn row(t: &Transition) -> transitions::Row<'_> {
         release: t.release,
         step_id: step.map_or(0, |s| s.step_id as i32),
         step_name: step.map_or("", |s| &s.step_name),
-        step_status: step.map_or("", |s| s.status),
+        step_status: step.map(|s| s.status),
         step_request: step.and_then(|s| {
             if s.request_is_payload {
                 Some("")

@@ -1,16 +1,13 @@
 //! Delayed creates (beyond Clamp): `POST /serviceRequest/{workflow}?startAt=<RFC 3339>` or
-//! `?delayMs=N` stores a NEW request that nothing runs before its time; then any
-//! instance's sweeper claims it (`store::delayed`). A time already past starts at once,
-//! as a plain create.
+//! `?delayMs=N` asks for a NEW request that nothing runs before its time (`ops::create`
+//! stores it; any instance's sweeper claims it then). Read here from the query; a time
+//! already past starts at once, as a plain create.
 
 use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
 use hyper::StatusCode;
 
-use super::response::{error, json_bytes, store_error, Resp};
-use crate::state::Core;
-use crate::workflow::Workflow;
+use super::response::{error, Resp};
 
 /// The furthest ahead a request may be asked to start.
 pub const MAX_DELAY: Duration = Duration::from_secs(366 * 86_400);
@@ -56,45 +53,6 @@ pub fn start_time(q: &str, now: SystemTime) -> Result<Option<SystemTime>, Resp> 
         ));
     }
     Ok((start > now).then_some(start))
-}
-
-/// Stores a delayed request; answered after its commit, like every create.
-pub async fn create(
-    core: &Core,
-    wf: &Workflow,
-    pinned: bool,
-    payload: &[u8],
-    headers: &[u8],
-    start: SystemTime,
-) -> Resp {
-    // The database was presumed up just before (`service_requests::create`).
-    let id = crate::ids::new_v7();
-    let conn = match core.pool.get().await {
-        Ok(c) => c,
-        Err(e) => return store_error(e.into(), "delayed create"),
-    };
-    let row = crate::store::delayed::Delayed {
-        id,
-        workflow: &wf.def.name,
-        version: if pinned { wf.def.version as i32 } else { 0 },
-        payload,
-        headers,
-        created: SystemTime::now(),
-        start,
-    };
-    if let Err(e) = crate::store::delayed::insert(&conn, &row).await {
-        return store_error(e, "delayed create");
-    }
-    let body = serde_json::json!({
-        "pollUrl": format!("/serviceRequest/{id}"),
-        "status": "NEW",
-        "serviceRequestId": id.to_string(),
-        "startAt": super::rfc3339(start),
-    });
-    json_bytes(
-        StatusCode::OK,
-        Bytes::from(serde_json::to_vec(&body).expect("values serialize")),
-    )
 }
 
 #[cfg(test)]

@@ -5,13 +5,14 @@
 // Handlers return a ready response as their error; boxing it would only add an allocation.
 #![allow(clippy::result_large_err)]
 
+pub(crate) mod answers;
 pub(crate) mod auth;
 pub(crate) mod body;
 pub(crate) mod conn;
 pub(crate) mod console;
 pub(crate) mod counts;
 pub(crate) mod delayed;
-pub(crate) mod ops;
+pub(crate) mod outage;
 pub(crate) mod rerun;
 pub(crate) mod response;
 pub(crate) mod retry;
@@ -19,6 +20,7 @@ pub(crate) mod schedules;
 pub(crate) mod search;
 pub(crate) mod service_requests;
 pub(crate) mod step_response;
+pub(crate) mod system;
 pub(crate) mod workflows;
 
 use std::borrow::Cow;
@@ -349,10 +351,10 @@ async fn dispatch(
         Route::TriggerSchedule => Box::pin(schedules::trigger(core, &decode(arg))).await,
         Route::PauseSchedule => Box::pin(schedules::pause(core, &decode(arg))).await,
         Route::ResumeSchedule => Box::pin(schedules::resume(core, &decode(arg))).await,
-        Route::Health => ops::health(),
-        Route::Ready => ops::ready(core).await,
-        Route::Metrics => ops::metrics(core),
-        Route::OpenApi => ops::openapi(),
+        Route::Health => system::health(),
+        Route::Ready => system::ready(core).await,
+        Route::Metrics => system::metrics(core),
+        Route::OpenApi => system::openapi(),
         // Answered above.
         Route::Console => error(StatusCode::NOT_FOUND, "no such route"),
         Route::NotFound => error(StatusCode::NOT_FOUND, "no such route"),

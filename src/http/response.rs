@@ -6,7 +6,7 @@ use http_body_util::Full;
 use hyper::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Response, StatusCode};
 
-use crate::engine::EngineError;
+use crate::ops::OpError;
 use crate::store::StoreError;
 
 /// Every response body is a single buffer.
@@ -57,32 +57,45 @@ pub fn unavailable(message: &str) -> Resp {
     r
 }
 
-/// Maps a store error to a response. Internal details are logged here, once, and never sent.
+/// Maps an operation's error to a response, the one mapping: its class is the status,
+/// its message the answer's. A database failure's detail is logged here, once, and never
+/// sent.
+pub fn op_error(e: OpError) -> Resp {
+    let message = e.message();
+    match e {
+        OpError::BadRequest(_) => error(StatusCode::BAD_REQUEST, &message),
+        OpError::NotFound(_) => error(StatusCode::NOT_FOUND, &message),
+        OpError::Conflict(_) => error(StatusCode::CONFLICT, &message),
+        OpError::Unprocessable(_) => error(StatusCode::UNPROCESSABLE_ENTITY, &message),
+        OpError::Unavailable(m) => unavailable(m),
+        OpError::Store { error, doing } => store_error(error, doing),
+        OpError::Internal(detail) => {
+            tracing::error!(%detail, "internal error");
+            error(StatusCode::INTERNAL_SERVER_ERROR, &message)
+        }
+    }
+}
+
+/// Maps a store error to a response. Details are logged here, once, and never sent: the
+/// client of a refused row gets a fixed message.
 pub fn store_error(e: StoreError, context: &'static str) -> Resp {
     match e {
         StoreError::Conflict => error(StatusCode::CONFLICT, "already exists"),
-        StoreError::Invalid(msg) => error(StatusCode::BAD_REQUEST, &format!("invalid data: {msg}")),
+        StoreError::Invalid(detail) => {
+            tracing::info!(%detail, "{context}: the database refused the data");
+            error(
+                StatusCode::BAD_REQUEST,
+                "invalid data: the database refused it",
+            )
+        }
         StoreError::Unavailable(detail) => {
-            tracing::warn!(%detail, "{context}: database unavailable");
+            crate::http::outage::warn(context, &detail.to_string());
             unavailable("database unavailable, retry later")
         }
         StoreError::Internal(detail) => {
             tracing::error!(%detail, "{context}: database error");
             error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
         }
-    }
-}
-
-/// Maps an engine error to a response: bad input is 400; input that can never apply
-/// (its workflow is gone or no longer validates) is 422; the store's errors as above.
-pub fn engine_error(e: EngineError, context: &'static str) -> Resp {
-    match e {
-        EngineError::Store(e) => store_error(e, context),
-        EngineError::BadInput(msg) => error(StatusCode::BAD_REQUEST, &msg),
-        e @ (EngineError::WorkflowMissing(_) | EngineError::WorkflowInvalid { .. }) => error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            &format!("this cannot be applied: {e}"),
-        ),
     }
 }
 

@@ -6,10 +6,12 @@
 use hyper::http::request::Parts;
 use hyper::StatusCode;
 
+use super::answers;
 use super::body::Body;
-use super::response::{error, json, store_error, Resp};
+use super::response::{error, json, op_error, Resp};
 use crate::state::Core;
-use crate::store::retry::{self, Bulk, Retried};
+use crate::status::RequestStatus;
+use crate::store::retry::Bulk;
 
 pub async fn retry(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Resp {
     let id = match super::service_requests::request_id(id) {
@@ -25,52 +27,16 @@ pub async fn retry(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Res
         Ok(p) => p,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
-    retry_with(core, id, payload.as_deref()).await
-}
-
-/// Retries `id` (the console's retry too), its failed step given `payload` if any.
-pub(crate) async fn retry_with(core: &Core, id: uuid::Uuid, payload: Option<&str>) -> Resp {
-    let app = &core.app;
-    let conn = match core.pool.get().await {
-        Ok(c) => c,
-        Err(e) => return store_error(e.into(), "retry service request"),
-    };
-    match retry::retry(&conn, id, payload).await {
-        Ok(Retried::Now { retries, headers }) => {
-            if let Some((t, trace)) = app.traced(&headers) {
-                t.mark(
-                    &trace,
-                    &id,
-                    "retry",
-                    vec![opentelemetry::KeyValue::new(
-                        "clamp.service_request.retries",
-                        retries as i64,
-                    )],
-                );
-            }
-            app.changes.notify(&id);
-            // Any instance's sweeper claims it; this one looks at once.
-            core.executor.wake();
-            json(
-                StatusCode::OK,
-                &serde_json::json!({
-                    "pollUrl": format!("/serviceRequest/{id}"),
-                    "status": "NEW",
-                    "serviceRequestId": id.to_string(),
-                    "retries": retries,
-                }),
-            )
-        }
-        Ok(Retried::NotRetryable { status }) => error(
-            StatusCode::CONFLICT,
-            &format!("the service request is {status}: only a FAILED or CANCELLED one is retried"),
+    match crate::ops::control::retry(core, id, payload.as_deref()).await {
+        Ok(r) => json(
+            StatusCode::OK,
+            &answers::created_with(
+                &id,
+                RequestStatus::New.as_str(),
+                &[("retries", r.retries.into())],
+            ),
         ),
-        Ok(Retried::NoFailedStep) => error(
-            StatusCode::CONFLICT,
-            "the service request failed outside its steps after some had run: where to go on is not known",
-        ),
-        Ok(Retried::Unknown) => error(StatusCode::NOT_FOUND, "no service request with this id"),
-        Err(e) => store_error(e, "retry service request"),
+        Err(e) => op_error(e),
     }
 }
 
@@ -108,21 +74,12 @@ pub async fn retry_matching(core: &Core, parts: &Parts, body: &mut Body) -> Resp
         Ok(b) => b,
         Err(why) => return error(StatusCode::BAD_REQUEST, &why),
     };
-    let conn = match core.pool.get().await {
-        Ok(c) => c,
-        Err(e) => return store_error(e.into(), "retry service requests"),
-    };
-    match retry::retry_matching(&conn, &bulk).await {
-        Ok((retried, more)) => {
-            if retried > 0 {
-                core.executor.wake();
-            }
-            json(
-                StatusCode::OK,
-                &serde_json::json!({"retried": retried, "more": more}),
-            )
-        }
-        Err(e) => store_error(e, "retry service requests"),
+    match crate::ops::control::retry_matching(core, &bulk).await {
+        Ok(r) => json(
+            StatusCode::OK,
+            &serde_json::json!({"retried": r.retried, "more": r.more}),
+        ),
+        Err(e) => op_error(e),
     }
 }
 
@@ -142,7 +99,7 @@ fn bulk_filter(body: &[u8]) -> Result<Bulk, String> {
         _ => Err(format!("{key}: must be a non-empty string")),
     };
     let statuses = match o.remove("status") {
-        None | Some(Value::Null) => vec!["FAILED"],
+        None | Some(Value::Null) => vec![crate::ops::control::BULK_DEFAULT],
         Some(v) => {
             let list = match v {
                 Value::Array(a) => a,
@@ -152,9 +109,8 @@ fn bulk_filter(body: &[u8]) -> Result<Bulk, String> {
             for v in list {
                 let s = text(v, "status")?;
                 for s in s.split(',').map(str::trim) {
-                    let known = match s.to_ascii_uppercase().as_str() {
-                        "FAILED" => "FAILED",
-                        "CANCELLED" => "CANCELLED",
+                    let known = match RequestStatus::parse(&s.to_ascii_uppercase()) {
+                        Some(k) if k.is_retryable() => k,
                         _ => {
                             return Err(format!(
                                 "status: {s:?} is not retried (only FAILED and CANCELLED are)"
@@ -174,7 +130,7 @@ fn bulk_filter(body: &[u8]) -> Result<Bulk, String> {
         .map(|v| text(v, "workflow"))
         .transpose()?;
     let time = |v: Option<Value>, key: &str| {
-        v.map(|v| super::search::time(key, &text(v, key)?))
+        v.map(|v| crate::ops::lists::time(key, &text(v, key)?))
             .transpose()
     };
     let created_after = time(o.remove("createdAfter"), "createdAfter")?;
@@ -229,13 +185,16 @@ mod tests {
     #[test]
     fn bulk_filters_default_to_failed_and_name_what_is_wrong() {
         let b = bulk_filter(b"").unwrap();
-        assert_eq!((b.statuses, b.limit), (vec!["FAILED"], 1_000));
+        assert_eq!((b.statuses, b.limit), (vec![RequestStatus::Failed], 1_000));
         let b = bulk_filter(
             br#"{"status": ["cancelled", "FAILED"], "workflow": "w", "limit": 10000,
             "createdAfter": "2026-12-01T00:00:00Z", "createdBefore": "2026-12-02T00:00:00Z"}"#,
         )
         .unwrap();
-        assert_eq!(b.statuses, vec!["CANCELLED", "FAILED"]);
+        assert_eq!(
+            b.statuses,
+            vec![RequestStatus::Cancelled, RequestStatus::Failed]
+        );
         assert_eq!(b.workflow.as_deref(), Some("w"));
         let (lower, upper) = crate::store::search::id_bounds(b.created_after, b.created_before);
         assert!(lower < upper);

@@ -1,5 +1,5 @@
-//! `POST /stepResponse`: the answer to a paused ASYNC step, applied by the engine
-//! (`engine::resume`) exactly as the broker consumers apply theirs.
+//! `POST /stepResponse`: the answer to a paused ASYNC step, applied (`ops::respond`)
+//! exactly as the broker consumers apply theirs.
 
 use std::time::Duration;
 
@@ -7,8 +7,10 @@ use hyper::http::request::Parts;
 use hyper::StatusCode;
 
 use super::body::Body;
-use super::response::{engine_error, error, json_bytes, Resp};
-use crate::engine::resume::{self, Applied};
+use super::response::{json_bytes, op_error, Resp};
+use crate::engine::resume;
+use crate::ops::respond::Responded;
+use crate::ops::OpError;
 use crate::state::Core;
 
 /// How long `POST /stepResponse` waits for a pause still being written before it says 409.
@@ -23,15 +25,13 @@ pub async fn post(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
     };
     let mut answer = match resume::parse(&body) {
         Ok(a) => a,
-        Err(e) => return engine_error(e, "step response"),
+        Err(e) => return op_error(OpError::engine("step response")(e)),
     };
     answer.traceparent = crate::telemetry::incoming(&parts.headers).map(|t| t.0);
-    match core.executor.apply_response(&answer, HTTP_PATIENCE).await {
-        Ok(Applied::Resumed) => ok("success"),
-        Ok(Applied::Duplicate) => ok("duplicate response ignored"),
-        Ok(Applied::NotWaiting(msg) | Applied::NotYet(msg)) => error(StatusCode::CONFLICT, &msg),
-        Ok(Applied::Unknown) => error(StatusCode::NOT_FOUND, "no service request with this id"),
-        Err(e) => engine_error(e, "step response"),
+    match crate::ops::respond::respond(core, &answer, HTTP_PATIENCE).await {
+        Ok(Responded::Resumed) => ok("success"),
+        Ok(Responded::Duplicate) => ok("duplicate response ignored"),
+        Err(e) => op_error(e),
     }
 }
 

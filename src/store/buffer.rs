@@ -41,7 +41,10 @@ pub enum Created {
     New(Uuid),
     /// Its `Idempotency-Key` was used before, for this workflow, with the same payload:
     /// that request, and its status now (None: deleted by retention since).
-    Existing { id: Uuid, status: Option<String> },
+    Existing {
+        id: Uuid,
+        status: Option<crate::status::RequestStatus>,
+    },
     /// Its key was used before, for this workflow, with another payload.
     Mismatch { id: Uuid },
 }
@@ -51,8 +54,9 @@ pub enum Created {
 pub enum AckError {
     /// The batch did not commit: retry later (503).
     Unavailable,
-    /// Postgres refused this row's data (400).
-    Invalid(String),
+    /// Postgres refused this row's data (400); the detail is logged where it was
+    /// refused, never sent.
+    Invalid,
 }
 
 /// One new service request on its way to Postgres.
@@ -442,7 +446,11 @@ impl Shared {
                     }
                     Ok(c)
                 }
-                Err(StoreError::Invalid(msg)) => Err(AckError::Invalid(msg)),
+                Err(e @ StoreError::Invalid(_)) => {
+                    let detail = crate::error_chain::one_line(&e);
+                    tracing::info!(id = %row.id, %detail, "the database refused a create's data");
+                    Err(AckError::Invalid)
+                }
                 Err(_) => Err(AckError::Unavailable),
             };
             if answer.is_err() && row.ack.is_none() {

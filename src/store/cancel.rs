@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use super::PgConn;
 use super::Result;
+use crate::status::RequestStatus;
 
 /// What a cancel did.
 #[derive(Debug, PartialEq, Eq)]
@@ -20,7 +21,7 @@ pub enum Cancelled {
     },
     /// It had finished: COMPLETED or FAILED.
     Finished {
-        status: String,
+        status: RequestStatus,
     },
     Unknown,
 }
@@ -36,26 +37,40 @@ pub struct CancelledRow {
     pub reason: String,
 }
 
+/// The request and, in the same statement, its unfinished child requests (WORKFLOW
+/// steps), theirs, and so on down.
+const CANCEL: &str = concat!(
+    "WITH RECURSIVE tree AS (
+    SELECT $1::uuid AS id
+    UNION ALL
+    SELECT c.id FROM service_requests c JOIN tree t ON c.parent_id = t.id
+    WHERE c.parent_id IS NOT NULL
+), done AS (
+    UPDATE service_requests SET status = ",
+    crate::status::status_sql!(Cancelled),
+    ",
+    reason = CASE WHEN id = $1 THEN $2 ELSE 'its parent was cancelled: ' || $2 END,
+    finished_at = now(), updated_at = now(), lease_owner = NULL, lease_until = '-infinity'
+    WHERE id IN (SELECT id FROM tree)
+      AND status NOT IN (",
+    crate::status::status_sql!(Completed),
+    ", ",
+    crate::status::status_sql!(Failed),
+    ", ",
+    crate::status::status_sql!(Cancelled),
+    ")
+    RETURNING id, workflow_name, headers,
+        (extract(epoch FROM created_at) * 1000000)::int8 AS created_us, retries, reason
+) SELECT id, workflow_name, headers, created_us, retries, reason FROM done
+ORDER BY id = $1 DESC"
+);
+
 pub async fn cancel(conn: &PgConn, id: Uuid, reason: &str) -> Result<Cancelled> {
     let stmt = conn
         .stmt(
             // The request and, in the same statement, its unfinished child requests
             // (WORKFLOW steps), theirs, and so on down.
-            "WITH RECURSIVE tree AS ( \
-                 SELECT $1::uuid AS id \
-                 UNION ALL \
-                 SELECT c.id FROM service_requests c JOIN tree t ON c.parent_id = t.id \
-                 WHERE c.parent_id IS NOT NULL \
-             ), done AS ( \
-                 UPDATE service_requests SET status = 'CANCELLED', \
-                 reason = CASE WHEN id = $1 THEN $2 ELSE 'its parent was cancelled: ' || $2 END, \
-                 finished_at = now(), updated_at = now(), lease_owner = NULL, lease_until = '-infinity' \
-                 WHERE id IN (SELECT id FROM tree) \
-                   AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') \
-                 RETURNING id, workflow_name, headers, \
-                     (extract(epoch FROM created_at) * 1000000)::int8 AS created_us, retries, reason \
-             ) SELECT id, workflow_name, headers, created_us, retries, reason FROM done \
-             ORDER BY id = $1 DESC",
+            CANCEL,
         )
         .await?;
     let rows: Vec<CancelledRow> = conn
@@ -81,7 +96,9 @@ pub async fn cancel(conn: &PgConn, id: Uuid, reason: &str) -> Result<Cancelled> 
         .await?;
     Ok(match conn.client.query_opt(&stmt, &[&id]).await? {
         None => Cancelled::Unknown,
-        Some(r) if r.get::<_, &str>(0) == "CANCELLED" => Cancelled::Already { reason: r.get(1) },
+        Some(r) if r.get::<_, RequestStatus>(0) == RequestStatus::Cancelled => {
+            Cancelled::Already { reason: r.get(1) }
+        }
         Some(r) => Cancelled::Finished { status: r.get(0) },
     })
 }

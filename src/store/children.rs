@@ -30,14 +30,20 @@ pub struct Start<'a> {
 const START: &str = concat!(
     "\
 WITH fenced AS (
-    UPDATE service_requests s SET status = 'PAUSED', current_step_id = $2, updated_at = now(),
+    UPDATE service_requests s SET status = ",
+    crate::status::status_sql!(Paused),
+    ", current_step_id = $2, updated_at = now(),
            step_attempts = 0, last_error = NULL, lease_owner = NULL, lease_until = '-infinity'
-    WHERE s.id = $1 AND s.lease_owner = $3 AND s.status <> 'CANCELLED'
+    WHERE s.id = $1 AND s.lease_owner = $3 AND s.status <> ",
+    crate::status::status_sql!(Cancelled),
+    "
     RETURNING s.id, s.headers
 ), record AS (
     INSERT INTO steps_status (service_request_id, step_id, step_name, status, request,
                               started_at, attempts, child_id)
-    SELECT id, $2, $4, 'STARTED', $5, to_timestamp($6::float8 / 1000.0), $7, $8 FROM fenced
+    SELECT id, $2, $4, ",
+    crate::status::status_sql!(Started),
+    ", $5, to_timestamp($6::float8 / 1000.0), $7, $8 FROM fenced
 ), child AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
                                   workflow_version, parent_id, parent_step_id, parent_told)
@@ -80,26 +86,38 @@ pub struct Untold {
     pub id: Uuid,
     pub parent: Uuid,
     pub parent_step: u32,
-    pub status: String,
+    pub status: crate::status::RequestStatus,
     pub reason: Option<String>,
     /// Its last answer (the last step that completed or passed its request on).
     pub response: Option<String>,
 }
 
+/// Finished children whose parents have not heard, oldest first (`$1`: how many), with
+/// each one's last answer (the last step that completed or passed its request on).
+const UNTOLD: &str = concat!(
+    "SELECT c.id, c.parent_id, c.parent_step_id, c.status, c.reason,
+       (SELECT st.response FROM steps_status st
+        WHERE st.service_request_id = c.id AND st.status IN (",
+    crate::status::status_sql!(Completed),
+    ", ",
+    crate::status::status_sql!(Skipped),
+    ")
+        ORDER BY st.id DESC LIMIT 1)
+FROM service_requests c
+WHERE c.parent_id IS NOT NULL AND NOT c.parent_told
+  AND c.status IN (",
+    crate::status::status_sql!(Completed),
+    ", ",
+    crate::status::status_sql!(Failed),
+    ", ",
+    crate::status::status_sql!(Cancelled),
+    ")
+ORDER BY c.id LIMIT $1"
+);
+
 /// Up to `limit` finished children whose parents have not heard, oldest first.
 pub async fn untold(conn: &PgConn, limit: i64) -> Result<Vec<Untold>> {
-    let stmt = conn
-        .stmt(
-            "SELECT c.id, c.parent_id, c.parent_step_id, c.status, c.reason,
-                    (SELECT st.response FROM steps_status st
-                     WHERE st.service_request_id = c.id AND st.status IN ('COMPLETED', 'SKIPPED')
-                     ORDER BY st.id DESC LIMIT 1)
-             FROM service_requests c
-             WHERE c.parent_id IS NOT NULL AND NOT c.parent_told
-               AND c.status IN ('COMPLETED', 'FAILED', 'CANCELLED')
-             ORDER BY c.id LIMIT $1",
-        )
-        .await?;
+    let stmt = conn.stmt(UNTOLD).await?;
     Ok(conn
         .client
         .query(&stmt, &[&limit])

@@ -112,7 +112,7 @@ pub struct Holder {
     /// Whether the request's stored payload is the same (None: deleted by retention).
     pub same_payload: Option<bool>,
     /// The request's status now (None: deleted by retention).
-    pub status: Option<String>,
+    pub status: Option<crate::status::RequestStatus>,
 }
 
 /// One row to look up: its index in the caller's batch, its key's digest, its payload.

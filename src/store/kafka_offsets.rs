@@ -46,7 +46,7 @@ impl PartitionLocks {
         let c = db
             .connect(Some(guard))
             .await
-            .map_err(|e| super::StoreError::Unavailable(e.to_string()))?;
+            .map_err(|e| super::StoreError::Unavailable(super::Cause::of(e.to_string(), e)))?;
         Ok(PartitionLocks {
             client: c.client,
             task: c.task,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::queries::parse_opt;
@@ -15,7 +15,7 @@ use super::Result;
 pub struct Claimed {
     pub id: Uuid,
     pub workflow_name: String,
-    pub status: String,
+    pub status: crate::status::RequestStatus,
     pub payload: String,
     pub headers: String,
     pub current_step_id: u32,
@@ -45,7 +45,13 @@ UPDATE service_requests s SET lease_owner = $1,
     ", updated_at = now()
 WHERE s.id IN (
     SELECT id FROM service_requests
-    WHERE status IN ('NEW', 'IN_PROGRESS', 'RESUMED') AND lease_until < now()
+    WHERE status IN (",
+    crate::status::status_sql!(New),
+    ", ",
+    crate::status::status_sql!(InProgress),
+    ", ",
+    crate::status::status_sql!(Resumed),
+    ") AND lease_until < now()
     ORDER BY lease_until
     LIMIT $3
     FOR UPDATE SKIP LOCKED)
@@ -138,9 +144,17 @@ pub async fn release(conn: &PgConn, owner: Uuid, ids: &[Uuid], delay: Duration) 
         .await?)
 }
 
-/// The context of finished steps (`{step_context_name: {request, response}}`), rebuilt
-/// from their records when a request continues after a pause or a restart.
-pub async fn load_context(conn: &PgConn, id: Uuid) -> Result<Map<String, Value>> {
+/// What one finished step received and answered, parsed (text that is not JSON as a
+/// string): the engine rebuilds a request's step context from these.
+pub struct StepContext {
+    pub step_name: String,
+    pub request: Option<Value>,
+    pub response: Option<Value>,
+}
+
+/// The records of a request's finished steps, in the order they ran, for its step
+/// context when it continues after a pause or a restart.
+pub async fn load_context(conn: &PgConn, id: Uuid) -> Result<Vec<StepContext>> {
     let rows = conn
         .client
         .query(
@@ -154,16 +168,12 @@ pub async fn load_context(conn: &PgConn, id: Uuid) -> Result<Map<String, Value>>
             &[&id],
         )
         .await?;
-    let mut ctx = Map::new();
-    for r in rows {
-        let name: &str = r.get(0);
-        ctx.insert(
-            crate::workflow::expr::context_name(name),
-            serde_json::json!({
-                "request": parse_opt(r.get(1)).unwrap_or(Value::Null),
-                "response": parse_opt(r.get(2)).unwrap_or(Value::Null),
-            }),
-        );
-    }
-    Ok(ctx)
+    Ok(rows
+        .iter()
+        .map(|r| StepContext {
+            step_name: r.get(0),
+            request: parse_opt(r.get(1)),
+            response: parse_opt(r.get(2)),
+        })
+        .collect())
 }

@@ -25,11 +25,12 @@ pub(crate) mod search;
 mod sql;
 pub(crate) mod stats;
 pub(crate) mod status;
-pub(crate) mod status_cache;
 pub(crate) mod step_responses;
 pub(crate) mod transitions;
 mod watchdog;
 pub mod workflow_map;
+
+use std::sync::Arc;
 
 pub use buffer::{AckError, Created, PendingRow, WriteBuffer};
 pub use pool::{PgConn, Pool};
@@ -40,23 +41,79 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// A failure talking to Postgres, as the request path and the engine see it. Every
 /// variant has a class: `Unavailable` is transient (the same work can succeed later);
-/// the others are permanent (trying again changes nothing).
-#[derive(Debug, Clone, thiserror::Error)]
+/// the others are permanent (trying again changes nothing). Each keeps the error it came
+/// from, when there was one, as its `source` (shared, so a batch's failure can be handed
+/// to each of its rows).
+#[derive(Debug, Clone)]
 pub enum StoreError {
     /// Postgres is unreachable, too slow, restarting, or gave up on the statement for a
     /// reason of its own (timeout, serialization failure, deadlock): retry (503).
-    #[error("database unavailable: {0}")]
-    Unavailable(String),
+    Unavailable(Cause),
     /// A unique constraint was violated (409).
-    #[error("conflict")]
     Conflict,
     /// The data was refused by Postgres (400).
-    #[error("invalid data: {0}")]
-    Invalid(String),
+    Invalid(Cause),
     /// Postgres refused the statement itself (a missing table, a bug): retrying the same
     /// statement cannot help (500).
-    #[error("database error: {0}")]
-    Internal(String),
+    Internal(Cause),
+}
+
+/// What a `StoreError` says, and the error it came from.
+#[derive(Debug, Clone)]
+pub struct Cause {
+    text: String,
+    source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+impl Cause {
+    /// A cause with the error it came from (its text is `text`).
+    pub fn of(text: String, source: impl std::error::Error + Send + Sync + 'static) -> Cause {
+        Cause {
+            text,
+            source: Some(Arc::new(source)),
+        }
+    }
+}
+
+impl From<String> for Cause {
+    fn from(text: String) -> Cause {
+        Cause { text, source: None }
+    }
+}
+
+impl From<&str> for Cause {
+    fn from(text: &str) -> Cause {
+        text.to_string().into()
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::Unavailable(c) => write!(f, "database unavailable: {c}"),
+            StoreError::Conflict => f.write_str("conflict"),
+            StoreError::Invalid(c) => write!(f, "invalid data: {c}"),
+            StoreError::Internal(c) => write!(f, "database error: {c}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StoreError::Unavailable(c) | StoreError::Invalid(c) | StoreError::Internal(c) => c
+                .source
+                .as_deref()
+                .map(|e| e as &(dyn std::error::Error + 'static)),
+            StoreError::Conflict => None,
+        }
+    }
 }
 
 impl StoreError {
@@ -64,20 +121,25 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         matches!(self, StoreError::Unavailable(_))
     }
+
+    /// A transient failure that no other error caused (a timeout of our own, a shutdown).
+    pub fn unavailable(text: impl Into<Cause>) -> StoreError {
+        StoreError::Unavailable(text.into())
+    }
 }
 
 impl From<tokio_postgres::Error> for StoreError {
     fn from(e: tokio_postgres::Error) -> Self {
-        classify(&e)
+        classify(e)
     }
 }
 
-impl<E: std::fmt::Display + std::fmt::Debug> From<bb8::RunError<E>> for StoreError {
+impl<E: std::error::Error + Send + Sync + 'static> From<bb8::RunError<E>> for StoreError {
     fn from(e: bb8::RunError<E>) -> Self {
         match e {
-            bb8::RunError::User(e) => StoreError::Unavailable(e.to_string()),
+            bb8::RunError::User(e) => StoreError::Unavailable(Cause::of(e.to_string(), e)),
             bb8::RunError::TimedOut => {
-                StoreError::Unavailable("timed out waiting for a connection".into())
+                StoreError::unavailable("timed out waiting for a connection")
             }
         }
     }
@@ -95,33 +157,35 @@ const TRANSIENT_CODES: [&str; 3] = ["55P03", "25P03", "55006"];
 
 /// Maps a driver error to what it means: errors without a SQLSTATE are the connection's
 /// (closed, reset, timed out) and transient; the rest by their SQLSTATE.
-pub fn classify(e: &tokio_postgres::Error) -> StoreError {
+pub fn classify(e: tokio_postgres::Error) -> StoreError {
     use tokio_postgres::error::SqlState;
-    let Some(code) = e.code() else {
+    let Some(code) = e.code().cloned() else {
         // No SQLSTATE: the connection's trouble (closed, reset, timed out: transient), or
         // the client's own (a parameter that does not serialize: a bug, permanent).
-        let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
+        let io = std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>());
         let text = e.to_string();
-        return if e.is_closed() || io || text.contains("timeout") || text.contains("timed out") {
-            StoreError::Unavailable(text)
+        let transient =
+            e.is_closed() || io || text.contains("timeout") || text.contains("timed out");
+        let cause = Cause::of(text, e);
+        return if transient {
+            StoreError::Unavailable(cause)
         } else {
-            StoreError::Internal(text)
+            StoreError::Internal(cause)
         };
     };
-    let message = || {
-        e.as_db_error()
-            .map(|d| d.message().to_string())
-            .unwrap_or_else(|| e.to_string())
-    };
+    let message = e
+        .as_db_error()
+        .map(|d| d.message().to_string())
+        .unwrap_or_else(|| e.to_string());
     let c = code.code();
-    if *code == SqlState::UNIQUE_VIOLATION {
+    if code == SqlState::UNIQUE_VIOLATION {
         StoreError::Conflict
     } else if TRANSIENT_CLASSES.iter().any(|k| c.starts_with(k)) || TRANSIENT_CODES.contains(&c) {
-        StoreError::Unavailable(e.to_string())
+        StoreError::Unavailable(Cause::of(e.to_string(), e))
     } else if c.starts_with("22") || c.starts_with("23") {
         // Data exceptions and integrity violations: the row itself is bad.
-        StoreError::Invalid(message())
+        StoreError::Invalid(Cause::of(message, e))
     } else {
-        StoreError::Internal(format!("{c}: {}", message()))
+        StoreError::Internal(Cause::of(format!("{c}: {message}"), e))
     }
 }

@@ -2,7 +2,8 @@
 //! in `buffer.rs`; statements used per request are prepared once per connection
 //! (see `pool.rs`), the rest are rare enough to be prepared on use.
 
-use serde_json::{json, Value};
+use crate::status::RequestStatus;
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::pool::PgConn;
@@ -192,13 +193,42 @@ pub async fn workflows_page(
     ))
 }
 
+/// A request as lists show it (Clamp's list by workflow and search alike).
+#[derive(Debug, Clone)]
+pub struct RequestRow {
+    pub id: Uuid,
+    pub workflow_name: String,
+    /// As reads show it (`IN_PROGRESS` derived).
+    pub status: RequestStatus,
+    /// As Postgres renders a timestamptz in JSON (the session is in UTC).
+    pub created_at: String,
+    /// JSON text, as stored.
+    pub payload: Option<String>,
+    pub current_step_id: i32,
+    pub reason: Option<String>,
+}
+
+impl RequestRow {
+    pub(crate) fn of(r: &tokio_postgres::Row) -> RequestRow {
+        RequestRow {
+            id: r.get("id"),
+            workflow_name: r.get("workflow_name"),
+            status: r.get("status"),
+            created_at: r.get("created_at"),
+            payload: r.get("payload"),
+            current_step_id: r.get("current_step_id"),
+            reason: r.get("reason"),
+        }
+    }
+}
+
 /// `GET /serviceRequests/{workflow}`: a page of requests, newest first.
 pub async fn service_requests_page(
     conn: &PgConn,
     workflow: &str,
     page_size: i64,
     offset: i64,
-) -> Result<Vec<Value>> {
+) -> Result<Vec<RequestRow>> {
     let rows = conn
         .client
         .query(
@@ -214,20 +244,7 @@ pub async fn service_requests_page(
             &[&workflow, &page_size, &offset],
         )
         .await?;
-    Ok(rows.iter().map(list_item).collect())
-}
-
-/// One request as lists show it (`GET /serviceRequests/{workflow}` and search alike).
-pub(crate) fn list_item(r: &tokio_postgres::Row) -> Value {
-    json!({
-        "id": r.get::<_, Uuid>("id").to_string(),
-        "workflow_name": r.get::<_, &str>("workflow_name"),
-        "status": r.get::<_, &str>("status"),
-        "created_at": r.get::<_, &str>("created_at"),
-        "payload": parse_opt(r.get("payload")).unwrap_or(Value::Null),
-        "current_step_id": r.get::<_, i32>("current_step_id"),
-        "reason": r.get::<_, Option<&str>>("reason").unwrap_or(""),
-    })
+    Ok(rows.iter().map(RequestRow::of).collect())
 }
 
 /// Parses stored JSON text (validated before it was written); unparsable text is returned

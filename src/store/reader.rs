@@ -136,7 +136,7 @@ fn collect(rows: &[tokio_postgres::Row], want: Want, out: &mut HashMap<Uuid, Fou
             head: Head {
                 workflow_name: r.get::<_, &str>("workflow_name").into(),
                 workflow_version: r.get("workflow_version"),
-                status: super::status::fixed(r.get::<_, &str>("status")),
+                status: r.get("status"),
                 current_step_id: r.get("current_step_id"),
                 reason: r.get("reason"),
                 created_at: r.get("created_at"),
@@ -155,7 +155,7 @@ fn collect(rows: &[tokio_postgres::Row], want: Want, out: &mut HashMap<Uuid, Fou
             f.steps.push(StepRow {
                 step_id: r.get("step_id"),
                 name: r.get::<_, &str>("step_name").into(),
-                status: super::status::fixed(r.get::<_, &str>("step_status")),
+                status: r.get("step_status"),
                 request: r.get::<_, Option<String>>("request").map(Bytes::from),
                 response: r.get::<_, Option<String>>("response").map(Bytes::from),
                 time_taken_ms: r.get("time_taken_ms"),

@@ -29,7 +29,7 @@ pub struct Record {
     pub record_id: i64,
     pub step_id: u32,
     /// COMPLETED, SKIPPED, FAILED or STARTED.
-    pub status: String,
+    pub status: crate::status::StepStatus,
     /// What the step answered (a skipped step: what it passed on).
     pub response: Option<String>,
 }
@@ -89,12 +89,15 @@ pub struct Rerun<'a> {
 /// `$1` new id, `$2` original, `$3` workflow, `$4` payload, `$5` headers, `$6` first step,
 /// `$7` its request, `$8` the records to copy (in order), `$9` the note they carry, `$10`
 /// the workflow version.
-const INSERT: &str = "\
+const INSERT: &str = concat!(
+    "\
 WITH run AS (
     INSERT INTO service_requests (id, workflow_name, status, payload, headers,
                                   current_step_id, step_request, rerun_of,
                                   lease_owner, lease_until, workflow_version)
-    VALUES ($1, $3, 'NEW', $4, $5, $6, $7, $2, NULL, '-infinity', NULLIF($10, 1))
+    VALUES ($1, $3, ",
+    crate::status::status_sql!(New),
+    ", $4, $5, $6, $7, $2, NULL, '-infinity', NULLIF($10, 1))
     RETURNING id)
 INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
                           started_at, finished_at, time_taken_ms, reason, attempts)
@@ -105,7 +108,8 @@ SELECT run.id, st.step_id, st.step_name, st.status, st.request, st.response,
        now(), now(), 0, $9, st.attempts
 FROM run, unnest($8::bigint[]) WITH ORDINALITY AS c(record_id, n)
 JOIN steps_status st ON st.service_request_id = $2 AND st.id = c.record_id
-ORDER BY c.n";
+ORDER BY c.n"
+);
 
 pub async fn insert(conn: &PgConn, r: &Rerun<'_>) -> Result<()> {
     let stmt = conn.stmt(INSERT).await?;

@@ -19,10 +19,15 @@ use crate::metrics::Metrics;
 /// Rows deleted per statement: small enough to keep each transaction short.
 const BATCH: i64 = 1000;
 
-const DELETE_FINISHED: &str = "\
+const DELETE_FINISHED: &str = concat!(
+    "\
 WITH doomed AS (
     SELECT id FROM service_requests
-    WHERE id < $1 AND status IN ('COMPLETED', 'FAILED')
+    WHERE id < $1 AND status IN (",
+    crate::status::status_sql!(Completed),
+    ", ",
+    crate::status::status_sql!(Failed),
+    ")
       AND finished_at < now() - $2::float8 * interval '1 millisecond'
     ORDER BY id
     LIMIT $3
@@ -30,7 +35,8 @@ WITH doomed AS (
 ), steps AS (
     DELETE FROM steps_status WHERE service_request_id IN (SELECT id FROM doomed)
 )
-DELETE FROM service_requests WHERE id IN (SELECT id FROM doomed)";
+DELETE FROM service_requests WHERE id IN (SELECT id FROM doomed)"
+);
 
 /// The smallest UUIDv7 of the given instant: every id made before it sorts lower.
 pub fn v7_floor(at: SystemTime) -> Uuid {

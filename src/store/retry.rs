@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use super::PgConn;
 use super::Result;
+use crate::status::RequestStatus;
 
 /// What a retry did.
 #[derive(Debug, PartialEq, Eq)]
@@ -19,7 +20,7 @@ pub enum Retried {
     },
     /// Not FAILED or CANCELLED (it is running, paused, or completed): its status.
     NotRetryable {
-        status: String,
+        status: RequestStatus,
     },
     /// It failed outside any step after steps had run (its outcome could not be stored):
     /// where to continue is not known.
@@ -33,21 +34,31 @@ pub enum Retried {
 /// that step's request.
 macro_rules! retry_set {
     () => {
-        "status = 'NEW',
-    current_step_id = CASE WHEN s.status = 'FAILED' THEN coalesce(s.failed_step_id, 1)
+        concat!(
+            "status = ",
+            crate::status::status_sql!(New),
+            ",
+    current_step_id = CASE WHEN s.status = ",
+            crate::status::status_sql!(Failed),
+            " THEN coalesce(s.failed_step_id, 1)
                            ELSE greatest(s.current_step_id, 1) END,
     step_request = CASE
         WHEN $2::text IS NOT NULL THEN $2
-        WHEN s.status = 'FAILED' AND s.failed_step_id IS NOT NULL THEN
+        WHEN s.status = ",
+            crate::status::status_sql!(Failed),
+            " AND s.failed_step_id IS NOT NULL THEN
             -- '' marks the payload in a record, NULL in the row (see sql::step_request).
             (SELECT NULLIF(st.request, '') FROM steps_status st
              WHERE st.service_request_id = s.id AND st.step_id = s.failed_step_id
              ORDER BY st.id DESC LIMIT 1)
-        WHEN s.status = 'FAILED' THEN NULL
+        WHEN s.status = ",
+            crate::status::status_sql!(Failed),
+            " THEN NULL
         ELSE s.step_request END,
     failed_step_id = NULL, reason = NULL, finished_at = NULL, step_attempts = 0,
     last_error = NULL, retries = s.retries + 1, updated_at = now(),
     lease_owner = NULL, lease_until = '-infinity'"
+        )
     };
 }
 
@@ -56,9 +67,17 @@ macro_rules! retry_set {
 /// steps after some had run.
 macro_rules! retryable {
     () => {
-        "s.status IN ('FAILED', 'CANCELLED')
-  AND (s.status = 'CANCELLED' OR s.failed_step_id IS NOT NULL
+        concat!(
+            "s.status IN (",
+            crate::status::status_sql!(Failed),
+            ", ",
+            crate::status::status_sql!(Cancelled),
+            ")
+  AND (s.status = ",
+            crate::status::status_sql!(Cancelled),
+            " OR s.failed_step_id IS NOT NULL
        OR NOT EXISTS (SELECT 1 FROM steps_status x WHERE x.service_request_id = s.id))"
+        )
     };
 }
 
@@ -84,8 +103,8 @@ pub async fn retry(conn: &PgConn, id: Uuid, payload: Option<&str>) -> Result<Ret
         .await?;
     Ok(match conn.client.query_opt(&stmt, &[&id]).await? {
         None => Retried::Unknown,
-        Some(r) => match r.get::<_, String>(0) {
-            s if s == "FAILED" || s == "CANCELLED" => Retried::NoFailedStep,
+        Some(r) => match r.get::<_, RequestStatus>(0) {
+            s if s.is_retryable() => Retried::NoFailedStep,
             status => Retried::NotRetryable { status },
         },
     })
@@ -96,7 +115,7 @@ pub async fn retry(conn: &PgConn, id: Uuid, payload: Option<&str>) -> Result<Ret
 pub struct Bulk {
     pub workflow: Option<String>,
     /// Some of FAILED and CANCELLED.
-    pub statuses: Vec<&'static str>,
+    pub statuses: Vec<RequestStatus>,
     pub created_after: Option<std::time::SystemTime>,
     pub created_before: Option<std::time::SystemTime>,
     pub limit: i64,

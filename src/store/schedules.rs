@@ -35,7 +35,7 @@ pub struct FireRow {
     pub fire_at: DateTime<Utc>,
     pub service_request_id: Option<Uuid>,
     /// The request's status as reads show it (None: no request, or retention deleted it).
-    pub status: Option<String>,
+    pub status: Option<crate::status::RequestStatus>,
     pub skipped: Option<String>,
 }
 
@@ -132,7 +132,13 @@ WITH s AS (
     LEFT JOIN service_requests r ON r.id = l.id
 ), busy AS (
     SELECT $8::bool AND EXISTS (
-        SELECT 1 FROM prev WHERE status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')) AS b
+        SELECT 1 FROM prev WHERE status NOT IN (",
+    crate::status::status_sql!(Completed),
+    ", ",
+    crate::status::status_sql!(Failed),
+    ", ",
+    crate::status::status_sql!(Cancelled),
+    ")) AS b
 ), fire AS (
     INSERT INTO schedule_fires (schedule, fire_at, service_request_id, skipped)
     SELECT s.name, $2, CASE WHEN busy.b THEN NULL ELSE $3::uuid END,

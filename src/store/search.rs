@@ -10,19 +10,19 @@
 
 use std::time::SystemTime;
 
-use serde_json::Value;
 use uuid::Uuid;
 
 use super::pool::PgConn;
-use super::queries::list_item;
+use super::queries::RequestRow;
 use super::Result;
+use crate::status::RequestStatus;
 
 /// What to look for.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
     pub workflow: Option<String>,
     /// Statuses as reads show them (`IN_PROGRESS` derived); empty: any.
-    pub statuses: Vec<&'static str>,
+    pub statuses: Vec<RequestStatus>,
     /// Created strictly after this time.
     pub created_after: Option<SystemTime>,
     /// Created strictly before this time.
@@ -43,7 +43,7 @@ const ID_CLOCK_SLACK_MS: u64 = 1_000;
 /// upper id bound (exclusive), `$3` statuses or NULL, `$4`/`$5` exact time bounds or NULL,
 /// `$6` rows to read.
 macro_rules! search_sql {
-    ($workflow:literal, $order:literal) => {
+    ($workflow:expr, $order:literal) => {
         concat!(
             "SELECT s.id, s.workflow_name, ",
             crate::store::sql::derived_status!("s"),
@@ -74,10 +74,24 @@ const SEARCH_ALL: &str = search_sql!("", "s.id DESC");
 const SEARCH_WORKFLOW: &str = search_sql!("s.workflow_name = $7 AND ", "s.id DESC");
 /// The two above for FAILED or CANCELLED requests only: the condition, written out, lets
 /// them scan the partial indexes of those rows (migration 9) instead of every request.
-const SEARCH_SETTLED_BADLY: &str =
-    search_sql!("s.status IN ('FAILED', 'CANCELLED') AND ", "s.id DESC");
+const SEARCH_SETTLED_BADLY: &str = search_sql!(
+    concat!(
+        "s.status IN (",
+        crate::status::status_sql!(Failed),
+        ", ",
+        crate::status::status_sql!(Cancelled),
+        ") AND "
+    ),
+    "s.id DESC"
+);
 const SEARCH_SETTLED_BADLY_WORKFLOW: &str = search_sql!(
-    "s.status IN ('FAILED', 'CANCELLED') AND s.workflow_name = $7 AND ",
+    concat!(
+        "s.status IN (",
+        crate::status::status_sql!(Failed),
+        ", ",
+        crate::status::status_sql!(Cancelled),
+        ") AND s.workflow_name = $7 AND "
+    ),
     "s.id DESC"
 );
 
@@ -89,19 +103,16 @@ const SEARCH_RERUNS: &str = search_sql!(
 );
 
 /// A page of matches, newest first, and the cursor of the next page (None: no more).
-pub async fn search(conn: &PgConn, f: &Filter) -> Result<(Vec<Value>, Option<Uuid>)> {
+pub async fn search(conn: &PgConn, f: &Filter) -> Result<(Vec<RequestRow>, Option<Uuid>)> {
     let (lower, time_upper) = id_bounds(f.created_after, f.created_before);
     let upper = match f.cursor {
         Some(c) if c < time_upper => c,
         _ => time_upper,
     };
-    let statuses: Option<Vec<&str>> = (!f.statuses.is_empty()).then(|| f.statuses.clone());
+    let statuses: Option<&[RequestStatus]> = (!f.statuses.is_empty()).then_some(&f.statuses[..]);
     // One row more than asked for says whether another page follows.
     let read = f.limit + 1;
-    let badly = !f.statuses.is_empty()
-        && f.statuses
-            .iter()
-            .all(|s| matches!(*s, "FAILED" | "CANCELLED"));
+    let badly = !f.statuses.is_empty() && f.statuses.iter().all(|s| s.is_retryable());
     // `$7`, the workflow, only where the statement names one.
     let p: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
         &lower,
@@ -139,7 +150,7 @@ pub async fn search(conn: &PgConn, f: &Filter) -> Result<(Vec<Value>, Option<Uui
     let next = more
         .then(|| page.last().map(|r| r.get::<_, Uuid>("id")))
         .flatten();
-    Ok((page.iter().map(list_item).collect(), next))
+    Ok((page.iter().map(RequestRow::of).collect(), next))
 }
 
 /// The id range (lower inclusive, upper exclusive) that holds every request created

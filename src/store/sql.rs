@@ -9,13 +9,17 @@ macro_rules! derived_status {
         concat!(
             "CASE WHEN ",
             $t,
-            ".status = 'NEW' AND (",
+            ".status = ",
+            crate::status::status_sql!(New),
+            " AND (",
             $t,
             ".current_step_id > 0 OR (",
             $t,
             ".lease_until > now() AND ",
             $t,
-            ".lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE ",
+            ".lease_owner IS NOT NULL)) THEN ",
+            crate::status::status_sql!(InProgress),
+            " ELSE ",
             $t,
             ".status END"
         )

@@ -17,7 +17,7 @@ pub struct Bucket {
     /// The minute's start, in seconds since the Unix epoch.
     pub minute: i64,
     /// As reads show it (`IN_PROGRESS` derived).
-    pub status: String,
+    pub status: crate::status::RequestStatus,
     pub count: i64,
 }
 

@@ -1,15 +1,14 @@
-//! `GET /serviceRequest/{id}`: the status answer, read in one statement and rendered by
-//! one function, whether the rows come from Postgres or from the executor that wrote them
-//! (so an answer from memory is byte for byte the answer a database read gives).
+//! `GET /serviceRequest/{id}`: what a status answer is made of (the request's row and its
+//! step rows), read in one statement; or, for a request running here, kept in memory by
+//! the executor that wrote them, with the same types and the same values, so an answer
+//! rendered from memory (`http::answers`) is byte for byte one from a database read.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
-use super::queries::parse_opt;
+use crate::status::{RequestStatus, StepStatus};
 
 /// The request columns every status read returns.
 macro_rules! head_columns {
@@ -66,9 +65,8 @@ pub struct Head {
     pub workflow_name: Arc<str>,
     /// The workflow version it runs (beyond Clamp).
     pub workflow_version: i32,
-    /// As reads show it (`IN_PROGRESS` derived); one of the fixed statuses, not a copy,
-    /// when the answer is kept from memory.
-    pub status: Cow<'static, str>,
+    /// As reads show it (`IN_PROGRESS` derived).
+    pub status: RequestStatus,
     pub current_step_id: i32,
     pub reason: Option<String>,
     /// `created_at` as Postgres renders a timestamptz in JSON (the session is in UTC).
@@ -95,7 +93,7 @@ pub struct StepRow {
     /// is freed then, cold).
     pub name: Arc<str>,
     /// STARTED (an ASYNC step waiting), COMPLETED, FAILED or SKIPPED.
-    pub status: Cow<'static, str>,
+    pub status: StepStatus,
     pub request: Option<Bytes>,
     pub response: Option<Bytes>,
     pub time_taken_ms: Option<i64>,
@@ -106,141 +104,6 @@ pub struct StepRow {
     pub attempts: i32,
     /// The child request a WORKFLOW step started (beyond Clamp).
     pub child_id: Option<Uuid>,
-}
-
-/// Whether a status never changes again once committed. A cancelled request is not among
-/// them: a step in flight when it was cancelled may still record its outcome.
-pub fn is_final(status: &str) -> bool {
-    matches!(status, "COMPLETED" | "FAILED")
-}
-
-/// Whether an answer can be kept as it is for later reads: only a COMPLETED request never
-/// changes again (a FAILED one may be retried, on any instance).
-pub fn never_changes(status: &str) -> bool {
-    status == "COMPLETED"
-}
-
-/// The statuses a request can show.
-pub const REQUEST_STATUSES: [&str; 7] = [
-    "NEW",
-    "IN_PROGRESS",
-    "PAUSED",
-    "RESUMED",
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-];
-
-/// The statuses a step record can hold beyond a request's (COMPLETED, FAILED).
-const STEP_ONLY_STATUSES: [&str; 2] = ["STARTED", "SKIPPED"];
-
-/// A status read from Postgres as one of the fixed statuses when it is one (no copy to
-/// keep or free), else as read.
-pub fn fixed(status: &str) -> Cow<'static, str> {
-    match REQUEST_STATUSES
-        .iter()
-        .chain(STEP_ONLY_STATUSES.iter())
-        .find(|k| **k == status)
-    {
-        Some(k) => Cow::Borrowed(k),
-        None => Cow::Owned(status.to_string()),
-    }
-}
-
-fn text(b: &Option<Bytes>) -> Option<&str> {
-    b.as_deref()
-        .map(|b| std::str::from_utf8(b).unwrap_or("null"))
-}
-
-/// The answer's JSON.
-pub fn render(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
-    let mut entries = Vec::with_capacity(steps.len() * 2);
-    let mut first_start: Option<f64> = None;
-    let mut last_end: Option<f64> = None;
-    for s in steps {
-        let request = parse_opt(text(&s.request));
-        let response = parse_opt(text(&s.response));
-        let started = s.started_ms;
-        first_start = Some(first_start.map_or(started, |f: f64| f.min(started)));
-        last_end = Some(last_end.map_or(started, |l: f64| l.max(started)));
-        let mut started = json!({
-            "id": s.step_id, "name": &*s.name, "status": "STARTED", "time_taken": 0,
-            "payload": {"request": request.clone().unwrap_or(Value::Null), "response": Value::Null},
-            "attempts": s.attempts,
-        });
-        if let Some(c) = s.child_id {
-            started["childServiceRequestId"] = Value::String(c.to_string());
-        }
-        entries.push(started);
-        if s.status != "STARTED" {
-            if let Some(f) = s.finished_ms {
-                last_end = Some(last_end.map_or(f, |l: f64| l.max(f)));
-            }
-            let mut entry = json!({
-                "id": s.step_id, "name": &*s.name, "status": &*s.status,
-                "time_taken": s.time_taken_ms.unwrap_or(0),
-                "payload": {"request": request.unwrap_or(Value::Null), "response": response.unwrap_or(Value::Null)},
-                "attempts": s.attempts,
-            });
-            if let Some(reason) = &s.reason {
-                entry["reason"] = Value::String(reason.clone());
-            }
-            if let Some(c) = s.child_id {
-                entry["childServiceRequestId"] = Value::String(c.to_string());
-            }
-            entries.push(entry);
-        }
-    }
-    let total = match (first_start, last_end) {
-        (Some(a), Some(b)) => (b - a).max(0.0).round() as i64,
-        _ => 0,
-    };
-    let mut out = Map::new();
-    out.insert("service_request_id".into(), Value::String(id.to_string()));
-    out.insert(
-        "workflow_name".into(),
-        Value::String(head.workflow_name.to_string()),
-    );
-    // Beyond Clamp: the version of the workflow it runs.
-    out.insert("workflow_version".into(), json!(head.workflow_version));
-    out.insert("status".into(), Value::String(head.status.to_string()));
-    out.insert("total_time_in_ms".into(), json!(total));
-    out.insert("current_step_id".into(), json!(head.current_step_id));
-    out.insert("steps".into(), Value::Array(entries));
-    out.insert(
-        "reason".into(),
-        Value::String(head.reason.clone().unwrap_or_default()),
-    );
-    out.insert("created_at".into(), Value::String(head.created_at.clone()));
-    // Beyond Clamp: how often the request was retried after it failed or was cancelled.
-    if head.retries > 0 {
-        out.insert("retries".into(), json!(head.retries));
-    }
-    // Beyond Clamp: the request this one reruns (its reruns: search's `rerunOf`).
-    if let Some(of) = head.rerun_of {
-        out.insert("rerunOf".into(), Value::String(of.to_string()));
-    }
-    // Beyond Clamp: the start a delayed create asked for.
-    if let Some(at) = &head.start_at {
-        out.insert("startAt".into(), Value::String(at.clone()));
-    }
-    // Beyond Clamp: the request whose WORKFLOW step started this one.
-    if let Some(p) = head.parent_id {
-        out.insert("parentId".into(), Value::String(p.to_string()));
-    }
-    // Beyond Clamp: a step whose call failed and is to be tried again.
-    if head.step_attempts > 0 && !matches!(&*head.status, "COMPLETED" | "FAILED" | "CANCELLED") {
-        out.insert(
-            "retrying".into(),
-            json!({
-                "step_id": head.current_step_id,
-                "attempts": head.step_attempts,
-                "last_error": head.last_error.as_deref().unwrap_or(""),
-                "next_attempt_at": head.retry_at,
-            }),
-        );
-    }
-    Bytes::from(serde_json::to_vec(&Value::Object(out)).expect("values serialize"))
 }
 
 /// The step rows of a request this process runs, as committed so far, and where the
@@ -294,14 +157,6 @@ pub fn pg_json_timestamp(micros: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn known_statuses_are_not_copied() {
-        for s in ["NEW", "PAUSED", "CANCELLED", "STARTED", "SKIPPED"] {
-            assert!(matches!(fixed(s), Cow::Borrowed(b) if b == s));
-        }
-        assert!(matches!(fixed("SOMETHING"), Cow::Owned(o) if o == "SOMETHING"));
-    }
 
     #[test]
     fn timestamps_render_as_postgres_renders_them() {

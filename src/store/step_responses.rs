@@ -12,7 +12,7 @@ use super::Result;
 pub struct RequestState {
     pub workflow_name: String,
     pub workflow_version: u32,
-    pub status: String,
+    pub status: crate::status::RequestStatus,
     pub current_step_id: i32,
 }
 
@@ -48,7 +48,7 @@ pub struct Resume<'a> {
     pub failed_step: Option<u32>,
     pub reason: Option<&'a str>,
     /// The answered step's final status, response and reason.
-    pub step_status: &'static str,
+    pub step_status: crate::status::StepStatus,
     pub step_response: &'a str,
     pub step_reason: Option<&'a str>,
     /// Lease the request to this owner (its executor has a slot for it), or leave it free.
@@ -60,7 +60,7 @@ pub struct Resume<'a> {
 /// it is PAUSED at exactly this step; leased to `owner` in the same statement when given.
 const RESUME: &str = concat!("\
 WITH resumed AS (
-    UPDATE service_requests SET status = 'RESUMED', current_step_id = $3,
+    UPDATE service_requests SET status = ", crate::status::status_sql!(Resumed), ", current_step_id = $3,
         -- '' marks the payload in a record, NULL in the row (see sql::step_request).
         step_request = COALESCE($4, (SELECT NULLIF(request, '') FROM steps_status
                                      WHERE service_request_id = $1 AND step_id = $2 ORDER BY id DESC LIMIT 1)),
@@ -71,7 +71,7 @@ WITH resumed AS (
         lease_owner = $10,
         lease_until = CASE WHEN $10::uuid IS NULL THEN '-infinity'::timestamptz
                            ELSE ", crate::store::sql::now_plus_ms!("$11"), " END
-    WHERE id = $1 AND status = 'PAUSED' AND current_step_id = $2
+    WHERE id = $1 AND status = ", crate::status::status_sql!(Paused), " AND current_step_id = $2
     RETURNING id, workflow_name, status, payload, headers, current_step_id, step_request,
               failed_step_id, reason, step_attempts, ",
     crate::store::sql::created_us!("service_requests"),
@@ -79,7 +79,7 @@ WITH resumed AS (
 ), answered AS (
     UPDATE steps_status SET status = $7, response = $8, reason = $9, finished_at = now(),
         time_taken_ms = round(extract(epoch FROM now() - started_at) * 1000)::bigint
-    WHERE service_request_id = $1 AND step_id = $2 AND status = 'STARTED'
+    WHERE service_request_id = $1 AND step_id = $2 AND status = ", crate::status::status_sql!(Started), "
       AND EXISTS (SELECT 1 FROM resumed)
 )
 SELECT * FROM resumed");
@@ -112,10 +112,14 @@ pub async fn resume(conn: &PgConn, r: &Resume<'_>) -> Result<Option<Claimed>> {
 /// Whether the step has a final answer recorded already.
 pub async fn answered(conn: &PgConn, id: Uuid, step_id: u32) -> Result<bool> {
     let stmt = conn
-        .stmt(
+        .stmt(concat!(
             "SELECT EXISTS (SELECT 1 FROM steps_status WHERE service_request_id = $1 \
-             AND step_id = $2 AND status IN ('COMPLETED', 'FAILED'))",
-        )
+             AND step_id = $2 AND status IN (",
+            crate::status::status_sql!(Completed),
+            ", ",
+            crate::status::status_sql!(Failed),
+            "))"
+        ))
         .await?;
     Ok(conn
         .client

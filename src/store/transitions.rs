@@ -4,6 +4,8 @@
 use std::time::Duration;
 
 use postgres_types::ToSql;
+
+use crate::status::{RequestStatus, StepStatus};
 use uuid::Uuid;
 
 use super::pool::PgConn;
@@ -23,11 +25,11 @@ WITH input AS (
         -- Between steps the stored status stays NEW (or RESUMED): status is in the claim
         -- index's predicate, so leaving it alone lets the update be HOT (no index writes).
         -- Reads show such a request as IN_PROGRESS.
-        status = CASE WHEN i.status = 'IN_PROGRESS' THEN s.status ELSE i.status END,
+        status = CASE WHEN i.status = ", crate::status::status_sql!(InProgress), " THEN s.status ELSE i.status END,
         current_step_id = i.next_step, step_request = i.next_request,
         failed_step_id = i.failed_step, reason = i.reason, updated_at = now(),
         step_attempts = i.attempts, last_error = i.last_error,
-        finished_at = CASE WHEN i.status IN ('COMPLETED', 'FAILED') THEN now() END,
+        finished_at = CASE WHEN i.status IN (", crate::status::status_sql!(Completed), ", ", crate::status::status_sql!(Failed), ") THEN now() END,
         lease_owner = CASE WHEN i.release THEN NULL ELSE s.lease_owner END,
         -- A pending retry waits unowned until it is due; the sweeper claims it then.
         lease_until = CASE WHEN i.retry_in_ms IS NOT NULL
@@ -35,7 +37,7 @@ WITH input AS (
                            WHEN i.release THEN '-infinity'::timestamptz ELSE s.lease_until END
     FROM input i
     -- The fence: still leased to this instance, and not cancelled meanwhile.
-    WHERE s.id = i.id AND s.lease_owner = $2 AND s.status <> 'CANCELLED'
+    WHERE s.id = i.id AND s.lease_owner = $2 AND s.status <> ", crate::status::status_sql!(Cancelled), "
     RETURNING s.id
 ), records AS (
     INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
@@ -49,7 +51,7 @@ WITH input AS (
     -- outcome as its entry (nothing after it starts); only unfenced rows are looked at.
     WHERE i.step_id > 0
       AND (f.id IS NOT NULL
-           OR EXISTS (SELECT 1 FROM service_requests c WHERE c.id = i.id AND c.status = 'CANCELLED'))
+           OR EXISTS (SELECT 1 FROM service_requests c WHERE c.id = i.id AND c.status = ", crate::status::status_sql!(Cancelled), "))
 )
 SELECT id FROM fenced");
 
@@ -59,7 +61,7 @@ SELECT id FROM fenced");
 #[postgres(name = "step_transition")]
 pub struct Row<'a> {
     pub id: Uuid,
-    pub status: &'a str,
+    pub status: RequestStatus,
     pub next_step: i32,
     pub next_request: Option<&'a str>,
     pub failed_step: Option<i32>,
@@ -67,7 +69,7 @@ pub struct Row<'a> {
     pub release: bool,
     pub step_id: i32,
     pub step_name: &'a str,
-    pub step_status: &'a str,
+    pub step_status: Option<StepStatus>,
     pub step_request: Option<&'a str>,
     pub step_response: Option<&'a str>,
     pub started_ms: f64,

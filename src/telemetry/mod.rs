@@ -212,7 +212,7 @@ impl Tracing {
         retries: i32,
         workflow: &str,
         created_us: i64,
-        status: &str,
+        status: crate::status::RequestStatus,
         reason: Option<&str>,
         events: Vec<Event>,
     ) {
@@ -223,7 +223,7 @@ impl Tracing {
         let mut attributes = vec![
             KeyValue::new("clamp.service_request.id", id.to_string()),
             KeyValue::new("clamp.workflow.name", workflow.to_string()),
-            KeyValue::new("clamp.service_request.status", status.to_string()),
+            KeyValue::new("clamp.service_request.status", status.as_str()),
         ];
         if retries > 0 {
             attributes.push(KeyValue::new(
@@ -232,7 +232,7 @@ impl Tracing {
             ));
         }
         let span_status = match status {
-            "FAILED" => Status::error(reason.unwrap_or("").to_string()),
+            crate::status::RequestStatus::Failed => Status::error(reason.unwrap_or("").to_string()),
             _ => Status::Unset,
         };
         if let Some(r) = reason {

@@ -1,19 +1,19 @@
 //! The console's actions: retry, rerun and cancel, posted by its forms. Each is checked
-//! against forgery (`session::forged`), then done by the API's own code (the handlers of
-//! `POST /serviceRequest/{id}/retry`, `/rerun` and `/cancel` past their body parsing),
-//! and answered with a redirect to the request's page (a rerun: the new request's) that
-//! says what happened.
+//! against forgery (`session::forged`), then done by its operation (`ops::control`), and
+//! answered with a redirect to the request's page (a rerun: the new request's) carrying
+//! the code of what happened; an action that failed answers that page at once with its
+//! reason.
 
-use http_body_util::BodyExt;
 use hyper::http::request::Parts;
 use hyper::StatusCode;
 use uuid::Uuid;
 
-use super::layout::{self, q};
+use super::layout;
+use super::request::{self, Done, Flash};
 use super::session::{self, Ctx};
 use crate::http::body::Body;
-use crate::http::rerun::Ask;
 use crate::http::response::Resp;
+use crate::ops::control::{self, RerunAsk};
 use crate::state::Core;
 
 /// A posted form's fields, once it is known to come from the console's own page (the
@@ -82,24 +82,34 @@ pub async fn post(
         Err(r) => return r,
     };
     let back = format!("/console/serviceRequests/{id}");
-    let resp = match action {
+    let failed =
+        |why: String, status| request::render(core, ctx, id, Some(Flash::Failed(why)), status);
+    let done = match action {
         "retry" => match json_field(&form, "payload") {
-            Ok(p) => crate::http::retry::retry_with(core, id, p.as_deref()).await,
-            Err(why) => return failed(&back, &why, ctx),
+            Ok(p) => control::retry(core, id, p.as_deref())
+                .await
+                .map(|_| (back.clone(), Done::Retried)),
+            Err(why) => return failed(why, StatusCode::BAD_REQUEST).await,
         },
         "rerun" => {
             let from_step = match field(&form, "fromStep").map(str::trim) {
                 None | Some("") => None,
                 Some(s) => match s.parse::<u32>() {
                     Ok(n) if n > 0 => Some(n),
-                    _ => return failed(&back, "the step to rerun from is not a step id", ctx),
+                    _ => {
+                        return failed(
+                            "the step to rerun from is not a step id".into(),
+                            StatusCode::BAD_REQUEST,
+                        )
+                        .await
+                    }
                 },
             };
             match json_field(&form, "payload") {
-                Ok(payload) => {
-                    crate::http::rerun::rerun_with(core, id, Ask { from_step, payload }).await
-                }
-                Err(why) => return failed(&back, &why, ctx),
+                Ok(payload) => control::rerun(core, id, RerunAsk { from_step, payload })
+                    .await
+                    .map(|new| (format!("/console/serviceRequests/{new}"), Done::Rerun)),
+                Err(why) => return failed(why, StatusCode::BAD_REQUEST).await,
             }
         }
         "cancel" => {
@@ -107,60 +117,17 @@ pub async fn post(
                 .map(str::trim)
                 .filter(|r| !r.is_empty())
                 .map(|r| r.chars().take(1024).collect::<String>());
-            crate::http::service_requests::cancel_with(core, id, reason).await
+            control::cancel(core, id, reason)
+                .await
+                .map(|_| (back.clone(), Done::Cancelled))
         }
         _ => return layout::problem(StatusCode::NOT_FOUND, ctx, "no such action"),
     };
-    let (ok, answer) = answer(resp).await;
-    if !ok {
-        let why = answer["message"].as_str().unwrap_or("the action failed");
-        return failed(&back, why, ctx);
-    }
-    match action {
-        "retry" => {
-            let n = answer["retries"].as_i64().unwrap_or(0);
-            layout::see_other(
-                &format!(
-                    "{back}?done={}",
-                    q(&format!(
-                        "Retried (retry {n}): it runs again from the step that failed."
-                    ))
-                ),
-                ctx,
-            )
+    match done {
+        Ok((to, done)) => layout::see_other(&format!("{to}?done={}", done.code()), ctx),
+        Err(e) => {
+            let status = super::op_status(&e);
+            failed(e.message(), status).await
         }
-        "rerun" => {
-            let new = answer["serviceRequestId"].as_str().unwrap_or("");
-            layout::see_other(
-                &format!(
-                    "/console/serviceRequests/{}?done={}",
-                    seg_uuid(new),
-                    q(&format!("Rerun of {id} created."))
-                ),
-                ctx,
-            )
-        }
-        _ => layout::see_other(&format!("{back}?done={}", q("Cancelled.")), ctx),
     }
-}
-
-/// Whether an API handler's answer is a success, and its JSON body.
-pub async fn answer(resp: Resp) -> (bool, serde_json::Value) {
-    let ok = resp.status().is_success();
-    let body = match resp.into_body().collect().await {
-        Ok(b) => serde_json::from_slice(&b.to_bytes()).unwrap_or_default(),
-        Err(never) => match never {},
-    };
-    (ok, body)
-}
-
-/// An id from the API's answer, kept to the characters of a UUID.
-fn seg_uuid(s: &str) -> String {
-    s.chars()
-        .filter(|c| c.is_ascii_hexdigit() || *c == '-')
-        .collect()
-}
-
-fn failed(back: &str, why: &str, ctx: &Ctx) -> Resp {
-    layout::see_other(&format!("{back}?failed={}", q(why)), ctx)
 }

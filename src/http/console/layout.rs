@@ -3,6 +3,7 @@
 //! renderers the pages share. Every string users sent goes through maud's escaping: it is
 //! shown as text, never read as markup.
 
+use crate::status::{RequestStatus, StepStatus};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, LOCATION};
@@ -133,18 +134,10 @@ pub fn status(s: &str) -> Markup {
 
 /// A status as a class name: the known ones, or `other` (a status is shown, never trusted).
 pub fn css_status(s: &str) -> &'static str {
-    match s {
-        "NEW" => "NEW",
-        "IN_PROGRESS" => "IN_PROGRESS",
-        "PAUSED" => "PAUSED",
-        "RESUMED" => "RESUMED",
-        "COMPLETED" => "COMPLETED",
-        "FAILED" => "FAILED",
-        "CANCELLED" => "CANCELLED",
-        "SKIPPED" => "SKIPPED",
-        "STARTED" => "STARTED",
-        _ => "other",
-    }
+    RequestStatus::parse(s)
+        .map(RequestStatus::as_str)
+        .or_else(|| StepStatus::parse(s).map(StepStatus::as_str))
+        .unwrap_or("other")
 }
 
 /// A Postgres JSON timestamp (`2026-12-01T10:00:00.123456+00:00`) as `2026-12-01 10:00:00.123`.

@@ -24,8 +24,8 @@ use maud::html;
 
 use super::body::Body;
 use super::response::Resp;
+use crate::ops::OpError;
 use crate::state::Core;
-use crate::store::StoreError;
 use layout::Nav;
 use session::Ctx;
 
@@ -95,15 +95,32 @@ fn asset(body: &'static str, content_type: &'static str) -> Resp {
     r
 }
 
-/// A page the database could not serve: 503, logged where the store error is mapped.
-fn unavailable(ctx: &Ctx, e: StoreError) -> Resp {
-    let api = super::response::store_error(e, "console");
-    let status = api.status();
-    let mut r = layout::problem(
-        status,
-        ctx,
-        "the database is unavailable; try again shortly",
-    );
+/// The status an operation's error is answered with (as the API answers it).
+fn op_status(e: &OpError) -> StatusCode {
+    match e {
+        OpError::BadRequest(_) => StatusCode::BAD_REQUEST,
+        OpError::NotFound(_) => StatusCode::NOT_FOUND,
+        OpError::Conflict(_) => StatusCode::CONFLICT,
+        OpError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        OpError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        OpError::Store { error, .. } if error.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
+        OpError::Store { .. } | OpError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// A page an operation could not serve: its status and message, as the API's answer
+/// would have them (a database failure logged where the API logs it, once).
+fn op_problem(ctx: &Ctx, e: OpError) -> Resp {
+    let status = op_status(&e);
+    let message = match &e {
+        OpError::Store { error, .. } if error.is_transient() => {
+            "the database is unavailable; try again shortly".to_string()
+        }
+        _ => e.message(),
+    };
+    // The API's mapping logs what it must (store details, internal errors).
+    let api = super::response::op_error(e);
+    let mut r = layout::problem(status, ctx, &message);
     if let Some(v) = api.headers().get(hyper::header::RETRY_AFTER) {
         r.headers_mut()
             .insert(hyper::header::RETRY_AFTER, v.clone());

@@ -1,7 +1,6 @@
-//! `/console/serviceRequests/{id}`: one request, read through the API's status reader
-//! (the rows `GET /serviceRequest/{id}` renders) and the rerun's read of the original
-//! (its payload); its reruns through search (`rerunOf`); its workflow from the workflow
-//! map. Actions post to `actions.rs`.
+//! `/console/serviceRequests/{id}`: one request as `ops::read::details` reads it (the
+//! rows `GET /serviceRequest/{id}` renders, its payload and headers, its reruns, its
+//! workflow). Actions post to `actions.rs`, which come back here.
 
 use std::sync::Arc;
 
@@ -13,15 +12,57 @@ use super::layout::{self, json_block, seg, Nav};
 use super::session::Ctx;
 use super::svg::{self, Bar};
 use crate::http::response::Resp;
+use crate::ops::read::Details;
 use crate::state::Core;
-use crate::store::reader::{Found, Want};
+use crate::status::StepStatus;
+use crate::store::reader::Found;
 use crate::store::status::StepRow;
 use crate::workflow::Workflow;
 
-/// Why a page was reached after an action, shown at its top.
+/// What a page shows at its top after an action: a success by its code in the URL (a
+/// fixed sentence, never text from the URL), or a failure as the action's answer says.
 pub enum Flash {
-    Done(String),
+    Done(Done),
     Failed(String),
+}
+
+/// An action that went through, by the code its redirect carries (`?done=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Done {
+    Retried,
+    Rerun,
+    Cancelled,
+}
+
+impl Done {
+    pub const fn code(self) -> &'static str {
+        match self {
+            Done::Retried => "retried",
+            Done::Rerun => "rerun",
+            Done::Cancelled => "cancelled",
+        }
+    }
+
+    fn read(code: &str) -> Option<Done> {
+        [Done::Retried, Done::Rerun, Done::Cancelled]
+            .into_iter()
+            .find(|d| d.code() == code)
+    }
+
+    /// The sentence, with what the page knows of the request.
+    fn sentence(self, f: &Found) -> String {
+        match self {
+            Done::Retried => format!(
+                "Retried (retry {}): it runs again from the step that failed.",
+                f.head.retries
+            ),
+            Done::Rerun => match f.head.rerun_of {
+                Some(of) => format!("Rerun of {of} created."),
+                None => "Rerun created.".into(),
+            },
+            Done::Cancelled => "Cancelled.".into(),
+        }
+    }
 }
 
 pub async fn page(core: &Core, ctx: &Ctx, id: &str, query: Option<&str>) -> Resp {
@@ -32,95 +73,62 @@ pub async fn page(core: &Core, ctx: &Ctx, id: &str, query: Option<&str>) -> Resp
             "the service request id is not a valid UUID",
         );
     };
-    let found = match core.reader.read(id, Want::Whole).await {
-        Ok(Some(f)) => f,
-        Ok(None) => {
-            return layout::problem(
-                StatusCode::NOT_FOUND,
-                ctx,
-                "no service request with this id",
-            )
-        }
-        Err(e) => return super::unavailable(ctx, e),
-    };
-    let conn = match core.pool.get().await {
-        Ok(c) => c,
-        Err(e) => return super::unavailable(ctx, e.into()),
-    };
-    let (payload, headers) = match crate::store::rerun::source(&conn, id).await {
-        Ok(Some(s)) => (
-            Some(s.payload),
-            crate::engine::job::parse_headers(s.headers.as_bytes()),
-        ),
-        Ok(None) => (None, Vec::new()),
-        Err(e) => return super::unavailable(ctx, e),
-    };
-    let reruns = crate::store::search::Filter {
-        rerun_of: Some(id),
-        limit: 20,
-        ..Default::default()
-    };
-    let reruns = match crate::store::search::search(&conn, &reruns).await {
-        Ok((items, more)) => (items, more.is_some()),
-        Err(e) => return super::unavailable(ctx, e),
-    };
-    drop(conn);
-    let wf = core
-        .app
-        .workflows
-        .get_or_load_version(
-            &core.pool,
-            &found.head.workflow_name,
-            found.head.workflow_version.max(1) as u32,
-        )
-        .await
-        .ok()
-        .flatten();
-    let flash = match (
-        crate::http::query_param(query, "done"),
-        crate::http::query_param(query, "failed"),
-    ) {
-        (Some(d), _) => Some(Flash::Done(d.into_owned())),
-        (_, Some(f)) => Some(Flash::Failed(f.into_owned())),
-        _ => None,
+    let flash = crate::http::query_param(query, "done")
+        .and_then(|d| Done::read(&d))
+        .map(Flash::Done);
+    render(core, ctx, id, flash, StatusCode::OK).await
+}
+
+/// The page of request `id`, with `flash` at its top, answered with `status` (an action
+/// that failed shows its reason here, with its own status).
+pub async fn render(
+    core: &Core,
+    ctx: &Ctx,
+    id: Uuid,
+    flash: Option<Flash>,
+    status: StatusCode,
+) -> Resp {
+    let d = match crate::ops::read::details(core, id).await {
+        Ok(d) => d,
+        Err(e) => return super::op_problem(ctx, e),
     };
     let body = html! {
         @match &flash {
-            Some(Flash::Done(m)) => p.flash { (m) },
+            Some(Flash::Done(done)) => p.flash { (done.sentence(&d.found)) },
             Some(Flash::Failed(m)) => p.flash.bad { (m) },
             None => {}
         }
         h1 { "Request " span.mono { (id) } }
-        (facts(id, &found, &reruns))
+        (facts(id, &d))
         h2 { "Timeline" }
-        (svg::timeline(&bars(&found.steps), crate::engine::job::now_ms()))
+        (svg::timeline(&bars(&d.found.steps), crate::engine::job::now_ms()))
         h2 { "Actions" }
-        (actions(ctx, id, &found, wf.as_ref()))
+        (actions(ctx, id, &d.found, d.workflow.as_ref()))
         h2 { "Steps" }
-        (steps(&found.steps))
+        (steps(&d.found.steps))
         h2 { "Payload" }
-        (json_block(payload.as_deref()))
-        @if !headers.is_empty() {
+        (json_block(d.payload.as_deref()))
+        @if !d.headers.is_empty() {
             h2 { "Forwarded headers" }
             div.scroll { table.headers {
-                tbody { @for (k, v) in &headers { tr { td.mono { (k) } td.mono { (v) } } } }
+                tbody { @for (k, v) in &d.headers { tr { td.mono { (k) } td.mono { (v) } } } }
             } }
         }
     };
     layout::html_resp(
-        StatusCode::OK,
+        status,
         ctx,
         layout::page(ctx, Nav::Requests, &format!("Request {id}"), body),
     )
 }
 
-fn facts(id: Uuid, f: &Found, reruns: &(Vec<serde_json::Value>, bool)) -> Markup {
-    let h = &f.head;
+fn facts(id: Uuid, d: &Details) -> Markup {
+    let (f, h) = (&d.found, &d.found.head);
     let wf = &h.workflow_name;
     html! {
         div.card {
             dl.facts {
-                dt { "Status" } dd { (layout::status(&h.status)) }
+                dt { "Status" } dd { (layout::status(h.status.as_str())) }
                 dt { "Workflow" } dd { a href={ "/console/workflows/" (seg(wf)) } { (wf) } " · version " (h.workflow_version) }
                 dt { "Created (UTC)" } dd.mono { (layout::when(&h.created_at)) }
                 @if let Some(ms) = f.finished_ms {
@@ -131,7 +139,7 @@ fn facts(id: Uuid, f: &Found, reruns: &(Vec<serde_json::Value>, bool)) -> Markup
                 @if h.retries > 0 {
                     dt { "Retried" } dd { (h.retries) @if h.retries == 1 { " time" } @else { " times" } }
                 }
-                @if h.step_attempts > 0 && !matches!(&*h.status, "COMPLETED" | "FAILED" | "CANCELLED") {
+                @if h.step_attempts > 0 && !h.status.is_finished() {
                     dt { "Pending retry" }
                     dd {
                         "step " (h.current_step_id) " after " (h.step_attempts)
@@ -146,17 +154,16 @@ fn facts(id: Uuid, f: &Found, reruns: &(Vec<serde_json::Value>, bool)) -> Markup
                 @if let Some(of) = h.rerun_of {
                     dt { "Rerun of" } dd.mono { a href={ "/console/serviceRequests/" (of) } { (of) } }
                 }
-                @if !reruns.0.is_empty() {
+                @if !d.reruns.is_empty() {
                     dt { "Reruns" }
                     dd {
-                        @for r in &reruns.0 {
-                            @let rid = r["id"].as_str().unwrap_or("");
+                        @for r in &d.reruns {
                             div {
-                                a.mono href={ "/console/serviceRequests/" (rid) } { (rid) } " "
-                                (layout::status(r["status"].as_str().unwrap_or("")))
+                                a.mono href={ "/console/serviceRequests/" (r.id) } { (r.id) } " "
+                                (layout::status(r.status.as_str()))
                             }
                         }
-                        @if reruns.1 { a href={ "/serviceRequests?rerunOf=" (id) } { "more…" } }
+                        @if d.more_reruns { a href={ "/serviceRequests?rerunOf=" (id) } { "more…" } }
                     }
                 }
             }
@@ -176,9 +183,9 @@ fn bars(steps: &[StepRow]) -> Vec<Bar> {
         .iter()
         .map(|s| Bar {
             label: format!("{} · {}", s.step_id, s.name),
-            status: s.status.to_string(),
+            status: s.status,
             start_ms: s.started_ms,
-            end_ms: if s.status == "STARTED" {
+            end_ms: if s.status == StepStatus::Started {
                 None
             } else {
                 s.finished_ms
@@ -209,7 +216,7 @@ fn steps(steps: &[StepRow]) -> Markup {
                         tr {
                             td.num { (s.step_id) }
                             td { (s.name) }
-                            td { (layout::status(&s.status)) }
+                            td { (layout::status(s.status.as_str())) }
                             td.num { (s.attempts) }
                             td.num { @if let Some(t) = s.time_taken_ms { (svg::duration(t as f64)) } }
                             td.mono.hide-narrow { (layout::ms_time(s.started_ms)) }
@@ -222,7 +229,7 @@ fn steps(steps: &[StepRow]) -> Markup {
                                     summary { "request" }
                                     (json_block(text(&s.request)))
                                 }
-                                @if s.status != "STARTED" {
+                                @if s.status != StepStatus::Started {
                                     details {
                                         summary { "response" }
                                         (json_block(text(&s.response)))
@@ -238,9 +245,8 @@ fn steps(steps: &[StepRow]) -> Markup {
 }
 
 fn actions(ctx: &Ctx, id: Uuid, f: &Found, wf: Option<&Arc<Workflow>>) -> Markup {
-    let status = &*f.head.status;
-    let retryable = matches!(status, "FAILED" | "CANCELLED");
-    let cancellable = !matches!(status, "COMPLETED" | "FAILED" | "CANCELLED");
+    let retryable = f.head.status.is_retryable();
+    let cancellable = !f.head.status.is_finished();
     html! {
         div.actions {
             @if retryable {

@@ -1,19 +1,22 @@
 //! `/console`: requests by status, workflow and creation time, newest first, in pages,
-//! with counts by status. Read through the API's own code: search's parser and
-//! statement, the counts of `GET /serviceRequestCounts`, the list of `GET /workflows`.
+//! with counts by status. The form is read into the filters by the rules the API's query
+//! strings are read by (`ops::lists`), then searched, counted and listed by the same
+//! operations.
 
 use std::time::SystemTime;
 
+use std::borrow::Cow;
+
 use hyper::StatusCode;
 use maud::{html, Markup};
-use serde_json::Value;
 
 use super::layout::{self, q, seg, Nav};
 use super::session::Ctx;
 use crate::http::response::Resp;
+use crate::ops::lists::{self, Pairs, Window};
 use crate::state::Core;
-
-use crate::http::search::STATUSES;
+use crate::status::RequestStatus;
+use crate::store::queries::RequestRow;
 
 /// The page's filters as the browser sent them.
 #[derive(Debug, Default)]
@@ -42,27 +45,29 @@ impl Form {
         f
     }
 
-    /// The query string of the API's search (and counts, without status and cursor).
-    fn api_query(&self, with_status: bool, with_cursor: bool) -> String {
-        let mut out = form_urlencoded::Serializer::new(String::new());
+    /// The filters as name/value pairs, times made RFC 3339 (and, for counts, without
+    /// status and cursor).
+    fn pairs<'a>(&'a self, with_status: bool, with_cursor: bool) -> Pairs<'a> {
+        let mut out: Pairs<'_> = Vec::new();
+        let mut add = |k: &'static str, v: Cow<'a, str>| out.push((Cow::Borrowed(k), v));
         if with_status {
             for s in &self.statuses {
-                out.append_pair("status", s);
+                add("status", Cow::Borrowed(s));
             }
         }
         if !self.workflow.is_empty() {
-            out.append_pair("workflow", &self.workflow);
+            add("workflow", Cow::Borrowed(&self.workflow));
         }
         if !self.after.is_empty() {
-            out.append_pair("createdAfter", &rfc3339(&self.after));
+            add("createdAfter", Cow::Owned(rfc3339(&self.after)));
         }
         if !self.before.is_empty() {
-            out.append_pair("createdBefore", &rfc3339(&self.before));
+            add("createdBefore", Cow::Owned(rfc3339(&self.before)));
         }
         if with_cursor && !self.cursor.is_empty() {
-            out.append_pair("cursor", &self.cursor);
+            add("cursor", Cow::Borrowed(&self.cursor));
         }
-        out.finish()
+        out
     }
 
     /// This page's link with other statuses, or another cursor.
@@ -102,31 +107,24 @@ fn rfc3339(v: &str) -> String {
 
 pub async fn page(core: &Core, ctx: &Ctx, query: Option<&str>) -> Resp {
     let form = Form::read(query);
-    let filter = crate::http::search::parse(Some(&form.api_query(true, true)));
-    let conn = match core.pool.get().await {
-        Ok(c) => c,
-        Err(e) => return super::unavailable(ctx, e.into()),
+    let workflows = match crate::ops::workflows::list(core, 1, 1000, &[]).await {
+        Ok(p) => p.definitions,
+        Err(e) => return super::op_problem(ctx, e),
     };
-    let workflows = crate::store::queries::workflows_page(&conn, 1000, 0, &[])
-        .await
-        .map(|(w, _)| w)
-        .unwrap_or_default();
-    let (results, problem) = match filter {
+    let (results, problem) = match lists::search_filter(&form.pairs(true, true)) {
         Err(why) => (None, Some(why)),
-        Ok(f) => match crate::store::search::search(&conn, &f).await {
+        Ok(f) => match lists::search(core, &f).await {
             Ok(page) => (Some(page), None),
-            Err(e) => return super::unavailable(ctx, e),
+            Err(e) => return super::op_problem(ctx, e),
         },
     };
-    drop(conn);
-    let counts =
-        match crate::http::counts::parse(Some(&form.api_query(false, false)), SystemTime::now()) {
-            Ok(w) => crate::http::counts::read(core, &w)
-                .await
-                .ok()
-                .map(|b| (crate::http::counts::totals(&b), w)),
-            Err(_) => None,
-        };
+    let counts = match lists::counts_window(&form.pairs(false, false), SystemTime::now()) {
+        Ok(w) => lists::counts(core, &w)
+            .await
+            .ok()
+            .map(|b| (lists::totals(&b), w)),
+        Err(_) => None,
+    };
     let body = html! {
         h1 { "Service requests" }
         (filters(&form, &workflows))
@@ -164,7 +162,7 @@ fn statuses(form: &Form) -> Vec<&str> {
     form.statuses.iter().map(String::as_str).collect()
 }
 
-fn filters(form: &Form, workflows: &[Value]) -> Markup {
+fn filters(form: &Form, workflows: &[serde_json::Value]) -> Markup {
     let names: Vec<&str> = workflows
         .iter()
         .filter_map(|w| w["name"].as_str())
@@ -172,7 +170,7 @@ fn filters(form: &Form, workflows: &[Value]) -> Markup {
     html! {
         form.card.filters method="get" action="/console" {
             fieldset {
-                @for s in STATUSES {
+                @for s in RequestStatus::ALL.map(RequestStatus::as_str) {
                     label {
                         input type="checkbox" name="status" value=(s)
                             checked[form.statuses.iter().any(|x| x.eq_ignore_ascii_case(s))];
@@ -208,7 +206,7 @@ fn short(v: &str) -> String {
     v.chars().take(16).collect()
 }
 
-fn count_links(form: &Form, totals: &[(String, i64)], w: &crate::http::counts::Window) -> Markup {
+fn count_links(form: &Form, totals: &[(RequestStatus, i64)], w: &Window) -> Markup {
     let window = if form.after.is_empty() && form.before.is_empty() {
         "created in the last hour".to_string()
     } else {
@@ -224,13 +222,13 @@ fn count_links(form: &Form, totals: &[(String, i64)], w: &crate::http::counts::W
         div.counts {
             span.muted { (all) " " (window) ":" }
             @for (s, n) in totals {
-                a href=(form.link(&[s.as_str()], None)) { (layout::status(s)) span.n { (n) } }
+                a href=(form.link(&[s.as_str()], None)) { (layout::status(s.as_str())) span.n { (n) } }
             }
         }
     }
 }
 
-fn table(items: &[Value]) -> Markup {
+fn table(items: &[RequestRow]) -> Markup {
     if items.is_empty() {
         return html! { p.card.muted { "No request matches." } };
     }
@@ -243,15 +241,13 @@ fn table(items: &[Value]) -> Markup {
                 } }
                 tbody {
                     @for it in items {
-                        @let id = it["id"].as_str().unwrap_or("");
-                        @let wf = it["workflow_name"].as_str().unwrap_or("");
                         tr {
-                            td.mono { (layout::when(it["created_at"].as_str().unwrap_or(""))) }
-                            td.mono { a href={ "/console/serviceRequests/" (id) } { (id) } }
-                            td { a href={ "/console/workflows/" (seg(wf)) } { (wf) } }
-                            td { (layout::status(it["status"].as_str().unwrap_or(""))) }
-                            td.num.hide-narrow { (it["current_step_id"]) }
-                            td.hide-narrow { (it["reason"].as_str().unwrap_or("")) }
+                            td.mono { (layout::when(&it.created_at)) }
+                            td.mono { a href={ "/console/serviceRequests/" (it.id) } { (it.id) } }
+                            td { a href={ "/console/workflows/" (seg(&it.workflow_name)) } { (it.workflow_name) } }
+                            td { (layout::status(it.status.as_str())) }
+                            td.num.hide-narrow { (it.current_step_id) }
+                            td.hide-narrow { (it.reason.as_deref().unwrap_or("")) }
                         }
                     }
                 }
@@ -285,18 +281,31 @@ mod tests {
     }
 
     #[test]
-    fn the_form_becomes_the_api_query() {
+    fn the_form_becomes_the_filters() {
         let f = Form::read(Some(
             "status=FAILED&status=PAUSED&workflow=a+b&createdAfter=2026-12-01T10:00&cursor=x",
         ));
+        let pairs: Vec<(String, String)> = f
+            .pairs(true, true)
+            .into_iter()
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        let want: Vec<(String, String)> = [
+            ("status", "FAILED"),
+            ("status", "PAUSED"),
+            ("workflow", "a b"),
+            ("createdAfter", "2026-12-01T10:00:00Z"),
+            ("cursor", "x"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(pairs, want);
+        assert_eq!(f.pairs(false, false).len(), 2);
+        let filter = lists::search_filter(&f.pairs(true, false)).unwrap();
         assert_eq!(
-            f.api_query(true, true),
-            "status=FAILED&status=PAUSED&workflow=a+b&createdAfter=2026-12-01T10%3A00%3A00Z&cursor=x"
+            filter.statuses,
+            vec![RequestStatus::Failed, RequestStatus::Paused]
         );
-        assert_eq!(
-            f.api_query(false, false),
-            "workflow=a+b&createdAfter=2026-12-01T10%3A00%3A00Z"
-        );
-        assert!(crate::http::search::parse(Some(&f.api_query(true, false))).is_ok());
     }
 }

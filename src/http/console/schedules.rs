@@ -1,33 +1,57 @@
 //! `/console/schedules`: every schedule with its next fire times (on its own wall clock)
-//! and its last runs, read as `GET /schedules/{name}` reads them, and forms that run one
-//! now, pause or resume it through the API's own handlers.
+//! and its last runs (`ops::schedules`, as `GET /schedules/{name}` reads them), and forms
+//! that run one now, pause or resume it through the same operations.
 
 use hyper::http::request::Parts;
 use hyper::StatusCode;
 use maud::{html, Markup};
-use serde_json::Value;
 
-use super::actions::{answer, checked_form};
-use super::layout::{self, q, seg, Nav};
+use super::actions::checked_form;
+use super::layout::{self, seg, Nav};
 use super::session::Ctx;
 use crate::http::body::Body;
 use crate::http::response::Resp;
-use crate::http::schedules;
+use crate::ops::schedules::{self, Schedule};
 use crate::state::Core;
+
+/// An action that went through, by the code its redirect carries (`?done=`): the page
+/// says it in a fixed sentence, never in text from the URL.
+const DONE: [(&str, &str); 3] = [
+    (
+        "started",
+        "Run started: it is the newest of the schedule's runs below.",
+    ),
+    ("paused", "Paused."),
+    ("resumed", "Resumed."),
+];
 
 /// Last runs shown per schedule.
 const RUNS: i64 = 5;
 
 pub async fn page(core: &Core, ctx: &Ctx, query: Option<&str>) -> Resp {
-    let all = match schedules::views(core, RUNS).await {
+    let done = crate::http::query_param(query, "done")
+        .and_then(|d| DONE.iter().find(|(code, _)| *code == d).map(|(_, m)| *m));
+    render(core, ctx, done.map(Ok), StatusCode::OK).await
+}
+
+/// The page with a sentence at its top (`Ok`: what was done, `Err`: why an action
+/// failed), answered with `status`.
+async fn render(
+    core: &Core,
+    ctx: &Ctx,
+    flash: Option<Result<&str, String>>,
+    status: StatusCode,
+) -> Resp {
+    let all = match schedules::list(core, Some(RUNS)).await {
         Ok(v) => v,
-        Err(e) => return super::unavailable(ctx, e),
+        Err(e) => return super::op_problem(ctx, e),
     };
-    let done = crate::http::query_param(query, "done");
-    let failed = crate::http::query_param(query, "failed");
     let body = html! {
-        @if let Some(m) = &done { p.flash { (m) } }
-        @if let Some(m) = &failed { p.flash.bad { (m) } }
+        @match &flash {
+            Some(Ok(m)) => p.flash { (m) },
+            Some(Err(m)) => p.flash.bad { (m) },
+            None => {}
+        }
         h1 { "Schedules" }
         @if all.is_empty() {
             p.card.muted { "No schedule yet: create one with POST /schedules." }
@@ -35,20 +59,22 @@ pub async fn page(core: &Core, ctx: &Ctx, query: Option<&str>) -> Resp {
         @for s in &all { (schedule(ctx, s)) }
     };
     layout::html_resp(
-        StatusCode::OK,
+        status,
         ctx,
         layout::page(ctx, Nav::Schedules, "Schedules", body),
     )
 }
 
-fn text<'v>(v: &'v Value, key: &str) -> &'v str {
+fn text<'v>(v: &'v serde_json::Value, key: &str) -> &'v str {
     v[key].as_str().unwrap_or("")
 }
 
 /// One schedule: what it runs and when, its next fires, its last runs, its actions.
-fn schedule(ctx: &Ctx, s: &Value) -> Markup {
+fn schedule(ctx: &Ctx, sched: &Schedule) -> Markup {
+    // The definition as stored: the fields it names.
+    let s = &sched.stored.definition;
     let name = text(s, "name");
-    let paused = s["paused"].as_bool().unwrap_or(false);
+    let paused = sched.stored.paused;
     let when = match s["cron"].as_str() {
         Some(c) => format!("cron {c} ({})", text(s, "timezone")),
         None => format!("every {}", text(s, "every")),
@@ -68,29 +94,29 @@ fn schedule(ctx: &Ctx, s: &Value) -> Markup {
                 dt { "Catch-up" } dd { (text(s, "catchUp")) }
                 dt { "Next fires" }
                 dd {
-                    @for f in s["nextFires"].as_array().into_iter().flatten() {
-                        span.mono { (text(f, "local")) } " "
+                    @for (_, local) in &sched.next {
+                        span.mono { (local) } " "
                     }
                     @if paused { span.muted { "none while paused" } }
                 }
             }
-            @let runs = s["lastRuns"].as_array().cloned().unwrap_or_default();
+            @let runs = sched.runs.as_deref().unwrap_or_default();
             @if !runs.is_empty() {
                 div.scroll { table {
                     thead { tr { th { "Fired (UTC)" } th { "Request" } th { "Status" } } }
                     tbody {
-                        @for r in &runs {
+                        @for r in runs {
                             tr {
-                                td.mono { (layout::when(text(r, "fireAt"))) }
+                                td.mono { (layout::when(&crate::http::rfc3339(r.fire_at))) }
                                 td.mono {
-                                    @match r["serviceRequestId"].as_str() {
-                                        Some(id) => a href={ "/console/serviceRequests/" (seg(id)) } { (id) },
+                                    @match r.service_request_id {
+                                        Some(id) => a href={ "/console/serviceRequests/" (id) } { (id) },
                                         None => span.muted { "none" },
                                     }
                                 }
                                 td {
-                                    @match (r["status"].as_str(), r["skipped"].as_str()) {
-                                        (Some(st), _) => (layout::status(st)),
+                                    @match (r.status, &r.skipped) {
+                                        (Some(st), _) => (layout::status(st.as_str())),
                                         (None, Some(why)) => span.muted { "skipped (" (why) ")" },
                                         _ => span.muted { "deleted" },
                                     }
@@ -115,7 +141,8 @@ fn schedule(ctx: &Ctx, s: &Value) -> Markup {
     }
 }
 
-/// A schedule's action, posted by its form: done by the API's handler, then back to the list.
+/// A schedule's action, posted by its form: done by its operation, then back to the
+/// list with the code of what was done (or at once with why it was not).
 pub async fn post(
     core: &Core,
     ctx: &Ctx,
@@ -127,23 +154,18 @@ pub async fn post(
     if let Err(r) = checked_form(core, ctx, parts, body).await {
         return r;
     }
-    let resp = match action {
-        "trigger" => schedules::trigger(core, name).await,
-        "pause" => schedules::pause(core, name).await,
-        "resume" => schedules::resume(core, name).await,
+    let done = match action {
+        "trigger" => schedules::trigger(core, name).await.map(|_| "started"),
+        "pause" => schedules::pause(core, name).await.map(|_| "paused"),
+        "resume" => schedules::resume(core, name).await.map(|_| "resumed"),
         _ => return layout::problem(StatusCode::NOT_FOUND, ctx, "no such action"),
     };
-    let (ok, v) = answer(resp).await;
-    let flash = if ok {
-        let what = match action {
-            "trigger" => format!("{name}: started {}.", text(&v, "serviceRequestId")),
-            "pause" => format!("{name}: paused."),
-            _ => format!("{name}: resumed."),
-        };
-        format!("done={}", q(&what))
-    } else {
-        let why = v["message"].as_str().unwrap_or("the action failed");
-        format!("failed={}", q(&format!("{name}: {why}")))
-    };
-    layout::see_other(&format!("/console/schedules?{flash}"), ctx)
+    match done {
+        Ok(code) => layout::see_other(&format!("/console/schedules?done={code}"), ctx),
+        Err(e) => {
+            let status = super::op_status(&e);
+            let why = format!("{name}: {}", e.message());
+            render(core, ctx, Some(Err(why)), status).await
+        }
+    }
 }

@@ -4,12 +4,13 @@
 use maud::{html, Markup};
 
 use super::layout::{css_status, ms_time};
+use crate::status::{RequestStatus, StepStatus};
 use crate::store::stats::Bucket;
 
 /// One bar of a timeline: a step attempt from its start to its end.
 pub struct Bar {
     pub label: String,
-    pub status: String,
+    pub status: StepStatus,
     pub start_ms: f64,
     /// None: still running (drawn to `now`).
     pub end_ms: Option<f64>,
@@ -77,9 +78,9 @@ pub fn timeline(bars: &[Bar], now_ms: f64) -> Markup {
                     (truncate(&b.label, 28))
                 }
                 rect x=(f(x)) y=(f(y + 3.0)) width=(f(w)) height=(f(ROW - 8.0)) rx="3"
-                    class={ "st-" (css_status(&b.status)) @if b.copied { " copied" } } {
+                    class={ "st-" (css_status(b.status.as_str())) @if b.copied { " copied" } } {
                     title {
-                        (b.label) ": " (b.status) ", " (duration(end - b.start_ms))
+                        (b.label) ": " (b.status.as_str()) ", " (duration(end - b.start_ms))
                         ", from " (ms_time(b.start_ms))
                         @if b.copied { " (copied, not called)" }
                         @if b.end_ms.is_none() { " (not finished)" }
@@ -101,14 +102,14 @@ fn truncate(s: &str, n: usize) -> String {
 }
 
 /// The order statuses stack in, bottom up.
-const STACK: [&str; 7] = [
-    "COMPLETED",
-    "IN_PROGRESS",
-    "RESUMED",
-    "NEW",
-    "PAUSED",
-    "CANCELLED",
-    "FAILED",
+const STACK: [RequestStatus; 7] = [
+    RequestStatus::Completed,
+    RequestStatus::InProgress,
+    RequestStatus::Resumed,
+    RequestStatus::New,
+    RequestStatus::Paused,
+    RequestStatus::Cancelled,
+    RequestStatus::Failed,
 ];
 
 /// Requests created per minute, stacked by status, over `minutes` minutes starting at
@@ -150,13 +151,13 @@ pub fn per_minute(buckets: &[Bucket], first_minute: i64, minutes: usize) -> Mark
             base += n;
             let y = 12.0 + plot_h * (1.0 - base as f64 / max as f64);
             let bh = (plot_h * n as f64 / max as f64).max(0.5);
-            let title = format!("{} UTC: {n} {}", minute_label(i), STACK[k]);
+            let title = format!("{} UTC: {n} {}", minute_label(i), STACK[k].as_str());
             rects.push((
                 x + col_w * 0.1,
                 y,
                 (col_w * 0.8).max(1.0),
                 bh,
-                STACK[k],
+                STACK[k].as_str(),
                 title,
             ));
         }
@@ -208,14 +209,14 @@ mod tests {
         let bars = [
             Bar {
                 label: "a".into(),
-                status: "COMPLETED".into(),
+                status: StepStatus::Completed,
                 start_ms: 1000.0,
                 end_ms: Some(1100.0),
                 copied: false,
             },
             Bar {
                 label: "<b>".into(),
-                status: "FAILED".into(),
+                status: StepStatus::Failed,
                 start_ms: 1100.0,
                 end_ms: Some(1400.0),
                 copied: true,
@@ -231,16 +232,16 @@ mod tests {
 
     #[test]
     fn minutes_stack_by_status() {
-        let b = |minute, status: &str, count| Bucket {
+        let b = |minute, status, count| Bucket {
             minute,
-            status: status.into(),
+            status,
             count,
         };
         let s = per_minute(
             &[
-                b(600, "COMPLETED", 3),
-                b(600, "FAILED", 1),
-                b(660, "COMPLETED", 4),
+                b(600, RequestStatus::Completed, 3),
+                b(600, RequestStatus::Failed, 1),
+                b(660, RequestStatus::Completed, 4),
             ],
             600,
             2,

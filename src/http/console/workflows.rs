@@ -1,7 +1,7 @@
-//! `/console/workflows` and `/console/workflows/{name}`: the workflows (the list of
-//! `GET /workflows`), one workflow's definition as steps (from the workflow map, as
-//! `GET /workflow/{name}` serves it), and its requests: counts and requests per minute by
-//! status over the last hour (`GET /serviceRequestCounts`), its newest requests (search).
+//! `/console/workflows` and `/console/workflows/{name}`: the workflows (`ops::workflows`,
+//! as `GET /workflows` lists them), one workflow's definition as steps, and its requests:
+//! counts and requests per minute by status over the last hour, its newest requests
+//! (`ops::lists`, as counts and search read them).
 
 use std::time::{Duration, SystemTime};
 
@@ -13,20 +13,17 @@ use super::requests::for_workflow;
 use super::session::Ctx;
 use super::svg;
 use crate::http::response::Resp;
+use crate::ops::lists;
+use crate::ops::OpError;
 use crate::state::Core;
 use crate::workflow::model::Step;
 use crate::workflow::Workflow;
 
 pub async fn list(core: &Core, ctx: &Ctx) -> Resp {
-    let conn = match core.pool.get().await {
-        Ok(c) => c,
-        Err(e) => return super::unavailable(ctx, e.into()),
+    let (defs, total) = match crate::ops::workflows::list(core, 1, 1000, &[]).await {
+        Ok(p) => (p.definitions, p.total),
+        Err(e) => return super::op_problem(ctx, e),
     };
-    let (defs, total) = match crate::store::queries::workflows_page(&conn, 1000, 0, &[]).await {
-        Ok(p) => p,
-        Err(e) => return super::unavailable(ctx, e),
-    };
-    drop(conn);
     let body = html! {
         h1 { "Workflows" }
         @if defs.is_empty() {
@@ -58,22 +55,16 @@ pub async fn list(core: &Core, ctx: &Ctx) -> Resp {
 }
 
 pub async fn page(core: &Core, ctx: &Ctx, name: &str) -> Resp {
-    let wf = match crate::http::service_requests::find_workflow(core, name).await {
-        Ok(Some(wf)) => wf,
-        Ok(None) => {
+    let wf = match crate::ops::create::workflow(core, name, None).await {
+        Ok(wf) => wf,
+        Err(OpError::NotFound(_)) => {
             return layout::problem(
                 StatusCode::NOT_FOUND,
                 ctx,
                 &format!("no workflow named {name}"),
             )
         }
-        Err(_) => {
-            return layout::problem(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ctx,
-                "the database is unavailable; try again shortly",
-            )
-        }
+        Err(e) => return super::op_problem(ctx, e),
     };
     let now = SystemTime::now();
     let secs = now
@@ -81,33 +72,24 @@ pub async fn page(core: &Core, ctx: &Ctx, name: &str) -> Resp {
         .map_or(0, |d| d.as_secs()) as i64;
     // The last 60 whole minutes and the current one.
     let first_minute = secs / 60 * 60 - 59 * 60;
-    let window = crate::http::counts::Window {
+    let window = lists::Window {
         workflow: Some(name.to_string()),
         after: SystemTime::UNIX_EPOCH + Duration::from_secs(first_minute as u64),
         before: now,
     };
-    let buckets = match crate::http::counts::read(core, &window).await {
+    let buckets = match lists::counts(core, &window).await {
         Ok(b) => b,
-        Err(_) => {
-            return layout::problem(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ctx,
-                "the database is unavailable; try again shortly",
-            )
-        }
+        Err(e) => return super::op_problem(ctx, e),
     };
-    let totals = crate::http::counts::totals(&buckets);
+    let totals = lists::totals(&buckets);
     let recent = crate::store::search::Filter {
         workflow: Some(name.to_string()),
         limit: 20,
         ..Default::default()
     };
-    let recent = match core.pool.get().await {
-        Ok(conn) => match crate::store::search::search(&conn, &recent).await {
-            Ok((items, _)) => items,
-            Err(e) => return super::unavailable(ctx, e),
-        },
-        Err(e) => return super::unavailable(ctx, e.into()),
+    let recent = match lists::search(core, &recent).await {
+        Ok((items, _)) => items,
+        Err(e) => return super::op_problem(ctx, e),
     };
     let def = &wf.def;
     let body = html! {
@@ -127,7 +109,7 @@ pub async fn page(core: &Core, ctx: &Ctx, name: &str) -> Resp {
         h2 { "Requests per minute, last hour (UTC)" }
         div.legend {
             @for (s, n) in &totals {
-                a href=(for_workflow(name, Some(s))) { (layout::status(s)) " " (n) }
+                a href=(for_workflow(name, Some(s.as_str()))) { (layout::status(s.as_str())) " " (n) }
             }
             @if totals.is_empty() { span.muted { "No request in the last hour." } }
         }
@@ -137,12 +119,11 @@ pub async fn page(core: &Core, ctx: &Ctx, name: &str) -> Resp {
             thead { tr { th { "Created (UTC)" } th { "Request" } th { "Status" } th.hide-narrow { "Reason" } } }
             tbody {
                 @for it in &recent {
-                    @let id = it["id"].as_str().unwrap_or("");
                     tr {
-                        td.mono { (layout::when(it["created_at"].as_str().unwrap_or(""))) }
-                        td.mono { a href={ "/console/serviceRequests/" (id) } { (id) } }
-                        td { (layout::status(it["status"].as_str().unwrap_or(""))) }
-                        td.hide-narrow { (it["reason"].as_str().unwrap_or("")) }
+                        td.mono { (layout::when(&it.created_at)) }
+                        td.mono { a href={ "/console/serviceRequests/" (it.id) } { (it.id) } }
+                        td { (layout::status(it.status.as_str())) }
+                        td.hide-narrow { (it.reason.as_deref().unwrap_or("")) }
                     }
                 }
             }

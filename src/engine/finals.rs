@@ -1,8 +1,10 @@
-//! Final status answers kept in memory. A request whose COMPLETED or FAILED has committed
-//! never changes again, so its answer, once rendered (by the executor that finished it,
-//! or from a database read), answers every later read without Postgres. Bounded (the
-//! oldest entries go first), and an entry older than the retention period is dropped as
-//! the row it shows is.
+//! Final status answers kept in memory. A request whose COMPLETED has committed never
+//! changes again, so its answer answers every later read without Postgres: kept as the
+//! rows it is rendered from by the executor that finished it (most finished requests are
+//! never read), or as the bytes a read rendered. What the answer looks like is not known
+//! here: the renderer is given (`App::new`, from the HTTP layer). Bounded (the oldest
+//! entries go first), and an entry older than the retention period is dropped as the row
+//! it shows is.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -11,7 +13,10 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use uuid::Uuid;
 
-use super::status::{render, Head, StepRow};
+use crate::store::status::{Head, StepRow};
+
+/// Renders the answer of a request from its row and its step rows.
+pub type Render = fn(Uuid, &Head, &[StepRow]) -> Bytes;
 
 /// Shards, so the runtimes rarely contend on one lock.
 const SHARDS: usize = 16;
@@ -36,7 +41,8 @@ struct Shard {
     order: VecDeque<Uuid>,
 }
 
-pub struct StatusCache {
+pub struct FinalAnswers {
+    render: Render,
     shards: Vec<Mutex<Shard>>,
     per_shard: usize,
     /// Rows are deleted this long after they finished (None: kept forever).
@@ -49,10 +55,11 @@ fn now_ms() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
 }
 
-impl StatusCache {
-    /// A cache of at most `capacity` answers (0: none kept).
-    pub fn new(capacity: usize, retention: Option<Duration>) -> StatusCache {
-        StatusCache {
+impl FinalAnswers {
+    /// A cache of at most `capacity` answers (0: none kept), rendered by `render`.
+    pub fn new(capacity: usize, retention: Option<Duration>, render: Render) -> FinalAnswers {
+        FinalAnswers {
+            render,
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             per_shard: capacity.div_ceil(SHARDS),
             retention,
@@ -81,7 +88,7 @@ impl StatusCache {
             }
         };
         // Rendered outside the lock; whoever renders first keeps the bytes.
-        let body = render(*id, &parts.0, &parts.1);
+        let body = (self.render)(*id, &parts.0, &parts.1);
         if let Some(e) = self.shard(id).lock().map.get_mut(id) {
             e.answer = Answer::Rendered(body.clone());
         }
@@ -134,6 +141,11 @@ impl StatusCache {
         }
     }
 
+    /// The answer of `id` from these rows, as the cache renders it.
+    pub fn render(&self, id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
+        (self.render)(id, head, steps)
+    }
+
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().map.len()).sum()
     }
@@ -147,21 +159,25 @@ impl StatusCache {
 mod tests {
     use super::*;
 
+    fn render(_: Uuid, _: &Head, _: &[StepRow]) -> Bytes {
+        Bytes::from_static(b"{}")
+    }
+
     #[test]
     fn keeps_answers_bounded_and_drops_those_past_retention() {
-        let c = StatusCache::new(32, None);
+        let c = FinalAnswers::new(32, None, render);
         let ids: Vec<Uuid> = (0..200).map(|_| Uuid::now_v7()).collect();
         for id in &ids {
             c.insert(*id, Bytes::from_static(b"{}"), None);
         }
         assert!(c.len() <= 32 + SHARDS, "{}", c.len());
         assert!(c.get(ids.last().unwrap()).is_some());
-        let kept = StatusCache::new(10, Some(Duration::from_secs(3600)));
+        let kept = FinalAnswers::new(10, Some(Duration::from_secs(3600)), render);
         let id = Uuid::now_v7();
         kept.insert(id, Bytes::from_static(b"{}"), Some(now_ms() - 7_200_000.0));
         assert!(kept.get(&id).is_none(), "past the retention period");
         kept.insert(id, Bytes::from_static(b"{}"), None);
         assert_eq!(kept.get(&id).unwrap(), Bytes::from_static(b"{}"));
-        assert!(StatusCache::new(0, None).is_empty());
+        assert!(FinalAnswers::new(0, None, render).is_empty());
     }
 }

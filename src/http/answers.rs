@@ -1,0 +1,170 @@
+//! The JSON of answers: Clamp's shapes for a request's status, lists and creates, and
+//! the shapes beyond Clamp, rendered from what the operations (`ops`) return. The one
+//! place answers are built: the store below returns rows, the operations typed results.
+
+use bytes::Bytes;
+use serde_json::{json, Map, Value};
+use uuid::Uuid;
+
+use crate::status::StepStatus;
+use crate::store::queries::RequestRow;
+use crate::store::status::{Head, StepRow};
+
+/// Stored JSON text as a value (validated before it was written); text that does not
+/// parse is shown as a string rather than failing the answer.
+pub fn parsed(text: Option<&str>) -> Option<Value> {
+    text.map(|t| serde_json::from_str(t).unwrap_or_else(|_| Value::String(t.to_string())))
+}
+
+fn text(b: &Option<Bytes>) -> Option<&str> {
+    b.as_deref()
+        .map(|b| std::str::from_utf8(b).unwrap_or("null"))
+}
+
+/// `GET /serviceRequest/{id}`'s answer: Clamp's fields, a STARTED and a final entry per
+/// step attempt, and the fields beyond Clamp where they apply. Given to the `App` as its
+/// renderer, so answers from memory and from reads come from here alike.
+pub fn status(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
+    let mut entries = Vec::with_capacity(steps.len() * 2);
+    let mut first_start: Option<f64> = None;
+    let mut last_end: Option<f64> = None;
+    for s in steps {
+        let request = parsed(text(&s.request));
+        let response = parsed(text(&s.response));
+        let started = s.started_ms;
+        first_start = Some(first_start.map_or(started, |f: f64| f.min(started)));
+        last_end = Some(last_end.map_or(started, |l: f64| l.max(started)));
+        let mut started = json!({
+            "id": s.step_id, "name": &*s.name, "status": StepStatus::Started.as_str(), "time_taken": 0,
+            "payload": {"request": request.clone().unwrap_or(Value::Null), "response": Value::Null},
+            "attempts": s.attempts,
+        });
+        if let Some(c) = s.child_id {
+            started["childServiceRequestId"] = Value::String(c.to_string());
+        }
+        entries.push(started);
+        if s.status != StepStatus::Started {
+            if let Some(f) = s.finished_ms {
+                last_end = Some(last_end.map_or(f, |l: f64| l.max(f)));
+            }
+            let mut entry = json!({
+                "id": s.step_id, "name": &*s.name, "status": s.status.as_str(),
+                "time_taken": s.time_taken_ms.unwrap_or(0),
+                "payload": {"request": request.unwrap_or(Value::Null), "response": response.unwrap_or(Value::Null)},
+                "attempts": s.attempts,
+            });
+            if let Some(reason) = &s.reason {
+                entry["reason"] = Value::String(reason.clone());
+            }
+            if let Some(c) = s.child_id {
+                entry["childServiceRequestId"] = Value::String(c.to_string());
+            }
+            entries.push(entry);
+        }
+    }
+    let total = match (first_start, last_end) {
+        (Some(a), Some(b)) => (b - a).max(0.0).round() as i64,
+        _ => 0,
+    };
+    let mut out = Map::new();
+    out.insert("service_request_id".into(), Value::String(id.to_string()));
+    out.insert(
+        "workflow_name".into(),
+        Value::String(head.workflow_name.to_string()),
+    );
+    // Beyond Clamp: the version of the workflow it runs.
+    out.insert("workflow_version".into(), json!(head.workflow_version));
+    out.insert("status".into(), Value::String(head.status.as_str().into()));
+    out.insert("total_time_in_ms".into(), json!(total));
+    out.insert("current_step_id".into(), json!(head.current_step_id));
+    out.insert("steps".into(), Value::Array(entries));
+    out.insert(
+        "reason".into(),
+        Value::String(head.reason.clone().unwrap_or_default()),
+    );
+    out.insert("created_at".into(), Value::String(head.created_at.clone()));
+    // Beyond Clamp: how often the request was retried after it failed or was cancelled.
+    if head.retries > 0 {
+        out.insert("retries".into(), json!(head.retries));
+    }
+    // Beyond Clamp: the request this one reruns (its reruns: search's `rerunOf`).
+    if let Some(of) = head.rerun_of {
+        out.insert("rerunOf".into(), Value::String(of.to_string()));
+    }
+    // Beyond Clamp: the start a delayed create asked for.
+    if let Some(at) = &head.start_at {
+        out.insert("startAt".into(), Value::String(at.clone()));
+    }
+    // Beyond Clamp: the request whose WORKFLOW step started this one.
+    if let Some(p) = head.parent_id {
+        out.insert("parentId".into(), Value::String(p.to_string()));
+    }
+    // Beyond Clamp: a step whose call failed and is to be tried again.
+    if head.step_attempts > 0 && !head.status.is_finished() {
+        out.insert(
+            "retrying".into(),
+            json!({
+                "step_id": head.current_step_id,
+                "attempts": head.step_attempts,
+                "last_error": head.last_error.as_deref().unwrap_or(""),
+                "next_attempt_at": head.retry_at,
+            }),
+        );
+    }
+    Bytes::from(serde_json::to_vec(&Value::Object(out)).expect("values serialize"))
+}
+
+/// A create's answer without serde: `{"pollUrl":"/serviceRequest/<id>","status":"<status>","serviceRequestId":"<id>"}`.
+pub fn created(id: &Uuid, status: &str) -> Bytes {
+    let mut idbuf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    let id = id.hyphenated().encode_lower(&mut idbuf);
+    let mut out = Vec::with_capacity(128);
+    out.extend_from_slice(b"{\"pollUrl\":\"/serviceRequest/");
+    out.extend_from_slice(id.as_bytes());
+    out.extend_from_slice(b"\",\"status\":\"");
+    out.extend_from_slice(status.as_bytes());
+    out.extend_from_slice(b"\",\"serviceRequestId\":\"");
+    out.extend_from_slice(id.as_bytes());
+    out.extend_from_slice(b"\"}");
+    Bytes::from(out)
+}
+
+/// A create's answer with fields beyond Clamp's (a delayed start, a retry's count).
+pub fn created_with(id: &Uuid, status: &str, extra: &[(&str, Value)]) -> Value {
+    let mut v = json!({
+        "pollUrl": format!("/serviceRequest/{id}"),
+        "status": status,
+        "serviceRequestId": id.to_string(),
+    });
+    for (k, x) in extra {
+        v[*k] = x.clone();
+    }
+    v
+}
+
+/// One request as lists show it (Clamp's list by workflow, and search).
+pub fn request_item(r: &RequestRow) -> Value {
+    json!({
+        "id": r.id.to_string(),
+        "workflow_name": r.workflow_name,
+        "status": r.status.as_str(),
+        "created_at": r.created_at,
+        "payload": parsed(r.payload.as_deref()).unwrap_or(Value::Null),
+        "current_step_id": r.current_step_id,
+        "reason": r.reason.as_deref().unwrap_or(""),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn created_body_shape() {
+        let id = uuid::Uuid::nil();
+        let v: serde_json::Value = serde_json::from_slice(&created(&id, "NEW")).unwrap();
+        assert_eq!(v["pollUrl"], format!("/serviceRequest/{id}"));
+        assert_eq!(v["status"], "NEW");
+        assert_eq!(v["serviceRequestId"], id.to_string());
+    }
+}

@@ -1,0 +1,255 @@
+//! Creating service requests (the hot path): the workflow a create runs, its admission,
+//! and the create itself, now (through the write buffer, answered after its commit) or
+//! at a later start (beyond Clamp). Nothing here logs, and it allocates only what leaves
+//! with the row.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use super::{OpError, Result};
+use crate::config::AckMode;
+use crate::state::Core;
+use crate::status::RequestStatus;
+use crate::store::buffer::PushError;
+use crate::store::{AckError, Created, LoadError, PendingRow};
+use crate::workflow::Workflow;
+
+thread_local! {
+    /// simd-json mutates its input and wants scratch buffers; both are reused per thread.
+    static SCRATCH: RefCell<(Vec<u8>, simd_json::Buffers)> =
+        RefCell::new((Vec::with_capacity(4096), simd_json::Buffers::default()));
+}
+
+/// The stored payload for an empty body.
+const EMPTY_OBJECT: &[u8] = b"{}";
+
+/// Longest `Idempotency-Key` accepted.
+pub const MAX_KEY_LEN: usize = 255;
+
+/// Checks that `body` is empty or one JSON object that Postgres can store.
+pub fn validate_payload(body: &[u8]) -> std::result::Result<(), &'static str> {
+    SCRATCH.with(|s| {
+        let (scratch, buffers) = &mut *s.borrow_mut();
+        scratch.clear();
+        scratch.extend_from_slice(body);
+        let tape = simd_json::to_tape_with_buffers(scratch, buffers)
+            .map_err(|_| "the body is not valid JSON")?;
+        match tape.0.first() {
+            Some(simd_json::Node::Object { .. }) => {}
+            _ => return Err("the body must be a JSON object"),
+        }
+        // jsonb cannot store U+0000; refuse it here rather than fail a whole batch.
+        for node in &tape.0 {
+            if let simd_json::Node::String(s) = node {
+                if s.as_bytes().contains(&0) {
+                    return Err("the body contains \\u0000, which cannot be stored");
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+fn is_blank(b: &[u8]) -> bool {
+    b.iter().all(|c| c.is_ascii_whitespace())
+}
+
+fn unknown_workflow(name: &str) -> OpError {
+    OpError::NotFound(format!("No record found with given workflow name : {name}"))
+}
+
+/// The workflow a create of `name` runs: version `pinned` (beyond Clamp), or the latest
+/// (the map first, then Postgres once: another instance may have made it). A stored
+/// workflow that no longer validates is answered as unknown (and logged where found).
+pub async fn workflow(core: &Core, name: &str, pinned: Option<u32>) -> Result<Arc<Workflow>> {
+    let map = &core.app.workflows;
+    let found = match pinned {
+        None => map.get_or_load(&core.pool, name).await,
+        Some(v) => map.get_or_load_version(&core.pool, name, v).await,
+    };
+    match (found, pinned) {
+        (Ok(Some(wf)), _) => Ok(wf),
+        (Ok(None), Some(v)) => Err(OpError::NotFound(format!(
+            "No record found with given workflow name : {name} (version {v})"
+        ))),
+        (Ok(None), None) | (Err(LoadError::Invalid { .. }), _) => Err(unknown_workflow(name)),
+        (Err(LoadError::Store(e)), _) => Err(OpError::Store {
+            error: e,
+            doing: "workflow lookup",
+        }),
+    }
+}
+
+/// The `Idempotency-Key` of a create, as the digest it is kept by (scoped to the
+/// workflow); 400 for one that is empty, too long, or not printable ASCII.
+pub fn key(raw: Option<&[u8]>, workflow: &str) -> Result<Option<Uuid>> {
+    let Some(k) = raw else {
+        return Ok(None);
+    };
+    match std::str::from_utf8(k) {
+        Ok(k)
+            if !k.is_empty()
+                && k.len() <= MAX_KEY_LEN
+                && k.bytes().all(|b| b.is_ascii_graphic() || b == b' ') =>
+        {
+            Ok(Some(crate::store::idempotency::key_hash(workflow, k)))
+        }
+        _ => Err(OpError::BadRequest(format!(
+            "Idempotency-Key must be 1 to {MAX_KEY_LEN} printable ASCII characters"
+        ))),
+    }
+}
+
+/// Refuses a create at once (503) while the database is known to be down, before its
+/// body is read.
+pub fn admit(core: &Core) -> Result<()> {
+    if core.buffer.presumed_down() {
+        core.app.metrics.rejected_overload.inc();
+        return Err(OpError::Unavailable("database unavailable, retry later"));
+    }
+    Ok(())
+}
+
+/// A create, its workflow found and admitted.
+pub struct NewRequest {
+    pub workflow: Arc<Workflow>,
+    /// The create named its version.
+    pub pinned: bool,
+    /// `key`'s digest.
+    pub key: Option<Uuid>,
+    /// The forwardable headers, as a JSON array of `[name, value]` pairs.
+    pub headers: Bytes,
+    /// The body as sent (empty, or a JSON object: checked here).
+    pub body: Bytes,
+    /// A start later than now (beyond Clamp); None: at once.
+    pub start: Option<SystemTime>,
+}
+
+/// What a create became.
+#[derive(Debug)]
+pub enum Outcome {
+    /// A new request, stored (and answered after its commit unless `--ack accept`).
+    New(Uuid),
+    /// A new request that starts at `start` (beyond Clamp).
+    Delayed { id: Uuid, start: SystemTime },
+    /// Its `Idempotency-Key` was used before with the same payload: that request, and its
+    /// status now (None: deleted by retention since).
+    Existing {
+        id: Uuid,
+        status: Option<RequestStatus>,
+    },
+}
+
+/// Creates a service request. Its key used before for another payload is 422; an
+/// overloaded buffer or a batch that did not commit is 503.
+pub async fn create(core: &Core, r: NewRequest) -> Result<Outcome> {
+    let app = &core.app;
+    let payload = if is_blank(&r.body) {
+        Bytes::from_static(EMPTY_OBJECT)
+    } else {
+        validate_payload(&r.body).map_err(|msg| OpError::BadRequest(msg.into()))?;
+        r.body
+    };
+    if let Some(start) = r.start {
+        if r.key.is_some() {
+            return Err(OpError::BadRequest(
+                "Idempotency-Key cannot be combined with startAt or delayMs".into(),
+            ));
+        }
+        // Boxed: the create future every request allocates stays the size of the hot path.
+        return Box::pin(delayed(
+            core,
+            &r.workflow,
+            r.pinned,
+            &payload,
+            &r.headers,
+            start,
+        ))
+        .await;
+    }
+    let id = crate::ids::new_v7();
+    let created_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64);
+    let (ack, done) = if app.config.ack == AckMode::Commit || r.key.is_some() {
+        let (tx, rx) = oneshot::channel();
+        (Some(tx), Some(rx))
+    } else {
+        (None, None)
+    };
+    let name = r.workflow.def.name.clone();
+    let row = PendingRow {
+        id,
+        workflow: r.workflow,
+        pinned: r.pinned,
+        payload,
+        headers: r.headers,
+        key: r.key,
+        created_us,
+        ack,
+    };
+    match core.buffer.push(row, app.config.enqueue_wait).await {
+        Ok(()) => {}
+        Err(PushError::Overloaded) => {
+            app.metrics.rejected_overload.inc();
+            return Err(OpError::Unavailable(
+                "too many requests in flight, retry later",
+            ));
+        }
+        Err(PushError::Closed) => return Err(OpError::Unavailable("shutting down")),
+    }
+    let Some(done) = done else {
+        return Ok(Outcome::New(id));
+    };
+    match done.await {
+        Ok(Ok(Created::New(id))) => Ok(Outcome::New(id)),
+        Ok(Ok(Created::Existing { id, status })) => Ok(Outcome::Existing { id, status }),
+        Ok(Ok(Created::Mismatch { id })) => Err(OpError::Unprocessable(format!(
+            "this Idempotency-Key was used for workflow {name} with another payload \
+             (service request {id})"
+        ))),
+        Ok(Err(AckError::Invalid)) => Err(OpError::BadRequest(
+            "the payload cannot be stored: the database refused it".into(),
+        )),
+        Ok(Err(AckError::Unavailable)) | Err(_) => {
+            app.metrics.rejected_overload.inc();
+            Err(OpError::Unavailable("database unavailable, retry later"))
+        }
+    }
+}
+
+/// Stores a delayed request (`store::delayed`): unleased until its start, when any
+/// instance's sweeper claims it. Answered after its commit, like every create.
+async fn delayed(
+    core: &Core,
+    wf: &Workflow,
+    pinned: bool,
+    payload: &[u8],
+    headers: &[u8],
+    start: SystemTime,
+) -> Result<Outcome> {
+    let id = crate::ids::new_v7();
+    let conn = core
+        .pool
+        .get()
+        .await
+        .map_err(OpError::pool("delayed create"))?;
+    let row = crate::store::delayed::Delayed {
+        id,
+        workflow: &wf.def.name,
+        version: if pinned { wf.def.version as i32 } else { 0 },
+        payload,
+        headers,
+        created: SystemTime::now(),
+        start,
+    };
+    crate::store::delayed::insert(&conn, &row)
+        .await
+        .map_err(OpError::store("delayed create"))?;
+    Ok(Outcome::Delayed { id, start })
+}

@@ -1,0 +1,104 @@
+//! The operations of clamp's API, each one function in one module whatever carries it
+//! (HTTP, the console, a broker): typed input, a typed result, and each side effect
+//! (metrics, spans, notifying waiters, waking the executor) done once, here. HTTP and the
+//! console parse, call and render what comes back; the store below returns rows; nothing
+//! here builds an answer's JSON or markup.
+//!
+//! - `create`: create, delayed create, and the workflow a create runs;
+//! - `read`: a request's status answer, and the long poll;
+//! - `lists`: Clamp's list by workflow, search, counts;
+//! - `control`: cancel, retry, bulk retry, rerun;
+//! - `respond`: a paused step's answer (`POST /stepResponse`);
+//! - `workflows`: define, replace, read, versions, list;
+//! - `schedules`: define, replace, read, list, delete, trigger, pause, resume.
+
+pub mod control;
+pub mod create;
+pub mod lists;
+pub mod read;
+pub mod respond;
+pub mod schedules;
+pub mod workflows;
+
+use crate::engine::EngineError;
+use crate::store::StoreError;
+
+/// Why an operation did not happen, in classes its callers answer by (an HTTP status,
+/// a console message); the message is for the caller to show.
+#[derive(Debug)]
+pub enum OpError {
+    /// The input is wrong (HTTP 400).
+    BadRequest(String),
+    /// What it names does not exist (404).
+    NotFound(String),
+    /// It cannot happen in the state things are in (409).
+    Conflict(String),
+    /// It can never apply (422).
+    Unprocessable(String),
+    /// Overload, or the database known to be down: try again soon (503).
+    Unavailable(&'static str),
+    /// The database failed while `doing` it, as its class says (logged once where it
+    /// becomes an answer).
+    Store {
+        error: StoreError,
+        doing: &'static str,
+    },
+    /// Something that should not happen (500); `detail` is logged, never shown.
+    Internal(String),
+}
+
+/// What operations return.
+pub type Result<T, E = OpError> = std::result::Result<T, E>;
+
+impl OpError {
+    /// A database failure while `doing` something.
+    pub fn store(doing: &'static str) -> impl Fn(StoreError) -> OpError {
+        move |error| OpError::Store { error, doing }
+    }
+
+    /// A failure to get a pooled connection while `doing` something.
+    pub fn pool<E: std::error::Error + Send + Sync + 'static>(
+        doing: &'static str,
+    ) -> impl Fn(bb8::RunError<E>) -> OpError {
+        move |e| OpError::Store {
+            error: e.into(),
+            doing,
+        }
+    }
+
+    /// An engine failure while `doing` something: bad input 400, input that can never
+    /// apply (its workflow is gone or no longer validates) 422.
+    pub fn engine(doing: &'static str) -> impl Fn(EngineError) -> OpError {
+        move |e| match e {
+            EngineError::Store(error) => OpError::Store { error, doing },
+            EngineError::BadInput(msg) => OpError::BadRequest(msg),
+            e @ (EngineError::WorkflowMissing(_) | EngineError::WorkflowInvalid { .. }) => {
+                OpError::Unprocessable(format!("this cannot be applied: {e}"))
+            }
+        }
+    }
+
+    /// The message to show for this error, as every caller shows it (a store error's
+    /// detail stays out; `http::response` logs it).
+    pub fn message(&self) -> String {
+        match self {
+            OpError::BadRequest(m)
+            | OpError::NotFound(m)
+            | OpError::Conflict(m)
+            | OpError::Unprocessable(m) => m.clone(),
+            OpError::Unavailable(m) => (*m).to_string(),
+            OpError::Store { error, .. } => match error {
+                StoreError::Conflict => "already exists".into(),
+                StoreError::Invalid(_) => "the data was refused by the database".into(),
+                StoreError::Unavailable(_) => "database unavailable, retry later".into(),
+                StoreError::Internal(_) => "internal error".into(),
+            },
+            OpError::Internal(_) => "internal error".into(),
+        }
+    }
+}
+
+/// "no service request with this id": the one answer for an unknown request.
+pub fn no_request() -> OpError {
+    OpError::NotFound("no service request with this id".into())
+}

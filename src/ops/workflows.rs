@@ -1,0 +1,250 @@
+//! Workflows: define (version 1), replace (the next version, beyond Clamp), read (the
+//! latest as Postgres has it, or one version), versions, and Clamp's page of them. A
+//! definition is validated and compiled before it is stored (a `when` that does not
+//! compile is refused there), and its WORKFLOW steps must start known workflows without
+//! a circle. Every one read or stored is cached in the workflow map.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::{OpError, Result};
+use crate::state::Core;
+use crate::store::queries::{self, Versioned, WorkflowSort};
+use crate::store::{LoadError, StoreError};
+use crate::workflow::validate::includes;
+use crate::workflow::{compile, set_default_reply_to, Workflow, WorkflowDef};
+
+/// A definition as posted, validated and compiled (its version left to the store): the
+/// steps' broker replies default to the server's response queue and topic.
+pub fn compile_posted(core: &Core, body: &[u8]) -> Result<Workflow> {
+    let mut def: WorkflowDef = match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(v @ serde_json::Value::Object(_)) => serde_json::from_value(v)
+            .map_err(|e| OpError::BadRequest(format!("invalid workflow definition: {e}")))?,
+        Ok(_) => {
+            return Err(OpError::BadRequest(
+                "the workflow definition must be a JSON object".into(),
+            ))
+        }
+        Err(e) => {
+            return Err(OpError::BadRequest(format!(
+                "the body is not valid JSON: {e}"
+            )))
+        }
+    };
+    def.version = 1;
+    let b = &core.app.config.brokers;
+    set_default_reply_to(&mut def, &b.amqp_response_queue, &b.kafka_response_topic);
+    compile(def).map_err(|e| OpError::BadRequest(e.0))
+}
+
+/// A workflow still to look at while checking includes: the path to it, its name and
+/// version, and where the root names it.
+type Pending = (Vec<String>, String, Option<u32>, Option<String>);
+
+/// Refuses (400) a workflow whose WORKFLOW steps start an unknown workflow (or version),
+/// or that would include itself, directly or through others (the message names the
+/// circle). Any new circle passes through the workflow being stored, so only paths from
+/// it are followed.
+async fn check_includes(core: &Core, wf: &Workflow) -> Result<()> {
+    let root = wf.def.name.clone();
+    let mut todo: Vec<Pending> = includes(wf)
+        .into_iter()
+        .map(|(name, v, at)| (vec![root.clone()], name, v, Some(at)))
+        .collect();
+    let mut seen: Vec<(String, Option<u32>)> = Vec::new();
+    while let Some((path, name, version, at)) = todo.pop() {
+        let mut path = path;
+        path.push(name.clone());
+        if name == root {
+            return Err(OpError::BadRequest(format!(
+                "the workflow would include itself: {}",
+                path.join(" → ")
+            )));
+        }
+        if seen.contains(&(name.clone(), version)) {
+            continue;
+        }
+        seen.push((name.clone(), version));
+        let map = &core.app.workflows;
+        let found = match version {
+            Some(v) => map.get_or_load_version(&core.pool, &name, v).await,
+            None => map.get_or_load(&core.pool, &name).await,
+        };
+        let child = match found {
+            Ok(Some(c)) => c,
+            Ok(None) | Err(LoadError::Invalid { .. }) => {
+                let what = version.map_or(String::new(), |v| format!(" version {v}"));
+                return Err(OpError::BadRequest(match at {
+                    Some(at) => format!("{at}.val.workflow: no workflow {name}{what}"),
+                    None => format!(
+                        "{} includes {name}{what}, which is not known",
+                        path.join(" → ")
+                    ),
+                }));
+            }
+            Err(LoadError::Store(error)) => {
+                return Err(OpError::Store {
+                    error,
+                    doing: "workflow lookup",
+                })
+            }
+        };
+        for (n, v, _) in includes(&child) {
+            todo.push((path.clone(), n, v, None));
+        }
+    }
+    Ok(())
+}
+
+/// `POST /workflow`: stores `wf` as version 1 of a new name (409 when it is taken).
+pub async fn define(core: &Core, mut wf: Workflow) -> Result<Arc<Workflow>> {
+    check_includes(core, &wf).await?;
+    let doing = "create workflow";
+    let id = crate::ids::new_v7();
+    wf.def.id = id.to_string();
+    let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
+    match queries::insert_workflow(&conn, &wf.def, id).await {
+        Ok(created_at) => {
+            wf.def.created_at = created_at.clone();
+            wf.def.updated_at = created_at;
+            wf.json =
+                Bytes::from(serde_json::to_vec(&wf.def).expect("a workflow always serializes"));
+            let wf = Arc::new(wf);
+            core.app.workflows.insert(wf.clone());
+            Ok(wf)
+        }
+        Err(StoreError::Conflict) => Err(OpError::Conflict(format!(
+            "a workflow named '{}' already exists",
+            wf.def.name
+        ))),
+        Err(error) => Err(OpError::Store { error, doing }),
+    }
+}
+
+fn no_workflow(name: &str) -> OpError {
+    OpError::NotFound(format!("No record exists with workflow name : {name}"))
+}
+
+/// `PUT /workflow/{name}` (beyond Clamp): `wf` becomes the workflow's next version; the
+/// same definition as the latest stores nothing and answers the latest. Requests already
+/// created keep their version.
+pub async fn replace(core: &Core, name: &str, wf: Workflow) -> Result<Arc<Workflow>> {
+    if wf.def.name != name {
+        return Err(OpError::BadRequest(format!(
+            "name: the definition is named {:?}, the path {name:?}",
+            wf.def.name
+        )));
+    }
+    check_includes(core, &wf).await?;
+    let doing = "version workflow";
+    let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
+    let stored = match queries::put_workflow(&conn, &wf.def)
+        .await
+        .map_err(OpError::store(doing))?
+    {
+        Versioned::New(v) | Versioned::Unchanged(v) => v,
+        Versioned::Unknown => return Err(no_workflow(name)),
+    };
+    drop(conn);
+    cached(core, stored)
+}
+
+/// A stored definition compiled and cached (as served: `json` is it, stamps included).
+fn cached(core: &Core, stored: serde_json::Value) -> Result<Arc<Workflow>> {
+    let internal =
+        |why: String| OpError::Internal(format!("a stored workflow does not load: {why}"));
+    let def: WorkflowDef = serde_json::from_value(stored).map_err(|e| internal(e.to_string()))?;
+    let mut wf = compile(def).map_err(|e| internal(e.0))?;
+    wf.json = Bytes::from(serde_json::to_vec(&wf.def).expect("a workflow always serializes"));
+    let wf = Arc::new(wf);
+    core.app.workflows.insert(wf.clone());
+    Ok(wf)
+}
+
+/// `GET /workflow/{name}`: the latest version as Postgres has it (another instance may
+/// have stored it), or beyond Clamp `version`.
+pub async fn read(core: &Core, name: &str, version: Option<u32>) -> Result<Arc<Workflow>> {
+    if let Some(version) = version {
+        return match core
+            .app
+            .workflows
+            .get_or_load_version(&core.pool, name, version)
+            .await
+        {
+            Ok(Some(wf)) => Ok(wf),
+            Ok(None) => Err(OpError::NotFound(format!(
+                "workflow {name} has no version {version}"
+            ))),
+            Err(LoadError::Invalid { reason, .. }) => Err(OpError::Conflict(format!(
+                "that version no longer validates: {reason}"
+            ))),
+            Err(LoadError::Store(error)) => Err(OpError::Store {
+                error,
+                doing: "workflow lookup",
+            }),
+        };
+    }
+    if crate::workflow::validate::check_name(name).is_err() {
+        return Err(no_workflow(name));
+    }
+    let doing = "workflow lookup";
+    let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
+    let stored = queries::latest_definition(&conn, name)
+        .await
+        .map_err(OpError::store(doing))?
+        .ok_or_else(|| no_workflow(name))?;
+    drop(conn);
+    match core.app.workflows.get(name) {
+        // Known here already: served as cached (the same bytes as the version's).
+        Some(wf) if Some(wf.def.version as u64) == stored["version"].as_u64() => Ok(wf),
+        _ => cached(core, stored),
+    }
+}
+
+/// One version of a workflow.
+pub struct Version {
+    pub version: i32,
+    pub created_at: String,
+    pub description: String,
+}
+
+/// `GET /workflow/{name}/versions` (beyond Clamp): every version, oldest first.
+pub async fn versions(core: &Core, name: &str) -> Result<Vec<Version>> {
+    let doing = "workflow versions";
+    let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
+    let v = queries::workflow_versions(&conn, name)
+        .await
+        .map_err(OpError::store(doing))?;
+    if v.is_empty() {
+        return Err(no_workflow(name));
+    }
+    Ok(v.into_iter()
+        .map(|(version, created_at, description)| Version {
+            version,
+            created_at,
+            description,
+        })
+        .collect())
+}
+
+/// A page of definitions (as stored) and how many there are.
+pub struct WorkflowPage {
+    pub definitions: Vec<serde_json::Value>,
+    pub total: i64,
+}
+
+/// `GET /workflows`: page `number` (1-based, as Clamp) of `size` definitions, sorted.
+pub async fn list(
+    core: &Core,
+    number: i64,
+    size: i64,
+    sort: &[(WorkflowSort, bool)],
+) -> Result<WorkflowPage> {
+    let doing = "list workflows";
+    let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
+    let (definitions, total) = queries::workflows_page(&conn, size, size * (number - 1), sort)
+        .await
+        .map_err(OpError::store(doing))?;
+    Ok(WorkflowPage { definitions, total })
+}
