@@ -18,6 +18,13 @@ sibling (`super::x`, `crate::<module>::x`, or `x` named in `use super::{…}`) i
 arrow between files, `mod.rs` (which declares and re-exports its children) aside, and
 the check fails on any cycle of such arrows.
 
+Answers are built in one layer: `http/` renders every answer's JSON and every page's
+markup from the typed results of `ops/`. Below it, `maud` is used nowhere, and the layers
+an answer's data passes through on its way up (store, state, ops, config, telemetry and
+the leaves) build no JSON (`json!`, `serde_json::Map::new`): they return rows and typed
+structs. The engine and the workflow language build JSON of their own (a step's request,
+its context, its record), which is workflow data, not an answer.
+
     scripts/check-deps.py            # exit 1 and the offending files on a violation
 """
 import pathlib
@@ -32,16 +39,38 @@ LAYER = {
     "store": 3,
     "engine": 4,
     "state": 5,
-    "http": 6,
-    "broker": 6,
-    "runtime": 7,
-    "workflow_files": 7,
-    "lib": 8,
-    "main": 8,
+    "ops": 6,
+    "http": 7,
+    "broker": 7,
+    "runtime": 8,
+    "workflow_files": 8,
+    "lib": 9,
+    "main": 9,
 }
-LEAVES = {"metrics", "ids", "backoff", "error_chain", "batches", "tls"}
+LEAVES = {"metrics", "ids", "backoff", "error_chain", "batches", "tls", "status"}
 USE = re.compile(r"\bcrate::([a-z_]+)")
 GROUP = re.compile(r"\buse crate::\{([^}]*)\}", re.S)
+
+
+# Where answers may be built, and what building one looks like.
+MARKUP_OK = {"http"}
+JSON_OK = {"http", "broker", "runtime", "workflow_files", "lib", "main", "engine", "workflow"}
+MARKUP = re.compile(r"\bmaud\b|\bhtml!\s*\{")
+JSON_BUILT = re.compile(r"\bjson!\s*[({\[]|\bserde_json::Map::(?:new|with_capacity)\b|\bMap::(?:new|with_capacity)\(")
+
+
+def answers_below_http():
+    """(file, what) for each answer built below `http/`, tests aside."""
+    out = []
+    for f in sorted((ROOT / "src").rglob("*.rs")):
+        me = module_of(f)
+        src = f.read_text().split("#[cfg(test)]")[0]
+        rel = str(f.relative_to(ROOT))
+        if me not in MARKUP_OK and MARKUP.search(src):
+            out.append((rel, "markup (maud)"))
+        if me not in JSON_OK and JSON_BUILT.search(src):
+            out.append((rel, "JSON (json!, serde_json::Map)"))
+    return out
 
 
 def module_of(path: pathlib.Path) -> str:
@@ -139,8 +168,12 @@ def main() -> int:
         if not allowed(a, b):
             print(f"check-deps: {a} -> {b} points against the direction: {', '.join(sorted(set(files)))}")
             bad += 1
+    for rel, what in answers_below_http():
+        print(f"check-deps: {rel} builds {what} below http/; return typed data and render it in http/")
+        bad += 1
     if bad == 0:
-        print(f"check-deps: {len(all_arrows)} arrows between modules, all in the direction")
+        print(f"check-deps: {len(all_arrows)} arrows between modules, all in the direction; "
+              "answers built only in http/")
     return 1 if bad else 0
 
 
