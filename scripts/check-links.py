@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Checks the relative links of the README, ARCHITECTURE.md and the guide under docs/.
+"""Checks the relative links of the README, ARCHITECTURE.md, the guide under docs/ and perf/
+(perf/README.md and every record and README under perf/runs/).
 
 Every Markdown link `[text](target)` or `[text](target#anchor)` whose target is not
 external (http:, https:, mailto:) must name a file or directory that exists, relative to
@@ -29,13 +30,14 @@ EXTERNAL = ("http:", "https:", "mailto:")
 
 
 def files_to_check():
-    """README.md, ARCHITECTURE.md and every .md under docs/, in a stable order."""
+    """README.md, ARCHITECTURE.md and every .md under docs/ and perf/, in a stable order."""
     out = [p for p in ("README.md", "ARCHITECTURE.md") if os.path.exists(os.path.join(ROOT, p))]
-    for dirpath, dirnames, filenames in os.walk(os.path.join(ROOT, "docs")):
-        dirnames.sort()
-        for name in sorted(filenames):
-            if name.endswith(".md"):
-                out.append(os.path.relpath(os.path.join(dirpath, name), ROOT))
+    for top in ("docs", "perf"):
+        for dirpath, dirnames, filenames in os.walk(os.path.join(ROOT, top)):
+            dirnames[:] = sorted(d for d in dirnames if d != "target")
+            for name in sorted(filenames):
+                if name.endswith(".md"):
+                    out.append(os.path.relpath(os.path.join(dirpath, name), ROOT))
     return out
 
 
