@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Runs every test: starts (installing if needed) the services the tests talk to, then
-# the whole workspace's unit and integration tests, and closes with one total line.
+# Runs every test: the Python tests of scripts/, then starts (installing if needed) the
+# services the tests talk to, then the whole workspace's unit and integration tests, and
+# closes with one total line (of the cargo tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The Python tests of scripts/ first (the bench scripts' arithmetic, scripts/benchmath.py):
+# quick, and they need no service; a failure stops the run here (set -e).
+python3 -m unittest discover -s scripts -p 'test_*.py'
 scripts/services.sh all
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

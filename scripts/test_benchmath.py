@@ -1,0 +1,133 @@
+"""Tests of scripts/benchmath.py, the bench scripts' arithmetic.
+
+    python3 -m unittest discover -s scripts -p 'test_*.py'
+"""
+
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+from contextlib import redirect_stdout
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchmath  # noqa: E402
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "benchmath.py")
+
+WRK = """Running 10s test @ http://127.0.0.1:18090/health
+  1 threads and 128 connections
+  Latency Distribution
+     50%    1.52ms
+     75%    2.10ms
+     90%    3.01ms
+     99%   12.27ms
+  211280 requests in 10.00s, 30.02MB read
+  Non-2xx or 3xx responses: 17
+Requests/sec:  21128.04
+Transfer/sec:      3.00MB
+"""
+
+
+def run(*args, stdin=None):
+    """The CLI's output (stripped) and exit status."""
+    out = io.StringIO()
+    old_stdin = sys.stdin
+    if stdin is not None:
+        sys.stdin = io.StringIO(stdin)
+    try:
+        with redirect_stdout(out):
+            rc = benchmath.main(list(args))
+    finally:
+        sys.stdin = old_stdin
+    return out.getvalue().strip(), rc
+
+
+class Functions(unittest.TestCase):
+    def test_median_odd_even_and_empty(self):
+        self.assertEqual(benchmath.median(["3", "1", "2"]), 2)
+        self.assertEqual(benchmath.median([0.34, 0.28, 0.35, 0.30]), 0.32)
+        self.assertTrue(math.isnan(benchmath.median([])))
+
+    def test_ratio(self):
+        self.assertAlmostEqual(benchmath.ratio(21016, 74125), 0.28352, places=5)
+        self.assertTrue(math.isnan(benchmath.ratio(1, 0)))
+
+    def test_cpu_per_is_microseconds_per_item(self):
+        # 150 ticks = 1.5 s of CPU over 60,000 requests: 25 µs each.
+        self.assertAlmostEqual(benchmath.cpu_per(150, 60000), 25.0)
+        # As bench-keys.sh had it inline: (s1 - s0) * 1e4 / secs / rate.
+        ticks, secs, r = 97, 6, 20113
+        self.assertAlmostEqual(benchmath.cpu_per(ticks, secs * r), ticks * 1e4 / secs / r)
+        self.assertTrue(math.isnan(benchmath.cpu_per(5, 0)))
+
+    def test_cores(self):
+        self.assertAlmostEqual(benchmath.cores(150, 6), 0.25)
+        self.assertTrue(math.isnan(benchmath.cores(150, 0)))
+
+    def test_rate(self):
+        self.assertEqual(benchmath.rate(100, 2100, 0.0, 4.0), 500)
+        self.assertTrue(math.isnan(benchmath.rate(1, 2, 3.0, 3.0)))
+
+    def test_p90_matches_the_scripts_index(self):
+        xs = list(range(1, 11))  # 10 values: index int(9) - 1 = 8, the value 9
+        self.assertEqual(benchmath.p90(reversed(xs)), 9)
+        self.assertEqual(benchmath.p90([7]), 7)
+        self.assertTrue(math.isnan(benchmath.p90([])))
+
+    def test_wrk(self):
+        self.assertEqual(benchmath.wrk(WRK), (21128.04, 17, "12.27ms"))
+        r, n, q = benchmath.wrk("no output")
+        self.assertTrue(math.isnan(r))
+        self.assertEqual((n, q), (0, None))
+
+    def test_json_field(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump({"achieved_rate": 12345.6, "e2e": {"completed_rate": 99.5}}, f)
+        try:
+            self.assertEqual(benchmath.json_field(f.name, "achieved_rate"), 12345.6)
+            self.assertEqual(benchmath.json_field(f.name, "e2e.completed_rate"), 99.5)
+        finally:
+            os.unlink(f.name)
+
+
+class Cli(unittest.TestCase):
+    def test_median_from_arguments_and_stdin(self):
+        self.assertEqual(run("median", "3", "1", "2"), ("2", 0))
+        self.assertEqual(run("--fmt", ".2f", "median", stdin="0.35\n0.28\n0.34\n"), ("0.34", 0))
+
+    def test_fmt_after_the_subcommand(self):
+        self.assertEqual(run("ratio", "21016", "74125", "--fmt", ".2f"), ("0.28", 0))
+
+    def test_nan_without_inputs(self):
+        self.assertEqual(run("ratio", "1", "0"), ("nan", 0))
+        self.assertEqual(run("median", stdin=""), ("nan", 0))
+
+    def test_malformed_number_exits_2(self):
+        self.assertEqual(run("ratio", "x", "1")[1], 2)
+
+    def test_cpu_per_cores_rate_elapsed(self):
+        self.assertEqual(run("cpu-per", "150", "60000", "--fmt", ".1f"), ("25.0", 0))
+        self.assertEqual(run("cores", "150", "6", "--fmt", ".2f"), ("0.25", 0))
+        self.assertEqual(run("rate", "100", "2100", "0", "4", "--fmt", ",.0f"), ("500", 0))
+        self.assertEqual(run("elapsed", "1.25", "3.5", "--fmt", ".1f"), ("2.2", 0))
+
+    def test_wrk_line(self):
+        with tempfile.NamedTemporaryFile("w", delete=False) as f:
+            f.write(WRK)
+        try:
+            self.assertEqual(run("wrk", f.name, "--fmt", ".0f"), ("21128 17 12.27ms", 0))
+        finally:
+            os.unlink(f.name)
+
+    def test_runs_as_a_program(self):
+        out = subprocess.run([sys.executable, SCRIPT, "median", "5", "1", "4"],
+                             capture_output=True, text=True, check=True).stdout
+        self.assertEqual(out, "4\n")
+
+
+if __name__ == "__main__":
+    unittest.main()
