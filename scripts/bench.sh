@@ -1,147 +1,95 @@
 #!/usr/bin/env bash
-# The benchmark suite. Builds release binaries, makes sure Postgres runs, and for each
-# runtime layout (per-core, multi-thread) starts a fresh database and server and measures,
-# at equal settings and side by side:
-#   health           GET /health, the ceiling every other figure is divided by
-#   create (commit)  POST /serviceRequest, answered after COMMIT (API-only server)
-#   create (accept)  POST /serviceRequest, answered on enqueue (API-only server)
-#   e2e              a two-step HTTP workflow against the built-in mock: create, then poll
-#                    until COMPLETED (the executor on)
-# plus a wrk cross-check of health and a --find-max search for create. Everything goes to
-# perf/runs/<date>-<host>/: command lines, machine description, raw JSON, plots, summary.
+# create ÷ health, measured as pairs: for each round, GET /health then POST /serviceRequest
+# against the same server, closed loop, back to back, with the CPU each process used
+# (server, all Postgres processes, the load generator) and how busy the machine was.
+# On a shared machine one pair can be off by ±20%; the median of several pairs is the
+# figure to quote. Writes perf/runs/<date>-<host>/<tag>.md.
 #
-#   scripts/bench.sh                     # CONNS=128 DURATION=15s WARMUP=2s THREADS=2 by default
-#   DURATION=5s scripts/bench.sh         # a quick run
+#   scripts/bench-ratio.sh                                   # ack=commit, 128 connections, 5 rounds of 8 s
+#   ACK=accept CONNS=512 ROUNDS=3 DURATION=10 scripts/bench-ratio.sh
+#   SERVER_FLAGS="--flush-concurrency 1" TAG=fc1 scripts/bench-ratio.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ACK=${ACK:-commit}
 CONNS=${CONNS:-128}
-DURATION=${DURATION:-15s}
-WARMUP=${WARMUP:-2s}
-GEN_THREADS=${THREADS:-2}
-FINDMAX=${FINDMAX:-1}
-scripts/services.sh postgres
-cargo build --release --workspace --bins
-bin=target/release
+DURATION=${DURATION:-8}
+ROUNDS=${ROUNDS:-5}
+bin=${BIN:-target/release}
+[ -n "${BIN:-}" ] || { scripts/services.sh postgres >/dev/null; cargo build --release --workspace --bins -q; }
 out=perf/runs/$(date -u +%Y-%m-%d)-$(hostname)
 mkdir -p "$out"
+tag=${TAG:-ratio-$ACK-c$CONNS}
 base=postgres://postgres@127.0.0.1:5432
-db=clamp_bench_suite
-port=18100
-mock_port=18101
-cmds="$out/commands.txt"
-: > "$cmds"
-
-{
-  echo "date: $(date -u +%FT%TZ)"
-  echo "host: $(hostname)"
-  echo "nproc: $(nproc)"
-  grep -m1 'model name' /proc/cpuinfo || true
-  grep -m1 'cpu MHz' /proc/cpuinfo || true
-  free -g | sed -n 2p
-  echo "kernel: $(uname -r)"
-  echo "postgres: $(psql "$base/postgres" -Atc 'show server_version')"
-  echo "load before run: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo none)"
-  echo "settings: connections=$CONNS duration=$DURATION warmup=$WARMUP generator-threads=$GEN_THREADS"
-  echo "note: server, Postgres, the mock and the load generator all share this machine"
-} > "$out/machine.txt"
-
-run() { echo "$*" >> "$cmds"; "$@"; }
-
+db=clamp_bench_ratio
+port=18300
+mock_port=18301
+server_cmd="$bin/clamp --port $port --bind 127.0.0.1 --database-url $base/$db --ack $ACK --max-running 0 ${SERVER_FLAGS:-}"
+psql "$base/postgres" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
+$server_cmd > "$out/$tag-server.log" 2>&1 &
+server_pid=$!
 "$bin/clamp-bench" mock --port $mock_port --threads 1 >/dev/null 2>&1 &
 mock_pid=$!
-server_pid=
-cleanup() { kill $mock_pid ${server_pid:-} 2>/dev/null || true; }
-trap cleanup EXIT
+trap 'kill $server_pid $mock_pid 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do curl -sf "localhost:$port/health" >/dev/null && break; sleep 0.1; done
 
-start_server() { # name, flags...
-  local name=$1; shift
-  [ -n "$server_pid" ] && { kill -TERM $server_pid; wait $server_pid 2>/dev/null || true; }
-  psql "$base/postgres" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
-  echo "$bin/clamp --port $port --bind 127.0.0.1 --database-url $base/$db $*" >> "$cmds"
-  "$bin/clamp" --port $port --bind 127.0.0.1 --database-url "$base/$db" "$@" > "$out/server-$name.log" 2>&1 &
-  server_pid=$!
-  for _ in $(seq 1 100); do curl -sf "localhost:$port/health" >/dev/null && return 0; sleep 0.1; done
-  echo "bench: server $name did not start" >&2; exit 1
+# Cumulative CPU ticks: server, Postgres (every process), generator, machine busy, machine total.
+ticks() {
+  local p pg=0 gen=0
+  for p in $(pgrep -x postgres); do pg=$((pg + $(awk '{print $14+$15}' /proc/$p/stat 2>/dev/null || echo 0))); done
+  for p in $(pgrep -x clamp-bench); do gen=$((gen + $(awk '{print $14+$15}' /proc/$p/stat 2>/dev/null || echo 0))); done
+  read -r _ u n s i w irq sirq st _ < /proc/stat
+  echo "$(awk '{print $14+$15}' /proc/$server_pid/stat) $pg $gen $((u + n + s + irq + sirq + st)) $((u + n + s + i + w + irq + sirq + st))"
 }
 
-gen=(-c "$CONNS" -t "$GEN_THREADS" -d "$DURATION" --warmup "$WARMUP" -q)
-url=http://127.0.0.1:$port
-for rt in per-core multi-thread; do
-  start_server "$rt-commit" --runtime $rt --ack commit --max-running 0
-  run "$bin/clamp-bench" health --url $url "${gen[@]}" --json "$out/$rt-health-commit.json" --plot "$out/$rt-health-commit.svg" >/dev/null
-  run "$bin/clamp-bench" create --url $url "${gen[@]}" --downstream http://127.0.0.1:$mock_port --json "$out/$rt-create-commit.json" --plot "$out/$rt-create-commit.svg" >/dev/null
-  start_server "$rt-accept" --runtime $rt --ack accept --max-running 0
-  run "$bin/clamp-bench" health --url $url "${gen[@]}" --json "$out/$rt-health-accept.json" >/dev/null
-  run "$bin/clamp-bench" create --url $url "${gen[@]}" --downstream http://127.0.0.1:$mock_port --json "$out/$rt-create-accept.json" --plot "$out/$rt-create-accept.svg" >/dev/null
-  start_server "$rt-e2e" --runtime $rt --ack commit
-  run "$bin/clamp-bench" health --url $url "${gen[@]}" --json "$out/$rt-health-e2e.json" >/dev/null
-  run "$bin/clamp-bench" e2e --url $url "${gen[@]}" --downstream http://127.0.0.1:$mock_port --poll-interval 20ms --json "$out/$rt-e2e.json" --plot "$out/$rt-e2e.svg" >/dev/null
+rows=()
+for round in $(seq 1 "$ROUNDS"); do
+  line="$round"
+  for what in health create; do
+    extra=()
+    [ "$what" = create ] && extra=(--downstream "http://127.0.0.1:$mock_port")
+    "$bin/clamp-bench" "$what" --url "http://127.0.0.1:$port" -c "$CONNS" -t 2 -d "${DURATION}s" --warmup 1s -q \
+      "${extra[@]}" --json "/tmp/$tag-$what.json" >/dev/null &
+    gen_pid=$!
+    # CPU is sampled inside the measured window (after warm-up, before the end).
+    sleep 2; a=$(ticks); sleep $((DURATION - 2)); b=$(ticks)
+    wait $gen_pid
+    rate=$(python3 -c "import json; print(round(json.load(open('/tmp/$tag-$what.json'))['achieved_rate']))")
+    line="$line $rate $a $b"
+  done
+  rows+=("$line")
 done
 
-# The same server, health by wrk and by clamp-bench at the same closed-loop settings.
-if command -v wrk >/dev/null; then
-  start_server wrk-check --ack commit --max-running 0
-  secs=${DURATION%s}
-  echo "wrk -t$GEN_THREADS -c$CONNS -d${secs}s $url/health" >> "$cmds"
-  wrk -t"$GEN_THREADS" -c"$CONNS" -d"${secs}s" "$url/health" > "$out/wrk-health.txt" 2>&1
-  run "$bin/clamp-bench" health --url $url "${gen[@]}" --json "$out/wrk-check-clamp-bench-health.json" >/dev/null
-fi
-
-if [ "$FINDMAX" = 1 ]; then
-  start_server findmax --ack commit --max-running 0
-  run "$bin/clamp-bench" create --url $url -c "$CONNS" -t "$GEN_THREADS" -q --find-max --slo-p99 20ms \
-    --start-rate 4000 --duration 5s --warmup 1s --downstream http://127.0.0.1:$mock_port \
-    --json "$out/create-find-max.json" --plot "$out/create-find-max.svg" >/dev/null || true
-fi
-kill -TERM $server_pid; wait $server_pid 2>/dev/null || true; server_pid=
-psql "$base/postgres" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
-
-python3 - "$out" <<'PY' | tee "$out/summary.md"
-import json, os, re, sys
-out = sys.argv[1]
-def load(name):
-    p = os.path.join(out, name)
-    return json.load(open(p)) if os.path.exists(p) else None
-def row(label, j, ceiling, rate_key="achieved_rate"):
-    if not j:
-        return f"| {label} | – | – | – | – | – |"
-    rate = j[rate_key] if rate_key in j else j["e2e"][rate_key]
-    lat = j["latency_us"]
-    errs = sum(j.get("errors", {}).values())
-    ratio = f"{rate / ceiling:.2f}" if ceiling else "–"
-    return f"| {label} | {rate:,.0f}/s | {ratio} | {lat['p50']/1000:.2f} ms | {lat['p99']/1000:.2f} ms | {errs} |"
-print(f"# Benchmark run {os.path.basename(out)}\n")
-print(open(os.path.join(out, "machine.txt")).read())
-print("Each figure is divided by the same server's GET /health measured just before it (ratio).\n")
-print("| run | rate | ratio to health | p50 | p99 | errors |")
-print("|---|---|---|---|---|---|")
-for rt in ["per-core", "multi-thread"]:
-    for mode in ["commit", "accept"]:
-        h = load(f"{rt}-health-{mode}.json")
-        c = load(f"{rt}-create-{mode}.json")
-        print(row(f"{rt}: health (ack={mode} server)", h, h["achieved_rate"] if h else None))
-        print(row(f"{rt}: create, ack={mode}", c, h["achieved_rate"] if h else None))
-    h = load(f"{rt}-health-e2e.json")
-    e = load(f"{rt}-e2e.json")
-    print(row(f"{rt}: health (executing server)", h, h["achieved_rate"] if h else None))
-    if e:
-        print(row(f"{rt}: e2e completed (2 HTTP steps, polling)", e, h["achieved_rate"] if h else None, "completed_rate"))
-        ov = e["e2e"]["overhead_ms"]
-        print(f"|  …orchestration overhead per request | | | {ov['p50']} ms | {ov['p99']} ms | failed {e['e2e']['failed']} |")
-w = os.path.join(out, "wrk-health.txt")
-cb = load("wrk-check-clamp-bench-health.json")
-if os.path.exists(w) and cb:
-    m = re.search(r"Requests/sec:\s+([\d.]+)", open(w).read())
-    if m:
-        wr = float(m.group(1))
-        print(f"\nwrk cross-check (GET /health, same server, same settings): wrk {wr:,.0f}/s, clamp-bench {cb['achieved_rate']:,.0f}/s, difference {100*(cb['achieved_rate']-wr)/wr:+.1f}%")
-fm = load("create-find-max.json")
-if fm and fm.get("find_max"):
-    mr = fm["find_max"]["max_rate"]
-    print(f"\ncreate --find-max (ack=commit, p99 ≤ 20 ms, zero errors): {mr:,.0f}/s" if mr else "\ncreate --find-max: no rate met the target")
-print("\nper-core vs multi-thread (create, ack=commit): " + ", ".join(
-    f"{rt} {load(f'{rt}-create-commit.json')['achieved_rate']:,.0f}/s (ratio {load(f'{rt}-create-commit.json')['achieved_rate']/load(f'{rt}-health-commit.json')['achieved_rate']:.2f})"
-    for rt in ["per-core", "multi-thread"] if load(f"{rt}-create-commit.json")))
+python3 - "$out/$tag.md" "$server_cmd" "$ACK" "$CONNS" "$DURATION" "$ROUNDS" "${rows[@]}" <<'PY'
+import statistics, subprocess, sys, datetime, socket, os
+path, server_cmd, ack, conns, duration, rounds, *rows = sys.argv[1:]
+def cpu(a, b):
+    d = [y - x for x, y in zip(a, b)]
+    per_cpu = d[4] / os.cpu_count()
+    return [x / per_cpu * 100 for x in d[:4]]  # % of one core; busy as % of one core summed
+lines, ratios = [], []
+for r in rows:
+    f = r.split()
+    rnd, hrate, ha, hb, crate, ca, cb = f[0], int(f[1]), f[2:7], f[7:12], int(f[12]), f[13:18], f[18:23]
+    hc = cpu(list(map(int, ha)), list(map(int, hb)))
+    cc = cpu(list(map(int, ca)), list(map(int, cb)))
+    ratio = crate / hrate
+    ratios.append(ratio)
+    # machine CPU (µs) per request = busy cores / rate
+    hus = hc[3] / 100 / hrate * 1e6
+    cus = cc[3] / 100 / crate * 1e6
+    lines.append(f"| {rnd} | {hrate:,} | {crate:,} | {ratio:.2f} | "
+                 f"{hc[0]:.0f} / {hc[2]:.0f} / {hc[3]:.0f} | {cc[0]:.0f} / {cc[1]:.0f} / {cc[2]:.0f} / {cc[3]:.0f} | "
+                 f"{hus:.1f} | {cus:.1f} | {cc[1] / 100 / crate * 1e6:.1f} |")
+git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+with open(path, "w") as o:
+    o.write(f"# create ÷ health, ack={ack}, {conns} connections, {rounds} rounds of {duration} s\n\n")
+    o.write(f"- date: {datetime.datetime.utcnow():%Y-%m-%dT%H:%M:%SZ}, host {socket.gethostname()}, nproc {os.cpu_count()}, git {git}\n")
+    o.write(f"- server: `{server_cmd}`\n")
+    o.write(f"- generator, per round: `clamp-bench health|create --url … -c {conns} -t 2 -d {duration}s --warmup 1s`, health first\n")
+    o.write("- server, Postgres and generator share the machine; CPU in % of one core (200 = both cores busy)\n\n")
+    o.write("| round | health/s | create/s | ratio | health CPU server / gen / busy | create CPU server / pg / gen / busy | machine µs per health | machine µs per create | Postgres µs per create |\n")
+    o.write("|---|---|---|---|---|---|---|---|---|\n")
+    o.write("\n".join(lines) + "\n\n")
+    o.write(f"**median ratio {statistics.median(ratios):.2f}** (min {min(ratios):.2f}, max {max(ratios):.2f})\n")
+print(open(path).read())
 PY
-echo "wrote $out"

@@ -206,141 +206,162 @@ fn str_field<'a>(val: &'a Value, key: &str) -> Option<&'a str> {
         .filter(|s| !s.is_empty())
 }
 
+/// A step's `val`, checked and compiled for its mode; `at` names the step in messages.
 fn compile_val(mode: Mode, val: &Value, at: &str) -> Result<Val, ValidationError> {
     if !val.is_object() {
         return err(format!("{at}.val is required and must be an object"));
     }
+    // Each mode reads its own fields; what they share (an object, named by `at`) is
+    // checked once here.
     match mode {
-        Mode::Http => {
-            let method = match str_field(val, "method") {
-                Some(m @ ("GET" | "POST" | "PUT" | "PATCH" | "DELETE")) => {
-                    m.parse::<hyper::Method>().expect("known method")
-                }
-                Some(m) => {
-                    return err(format!(
-                        "{at}.val.method {m:?} must be GET, POST, PUT, PATCH or DELETE"
-                    ))
-                }
-                None => return err(format!("{at}.val.method is required")),
-            };
-            let url = str_field(val, "url")
-                .ok_or_else(|| ValidationError(format!("{at}.val.url is required")))?;
-            let uri: hyper::Uri = url
-                .parse()
-                .map_err(|_| ValidationError(format!("{at}.val.url {url:?} is not a valid URL")))?;
-            if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
-                return err(format!(
-                    "{at}.val.url {url:?} must be an absolute http:// or https:// URL"
-                ));
-            }
-            let headers = match val.get("headers") {
-                None | Some(Value::Null) => Vec::new(),
-                Some(Value::String(h)) => parse_headers(h)
-                    .map_err(|e| ValidationError(format!("{at}.val.headers: {}", e.0)))?,
-                Some(_) => {
-                    return err(format!(
-                        "{at}.val.headers must be a string like \"K:v;K2:v2;\""
-                    ))
-                }
-            };
-            let timeout_ms = match val.get("timeout_ms") {
-                None | Some(Value::Null) => None,
-                Some(v) => match v.as_u64() {
-                    Some(ms) if (1..=3_600_000).contains(&ms) => Some(ms),
-                    _ => return err(format!("{at}.val.timeout_ms must be 1..=3600000")),
-                },
-            };
-            let host_key = host_key(&uri);
-            let host = host_header(&uri).ok_or_else(|| {
-                ValidationError(format!("{at}.val.url {url:?} has no valid host"))
-            })?;
-            // Every pair parsed when it was validated (parse_headers).
-            let headers = header_pairs(&headers);
-            Ok(Val::Http(HttpVal {
-                method,
-                url: uri,
-                headers,
-                host,
-                timeout_ms,
-                host_key,
-            }))
-        }
-        Mode::Amqp => {
-            let connection_url = str_field(val, "connection_url")
-                .ok_or_else(|| ValidationError(format!("{at}.val.connection_url is required")))?;
-            if !(connection_url.starts_with("amqp://") || connection_url.starts_with("amqps://")) {
-                return err(format!(
-                    "{at}.val.connection_url must be an amqp:// or amqps:// URL"
-                ));
-            }
-            let queue_name = str_field(val, "queue_name").unwrap_or_default().to_string();
-            let exchange_name = str_field(val, "exchange_name")
-                .unwrap_or_default()
-                .to_string();
-            if queue_name.is_empty() && exchange_name.is_empty() {
-                return err(format!("{at}.val needs queue_name or exchange_name"));
-            }
-            Ok(Val::Amqp(AmqpVal {
-                connection_url: connection_url.to_string(),
-                queue_name,
-                exchange_name,
-                routing_key: str_field(val, "routing_key")
-                    .unwrap_or_default()
-                    .to_string(),
-                content_type: str_field(val, "content_type")
-                    .filter(|c| !c.is_empty())
-                    .unwrap_or("application/json")
-                    .to_string(),
-                reply_to: str_field(val, "reply_to").unwrap_or_default().to_string(),
-            }))
-        }
-        Mode::Kafka => {
-            let connection_url = str_field(val, "connection_url")
-                .ok_or_else(|| ValidationError(format!("{at}.val.connection_url is required")))?;
-            let topic_name = str_field(val, "topic_name")
-                .filter(|t| !t.is_empty())
-                .ok_or_else(|| ValidationError(format!("{at}.val.topic_name is required")))?;
-            if !valid_topic(topic_name) {
-                return err(format!(
-                    "{at}.val.topic_name may hold only letters, digits, '.', '_' and '-' (at most 249)"
-                ));
-            }
-            let brokers: Vec<&str> = connection_url.split(',').map(str::trim).collect();
-            if brokers.iter().any(|b| {
-                b.rsplit_once(':')
-                    .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
-            }) {
-                return err(format!(
-                    "{at}.val.connection_url must be host:port[,host:port…] (Kafka bootstrap brokers)"
-                ));
-            }
-            Ok(Val::Kafka(KafkaVal {
-                connection_url: brokers.join(","),
-                topic_name: topic_name.to_string(),
-                reply_to: str_field(val, "reply_to").unwrap_or_default().to_string(),
-            }))
-        }
-        Mode::Workflow => {
-            let workflow = str_field(val, "workflow")
-                .ok_or_else(|| ValidationError(format!("{at}.val.workflow is required")))?;
-            check_name(workflow).map_err(|_| {
-                ValidationError(format!(
-                    "{at}.val.workflow {workflow:?} is not a workflow name"
-                ))
-            })?;
-            let version = match val.get("version") {
-                None | Some(Value::Null) => None,
-                Some(v) => match v.as_u64() {
-                    Some(n) if (1..=u32::MAX as u64).contains(&n) => Some(n as u32),
-                    _ => return err(format!("{at}.val.version must be a whole number from 1")),
-                },
-            };
-            Ok(Val::Workflow(WorkflowVal {
-                workflow: workflow.to_string(),
-                version,
-            }))
-        }
+        Mode::Http => http_val(val, at).map(Val::Http),
+        Mode::Amqp => amqp_val(val, at).map(Val::Amqp),
+        Mode::Kafka => kafka_val(val, at).map(Val::Kafka),
+        Mode::Workflow => workflow_val(val, at).map(Val::Workflow),
     }
+}
+
+/// An HTTP step's `val`: the call is checked and prepared whole here (method, absolute
+/// URL, headers, the `Host` header and the per-host key), so a running step only sends.
+fn http_val(val: &Value, at: &str) -> Result<HttpVal, ValidationError> {
+    let method = http_method(val, at)?;
+    let url = str_field(val, "url")
+        .ok_or_else(|| ValidationError(format!("{at}.val.url is required")))?;
+    let uri: hyper::Uri = url
+        .parse()
+        .map_err(|_| ValidationError(format!("{at}.val.url {url:?} is not a valid URL")))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+        return err(format!(
+            "{at}.val.url {url:?} must be an absolute http:// or https:// URL"
+        ));
+    }
+    let headers = match val.get("headers") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(h)) => {
+            parse_headers(h).map_err(|e| ValidationError(format!("{at}.val.headers: {}", e.0)))?
+        }
+        Some(_) => {
+            return err(format!(
+                "{at}.val.headers must be a string like \"K:v;K2:v2;\""
+            ))
+        }
+    };
+    let timeout_ms = match val.get("timeout_ms") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(ms) if (1..=3_600_000).contains(&ms) => Some(ms),
+            _ => return err(format!("{at}.val.timeout_ms must be 1..=3600000")),
+        },
+    };
+    let host_key = host_key(&uri);
+    let host = host_header(&uri)
+        .ok_or_else(|| ValidationError(format!("{at}.val.url {url:?} has no valid host")))?;
+    // Every pair parsed when it was validated (parse_headers).
+    let headers = header_pairs(&headers);
+    Ok(HttpVal {
+        method,
+        url: uri,
+        headers,
+        host,
+        timeout_ms,
+        host_key,
+    })
+}
+
+/// An HTTP step's method: one of the five Clamp accepts.
+fn http_method(val: &Value, at: &str) -> Result<hyper::Method, ValidationError> {
+    match str_field(val, "method") {
+        Some(m @ ("GET" | "POST" | "PUT" | "PATCH" | "DELETE")) => {
+            Ok(m.parse::<hyper::Method>().expect("known method"))
+        }
+        Some(m) => err(format!(
+            "{at}.val.method {m:?} must be GET, POST, PUT, PATCH or DELETE"
+        )),
+        None => err(format!("{at}.val.method is required")),
+    }
+}
+
+/// An AMQP step's `val`: a broker URL and somewhere to publish (a queue or an exchange).
+fn amqp_val(val: &Value, at: &str) -> Result<AmqpVal, ValidationError> {
+    let connection_url = str_field(val, "connection_url")
+        .ok_or_else(|| ValidationError(format!("{at}.val.connection_url is required")))?;
+    if !(connection_url.starts_with("amqp://") || connection_url.starts_with("amqps://")) {
+        return err(format!(
+            "{at}.val.connection_url must be an amqp:// or amqps:// URL"
+        ));
+    }
+    let queue_name = str_field(val, "queue_name").unwrap_or_default().to_string();
+    let exchange_name = str_field(val, "exchange_name")
+        .unwrap_or_default()
+        .to_string();
+    if queue_name.is_empty() && exchange_name.is_empty() {
+        return err(format!("{at}.val needs queue_name or exchange_name"));
+    }
+    Ok(AmqpVal {
+        connection_url: connection_url.to_string(),
+        queue_name,
+        exchange_name,
+        routing_key: str_field(val, "routing_key")
+            .unwrap_or_default()
+            .to_string(),
+        content_type: str_field(val, "content_type")
+            .filter(|c| !c.is_empty())
+            .unwrap_or("application/json")
+            .to_string(),
+        reply_to: str_field(val, "reply_to").unwrap_or_default().to_string(),
+    })
+}
+
+/// A Kafka step's `val`: bootstrap brokers (each `host:port`, kept trimmed) and a topic
+/// name Kafka accepts, so a bad one fails at definition time rather than at each publish.
+fn kafka_val(val: &Value, at: &str) -> Result<KafkaVal, ValidationError> {
+    let connection_url = str_field(val, "connection_url")
+        .ok_or_else(|| ValidationError(format!("{at}.val.connection_url is required")))?;
+    let topic_name = str_field(val, "topic_name")
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| ValidationError(format!("{at}.val.topic_name is required")))?;
+    if !valid_topic(topic_name) {
+        return err(format!(
+            "{at}.val.topic_name may hold only letters, digits, '.', '_' and '-' (at most 249)"
+        ));
+    }
+    let brokers: Vec<&str> = connection_url.split(',').map(str::trim).collect();
+    if brokers.iter().any(|b| {
+        b.rsplit_once(':')
+            .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
+    }) {
+        return err(format!(
+            "{at}.val.connection_url must be host:port[,host:port…] (Kafka bootstrap brokers)"
+        ));
+    }
+    Ok(KafkaVal {
+        connection_url: brokers.join(","),
+        topic_name: topic_name.to_string(),
+        reply_to: str_field(val, "reply_to").unwrap_or_default().to_string(),
+    })
+}
+
+/// A WORKFLOW step's `val`: the child workflow's name and, optionally, the version it
+/// pins (whether that workflow exists is checked where workflows are stored).
+fn workflow_val(val: &Value, at: &str) -> Result<WorkflowVal, ValidationError> {
+    let workflow = str_field(val, "workflow")
+        .ok_or_else(|| ValidationError(format!("{at}.val.workflow is required")))?;
+    check_name(workflow).map_err(|_| {
+        ValidationError(format!(
+            "{at}.val.workflow {workflow:?} is not a workflow name"
+        ))
+    })?;
+    let version = match val.get("version") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(n) if (1..=u32::MAX as u64).contains(&n) => Some(n as u32),
+            _ => return err(format!("{at}.val.version must be a whole number from 1")),
+        },
+    };
+    Ok(WorkflowVal {
+        workflow: workflow.to_string(),
+        version,
+    })
 }
 
 /// The workflows a workflow's WORKFLOW steps start, with the version each names, and
