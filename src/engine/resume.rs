@@ -21,9 +21,10 @@ use uuid::Uuid;
 
 use super::{EngineError, Executor, Result};
 use crate::backoff::Backoff;
-use crate::store::step_responses::{self, Resume};
+use crate::store::leases::Claimed;
+use crate::store::step_responses::{self, RequestState, Resume};
 use crate::store::StoreError;
-use crate::workflow::StepType;
+use crate::workflow::{CompiledStep, StepType, Workflow};
 
 /// The error form of a step response.
 #[derive(Debug, Deserialize)]
@@ -139,7 +140,8 @@ impl Executor {
         }
     }
 
-    /// Applies a step response once.
+    /// Applies a step response once: finds the step it answers, records it with the one
+    /// resume statement, and, when that statement changed nothing, says why.
     async fn apply_once(self: &Arc<Self>, a: &Answer) -> Result<Applied> {
         let conn = self.pool.get().await.map_err(StoreError::from)?;
         let Some(state) = step_responses::request_state(&conn, a.id).await? else {
@@ -151,94 +153,23 @@ impl Executor {
             .get_or_load_version(&self.pool, &state.workflow_name, state.workflow_version)
             .await?
             .ok_or_else(|| EngineError::WorkflowMissing(state.workflow_name.clone()))?;
-        let Some(step) = wf.step(a.step_id) else {
-            return Ok(Applied::NotWaiting(format!(
-                "workflow {} has no step {}",
-                state.workflow_name, a.step_id
-            )));
+        let step = match answered_step(&wf, &state, a) {
+            Ok(step) => step,
+            Err(refused) => return Ok(refused),
         };
-        if (step.mode == crate::workflow::Mode::Workflow) != a.from_child {
-            return Ok(Applied::NotWaiting(format!(
-                "step {} of workflow {} {}",
-                a.step_id,
-                state.workflow_name,
-                if a.from_child {
-                    "does not start child requests"
-                } else {
-                    "waits for its child request, not for a step response"
-                }
-            )));
-        }
-        let (response, next_request, failed_step, reason, step_status, step_reason);
-        let next_step;
-        match a.response.failure() {
-            None => {
-                response = a
-                    .response
-                    .response
-                    .clone()
-                    .unwrap_or(Value::Null)
-                    .to_string();
-                next_request = Some(response.as_str());
-                next_step = wf.next_main(a.step_id).unwrap_or(0);
-                (failed_step, reason, step_status, step_reason) =
-                    (None, None, StepStatus::Completed, None);
-            }
-            Some(e) => {
-                let why = format!("step '{}' failed: {} {}", step.name, e.code, e.message);
-                response = super::Doc::error(e.code, &e.message).as_str().to_string();
-                next_request = None;
-                next_step = step.on_failure.first().copied().unwrap_or(0);
-                failed_step = Some(a.step_id);
-                reason = Some(why);
-                step_status = StepStatus::Failed;
-                step_reason = reason.clone();
-            }
-        }
+        let outcome = Outcome::of(&wf, step, a);
         let owner = (self.try_reserve(1) == 1).then_some(self.app.instance_id);
-        let resumed = step_responses::resume(
-            &conn,
-            &Resume {
-                id: a.id,
-                step_id: a.step_id,
-                next_step,
-                next_request,
-                failed_step,
-                reason: reason.as_deref(),
-                step_status,
-                step_response: &response,
-                step_reason: step_reason.as_deref(),
-                owner,
-                lease_ms: self.app.config.lease.as_secs_f64() * 1000.0,
-            },
-        )
-        .await;
-        let resumed = match resumed {
+        let resumed = match self.record(&conn, a, &outcome, owner).await {
             Ok(r) => r,
             Err(e) => {
                 if owner.is_some() {
                     self.unreserve(1);
                 }
-                return Err(e.into());
+                return Err(e);
             }
         };
         if let Some(c) = &resumed {
-            self.app.changes.notify(&a.id);
-            if let Some((t, trace)) = self.app.traced(&c.headers) {
-                t.mark_linked(
-                    &trace,
-                    &a.id,
-                    "resume",
-                    a.traceparent
-                        .iter()
-                        .map(crate::telemetry::link_to)
-                        .collect(),
-                    vec![
-                        opentelemetry::KeyValue::new("clamp.step.id", a.step_id as i64),
-                        opentelemetry::KeyValue::new("clamp.step.status", step_status.as_str()),
-                    ],
-                );
-            }
+            self.announce(a, c, outcome.step_status);
         }
         match (resumed, owner) {
             (Some(claimed), Some(_)) => {
@@ -252,29 +183,162 @@ impl Executor {
             (None, Some(_)) => self.unreserve(1),
             (None, None) => {}
         }
-        // Not applied: a duplicate of an answer already recorded, or not the paused step.
-        let is_async = step.step_type == StepType::Async;
-        if is_async && step_responses::answered(&conn, a.id, a.step_id).await? {
-            return Ok(Applied::Duplicate);
-        }
-        let (status, current) = (state.status, state.current_step_id);
-        let msg = format!(
-            "service request is {status} at step {current}, not waiting for a response to step {}",
-            a.step_id
-        );
-        // Running (not paused, not finished) and not yet past this ASYNC step: it is being
-        // sent now, or about to be. The stored step lags: a request handed to the executor
-        // at insert still says step 0 until its first step is written.
-        let sending = is_async
-            && status != RequestStatus::Paused
-            && !status.is_finished()
-            && current <= a.step_id as i32;
-        Ok(if sending {
-            Applied::NotYet(msg)
-        } else {
-            Applied::NotWaiting(msg)
-        })
+        not_applied(&conn, a, step, &state).await
     }
+
+    /// The resume statement for `outcome`: the request leased to `owner` when given
+    /// (this executor reserved a slot for it), else left free.
+    async fn record(
+        &self,
+        conn: &crate::store::PgConn,
+        a: &Answer,
+        outcome: &Outcome,
+        owner: Option<Uuid>,
+    ) -> Result<Option<Claimed>> {
+        let resume = Resume {
+            id: a.id,
+            step_id: a.step_id,
+            next_step: outcome.next_step,
+            next_request: outcome.next_request(),
+            failed_step: outcome.failed_step,
+            reason: outcome.reason.as_deref(),
+            step_status: outcome.step_status,
+            step_response: &outcome.response,
+            // The step's reason is the request's: the failure that ended the step.
+            step_reason: outcome.reason.as_deref(),
+            owner,
+            lease_ms: self.app.config.lease.as_secs_f64() * 1000.0,
+        };
+        Ok(step_responses::resume(conn, &resume).await?)
+    }
+
+    /// After a resume committed: wakes whoever waits on the request (step responses and
+    /// long polls), and marks the resume on the request's trace, linked to the answer's.
+    fn announce(&self, a: &Answer, resumed: &Claimed, step_status: StepStatus) {
+        self.app.changes.notify(&a.id);
+        if let Some((t, trace)) = self.app.traced(&resumed.headers) {
+            t.mark_linked(
+                &trace,
+                &a.id,
+                "resume",
+                a.traceparent
+                    .iter()
+                    .map(crate::telemetry::link_to)
+                    .collect(),
+                vec![
+                    opentelemetry::KeyValue::new("clamp.step.id", a.step_id as i64),
+                    opentelemetry::KeyValue::new("clamp.step.status", step_status.as_str()),
+                ],
+            );
+        }
+    }
+}
+
+/// The step `a` answers, or why no step of the request's workflow takes it: a step that
+/// does not exist, or an answer of the wrong kind (a WORKFLOW step takes only its child's
+/// outcome, and no other step takes one).
+fn answered_step<'w>(
+    wf: &'w Workflow,
+    state: &RequestState,
+    a: &Answer,
+) -> Result<&'w CompiledStep, Applied> {
+    let Some(step) = wf.step(a.step_id) else {
+        return Err(Applied::NotWaiting(format!(
+            "workflow {} has no step {}",
+            state.workflow_name, a.step_id
+        )));
+    };
+    if (step.mode == crate::workflow::Mode::Workflow) != a.from_child {
+        return Err(Applied::NotWaiting(format!(
+            "step {} of workflow {} {}",
+            a.step_id,
+            state.workflow_name,
+            if a.from_child {
+                "does not start child requests"
+            } else {
+                "waits for its child request, not for a step response"
+            }
+        )));
+    }
+    Ok(step)
+}
+
+/// What an answer makes of its step and of the request: a response completes the step
+/// and feeds the next main step; an error fails it and goes to its first onFailure step.
+struct Outcome {
+    /// The step's response as stored (the error document for a failure).
+    response: String,
+    next_step: u32,
+    failed_step: Option<u32>,
+    reason: Option<String>,
+    step_status: StepStatus,
+}
+
+impl Outcome {
+    fn of(wf: &Workflow, step: &CompiledStep, a: &Answer) -> Outcome {
+        match a.response.failure() {
+            None => Outcome {
+                response: a
+                    .response
+                    .response
+                    .clone()
+                    .unwrap_or(Value::Null)
+                    .to_string(),
+                next_step: wf.next_main(a.step_id).unwrap_or(0),
+                failed_step: None,
+                reason: None,
+                step_status: StepStatus::Completed,
+            },
+            Some(e) => Outcome {
+                response: super::Doc::error(e.code, &e.message).as_str().to_string(),
+                next_step: step.on_failure.first().copied().unwrap_or(0),
+                failed_step: Some(a.step_id),
+                reason: Some(format!(
+                    "step '{}' failed: {} {}",
+                    step.name, e.code, e.message
+                )),
+                step_status: StepStatus::Failed,
+            },
+        }
+    }
+
+    /// The next step's request: the response, after a success; after a failure the
+    /// onFailure step gets the failed step's own request (None).
+    fn next_request(&self) -> Option<&str> {
+        (self.step_status == StepStatus::Completed).then_some(self.response.as_str())
+    }
+}
+
+/// Why an answer the resume statement did not apply was not applied: a duplicate of an
+/// answer already recorded, one that came before its step's pause was written, or one
+/// for a step the request is not waiting on.
+async fn not_applied(
+    conn: &crate::store::PgConn,
+    a: &Answer,
+    step: &CompiledStep,
+    state: &RequestState,
+) -> Result<Applied> {
+    let is_async = step.step_type == StepType::Async;
+    if is_async && step_responses::answered(conn, a.id, a.step_id).await? {
+        return Ok(Applied::Duplicate);
+    }
+    let (status, current) = (state.status, state.current_step_id);
+    let msg = format!(
+        "service request is {status} at step {current}, not waiting for a response to step {}",
+        a.step_id
+    );
+    // Running (not paused, not finished) and not yet past this ASYNC step: it is being
+    // sent now, or about to be. The stored step lags: a request handed to the executor
+    // at insert still says step 0 until its first step is written.
+    let sending = is_async
+        && status != RequestStatus::Paused
+        && !status.is_finished()
+        && current <= a.step_id as i32;
+    Ok(if sending {
+        Applied::NotYet(msg)
+    } else {
+        Applied::NotWaiting(msg)
+    })
 }
 
 #[cfg(test)]
