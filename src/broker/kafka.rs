@@ -13,6 +13,7 @@ use std::time::Duration;
 use rskafka::client::error::{Error as KafkaError, ProtocolError};
 use rskafka::client::partition::{OffsetAt, PartitionClient, UnknownTopicHandling};
 use rskafka::client::Client;
+use rskafka::record::RecordAndOffset;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -50,19 +51,12 @@ fn lock_key(topic: &str) -> i32 {
     murmur2(format!("clamp:kafka:{topic}").as_bytes()) as i32
 }
 
+/// One connection to the cluster and the database: takes the partitions no other
+/// instance reads and reads them until stopped, or until the cluster, the database or
+/// the connection holding the partition locks goes away.
 async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(), ConsumerError> {
-    let b = &core.app.config.brokers;
-    let topic = b.kafka_response_topic.as_str();
-    let c = client(
-        &b.kafka_brokers,
-        Duration::from_secs(10),
-        &core.app.outbound.kafka,
-    )
-    .await
-    .map_err(|e| {
-        let why = crate::engine::publish::kafka::connect_error(&e).1;
-        ConsumerError::Away(format!("{}: {why}", b.kafka_brokers))
-    })?;
+    let topic = core.app.config.brokers.kafka_response_topic.as_str();
+    let c = connect(core).await?;
     let partitions = ensure_topic(&c, topic).await?;
     // The partition locks live as long as this connection, which closes when `locks` is
     // dropped, however the session ends: that releases them for the next session or
@@ -79,30 +73,17 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
         partitions = partitions.len(),
         "consuming step responses over Kafka"
     );
-    let outcome = loop {
+    loop {
         if *stop.borrow() {
-            break Ok(());
+            return Ok(());
         }
         if locks.is_lost() {
-            break Err(ConsumerError::Store(StoreError::Unavailable(
+            return Err(ConsumerError::Store(StoreError::Unavailable(
                 "lost the Postgres connection holding the partition locks".into(),
             )));
         }
         if owned.len() < partitions.len() && Instant::now() >= next_lock_try {
-            for &p in &partitions {
-                if owned.contains_key(&p) {
-                    continue;
-                }
-                if locks.try_lock(lock_key(topic), p).await? {
-                    let client = c
-                        .partition_client(topic, p, UnknownTopicHandling::Retry)
-                        .await
-                        .map_err(away)?;
-                    let next = start_offset(core, &client, topic, p).await?;
-                    tracing::debug!(topic, partition = p, next, "reading a response partition");
-                    owned.insert(p, Owned { client, next });
-                }
-            }
+            take_free_partitions(core, &c, &locks, topic, &partitions, &mut owned).await?;
             // Another instance holds the rest; look again now and then.
             next_lock_try = Instant::now() + Duration::from_secs(2);
         }
@@ -113,72 +94,8 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
             }
             continue;
         }
-        // Long-polling: the broker answers as soon as records arrive, or after the wait.
-        let wait_ms = (400 / owned.len() as i32).max(20);
         let round = Instant::now();
-        let mut progressed = false;
-        for (&p, o) in owned.iter_mut() {
-            let fetched = tokio::select! {
-                _ = stop.changed() => break,
-                f = o.client.fetch_records(o.next, 1..(1 << 20), wait_ms) => f,
-            };
-            let records = match fetched {
-                Ok((records, high_watermark)) => {
-                    tracing::trace!(
-                        topic,
-                        partition = p,
-                        from = o.next,
-                        n = records.len(),
-                        high_watermark,
-                        "fetched"
-                    );
-                    records
-                }
-                Err(KafkaError::ServerError {
-                    protocol_error: ProtocolError::OffsetOutOfRange,
-                    ..
-                }) => {
-                    // Records were deleted by retention before they were read.
-                    let earliest = o
-                        .client
-                        .get_offset(OffsetAt::Earliest)
-                        .await
-                        .map_err(away)?;
-                    tracing::warn!(
-                        topic,
-                        partition = p,
-                        from = o.next,
-                        to = earliest,
-                        "response records expired unread; skipping ahead"
-                    );
-                    o.next = earliest;
-                    continue;
-                }
-                Err(e) => return Err(away(e)),
-            };
-            let records: Vec<_> = records.into_iter().filter(|r| r.offset >= o.next).collect();
-            let Some(last) = records.last().map(|r| r.offset) else {
-                continue;
-            };
-            for chunk in records.chunks(APPLY_CONCURRENCY) {
-                let applied = futures_util::future::join_all(chunk.iter().map(|r| {
-                    let body = r.record.value.as_deref().unwrap_or_default();
-                    let traceparent = r.record.headers.get("traceparent").map(Vec::as_slice);
-                    apply_record(core, topic, p, r.offset, body, traceparent, stop)
-                }))
-                .await;
-                if applied.iter().any(|done| !done) {
-                    // Stopping with Postgres away: keep the position; they are read again.
-                    break;
-                }
-            }
-            if *stop.borrow() {
-                break;
-            }
-            store_offset(core, topic, p, last + 1).await?;
-            o.next = last + 1;
-            progressed = true;
-        }
+        let progressed = fetch_round(core, topic, &mut owned, stop).await?;
         // A broker that answers an empty fetch at once (not honouring the wait) must not
         // turn this loop into a busy one.
         if !progressed && round.elapsed() < MIN_EMPTY_ROUND {
@@ -187,8 +104,153 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
                 _ = tokio::time::sleep(MIN_EMPTY_ROUND) => {}
             }
         }
+    }
+}
+
+/// A client of the configured brokers; an unreachable cluster is `Away`, with the reason.
+async fn connect(core: &Core) -> Result<Client, ConsumerError> {
+    let b = &core.app.config.brokers;
+    client(
+        &b.kafka_brokers,
+        Duration::from_secs(10),
+        &core.app.outbound.kafka,
+    )
+    .await
+    .map_err(|e| {
+        let why = crate::engine::publish::kafka::connect_error(&e).1;
+        ConsumerError::Away(format!("{}: {why}", b.kafka_brokers))
+    })
+}
+
+/// Takes the lock of each partition not read here whose lock is free (no other instance
+/// reads it), and starts reading it from its stored position.
+async fn take_free_partitions(
+    core: &Core,
+    c: &Client,
+    locks: &kafka_offsets::PartitionLocks,
+    topic: &str,
+    partitions: &[i32],
+    owned: &mut BTreeMap<i32, Owned>,
+) -> Result<(), ConsumerError> {
+    for &p in partitions {
+        if owned.contains_key(&p) {
+            continue;
+        }
+        if locks.try_lock(lock_key(topic), p).await? {
+            let client = c
+                .partition_client(topic, p, UnknownTopicHandling::Retry)
+                .await
+                .map_err(away)?;
+            let next = start_offset(core, &client, topic, p).await?;
+            tracing::debug!(topic, partition = p, next, "reading a response partition");
+            owned.insert(p, Owned { client, next });
+        }
+    }
+    Ok(())
+}
+
+/// One fetch from each partition read here, applying what came and then storing the
+/// position after it; true when any position moved. Stopping ends the round early.
+async fn fetch_round(
+    core: &Core,
+    topic: &str,
+    owned: &mut BTreeMap<i32, Owned>,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<bool, ConsumerError> {
+    // Long-polling: the broker answers as soon as records arrive, or after the wait.
+    let wait_ms = (400 / owned.len() as i32).max(20);
+    let mut progressed = false;
+    for (&p, o) in owned.iter_mut() {
+        let Some(records) = fetch(topic, p, o, wait_ms, stop).await? else {
+            break;
+        };
+        let Some(last) = records.last().map(|r| r.offset) else {
+            continue;
+        };
+        apply_records(core, topic, p, &records, stop).await;
+        if *stop.borrow() {
+            break;
+        }
+        store_offset(core, topic, p, last + 1).await?;
+        o.next = last + 1;
+        progressed = true;
+    }
+    Ok(progressed)
+}
+
+/// The records of partition `p` from its position on, waiting up to `wait_ms` for some;
+/// None when stopping. Records deleted by retention before they were read are skipped:
+/// the position moves to the oldest left, and the fetch answers none.
+async fn fetch(
+    topic: &str,
+    p: i32,
+    o: &mut Owned,
+    wait_ms: i32,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<Option<Vec<RecordAndOffset>>, ConsumerError> {
+    let fetched = tokio::select! {
+        _ = stop.changed() => return Ok(None),
+        f = o.client.fetch_records(o.next, 1..(1 << 20), wait_ms) => f,
     };
-    outcome
+    let records = match fetched {
+        Ok((records, high_watermark)) => {
+            tracing::trace!(
+                topic,
+                partition = p,
+                from = o.next,
+                n = records.len(),
+                high_watermark,
+                "fetched"
+            );
+            records
+        }
+        Err(KafkaError::ServerError {
+            protocol_error: ProtocolError::OffsetOutOfRange,
+            ..
+        }) => {
+            let earliest = o
+                .client
+                .get_offset(OffsetAt::Earliest)
+                .await
+                .map_err(away)?;
+            tracing::warn!(
+                topic,
+                partition = p,
+                from = o.next,
+                to = earliest,
+                "response records expired unread; skipping ahead"
+            );
+            o.next = earliest;
+            return Ok(Some(Vec::new()));
+        }
+        Err(e) => return Err(away(e)),
+    };
+    Ok(Some(
+        records.into_iter().filter(|r| r.offset >= o.next).collect(),
+    ))
+}
+
+/// Applies fetched records of partition `p`, `APPLY_CONCURRENCY` at a time. Stopping
+/// with Postgres away leaves the rest unapplied (the caller keeps the position, so they
+/// are read again).
+async fn apply_records(
+    core: &Core,
+    topic: &str,
+    p: i32,
+    records: &[RecordAndOffset],
+    stop: &watch::Receiver<bool>,
+) {
+    for chunk in records.chunks(APPLY_CONCURRENCY) {
+        let applied = futures_util::future::join_all(chunk.iter().map(|r| {
+            let body = r.record.value.as_deref().unwrap_or_default();
+            let traceparent = r.record.headers.get("traceparent").map(Vec::as_slice);
+            apply_record(core, topic, p, r.offset, body, traceparent, stop)
+        }))
+        .await;
+        if applied.iter().any(|done| !done) {
+            break;
+        }
+    }
 }
 
 /// Applies one record; false when stopping before it could be applied (or, for a record
