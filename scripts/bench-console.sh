@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The console and the counts on a large table: ROWS service requests (default 1,000,000)
 # over the last 24 hours (scripts/bench-lib.sh load_rows: about 41,700 an hour), in a
-# throwaway Postgres with the README's settings, an API-only server on it. For each page
+# throwaway Postgres with the settings of docs/configuration.md, an API-only server on it. For each page
 # of the console and each counts query: the HTTP time (median and p90 of REPS, after one
 # warm-up call), and the plan of the counts statement for an hour and for a day.
-# Writes perf/runs/<date>-<host>/<tag>.md.
+# Writes perf/runs/<date>-<host>/<commit>-<tag>/<tag>.md.
 #
 #   scripts/bench-console.sh
 #   ROWS=200000 REPS=5 TAG=console-small scripts/bench-console.sh
@@ -15,9 +15,8 @@ ROWS=${ROWS:-1000000}
 REPS=${REPS:-10}
 bin=${BIN:-target/release}
 [ -n "${BIN:-}" ] || cargo build --release --bin clamp -q
-out=perf/runs/$(date -u +%Y-%m-%d)-$(hostname)
-mkdir -p "$out"
 tag=${TAG:-console-1m}
+out=$(bench_out "$tag")
 pg_dir=/tmp/clamp-bench-console-pg
 base=$(scripts/dev-postgres.sh start $pg_dir 55498); base=${base%/clamp}
 db=clamp_bench_console
@@ -45,8 +44,8 @@ paths=(
 {
   echo "# Console and counts on $n rows"
   echo
-  echo "- date: $(date -u +%FT%TZ), host $(hostname), nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-  echo "- git: $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+  echo "- $(machine_line)"
+  echo "- git: $(git_rev)"
   echo "- data: $n rows over the last 24 h ($in_hour in the last hour), four workflows and a rare one, 90% COMPLETED, 5% FAILED, 3% CANCELLED, 2% NEW (scripts/bench-console.sh); VACUUM ANALYZE after loading"
   echo "- server: \`$bin/clamp --port $port --bind 127.0.0.1 --database-url …/$db --max-running 0\`; Postgres: throwaway cluster from \`scripts/dev-postgres.sh\`: $(pg_settings "$base")"
   echo "- time: curl's time_total, median and p90 of $REPS, after one warm-up call"
@@ -58,10 +57,12 @@ paths=(
     res=$(curl -s -o /dev/null -w '%{http_code} %{size_download}' "localhost:$port$p")
     times=$(for _ in $(seq 1 "$REPS"); do curl -s -o /dev/null -w '%{time_total}\n' "localhost:$port$p"; done)
     python3 - "$p" "$res" "$times" <<'PY'
-import statistics, sys
+import sys
+sys.path.insert(0, "scripts")
+from benchmath import median, p90
 p, res, times = sys.argv[1], sys.argv[2].split(), sorted(float(t) * 1000 for t in sys.argv[3].split())
 p = p.replace(sys.argv[1].split("createdAfter=")[-1], "<t>") if "createdAfter=" in p else p
-print(f"| `{p}` | {res[0]} | {res[1]} | {statistics.median(times):.1f} | {times[max(0, int(len(times) * 0.9) - 1)]:.1f} |")
+print(f"| `{p}` | {res[0]} | {res[1]} | {median(times):.1f} | {p90(times):.1f} |")
 PY
   done
   echo

@@ -3,22 +3,21 @@
 # created open-loop at RATE per second for DURATION against the built-in mock downstream,
 # executed by the same server; completions are read from the server's own counter
 # (completed_service_request_handler_counter_total) every 5 s. Writes
-# perf/runs/<date>-<host>/e2e-open-<rate>.{json,md}.
+# perf/runs/<date>-<host>/<commit>-<tag>/<tag>.{json,md} and <tag>-server.log (tag e2e-open-<rate>).
 #
 #   RATE=8000 DURATION=60s scripts/bench-e2e.sh
 #   SERVER_FLAGS="--step-write-concurrency 1" TAG=name scripts/bench-e2e.sh   # a variant
 #   PG=dev scripts/bench-e2e.sh    # against a throwaway cluster started by scripts/dev-postgres.sh
-#                                  # (the README's recommended settings) instead of the machine's
+#                                  # (docs/configuration.md's recommended settings) instead of the machine's
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 RATE=${RATE:-8000}
 DURATION=${DURATION:-60s}
 CONNS=${CONNS:-256}
 scripts/services.sh postgres
 cargo build --release --workspace --bins
 bin=${BIN:-target/release}
-out=perf/runs/$(date -u +%Y-%m-%d)-$(hostname)
-mkdir -p "$out"
 base=postgres://postgres@127.0.0.1:5432
 if [ "${PG:-}" = dev ]; then
   pg_dir=/tmp/clamp-bench-pg
@@ -28,24 +27,25 @@ db=clamp_bench_e2e
 port=18400
 mock_port=18401
 tag=${TAG:-e2e-open-$RATE}
-psql "$base/postgres" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
+out=$(bench_out "$tag")
+fresh_db "$base" "$db"
+server_pid=''
+trap 'stop "$mock_pid" "$server_pid"; [ -z "${pg_dir:-}" ] || scripts/dev-postgres.sh stop $pg_dir >/dev/null' EXIT
 "$bin/clamp-bench" mock --port $mock_port --threads 1 >/dev/null 2>&1 &
 mock_pid=$!
 server_cmd="$bin/clamp --port $port --bind 127.0.0.1 --database-url $base/$db ${SERVER_FLAGS:-}"
-$server_cmd > "$out/$tag-server.log" 2>&1 &
-server_pid=$!
-trap 'kill $mock_pid $server_pid 2>/dev/null || true; [ -z "${pg_dir:-}" ] || scripts/dev-postgres.sh stop $pg_dir >/dev/null' EXIT
-for _ in $(seq 1 100); do curl -sf "localhost:$port/health" >/dev/null && break; sleep 0.1; done
+# shellcheck disable=SC2086  # the command and SERVER_FLAGS are split into words on purpose
+serve "$port" "$out/$tag-server.log" $server_cmd
 # CPU ticks (1/100 s) of every Postgres process: backends live as long as the pool does.
-pg_ticks() { local t=0 p; for p in $(pgrep -x postgres); do t=$((t + $(awk '{print $14+$15}' /proc/$p/stat 2>/dev/null || echo 0))); done; echo $t; }
-server_ticks() { awk '{print $14+$15}' /proc/$server_pid/stat; }
+pg_ticks() { sum_ticks postgres; }
+server_ticks() { proc_ticks "$server_pid"; }
 completed() { curl -s "localhost:$port/metrics" | awk '/^completed_service_request_handler_counter_total/ {print $2}'; }
 gen_cmd="$bin/clamp-bench create --url http://127.0.0.1:$port -c $CONNS -r $RATE -d $DURATION --warmup 2s -q --downstream http://127.0.0.1:$mock_port --json $out/$tag.json"
 $gen_cmd > /dev/null &
 gen_pid=$!
 # Checkpoints Postgres started (by time or by WAL volume) while the generator ran.
 checkpoints() { psql "$base/postgres" -Atc "select checkpoints_timed + checkpoints_req from pg_stat_bgwriter"; }
-pg_settings=$(psql "$base/postgres" -Atc "select string_agg(name || '=' || current_setting(name), ', ' order by name) from pg_settings where name in ('max_wal_size', 'checkpoint_timeout', 'shared_buffers', 'synchronous_commit', 'fsync', 'wal_compression')")
+pg_settings=$(pg_settings "$base" wal_compression)
 ckpt0=$(checkpoints)
 samples=()
 t0=$(date +%s.%N); c0=$(completed); pg0=$(pg_ticks); sv0=$(server_ticks)
@@ -65,8 +65,8 @@ scans=$(psql "$base/$db" -Atc "select string_agg(format('%s: %s sequential scans
 {
   echo "# End to end, open loop: $RATE/s offered for $DURATION"
   echo
-  echo "- date: $(date -u +%FT%TZ), host $(hostname), nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-  echo "- git: $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+  echo "- $(machine_line)"
+  echo "- git: $(git_rev)"
   echo "- server: \`$server_cmd\`"
   echo "- generator: \`$gen_cmd\`"
   echo "- mock: \`$bin/clamp-bench mock --port $mock_port --threads 1\`"
@@ -78,7 +78,7 @@ scans=$(psql "$base/$db" -Atc "select string_agg(format('%s: %s sequential scans
   prev_t=$t0; prev_c=$c0
   for s in "${samples[@]}"; do
     t=${s% *}; c=${s#* }
-    echo "- $(python3 -c "print(f'{($c - $prev_c) / ($t - $prev_t):,.0f}/s')")"
+    echo "- $(bm rate "$prev_c" "$c" "$prev_t" "$t" --fmt ,.0f)/s"
     prev_t=$t; prev_c=$c
   done
   echo
@@ -94,5 +94,6 @@ PY
   echo
   echo "Table scans over the run (pg_stat_user_tables): $scans"
   echo
-  echo "CPU over the generator's run (warm-up included), in cores: server $(python3 -c "print(f'{($sv1 - $sv0) / 100 / ($t1 - $t0):.2f}')"), Postgres $(python3 -c "print(f'{($pg1 - $pg0) / 100 / ($t1 - $t0):.2f}')")"
+  secs=$(bm elapsed "$t0" "$t1" --fmt .6f)
+  echo "CPU over the generator's run (warm-up included), in cores: server $(bm cores $((sv1 - sv0)) "$secs" --fmt .2f), Postgres $(bm cores $((pg1 - pg0)) "$secs" --fmt .2f)"
 } | tee "$out/$tag.md"

@@ -7,7 +7,7 @@
 # unless each one COMPLETED, no step was called more often than its faults required, and
 # the mock never had more than LIMIT calls in flight. Always on a throwaway cluster from
 # scripts/dev-postgres.sh, so stopping it touches nothing else. Writes
-# perf/runs/<date>-<host>/<tag>.{json,md}, <tag>-server.log and <tag>-metrics.txt.
+# perf/runs/<date>-<host>/<commit>-<tag>/: <tag>.{json,md}, <tag>-server.log and <tag>-metrics.txt.
 #
 #   scripts/bench-faults.sh                                # tag faults
 #   PG_RESTART=1 scripts/bench-faults.sh                   # tag faults-pg-restart
@@ -15,6 +15,7 @@
 #   SERVER_FLAGS="--step-timeout-ms 2000" MOCK_FLAGS="--retry-after 1" scripts/bench-faults.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 REQUESTS=${REQUESTS:-4000}
 CONNS=${CONNS:-16}
 DELAY=${DELAY:-20ms}
@@ -28,8 +29,7 @@ LIMIT=${LIMIT-64}
 if [ "$PG_RESTART" = 1 ]; then tag=${TAG:-faults-pg-restart}; else tag=${TAG:-faults}; fi
 cargo build --release --workspace --bins
 bin=${BIN:-target/release}
-out=perf/runs/$(date -u +%Y-%m-%d)-$(hostname)
-mkdir -p "$out"
+out=$(bench_out "$tag")
 pg_port=${PG_PORT:-55497}
 port=18700
 mock_port=18701
@@ -37,9 +37,7 @@ pg_dir=/tmp/clamp-bench-faults-pg-$pg_port
 work=$(mktemp -d /tmp/clamp-bench-faults.XXXXXX)
 mock_pid= server_pid= gen_pid= restart_pid=
 cleanup() {
-  local p
-  for p in $gen_pid $restart_pid $server_pid $mock_pid; do kill "$p" 2>/dev/null || true; done
-  for p in $gen_pid $restart_pid $server_pid $mock_pid; do wait "$p" 2>/dev/null || true; done
+  stop "$gen_pid" "$restart_pid" "$server_pid" "$mock_pid"
   scripts/dev-postgres.sh stop "$pg_dir" >/dev/null 2>&1 || true
   rm -rf "$pg_dir" "$work"
 }
@@ -52,7 +50,7 @@ rm -rf "$pg_dir"
 pg_cmd="scripts/dev-postgres.sh start $pg_dir $pg_port"
 base=$($pg_cmd); base=${base%/clamp}
 db=clamp_faults_$(date +%s)
-pg_settings=$(psql "$base/postgres" -Atc "select string_agg(name || '=' || current_setting(name), ', ' order by name) from pg_settings where name in ('max_connections', 'max_wal_size', 'checkpoint_timeout', 'shared_buffers', 'synchronous_commit', 'fsync')")
+pg_settings=$(pg_settings "$base" max_connections)
 
 mock_cmd="$bin/clamp-bench mock --port $mock_port --threads 1 --delay $DELAY --fail-first-pct $FAIL_PCT --count-keys${MOCK_FLAGS:+ $MOCK_FLAGS}"
 $mock_cmd >"$work/mock.log" 2>&1 &
@@ -95,7 +93,7 @@ fi
 
 rows=$(psql "$base/$db" -Atc "select status, count(*) from service_requests group by 1 order by 1")
 curl -s "localhost:$port/metrics" >"$out/$tag-metrics.txt" || true
-at() { [ -s "$work/$1" ] && python3 -c "print(f'{$(cat "$work/$1") - $t0:.1f}')" || echo "-"; }
+at() { if [ -s "$work/$1" ]; then bm elapsed "$t0" "$(cat "$work/$1")" --fmt .1f; else echo "-"; fi; }
 pg_events="stop sent at $(at pg-stop) s, down at $(at pg-stopped) s, up again at $(at pg-started) s"
 
 # The record: the scenario's own JSON plus what only this script knows.
@@ -108,21 +106,21 @@ j["run"] = {
     "downstream_max_in_flight": int("${LIMIT}") if "${LIMIT}" else None, "server_flags": "${SERVER_FLAGS:-}",
     "pg_restart": $PG_RESTART == 1, "pg_at_s": $PG_AT, "pg_down_s": $PG_DOWN,
     "pg_events": "$pg_events" if $PG_RESTART == 1 else None,
-    "scenario_s": round($t1 - $t0, 2), "scenario_exit": $gen_rc,
+    "scenario_s": $(bm elapsed "$t0" "$t1" --fmt .2f), "scenario_exit": $gen_rc,
     "rows_by_status": {k: int(v) for k, v in rows.items()},
 }
 json.dump(j, open(sys.argv[2], "w"), indent=2)
 open(sys.argv[2], "a").write("\n")
 PY
 
-git_rev=$(git rev-parse --short HEAD 2>/dev/null || echo none)
+git_rev=$(git_rev)
 if [ "$git_rev" != none ] && ! git diff --quiet HEAD -- src perf Cargo.toml Cargo.lock; then
   git_rev+=" with uncommitted changes to src/, perf/ or Cargo"
 fi
 {
   echo "# Faults: $REQUESTS requests, $FAIL_PCT% first calls failed$([ "$PG_RESTART" = 1 ] && echo ", Postgres stopped for ${PG_DOWN} s")"
   echo
-  echo "- date: $(date -u +%FT%TZ), host $(hostname), nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+  echo "- $(machine_line)"
   echo "- git: $git_rev"
   echo "- Postgres: \`$pg_cmd\` (throwaway cluster); $pg_settings"
   echo "- mock: \`$mock_cmd\`"

@@ -4,8 +4,8 @@
 # as Clamp does); then the downstream is fixed (nginx reloaded to answer 200) and one bulk
 # retry (`POST /serviceRequests/retry`) takes every failed request. The downstream's access
 # log, with each call's Idempotency-Key, shows what was called: step 1 once per request,
-# before the incident only; step 2 twice. Throwaway Postgres with the README's settings.
-# Writes perf/runs/<date>-<host>/<tag>.md.
+# before the incident only; step 2 twice. Throwaway Postgres with the settings of docs/configuration.md.
+# Writes perf/runs/<date>-<host>/<commit>-<tag>/<tag>.md.
 #
 #   scripts/bench-incident.sh                 # 2,000 requests
 #   REQUESTS=5000 scripts/bench-incident.sh
@@ -16,10 +16,9 @@ REQUESTS=${REQUESTS:-2000}
 CONNS=${CONNS:-16}
 bin=${BIN:-target/release}
 [ -n "${BIN:-}" ] || cargo build --release --bin clamp -q
-command -v nginx >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null; }
-out=perf/runs/$(date -u +%Y-%m-%d)-$(hostname)
-mkdir -p "$out"
+need nginx nginx
 tag=${TAG:-incident}
+out=$(bench_out "$tag")
 pg_dir=/tmp/clamp-bench-incident-pg
 base=$(scripts/dev-postgres.sh start $pg_dir 55496); base=${base%/clamp}
 tmp=$(mktemp -d)
@@ -44,20 +43,18 @@ NG
 }
 nginx_conf 500
 nginx -p "$tmp" -c "$tmp/nginx.conf"
-psql "$base/postgres" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
-"$bin/clamp" --port $port --bind 127.0.0.1 --database-url "$base/$db" > "$out/$tag-server.log" 2>&1 &
-server_pid=$!
-trap 'kill $server_pid 2>/dev/null || true; nginx -p "$tmp" -c "$tmp/nginx.conf" -s stop 2>/dev/null || true; scripts/dev-postgres.sh stop $pg_dir >/dev/null; rm -rf "$tmp"' EXIT
-wait_up $port
+fresh_db "$base" "$db"
+server_pid=''
+trap 'stop "$server_pid"; nginx -p "$tmp" -c "$tmp/nginx.conf" -s stop 2>/dev/null || true; scripts/dev-postgres.sh stop $pg_dir >/dev/null; rm -rf "$tmp"' EXIT
+serve "$port" "$out/$tag-server.log" "$bin/clamp" --port $port --bind 127.0.0.1 --database-url "$base/$db"
 curl -sf "localhost:$port/workflow" -d "{\"name\":\"claims\",\"description\":\"incident drill\",\"steps\":[
   {\"name\":\"a\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"http://127.0.0.1:$ngx/a\"}},
   {\"name\":\"b\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"http://127.0.0.1:$ngx/b\"}}]}" >/dev/null
-metric() { curl -s "localhost:$port/metrics" | awk -v m="$1" '$1 == m {print int($2)}'; }
 t0=$(date +%s.%N)
 seq 1 "$REQUESTS" | xargs -P "$CONNS" -I{} curl -sf -o /dev/null "localhost:$port/serviceRequest/claims" -d '{"claim":{}}'
-created=$(metric 'create_service_request_handler_counter_total{status="2xx"}')
+created=$(metric "$port" 'create_service_request_handler_counter_total{status="2xx"}')
 for _ in $(seq 1 600); do
-  [ "$(( $(metric failed_service_request_handler_counter_total) + $(metric completed_service_request_handler_counter_total) ))" -ge "$created" ] && break
+  [ "$(( $(metric "$port" failed_service_request_handler_counter_total) + $(metric "$port" completed_service_request_handler_counter_total) ))" -ge "$created" ] && break
   sleep 0.1
 done
 failed_before=$(psql "$base/$db" -Atc "select count(*) from service_requests where status = 'FAILED'")
@@ -98,11 +95,11 @@ print(f"step a: {len(a)} keys, at most {max(a)} call(s) per key, {after['/a']} c
       f"at most {max(b)} per key, {after['/b']} after the fix")
 PY
 )
-elapsed() { python3 -c "print(f'{$2 - $1:.1f}')"; }
+elapsed() { bm elapsed "$1" "$2" --fmt .1f; }
 {
   echo "# Incident drill: a downstream down, then one bulk retry"
   echo
-  echo "- date: $(date -u +%FT%TZ), host $(hostname), nproc $(nproc), git $(git rev-parse --short HEAD)"
+  echo "- date: $(date -u +%FT%TZ), host $(hostname), nproc $(nproc), git $(git_rev)"
   echo "- server: \`$bin/clamp --port $port --bind 127.0.0.1 --database-url …/$db\` (defaults); Postgres: throwaway cluster from \`scripts/dev-postgres.sh\`: $(pg_settings "$base")"
   echo "- workflow \`claims\`: step a POST nginx /a (200), step b POST nginx /b (500 until the fix, then 200 after \`nginx -s reload\`); nginx logs each call's URI, Idempotency-Key and status"
   echo "- incident: $REQUESTS creates (\`curl\`, $CONNS at a time), each run until final: $failed_before FAILED in $(elapsed "$t0" "$t1") s"

@@ -1,5 +1,80 @@
 # shellcheck shell=bash
-# Helpers the bench-*.sh scripts share (sourced, not run).
+# Helpers every scripts/bench*.sh shares (sourced, not run, from the repository's root):
+# where a record goes, the machine it ran on, Postgres databases and settings, starting and
+# stopping a server, CPU ticks, the order of A/B rounds, and `bm`, the arithmetic of
+# scripts/benchmath.py. Sourcing it also warms the page cache once per boot (warm_memory).
+
+# bm SUBCOMMAND ARGS...: scripts/benchmath.py (median, ratio, cpu-per, cores, rate, elapsed,
+# p90, json, wrk; --fmt SPEC), the one place the scripts do their arithmetic.
+bm() { python3 scripts/benchmath.py "$@"; }
+
+# git_rev: the short commit of the working tree (none outside git).
+git_rev() { git rev-parse --short=7 HEAD 2>/dev/null || echo none; }
+
+# bench_out WHAT: the folder a run's record goes to, perf/runs/<date>-<host>/<commit>-<WHAT>/
+# (made if missing), as perf/README.md describes.
+bench_out() {
+  local d
+  d=perf/runs/$(date -u +%Y-%m-%d)-$(hostname)/$(git_rev)-$1
+  mkdir -p "$d"
+  echo "$d"
+}
+
+# machine_line: date, host, cores and CPU model, as a record's first line states them.
+machine_line() {
+  echo "date: $(date -u +%FT%TZ), host $(hostname), nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+}
+
+# free_port: a TCP port free on 127.0.0.1 now.
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# need COMMAND PACKAGE: installs PACKAGE from Debian's packages if COMMAND is missing.
+bench_apt_updated=
+need() {
+  command -v "$1" >/dev/null && return 0
+  if [ -z "$bench_apt_updated" ]; then apt-get update -qq; bench_apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+  command -v "$1" >/dev/null || { echo "bench: $1 is still missing after installing $2" >&2; exit 1; }
+}
+
+# fresh_db BASE_URL DB: drops database DB of the cluster at BASE_URL (the server makes it anew).
+fresh_db() { psql "$1/postgres" -qAtc "DROP DATABASE IF EXISTS $2 WITH (FORCE)" >/dev/null 2>&1; }
+
+# serve PORT LOG COMMAND...: starts a server in the background, its output in LOG, sets
+# server_pid and waits until GET /health answers on PORT; exits showing LOG's tail if not.
+serve() {
+  local port=$1 log=$2
+  shift 2
+  "$@" > "$log" 2>&1 &
+  server_pid=$!
+  wait_up "$port"
+  curl -sf -o /dev/null "localhost:$port/health" \
+    || { echo "bench: the server on port $port did not come up; $log:" >&2; tail -20 "$log" >&2; exit 1; }
+}
+
+# stop PID...: stops the processes (TERM) and waits for them; empty arguments are skipped.
+stop() {
+  local p
+  for p; do [ -z "$p" ] || kill "$p" 2>/dev/null || true; done
+  for p; do [ -z "$p" ] || wait "$p" 2>/dev/null || true; done
+}
+
+# metric PORT NAME: the sum of a Prometheus sample of the server on PORT (0 if absent).
+metric() { curl -s "localhost:$1/metrics" | awk -v n="$2" '$1 == n {s += $2} END {printf "%d\n", s}'; }
+
+# rotation ROUND N: 0 … N-1 rotated by ROUND - 1, the order of N variants in that round, so
+# that each goes first as often as the others and a machine's drift over the run (busier
+# neighbours, tables growing) falls on all alike.
+rotation() {
+  local k
+  for k in $(seq 0 $(($2 - 1))); do printf '%s ' $(((k + $1 - 1) % $2)); done
+  echo
+}
+
+# ab_order ROUND: the two sides of an A/B comparison in this round's order (rotation of 2):
+# A B in odd rounds, B A in even ones. Every script comparing two things side by side
+# alternates with it; scripts/bench-request-cost.sh is the harness for two server binaries.
+ab_order() { rotation "$1" 2 | sed 's/0/A/; s/1/B/; s/ $//'; }
 
 # proc_ticks PID: cumulative CPU ticks (1/100 s) of one process (0 once it is gone).
 proc_ticks() { awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
@@ -19,9 +94,24 @@ wait_up() {
   done
 }
 
-# pg_settings BASE_URL: the Postgres settings a record states, as name=value pairs.
+# pg_settings BASE_URL [NAME...]: the Postgres settings a record states, as name=value pairs
+# in the order of their names: max_wal_size, checkpoint_timeout, shared_buffers,
+# synchronous_commit, fsync and the NAMEs given.
 pg_settings() {
-  psql "$1/postgres" -Atc "select string_agg(name || '=' || current_setting(name), ', ' order by name) from pg_settings where name in ('max_wal_size', 'checkpoint_timeout', 'shared_buffers', 'synchronous_commit', 'fsync')"
+  local base=$1 names="'max_wal_size', 'checkpoint_timeout', 'shared_buffers', 'synchronous_commit', 'fsync'" n
+  shift
+  for n; do names+=", '$n'"; done
+  psql "$base/postgres" -Atc "select string_agg(name || '=' || current_setting(name), ', ' order by name) from pg_settings where name in ($names)"
+}
+
+# tree_ticks PID: CPU ticks of a process, of its live children, and of the children it has
+# already reaped (cutime, cstime): for a postmaster, every process of its cluster
+# (backends, walwriter, checkpointer, autovacuum), and none of the machine's other clusters.
+tree_ticks() {
+  local c t
+  t=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$1/stat" 2>/dev/null || echo 0)
+  for c in $(pgrep -P "$1"); do t=$((t + $(proc_ticks "$c"))); done
+  echo "$t"
 }
 
 # load_rows DB_URL ROWS: ROWS service requests spread over the last 24 hours across the
@@ -51,12 +141,10 @@ SQL
 # ROWS requests written by load_rows. The server's log: /tmp/TAG-server.log.
 server_on_large_table() {
   local bin=$1 pg_dir=$2 base=$3 db=$4 port=$5 tag=$6 rows=$7 wf
-  psql "$base/postgres" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
-  "$bin/clamp" --port "$port" --bind 127.0.0.1 --database-url "$base/$db" --max-running 0 > "/tmp/$tag-server.log" 2>&1 &
-  server_pid=$!
+  fresh_db "$base" "$db"
   # shellcheck disable=SC2064  # the values now: the trap runs after this function returns
-  trap "kill $server_pid 2>/dev/null || true; scripts/dev-postgres.sh stop $pg_dir >/dev/null" EXIT
-  wait_up "$port"
+  trap "kill \${server_pid:-} 2>/dev/null || true; scripts/dev-postgres.sh stop $pg_dir >/dev/null" EXIT
+  serve "$port" "/tmp/$tag-server.log" "$bin/clamp" --port "$port" --bind 127.0.0.1 --database-url "$base/$db" --max-running 0
   for wf in claims refunds payouts audits rare; do
     curl -sf "localhost:$port/workflow" -d "{\"name\":\"$wf\",\"description\":\"$tag\",\"steps\":[{\"name\":\"a\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"http://127.0.0.1:9/a\"}}]}" >/dev/null
   done

@@ -3,7 +3,7 @@
 # downstream) and read its status until it completes, every POLL (20 ms), as Clamp's
 # clients poll `pollUrl`; then the same with long polls (`?waitMs=`, beyond Clamp). The
 # server runs with its defaults on the machine's Postgres (or PG=dev: a throwaway cluster
-# with the README's settings). Alternating rounds; writes perf/runs/<date>-<host>/<tag>.md.
+# with the settings of docs/configuration.md). Alternating rounds; writes perf/runs/<date>-<host>/<commit>-<tag>/<tag>.md.
 #
 #   scripts/bench-poll.sh                      # 512 users, 20 ms, 2 rounds of 20 s each
 #   CONNS=256 ROUNDS=3 scripts/bench-poll.sh
@@ -18,9 +18,8 @@ ROUNDS=${ROUNDS:-2}
 bin=${BIN:-target/release}
 scripts/services.sh postgres >/dev/null
 [ -n "${BIN:-}" ] || cargo build --release --workspace --bins -q
-out=perf/runs/$(date -u +%Y-%m-%d)-$(hostname)
-mkdir -p "$out"
 tag=${TAG:-poll-c$CONNS}
+out=$(bench_out "$tag")
 base=postgres://postgres@127.0.0.1:5432
 if [ "${PG:-}" = dev ]; then
   pg_dir=/tmp/clamp-bench-poll-pg
@@ -29,15 +28,15 @@ fi
 db=clamp_bench_poll
 port=18330
 mock_port=18331
-psql "$base/postgres" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
-server_cmd="$bin/clamp --port $port --bind 127.0.0.1 --database-url $base/$db ${SERVER_FLAGS:-}"
-$server_cmd > "$out/$tag-server.log" 2>&1 &
-server_pid=$!
+fresh_db "$base" "$db"
+server_pid=''
 mock_cmd="$bin/clamp-bench mock --port $mock_port --threads 1"
 $mock_cmd >/dev/null 2>&1 &
 mock_pid=$!
-trap 'kill $server_pid $mock_pid 2>/dev/null || true; [ -z "${pg_dir:-}" ] || scripts/dev-postgres.sh stop $pg_dir >/dev/null' EXIT
-wait_up $port
+trap 'stop "$server_pid" "$mock_pid"; [ -z "${pg_dir:-}" ] || scripts/dev-postgres.sh stop $pg_dir >/dev/null' EXIT
+server_cmd="$bin/clamp --port $port --bind 127.0.0.1 --database-url $base/$db ${SERVER_FLAGS:-}"
+# shellcheck disable=SC2086  # the command and SERVER_FLAGS are split into words on purpose
+serve "$port" "$out/$tag-server.log" $server_cmd
 pg_settings=$(pg_settings "$base")
 reads() { curl -s "localhost:$port/metrics" | awk -v s="$1" '$1 == "clamp_status_reads_total{source=\"" s "\"}" {print $2}'; }
 # Cumulative CPU ticks (1/100 s): server, every Postgres process, the generator and the mock.
@@ -53,12 +52,14 @@ for round in $(seq 1 "$ROUNDS"); do
     m1=$(reads memory); d1=$(reads database); r1=$(reads row)
     t1=$(ticks)
     line=$(python3 -c "
-import json
+import json, sys
+sys.path.insert(0, 'scripts')
+from benchmath import cores
 j = json.load(open('/tmp/$tag-$mode.json'))
 lat = j['latency_us']
 s0, p0, g0 = map(int, '$t0'.split()); s1, p1, g1 = map(int, '$t1'.split())
 secs = $DURATION + 2
-print($round, '$mode', round(j['achieved_rate']), sum(j.get('errors', {}).values()), round(lat['p50'] / 1000, 1), round(lat['p99'] / 1000, 1), int(float('$m1' or 0) - float('$m0' or 0)), int(float('$r1' or 0) - float('$r0' or 0)), int(float('$d1' or 0) - float('$d0' or 0)), f'{(s1 - s0) / 100 / secs:.2f}', f'{(p1 - p0) / 100 / secs:.2f}', f'{(g1 - g0) / 100 / secs:.2f}')")
+print($round, '$mode', round(j['achieved_rate']), sum(j.get('errors', {}).values()), round(lat['p50'] / 1000, 1), round(lat['p99'] / 1000, 1), int(float('$m1' or 0) - float('$m0' or 0)), int(float('$r1' or 0) - float('$r0' or 0)), int(float('$d1' or 0) - float('$d0' or 0)), f'{cores(s1 - s0, secs):.2f}', f'{cores(p1 - p0, secs):.2f}', f'{cores(g1 - g0, secs):.2f}')")
     rows+=("$line")
     echo "$line"
   done
@@ -66,8 +67,8 @@ done
 {
   echo "# Polling clients: $CONNS users, create + read until COMPLETED"
   echo
-  echo "- date: $(date -u +%FT%TZ), host $(hostname), nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-  echo "- git: $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+  echo "- $(machine_line)"
+  echo "- git: $(git_rev)"
   echo "- server: \`$server_cmd\`"
   echo "- mock: \`$mock_cmd\`"
   echo "- generator: \`$gen --poll-interval $POLL\` (poll), \`… --long-poll $LONG\` (long poll)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the product's table costs Postgres per create: the bare reference server
 # (perf/src/bin/clamp-reference.rs) run four times side by side, each on its own database
-# of one throwaway Postgres with the README's settings, its table growing one feature of
+# of one throwaway Postgres with the settings of docs/configuration.md, its table growing one feature of
 # the product's `service_requests` at a time (its columns with their defaults and
 # fillfactor, the by-workflow index, the claimable index), then the same table with
 # fillfactor 50 (migration 7), or with VARIANT=c the by-workflow index keyed in the "C"
@@ -10,8 +10,9 @@
 # (`substr(uuid_send(id), 1, 6)`: equal keys share one posting list), and with none. With VARIANT=layout or
 # VARIANT=fill: every column and index of the product's table (migration 16) against a primary key that
 # leads with a workflow key, and against each fillfactor (see the variant's comment). `wrk -t1 -c128` creates against
-# each in rotating order per round; CPU per request of the server and of Postgres is
-# sampled inside each run. Writes perf/runs/<date>-<host>/<tag>.md.
+# each in rotating order per round (rotation of scripts/bench-lib.sh); CPU per request of
+# the server and of Postgres is sampled inside each run. Writes
+# perf/runs/<date>-<host>/<commit>-<tag>/<tag>.md.
 #
 #   scripts/bench-reference-costs.sh            # 3 rounds of 8 s
 set -euo pipefail
@@ -23,9 +24,8 @@ ROUNDS=${ROUNDS:-3}
 bin=${BIN:-target/release}
 command -v wrk >/dev/null || { echo "bench-reference-costs: wrk is required (apt-get install wrk)" >&2; exit 1; }
 [ -n "${BIN:-}" ] || cargo build --release --workspace --bins -q
-out=perf/runs/$(date -u +%Y-%m-%d)-$(hostname)
-mkdir -p "$out"
 tag=${TAG:-reference-costs}
+out=$(bench_out "$tag")
 pg_dir=/tmp/clamp-bench-refcost-pg
 base=$(scripts/dev-postgres.sh start $pg_dir 55498); base=${base%/clamp}
 t=reference_requests
@@ -103,7 +103,7 @@ n=${#names[@]}
 pids=()
 trap 'kill ${pids[*]} 2>/dev/null || true; scripts/dev-postgres.sh stop $pg_dir >/dev/null' EXIT
 for i in $(seq 0 $((n - 1))); do
-  psql "$base/postgres" -qAtc "DROP DATABASE IF EXISTS clamp_refcost_$i WITH (FORCE)" >/dev/null 2>&1
+  fresh_db "$base" "clamp_refcost_$i"
   "$bin/clamp-reference" --port $((18520 + i)) --database-url "$base/clamp_refcost_$i" --ddl "${ddls[$i]}" ${flags[$i]} \
     > "/tmp/$tag-$i.log" 2>&1 &
   pids+=($!)
@@ -119,18 +119,19 @@ run() {  # run <variant>: prints rate, server and Postgres CPU µs per request
   sleep 1; a=$(ticks "${pids[$i]}"); sleep $((DURATION - 2)); b=$(ticks "${pids[$i]}")
   wait $w
   python3 - "$f" "$a" "$b" $((DURATION - 2)) <<'EOF'
-import re, sys
-rate = float(re.search(r'Requests/sec:\s+([\d.]+)', open(sys.argv[1]).read()).group(1))
+import sys
+sys.path.insert(0, 'scripts')
+from benchmath import cpu_per, wrk
+rate = wrk(open(sys.argv[1]).read())[0]
 (s0, p0), (s1, p1) = map(int, sys.argv[2].split()), map(int, sys.argv[3].split())
-secs = int(sys.argv[4])
-print(round(rate), f'{(s1 - s0) * 1e4 / secs / rate:.1f}', f'{(p1 - p0) * 1e4 / secs / rate:.1f}')
+n = int(sys.argv[4]) * rate  # requests in the sampled window
+print(round(rate), f'{cpu_per(s1 - s0, n):.1f}', f'{cpu_per(p1 - p0, n):.1f}')
 EOF
   rm -f "$f"
 }
 results=()
 for round in $(seq 1 "$ROUNDS"); do
-  for k in $(seq 0 $((n - 1))); do
-    i=$(( (k + round - 1) % n ))
+  for i in $(rotation "$round" "$n"); do
     read -r r s p < <(run "$i")
     results+=("$i $r $s $p")
     echo "round $round: ${names[$i]}: $r/s, $s µs server, $p µs Postgres"
@@ -139,27 +140,30 @@ done
 {
   echo "# What the product's table costs Postgres per create (the reference server, growing)"
   echo
-  echo "- date: $(date -u +%FT%TZ), host $(hostname), nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-  echo "- git: $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+  echo "- $(machine_line)"
+  echo "- git: $(git_rev)"
   echo "- servers: \`$bin/clamp-reference --port 1852<i> --database-url …/clamp_refcost_<i> --ddl <variant>\` (see scripts/bench-reference-costs.sh for each variant's SQL)"
   echo "- load: \`wrk -t1 -c$CONNS -d${DURATION}s -s perf/wrk/create.lua http://… -- bench\`, the variants in rotating order per round"
-  echo "- Postgres: throwaway cluster from \`scripts/dev-postgres.sh\` (the README's settings): $pg_settings"
+  echo "- Postgres: throwaway cluster from \`scripts/dev-postgres.sh\` (the settings of docs/configuration.md): $pg_settings"
   echo
   echo "| table | creates/s (median) | ÷ primary key only (median of rounds) | server µs/request | Postgres µs/request | Postgres µs added by this step |"
   echo "|---|---|---|---|---|---|"
   printf '%s\n' "${results[@]}" | python3 -c "
-import sys, statistics
+import sys
+sys.path.insert(0, 'scripts')
+from benchmath import median, ratio as div
 names = '''$(printf '%s\n' "${names[@]}")'''.splitlines()
 rows = [l.split() for l in sys.stdin if l.strip()]
 base = [r for r in rows if int(r[0]) == 0]
 prev = None
 for i, name in enumerate(names):
     mine = [r for r in rows if int(r[0]) == i]
-    rate = statistics.median(int(r[1]) for r in mine)
+    rate = median(int(r[1]) for r in mine)
+    rate = int(rate) if rate == int(rate) else rate
     # Each round's variant against the same round's primary-key-only run.
-    ratio = statistics.median(int(m[1]) / int(b[1]) for m, b in zip(mine, base))
-    s = statistics.median(float(r[2]) for r in mine)
-    p = statistics.median(float(r[3]) for r in mine)
+    ratio = median(div(m[1], b[1]) for m, b in zip(mine, base))
+    s = median(float(r[2]) for r in mine)
+    p = median(float(r[3]) for r in mine)
     if i == 0:
         added = ''
     elif i == len(names) - 1:

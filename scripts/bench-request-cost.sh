@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # What one completed two-step request costs, two server binaries side by side: per round
 # and binary (the order alternating from round to round), a fresh database of one
-# throwaway Postgres with the README's settings (pg_stat_statements loaded), the two-step
+# throwaway Postgres with the settings of docs/configuration.md (pg_stat_statements loaded), the two-step
 # HTTP workflow against nginx (a fixed 200 on 127.0.0.1), `wrk -t1 -c64` creates for
 # DURATION seconds, then a wait until every created request has completed. Per completed
 # request: server CPU, Postgres CPU (this cluster's processes), WAL bytes, commits and
 # statements, from wrk's start to the moment the last request completed; and a
 # per-statement breakdown of each binary's last round. Then (POLL=0 skips it) one run per
 # binary of clients that poll (512 users, 20 ms, `clamp-bench e2e` against
-# `clamp-bench mock`, as scripts/bench-poll.sh). Writes perf/runs/<date>-<host>/<tag>.md.
+# `clamp-bench mock`, as scripts/bench-poll.sh). Writes perf/runs/<date>-<host>/<commit>-<tag>/<tag>.md.
+#
+# This is the A/B harness: every comparison of two server binaries runs through it (the
+# order of each round from ab_order of scripts/bench-lib.sh, which the other side-by-side
+# scripts use too).
 #
 #   A=/tmp/oldtree/target/release/clamp B=target/release/clamp ROUNDS=2 scripts/bench-request-cost.sh
 #   ROUNDS=3 DURATION=20 POLL=0 TAG=request-cost-x A=… B=… scripts/bench-request-cost.sh
@@ -41,43 +45,30 @@ for which in A B; do
   [ -x "${!which}" ] || { echo "bench-request-cost: $which=${!which} is not an executable" >&2; exit 1; }
 done
 
-apt_updated=
-need() {  # need COMMAND PACKAGE: installs PACKAGE from Debian's packages if COMMAND is missing
-  command -v "$1" >/dev/null && return 0
-  if [ -z "$apt_updated" ]; then apt-get update -qq; apt_updated=1; fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
-  command -v "$1" >/dev/null || { echo "bench-request-cost: $1 is still missing after installing $2" >&2; exit 1; }
-}
 need wrk wrk
 need nginx nginx
 need psql postgresql-client
 if ! command -v initdb >/dev/null && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
-  [ -n "$apt_updated" ] || apt-get update -qq
+  [ -n "$bench_apt_updated" ] || apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
 fi
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 now() { date +%s.%N; }
 
-day=$(date -u +%Y-%m-%d)
-out=perf/runs/$day-$(hostname)
-mkdir -p "$out"
+out=$(bench_out "$tag")
 tmp=$(mktemp -d /tmp/bench-request-cost.XXXXXX)
 chmod 755 "$tmp"  # nginx's workers run as nobody
 pg_dir=$(mktemp -d /tmp/bench-request-cost-pg.XXXXXX)
 server_pid='' wrk_pid='' nginx_pid='' mock_pid='' gen_pid=''
 cleanup() {
-  local p started=()
-  for p in "$wrk_pid" "$gen_pid" "$server_pid" "$mock_pid" "$nginx_pid"; do [ -z "$p" ] || started+=("$p"); done
-  for p in "${started[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${started[@]}"; do wait "$p" 2>/dev/null || true; done
+  stop "$wrk_pid" "$gen_pid" "$server_pid" "$mock_pid" "$nginx_pid"
   scripts/dev-postgres.sh stop "$pg_dir" >/dev/null 2>&1 || true
   rm -rf "$tmp" "$pg_dir"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Postgres: a throwaway cluster with the README's settings, pg_stat_statements loaded.
+# Postgres: a throwaway cluster with the settings of docs/configuration.md, pg_stat_statements loaded.
 pg_port=$(free_port)
 pg_extra=
 [ "$PGSS" = 0 ] || pg_extra="shared_preload_libraries = 'pg_stat_statements'"
@@ -94,16 +85,7 @@ else
 fi
 pg_set="$(pg_settings "$base"), $(sql "select string_agg(name || '=' || current_setting(name), ', ' order by name) from pg_settings where name in ('max_connections', 'shared_preload_libraries', 'server_version')")"
 postmaster=$(head -1 "$pg_dir/postmaster.pid")
-
-# tree_ticks PID: CPU ticks of a process, of its live children, and of the children it
-# has already reaped (cutime, cstime): for the postmaster, every process of this cluster
-# (backends, walwriter, checkpointer, autovacuum), and none of the machine's other clusters.
-tree_ticks() {
-  local c t
-  t=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$1/stat" 2>/dev/null || echo 0)
-  for c in $(pgrep -P "$1"); do t=$((t + $(proc_ticks "$c"))); done
-  echo "$t"
-}
+# CPU of this cluster alone: tree_ticks of its postmaster (scripts/bench-lib.sh).
 
 # The downstream: nginx answering every path and method with a fixed JSON 200, in plain
 # text and (on another port) over TLS with a certificate for localhost of a CA made here.
@@ -152,7 +134,6 @@ workflow_for() {  # workflow_for A|B: the two-step workflow, over that side's sc
   echo "{\"name\":\"two\",\"description\":\"bench\",\"steps\":[{\"name\":\"a\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"$base_url/a\"}},{\"name\":\"b\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"$base_url/b\"}}]}"
 }
 wrk_cmd="wrk -t1 -c$CONNS -d${DURATION}s -s perf/wrk/create.lua http://127.0.0.1:$port -- two"
-metric() { curl -s "http://127.0.0.1:$port/metrics" | awk -v n="$1" '$1 == n {s += $2} END {printf "%d\n", s}'; }
 # finished: completed + failed requests, by the server's counters (one /metrics read).
 finished() {
   curl -s "http://127.0.0.1:$port/metrics" | awk '$1 == "completed_service_request_handler_counter_total" {c = $2}
@@ -167,24 +148,16 @@ side_flags() {  # side_flags A|B: that binary's own flags, nginx's URL put in
 start_server() {  # start_server BINARY DB LOG [A|B]: starts it on $port and waits for /health
   # SERVER_FLAGS and the side's flags are split into words on purpose.
   # shellcheck disable=SC2086
-  "$1" --port "$port" --bind 127.0.0.1 --database-url "$base/$2" ${SERVER_FLAGS:-} $(side_flags "${4:-X}") > "$3" 2>&1 &
-  server_pid=$!
-  wait_up "$port"
-  curl -sf -o /dev/null "http://127.0.0.1:$port/health" \
-    || { echo "bench-request-cost: $1 did not come up on $port" >&2; tail -20 "$3" >&2; exit 1; }
+  serve "$port" "$3" "$1" --port "$port" --bind 127.0.0.1 --database-url "$base/$2" ${SERVER_FLAGS:-} $(side_flags "${4:-X}")
 }
 stop_server() {
-  kill "$server_pid" 2>/dev/null || true
-  wait "$server_pid" 2>/dev/null || true
+  stop "$server_pid"
   server_pid=
-}
-order() {  # order ROUND: the binaries in this round's order (A B, then B A, …)
-  if [ $(($1 % 2)) = 1 ]; then echo A B; else echo B A; fi
 }
 
 : > "$tmp/rows"
 for round in $(seq 1 "$ROUNDS"); do
-  for which in $(order "$round"); do
+  for which in $(ab_order "$round"); do
     bin=${!which}
     db=clamp_reqcost_${round}_${which,,}
     sql "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
@@ -196,7 +169,7 @@ for round in $(seq 1 "$ROUNDS"); do
     [ "$pgss" = 0 ] || sql "SELECT pg_stat_statements_reset()" >/dev/null
     commits0=$(sql "SELECT xact_commit FROM pg_stat_database WHERE datname = '$db'")
     lsn0=$(sql "SELECT pg_current_wal_lsn()")
-    created0=$(metric 'create_service_request_handler_counter_total{status="2xx"}')
+    created0=$(metric "$port" 'create_service_request_handler_counter_total{status="2xx"}')
     s0=$(proc_ticks "$server_pid"); p0=$(tree_ticks "$postmaster"); n0=$(tree_ticks "$nginx_pid")
     t0=$(now)
     $wrk_cmd > "$tmp/wrk-$round-$which.txt" 2>&1 &
@@ -204,7 +177,7 @@ for round in $(seq 1 "$ROUNDS"); do
     wait "$wrk_pid"
     wrk_pid=
     t_wrk=$(now)
-    created=$(( $(metric 'create_service_request_handler_counter_total{status="2xx"}') - created0 ))
+    created=$(( $(metric "$port" 'create_service_request_handler_counter_total{status="2xx"}') - created0 ))
     # Every created request completed (or failed): the server's own counters, read over HTTP
     # (no query on the measured database).
     timed_out=0
@@ -219,7 +192,7 @@ for round in $(seq 1 "$ROUNDS"); do
     s1=$(proc_ticks "$server_pid"); p1=$(tree_ticks "$postmaster"); n1=$(tree_ticks "$nginx_pid")
     wal=$(sql "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn0')::bigint")
     # Spans (zero unless the side traces): exported, dropped at the full queue, failed.
-    echo "$round $which $(metric clamp_trace_spans_exported_total) $(metric clamp_trace_spans_dropped_total) $(metric clamp_trace_spans_failed_total)" >> "$tmp/spans"
+    echo "$round $which $(metric "$port" clamp_trace_spans_exported_total) $(metric "$port" clamp_trace_spans_dropped_total) $(metric "$port" clamp_trace_spans_failed_total)" >> "$tmp/spans"
     # The backends flush their pending counters when the server's connections close.
     stop_server
     sleep 0.5
@@ -240,16 +213,18 @@ for round in $(seq 1 "$ROUNDS"); do
     echo "$round $which $created $done_ $failed $failed_db $open_db $timed_out $t0 $t_wrk $t1 $((s1 - s0)) $((p1 - p0)) $((n1 - n0)) $wal $commits $stmts $tmp/wrk-$round-$which.txt" >> "$tmp/rows"
     python3 - "$(tail -1 "$tmp/rows")" <<'PY'
 import re, sys
+sys.path.insert(0, 'scripts')
+from benchmath import cpu_per, ratio, wrk
 r = sys.argv[1].split()
 rnd, which, created, done, failed, failed_db, open_db, timed_out = r[0], r[1], *map(int, r[2:8])
 t0, t_wrk, t1 = map(float, r[8:11])
 s, p, n, wal, commits = map(int, r[11:16])
 stmts = r[16]
-rate = float(re.search(r'Requests/sec:\s+([\d.]+)', open(r[17]).read()).group(1))
-per = lambda x: x / done if done else float('nan')
+rate = wrk(open(r[17]).read())[0]
+per = lambda x: ratio(x, done)
 st = f'{per(int(stmts)):.3f}' if stmts != 'n/a' else 'n/a'
-print(f'round {rnd} {which}: {rate:,.0f} creates/s, {done:,} completed in {t1 - t0:.1f} s = {done / (t1 - t0):,.0f}/s; '
-      f'per completed: server {per(s) * 1e4:.1f} µs, Postgres {per(p) * 1e4:.1f} µs, WAL {per(wal):,.0f} B, '
+print(f'round {rnd} {which}: {rate:,.0f} creates/s, {done:,} completed in {t1 - t0:.1f} s = {ratio(done, t1 - t0):,.0f}/s; '
+      f'per completed: server {cpu_per(s, done):.1f} µs, Postgres {cpu_per(p, done):.1f} µs, WAL {per(wal):,.0f} B, '
       f'{per(commits):.3f} commits, {st} statements')
 if failed or failed_db:
     print(f'WARNING: round {rnd} {which}: {max(failed, failed_db)} requests FAILED', file=sys.stderr)
@@ -275,7 +250,7 @@ else
   mock_pid=$!
   gen_cmd="$BENCH_BIN e2e --url http://127.0.0.1:$port --downstream http://127.0.0.1:$mock_port -c $POLL_CONNS -t 2 -d ${POLL_DURATION}s --warmup 2s -q --timeout 10s --poll-interval $POLL_INTERVAL"
   for round in $(seq 1 "$POLL_ROUNDS"); do
-    for which in $(order "$round"); do
+    for which in $(ab_order "$round"); do
       db=clamp_reqcost_poll_${round}_${which,,}
       sql "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
       start_server "${!which}" "$db" "$tmp/server-poll-$round-$which.log" "$which"
@@ -306,7 +281,9 @@ export RC_A=$A RC_B=$B RC_GIT=$git_head RC_PG="$pg_set" RC_PGCMD="$pg_cmd" RC_SE
   RC_PGSS=$pgss RC_TMP=$tmp RC_ROUNDS=$ROUNDS RC_DURATION=$DURATION RC_DEADLINE=$DEADLINE \
   RC_POLLDUR=$POLL_DURATION RC_POLLCONNS=$POLL_CONNS RC_POLLINT=$POLL_INTERVAL
 python3 - "$out/$tag.md" <<'PY'
-import datetime, hashlib, json, os, re, socket, statistics, sys
+import datetime, hashlib, json, os, socket, sys
+sys.path.insert(0, 'scripts')
+from benchmath import cpu_per, median, ratio as div, wrk as wrk_figures
 E = os.environ
 tmp = E['RC_TMP']
 path = sys.argv[1]
@@ -326,7 +303,7 @@ def cpu_model():
 
 def med(xs):
     xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
+    return median(xs) if xs else None
 
 def fmt(x, spec):
     return 'n/a' if x is None else format(x, spec)
@@ -337,15 +314,14 @@ for line in open(f'{tmp}/rows'):
     created, done, failed, failed_db, open_db, timed_out = map(int, r[2:8])
     t0, t_wrk, t1 = map(float, r[8:11])
     s, p, n, wal, commits = map(int, r[11:16])
-    wrk = open(r[17]).read()
-    rate = float(re.search(r'Requests/sec:\s+([\d.]+)', wrk).group(1))
-    non2xx = re.search(r'Non-2xx or 3xx responses:\s+(\d+)', wrk)
-    per = lambda x: x / done if done else None
+    rate, non2xx, _ = wrk_figures(open(r[17]).read())
+    per = lambda x: div(x, done) if done else None
+    cpu = lambda ticks: cpu_per(ticks, done) if done else None
     runs.append(dict(
-        round=int(r[0]), which=r[1], creates=rate, non2xx=int(non2xx.group(1)) if non2xx else 0,
+        round=int(r[0]), which=r[1], creates=rate, non2xx=non2xx,
         created=created, done=done, failed=max(failed, failed_db), open=open_db, timed_out=timed_out,
-        after=t1 - t_wrk, secs=t1 - t0, rate=done / (t1 - t0),
-        server=per(s * 1e4), pg=per(p * 1e4), both=per((s + p) * 1e4), nginx=per(n * 1e4),
+        after=t1 - t_wrk, secs=t1 - t0, rate=div(done, t1 - t0),
+        server=cpu(s), pg=cpu(p), both=cpu(s + p), nginx=cpu(n),
         wal=per(wal), commits=per(commits), stmts=None if r[16] == 'n/a' else per(int(r[16]))))
 
 cols = [('completed/s', 'rate', ',.0f'), ('creates/s (wrk)', 'creates', ',.0f'),
@@ -362,7 +338,7 @@ w(f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%M:%SZ}, h
 w(f"- git HEAD of the tree the script ran in: {E['RC_GIT']}")
 w(f"- A: `{E['RC_A']}` (sha256 {sha(E['RC_A'])}){' with `' + E['RC_AFLAGS'] + '`' if E['RC_AFLAGS'] else ''}; "
   f"B: `{E['RC_B']}` (sha256 {sha(E['RC_B'])}){' with `' + E['RC_BFLAGS'] + '`' if E['RC_BFLAGS'] else ''}")
-w(f"- Postgres: throwaway cluster, `{E['RC_PGCMD']}` (the README's settings): {E['RC_PG']}"
+w(f"- Postgres: throwaway cluster, `{E['RC_PGCMD']}` (the settings of docs/configuration.md): {E['RC_PG']}"
   + ("; pg_stat_statements loaded (its cost is in Postgres CPU, alike for both)" if E['RC_PGSS'] == '1' else '; no pg_stat_statements'))
 w(f"- downstream: nginx 127.0.0.1, `worker_processes 1; access_log off;` and `{E['RC_NGINX']}`")
 w(f"- server: `{E['RC_SERVER']}`; then `POST /workflow` with `{E['RC_WORKFLOW']}`")
@@ -391,7 +367,7 @@ w('| binary | ' + ' | '.join(c for c, _, _ in cols) + ' |')
 w('|' + '---|' * (len(cols) + 1))
 for b in 'AB':
     w(f'| {b} | ' + ' | '.join(fmt(medians[b][k], f) for _, k, f in cols) + ' |')
-ratio = lambda k: (medians['B'][k] / medians['A'][k]) if medians['A'][k] and medians['B'][k] is not None else None
+ratio = lambda k: div(medians['B'][k], medians['A'][k]) if medians['A'][k] and medians['B'][k] is not None else None
 w('| B ÷ A | ' + ' | '.join(fmt(ratio(k), '.3f') for _, k, _ in cols) + ' |')
 w(f"\n**B ÷ A of the medians: completed/s {fmt(ratio('rate'), '.3f')}, "
   f"server + Postgres CPU µs per completed request {fmt(ratio('both'), '.3f')}.**")
@@ -431,12 +407,12 @@ if prow:
         done = e2e.get('completed') or j.get('ok') or 0
         prates[b].append(rate)
         lat = j['latency_us']
-        per = lambda t: f'{int(t) * 1e4 / int(fin):.1f}' if int(fin) else 'n/a'
+        per = lambda t: f'{cpu_per(t, fin):.1f}' if int(fin) else 'n/a'
         w(f"| {rnd} | {b} | {rate:,.0f} | {done:,} | {sum(j.get('errors', {}).values())} | {lat['p50'] / 1000:.1f} | "
           f"{lat['p99'] / 1000:.1f} | {per(s)} | {per(p)} |")
     if prates['A'] and prates['B']:
-        ma, mb = statistics.median(prates['A']), statistics.median(prates['B'])
-        w(f'\nPolling completed/s, medians: A {ma:,.0f}, B {mb:,.0f}, B ÷ A {mb / ma:.3f}')
+        ma, mb = median(prates['A']), median(prates['B'])
+        w(f'\nPolling completed/s, medians: A {ma:,.0f}, B {mb:,.0f}, B ÷ A {div(mb, ma):.3f}')
 if os.path.exists(f'{tmp}/spans'):
     rows = [l.split() for l in open(f'{tmp}/spans')]
     if any(int(x) for r in rows for x in r[2:]):

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Fire lateness of many schedules: SCHEDULES schedules (1,000) that each fire every second
 # for DURATION seconds (30), on one server (the release build) and a throwaway Postgres with
-# the README's settings (scripts/dev-postgres.sh), each fire starting a one-step request
+# the settings of docs/configuration.md (scripts/dev-postgres.sh), each fire starting a one-step request
 # against nginx (a fixed 200). Lateness is a fire's request's created_at (the server's
 # clock when the pass made it, inside the transaction that commits it) minus its fire
 # time, over the fires of the measured window; plus fires missing or doubled, and the
-# server's CPU. Writes perf/runs/<date>-<host>/<TAG>.md (TAG: schedule-lateness).
+# server's CPU. Writes perf/runs/<date>-<host>/<commit>-<TAG>/<TAG>.md (TAG: schedule-lateness).
 #
 #   scripts/bench-schedules.sh
 #   SCHEDULES=1000 DURATION=30 BIN=target/release/clamp scripts/bench-schedules.sh
@@ -17,8 +17,7 @@ DURATION=${DURATION:-30}
 BIN=${BIN:-target/release/clamp}
 TAG=${TAG:-schedule-lateness}
 [ -x "$BIN" ] || { echo "bench-schedules: $BIN is not built (cargo build --release)" >&2; exit 1; }
-command -v nginx >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null; }
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+need nginx nginx
 tmp=$(mktemp -d); chmod 755 "$tmp"
 pgport=$(free_port); port=$(free_port); nport=$(free_port)
 server_pid='' nginx_pid=''
@@ -85,9 +84,10 @@ stats=$(psql "$url" -AtF ' ' -c "
 read -r fired expected p50 p99 max min <<< "$stats"
 dups=$(psql "$url" -Atc "SELECT count(*) FROM (SELECT service_request_id FROM schedule_fires GROUP BY 1 HAVING count(*) > 1) d")
 done_=$(psql "$url" -Atc "SELECT count(*) FILTER (WHERE status = 'COMPLETED') FROM service_requests")
-cpu=$(python3 -c "print(f'{($s1 - $s0) / 100 / ($t1 - $t0) * 100:.0f}')")
-day=$(date -u +%Y-%m-%d); out=perf/runs/$day-$(hostname); mkdir -p "$out"
-head=$(git rev-parse --short HEAD 2>/dev/null || echo none)
+# ticks (1/100 s) per second of the window: the server's CPU in % of one core
+cpu=$(bm ratio $((s1 - s0)) "$(bm elapsed "$t0" "$t1" --fmt .6f)" --fmt .0f)
+out=$(bench_out "$TAG")
+head=$(git_rev)
 {
   echo "# Schedule fire lateness: $SCHEDULES schedules every second, $DURATION s"
   echo

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Search on a large table: ROWS service requests (default 1,000,000) spread over the last
 # 24 hours across four workflows (90% COMPLETED, 5% FAILED, 3% CANCELLED, 2% NEW), written
-# straight into a throwaway Postgres with the README's settings, then an API-only server
+# straight into a throwaway Postgres with the settings of docs/configuration.md, then an API-only server
 # on it. For each query: the plan of the server's statement (EXPLAIN ANALYZE, BUFFERS) and
 # the time of the HTTP request (median of REPS), for the first page and for a page deep
-# in the table (its cursor half-way down). Writes perf/runs/<date>-<host>/<tag>.md.
+# in the table (its cursor half-way down). Writes perf/runs/<date>-<host>/<commit>-<tag>/<tag>.md.
 #
 #   scripts/bench-search.sh
 #   ROWS=200000 REPS=10 TAG=search-small scripts/bench-search.sh
@@ -15,9 +15,8 @@ ROWS=${ROWS:-1000000}
 REPS=${REPS:-20}
 bin=${BIN:-target/release}
 [ -n "${BIN:-}" ] || cargo build --release --bin clamp -q
-out=perf/runs/$(date -u +%Y-%m-%d)-$(hostname)
-mkdir -p "$out"
 tag=${TAG:-search-1m}
+out=$(bench_out "$tag")
 pg_dir=/tmp/clamp-bench-search-pg
 base=$(scripts/dev-postgres.sh start $pg_dir 55499); base=${base%/clamp}
 db=clamp_bench_search
@@ -55,8 +54,8 @@ ms_uuid() { python3 -c "import sys; ms=int(sys.argv[1]); print('%012x' % ms + '7
 {
   echo "# Search on $n rows"
   echo
-  echo "- date: $(date -u +%FT%TZ), host $(hostname), nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-  echo "- git: $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+  echo "- $(machine_line)"
+  echo "- git: $(git_rev)"
   echo "- data: $n rows over the last 24 h, four workflows, 90% COMPLETED, 5% FAILED, 3% CANCELLED, 2% NEW (scripts/bench-search.sh); VACUUM ANALYZE after loading"
   echo "- server: \`$bin/clamp --port $port --bind 127.0.0.1 --database-url …/$db --max-running 0\`; Postgres: throwaway cluster from \`scripts/dev-postgres.sh\`: $(pg_settings "$base")"
   echo "- time: curl's time_total of \`GET /serviceRequests?<query>\` (limit 50), median of $REPS, after one warm-up call"
@@ -68,10 +67,12 @@ ms_uuid() { python3 -c "import sys; ms=int(sys.argv[1]); print('%012x' % ms + '7
     times=$(for _ in $(seq 1 "$REPS"); do curl -s -o /dev/null -w '%{time_total}\n' "localhost:$port/serviceRequests?$q"; done)
     body=$(curl -s "localhost:$port/serviceRequests?$q")
     python3 - "$q" "$body" "$times" <<'EOF'
-import json, statistics, sys
+import json, sys
+sys.path.insert(0, "scripts")
+from benchmath import median, p90
 q, body, times = sys.argv[1], json.loads(sys.argv[2]), [float(t) * 1000 for t in sys.argv[3].split()]
 times.sort()
-print(f"| `{q or '(none)'}` | {len(body['serviceRequests'])} | {'yes' if body['nextCursor'] else 'no'} | {statistics.median(times):.2f} | {times[int(len(times) * 0.9) - 1]:.2f} |")
+print(f"| `{q or '(none)'}` | {len(body['serviceRequests'])} | {'yes' if body['nextCursor'] else 'no'} | {median(times):.2f} | {p90(times):.2f} |")
 EOF
   done
   echo

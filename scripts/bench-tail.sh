@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The tail of durable creates at a fixed rate: open loop, API-only server
-# (--max-running 0), on a throwaway Postgres with the README's settings (or PG=machine:
+# (--max-running 0), on a throwaway Postgres with the settings of docs/configuration.md (or PG=machine:
 # the machine's cluster with its defaults). Each run: RATE/s for WARMUP s unmeasured, then
 # CHECKPOINT (so full-page writes are in the window, as in production), then RATE/s for
 # DURATION s measured. With MID_CHECKPOINT=1 a CHECKPOINT is also forced halfway through
-# the measured window. Writes perf/runs/<date>-<host>/<tag>.md.
+# the measured window. Writes perf/runs/<date>-<host>/<commit>-<tag>/<tag>.md.
 #
 #   scripts/bench-tail.sh                                   # 16,000/s, 3 runs of 20 s
 #   PG=machine RATE=8000 DURATION=60 RUNS=1 MID_CHECKPOINT=1 scripts/bench-tail.sh
@@ -19,10 +19,9 @@ DURATION=${DURATION:-20}
 RUNS=${RUNS:-3}
 bin=${BIN:-target/release}
 [ -n "${BIN:-}" ] || cargo build --release --workspace --bins -q
-out=perf/runs/$(date -u +%Y-%m-%d)-$(hostname)
-mkdir -p "$out"
 tag=${TAG:-tail-$RATE-${PG:-dev}-pg}
 [ "${FIND_MAX:-0}" != 1 ] || tag=${TAG:-find-max-${SLO:-10ms}-${PG:-dev}-pg}
+out=$(bench_out "$tag")
 if [ "${PG:-dev}" = machine ]; then
   scripts/services.sh postgres >/dev/null
   base=postgres://postgres@127.0.0.1:5432
@@ -30,16 +29,16 @@ if [ "${PG:-dev}" = machine ]; then
 else
   pg_dir=/tmp/clamp-bench-tail-pg
   base=$(scripts/dev-postgres.sh start $pg_dir 55499); base=${base%/clamp}
-  pg_desc="throwaway cluster from \`scripts/dev-postgres.sh\` (the README's settings)"
+  pg_desc="throwaway cluster from \`scripts/dev-postgres.sh\` (the settings of docs/configuration.md)"
 fi
 db=clamp_bench_tail
 port=18530
-psql "$base/postgres" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
+fresh_db "$base" "$db"
 server_cmd="$bin/clamp --port $port --bind 127.0.0.1 --database-url $base/$db --max-running 0 ${SERVER_FLAGS:-}"
-$server_cmd > "$out/$tag-server.log" 2>&1 &
-server_pid=$!
-trap 'kill $server_pid 2>/dev/null || true; [ -z "${pg_dir:-}" ] || scripts/dev-postgres.sh stop $pg_dir >/dev/null' EXIT
-wait_up $port
+server_pid=''
+trap 'stop "$server_pid"; [ -z "${pg_dir:-}" ] || scripts/dev-postgres.sh stop $pg_dir >/dev/null' EXIT
+# shellcheck disable=SC2086  # the command and SERVER_FLAGS are split into words on purpose
+serve "$port" "$out/$tag-server.log" $server_cmd
 pg_settings=$(pg_settings "$base")
 gen="$bin/clamp-bench create --url http://127.0.0.1:$port -c $CONNS -t 1 -r $RATE -q --downstream http://127.0.0.1:9"
 if [ "${FIND_MAX:-0}" = 1 ]; then
@@ -49,7 +48,7 @@ if [ "${FIND_MAX:-0}" = 1 ]; then
   {
     echo "# Highest create rate with p99 <= ${SLO:-10ms}, open loop, API-only"
     echo
-    echo "- date: $(date -u +%FT%TZ), host $(hostname), nproc $(nproc), git $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+    echo "- date: $(date -u +%FT%TZ), host $(hostname), nproc $(nproc), git $(git_rev)"
     echo "- server: \`$server_cmd\`"
     echo "- search: \`$fm\`; plot: [$tag.svg]($tag.svg), raw: [$tag.json]($tag.json)"
     echo "- Postgres: $pg_desc: $pg_settings"
@@ -81,8 +80,8 @@ done
 {
   echo "# Durable creates at ${RATE}/s, open loop, API-only"
   echo
-  echo "- date: $(date -u +%FT%TZ), host $(hostname), nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-  echo "- git: $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+  echo "- $(machine_line)"
+  echo "- git: $(git_rev)"
   echo "- server: \`$server_cmd\`"
   echo "- each run: \`$gen -d ${WARMUP}s --warmup 0s\` (unmeasured), \`CHECKPOINT\`, then \`$gen -d ${DURATION}s --warmup 0s\`$([ "${MID_CHECKPOINT:-0}" = 1 ] && echo ", with a \`CHECKPOINT\` forced $((DURATION / 2)) s into it")"
   echo "- Postgres: $pg_desc: $pg_settings"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Draws the README's picture of one request's trace from spans clamp really exported: a
+# Draws docs/observability.md's picture of one request's trace from spans clamp really exported: a
 # server on a fresh database with tracing on, exporting to the OTLP receiver stand-in
 # (tests/otlp/receiver.py); a downstream that fails a step's first call (503) and then
 # answers, with a traceparent of its own; a three-step workflow (HTTP, retried; an ASYNC
