@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use anyhow::{anyhow, bail, Context};
 use bytes::Bytes;
 use clap::{Parser, Subcommand};
 use http_body_util::{BodyExt, Full};
@@ -78,13 +79,14 @@ pub fn main(args: Vec<String>) -> ExitCode {
     match rt.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("clamp workflows: {e}");
+            // `{:#}`: the whole cause chain on one line ("a: b: c").
+            eprintln!("clamp workflows: {e:#}");
             ExitCode::from(2)
         }
     }
 }
 
-async fn run(cli: Cli) -> Result<ExitCode, String> {
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.cmd {
         Cmd::Apply {
             dry_run,
@@ -95,7 +97,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             let (defs, errors) = read_all(&files);
             if !errors.is_empty() {
                 for (path, why) in &errors {
-                    eprintln!("{}: error: {why}", path.display());
+                    eprintln!("{}: error: {why:#}", path.display());
                 }
                 eprintln!(
                     "clamp workflows: {} of {} files are invalid; nothing applied",
@@ -108,7 +110,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             let refused = check_includes(&backend, &defs).await?;
             if !refused.is_empty() {
                 for (path, why) in &refused {
-                    eprintln!("{}: error: {why}", path.display());
+                    eprintln!("{}: error: {why:#}", path.display());
                 }
                 eprintln!("clamp workflows: {} files name workflows that cannot be included; nothing applied", refused.len());
                 return Ok(ExitCode::from(1));
@@ -119,7 +121,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                     Ok(what) => println!("{}: {what}", path.display()),
                     Err(why) => {
                         failed = true;
-                        eprintln!("{}: error: {why}", path.display());
+                        eprintln!("{}: error: {why:#}", path.display());
                     }
                 }
             }
@@ -131,14 +133,14 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
         }
         Cmd::Export { target, dir } => {
             let backend = Backend::connect(&target).await?;
-            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            std::fs::create_dir_all(&dir).with_context(|| dir.display().to_string())?;
             for def in backend.all().await? {
                 let name = def["name"].as_str().unwrap_or_default().to_string();
                 let path = dir.join(format!("{name}.json"));
                 let mut text =
                     serde_json::to_string_pretty(&unstamped(def)).expect("a definition serializes");
                 text.push('\n');
-                std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+                std::fs::write(&path, text).with_context(|| path.display().to_string())?;
                 println!("{}: exported", path.display());
             }
             Ok(ExitCode::SUCCESS)
@@ -148,12 +150,12 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
 
 /// The files named, and the `*.json` files of the directories named (sorted, so the
 /// order of output and application is stable).
-fn definition_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+fn definition_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {
             let mut found: Vec<PathBuf> = std::fs::read_dir(p)
-                .map_err(|e| format!("{}: {e}", p.display()))?
+                .with_context(|| p.display().to_string())?
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|f| f.extension().is_some_and(|x| x == "json"))
                 .collect();
@@ -164,7 +166,7 @@ fn definition_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
         }
     }
     if out.is_empty() {
-        return Err("no definition files found".into());
+        bail!("no definition files found");
     }
     Ok(out)
 }
@@ -173,7 +175,7 @@ fn definition_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
 /// defined by two files is an error of the second).
 /// Files and what each defines, or why not.
 type Read = Vec<(PathBuf, WorkflowDef)>;
-type Refused = Vec<(PathBuf, String)>;
+type Refused = Vec<(PathBuf, anyhow::Error)>;
 
 fn read_all(files: &[PathBuf]) -> (Read, Refused) {
     let defaults = match config(None) {
@@ -187,7 +189,7 @@ fn read_all(files: &[PathBuf]) -> (Read, Refused) {
             Ok(def) => match defs.iter().find(|(_, d)| d.name == def.name) {
                 Some((other, _)) => errors.push((
                     f.clone(),
-                    format!(
+                    anyhow!(
                         "workflow {} is defined in {} too",
                         def.name,
                         other.display()
@@ -223,18 +225,18 @@ fn in_include_order(mut defs: Read) -> Read {
     out
 }
 
-fn read_one(path: &Path, cfg: &Config) -> Result<WorkflowDef, String> {
-    let text = std::fs::read(path).map_err(|e| e.to_string())?;
-    let value: Value = serde_json::from_slice(&text).map_err(|e| format!("not JSON: {e}"))?;
+fn read_one(path: &Path, cfg: &Config) -> anyhow::Result<WorkflowDef> {
+    let text = std::fs::read(path)?;
+    let value: Value = serde_json::from_slice(&text).context("not JSON")?;
     if !value.is_object() {
-        return Err("the definition must be a JSON object".into());
+        bail!("the definition must be a JSON object");
     }
     let mut def: WorkflowDef =
-        serde_json::from_value(value).map_err(|e| format!("invalid workflow definition: {e}"))?;
+        serde_json::from_value(value).context("invalid workflow definition")?;
     def.version = 1;
     let b = &cfg.brokers;
     set_default_reply_to(&mut def, &b.amqp_response_queue, &b.kafka_response_topic);
-    compile(def).map(|wf| wf.def).map_err(|e| e.0)
+    compile(def).map(|wf| wf.def).map_err(|e| anyhow!(e.0))
 }
 
 /// The workflows a definition's WORKFLOW steps start.
@@ -251,7 +253,7 @@ fn included(steps: &[crate::workflow::model::Step]) -> Vec<String> {
 /// the files or known to the target, and no workflow may come to include itself (the
 /// files as they will be, the others as stored). The server checks again as each is
 /// stored; this makes an apply all or nothing for these errors too, through either target.
-async fn check_includes(backend: &Backend, defs: &Read) -> Result<Refused, String> {
+async fn check_includes(backend: &Backend, defs: &Read) -> anyhow::Result<Refused> {
     use std::collections::HashMap;
     // name → what it includes (None: known nowhere)
     let mut graph: HashMap<String, Option<Vec<String>>> = defs
@@ -278,7 +280,7 @@ async fn check_includes(backend: &Backend, defs: &Read) -> Result<Refused, Strin
         if let Some(missing) = direct.iter().find(|n| matches!(graph.get(*n), Some(None))) {
             refused.push((
                 path.clone(),
-                format!("includes workflow {missing}, which is neither a file here nor known"),
+                anyhow!("includes workflow {missing}, which is neither a file here nor known"),
             ));
             continue;
         }
@@ -293,7 +295,7 @@ async fn check_includes(backend: &Backend, defs: &Read) -> Result<Refused, Strin
             if last == d.name {
                 refused.push((
                     path.clone(),
-                    format!(
+                    anyhow!(
                         "the workflow would include itself: {}",
                         path_names.join(" → ")
                     ),
@@ -316,13 +318,12 @@ async fn check_includes(backend: &Backend, defs: &Read) -> Result<Refused, Strin
 
 /// The server's configuration from its environment (as `clamp` itself reads it), with
 /// `database_url` if given: its broker defaults fill in a definition as the server's do.
-fn config(database_url: Option<&str>) -> Result<Config, String> {
+fn config(database_url: Option<&str>) -> anyhow::Result<Config> {
     let mut argv = vec!["clamp".to_string()];
     if let Some(db) = database_url {
         argv.extend(["--database-url".to_string(), db.to_string()]);
     }
-    Config::from_args(Args::try_parse_from(argv).map_err(|e| e.to_string())?)
-        .map_err(|e| e.to_string())
+    Config::from_args(Args::try_parse_from(argv)?).map_err(|e| anyhow!(e))
 }
 
 /// A workflow name as a path segment.
@@ -340,7 +341,7 @@ fn unstamped(mut v: Value) -> Value {
     v
 }
 
-async fn apply_one(backend: &Backend, def: &WorkflowDef, dry_run: bool) -> Result<String, String> {
+async fn apply_one(backend: &Backend, def: &WorkflowDef, dry_run: bool) -> anyhow::Result<String> {
     let current = backend.current(&def.name).await?;
     let version = |v: &Value| v["version"].as_i64().unwrap_or(1);
     let Some(current) = current else {
@@ -380,11 +381,10 @@ enum Backend {
 }
 
 impl Backend {
-    async fn connect(t: &Target) -> Result<Backend, String> {
+    async fn connect(t: &Target) -> anyhow::Result<Backend> {
         if let Some(url) = &t.url {
-            let roots = crate::tls::roots(true, t.ca_file.as_deref()).map_err(|e| e.to_string())?;
-            let tls = crate::tls::client(crate::tls::Verify::Full(roots), None, &[])
-                .map_err(|e| e.to_string())?;
+            let roots = crate::tls::roots(true, t.ca_file.as_deref())?;
+            let tls = crate::tls::client(crate::tls::Verify::Full(roots), None, &[])?;
             let https = hyper_rustls::HttpsConnectorBuilder::new()
                 .with_tls_config(tls)
                 .https_or_http()
@@ -402,14 +402,14 @@ impl Backend {
         let cfg = config(t.database_url.as_deref())?;
         let db = std::sync::Arc::new(
             crate::store::connect::PgConnector::for_config(&cfg)
-                .map_err(|e| crate::error_chain::one_line(&e))?,
+                .map_err(|e| anyhow!(crate::error_chain::one_line(&e)))?,
         );
         let mut client = crate::store::migrate::connect_or_create(&db)
             .await
-            .map_err(|e| crate::error_chain::one_line(&e))?;
+            .map_err(|e| anyhow!(crate::error_chain::one_line(&e)))?;
         crate::store::migrate::run(&mut client)
             .await
-            .map_err(|e| crate::error_chain::one_line(&e))?;
+            .map_err(|e| anyhow!(crate::error_chain::one_line(&e)))?;
         Ok(Backend::Db(crate::store::pool::build(db, &cfg, 1)))
     }
 
@@ -419,7 +419,7 @@ impl Backend {
         method: hyper::Method,
         path: &str,
         body: Option<Value>,
-    ) -> Result<(u16, Value), String> {
+    ) -> anyhow::Result<(u16, Value)> {
         let Backend::Http {
             client,
             base,
@@ -436,30 +436,25 @@ impl Backend {
             req = req.header("authorization", format!("Bearer {t}"));
         }
         let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
-        let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
+        let req = req.body(Full::new(body))?;
         let resp = client
             .request(req)
             .await
-            .map_err(|e| format!("{base}: {}", crate::error_chain::one_line(&e)))?;
+            .map_err(|e| anyhow!("{base}: {}", crate::error_chain::one_line(&e)))?;
         let status = resp.status().as_u16();
-        let bytes = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
+        let bytes = resp.into_body().collect().await?.to_bytes();
         let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         if status >= 400 && status != 404 {
-            return Err(format!(
+            bail!(
                 "the server answered {status}: {}",
                 v["message"].as_str().unwrap_or("(no message)")
-            ));
+            );
         }
         Ok((status, v))
     }
 
     /// The latest stored definition of `name`, if there is one.
-    async fn current(&self, name: &str) -> Result<Option<Value>, String> {
+    async fn current(&self, name: &str) -> anyhow::Result<Option<Value>> {
         match self {
             Backend::Http { .. } => {
                 let path = format!("/workflow/{}", segment(name));
@@ -467,15 +462,13 @@ impl Backend {
                 Ok((status == 200).then_some(v))
             }
             Backend::Db(pool) => {
-                let conn = pool.get().await.map_err(|e| e.to_string())?;
-                queries::latest_definition(&conn, name)
-                    .await
-                    .map_err(|e| e.to_string())
+                let conn = pool.get().await?;
+                Ok(queries::latest_definition(&conn, name).await?)
             }
         }
     }
 
-    async fn create(&self, def: &WorkflowDef) -> Result<Value, String> {
+    async fn create(&self, def: &WorkflowDef) -> anyhow::Result<Value> {
         match self {
             Backend::Http { .. } => {
                 let body = serde_json::to_value(def).expect("a definition serializes");
@@ -483,50 +476,47 @@ impl Backend {
                     .call(hyper::Method::POST, "/workflow", Some(body))
                     .await?;
                 if status == 404 {
-                    return Err("the server has no POST /workflow".into());
+                    bail!("the server has no POST /workflow");
                 }
                 Ok(v)
             }
             Backend::Db(pool) => {
-                let conn = pool.get().await.map_err(|e| e.to_string())?;
+                let conn = pool.get().await?;
                 let mut def = def.clone();
                 let id = crate::ids::new_v7();
                 def.id = id.to_string();
-                queries::insert_workflow(&conn, &def, id)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                queries::insert_workflow(&conn, &def, id).await?;
                 queries::latest_definition(&conn, &def.name)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .ok_or_else(|| "the workflow vanished after it was created".to_string())
+                    .await?
+                    .context("the workflow vanished after it was created")
             }
         }
     }
 
-    async fn put(&self, def: &WorkflowDef) -> Result<Value, String> {
+    async fn put(&self, def: &WorkflowDef) -> anyhow::Result<Value> {
         match self {
             Backend::Http { .. } => {
                 let path = format!("/workflow/{}", segment(&def.name));
                 let body = serde_json::to_value(def).expect("a definition serializes");
                 let (status, v) = self.call(hyper::Method::PUT, &path, Some(body)).await?;
                 if status == 404 {
-                    return Err("the workflow is not known to the server any more".into());
+                    bail!("the workflow is not known to the server any more");
                 }
                 Ok(v)
             }
             Backend::Db(pool) => {
-                let conn = pool.get().await.map_err(|e| e.to_string())?;
+                let conn = pool.get().await?;
                 match queries::put_workflow(&conn, def).await {
                     Ok(Versioned::New(v) | Versioned::Unchanged(v)) => Ok(v),
-                    Ok(Versioned::Unknown) => Err("the workflow is not known any more".into()),
-                    Err(e) => Err(e.to_string()),
+                    Ok(Versioned::Unknown) => bail!("the workflow is not known any more"),
+                    Err(e) => Err(e.into()),
                 }
             }
         }
     }
 
     /// The latest version of every workflow.
-    async fn all(&self) -> Result<Vec<Value>, String> {
+    async fn all(&self) -> anyhow::Result<Vec<Value>> {
         match self {
             Backend::Http { .. } => {
                 let mut out = Vec::new();
@@ -544,10 +534,8 @@ impl Backend {
                 Ok(out)
             }
             Backend::Db(pool) => {
-                let conn = pool.get().await.map_err(|e| e.to_string())?;
-                let defs = queries::all_workflows(&conn.client)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let conn = pool.get().await?;
+                let defs = queries::all_workflows(&conn.client).await?;
                 Ok(defs
                     .into_iter()
                     .map(|d| serde_json::to_value(d).expect("a definition serializes"))
