@@ -154,7 +154,7 @@ async fn the_console_works_in_a_real_browser() {
     let (s, ids) = scene(&d, &db).await;
     // The claims downstream is fixed now: the retry in the page goes through.
     d.fix();
-    // CLAMP_CONSOLE_SHOTS=docs/console keeps the screenshots (the README's come from here).
+    // CLAMP_CONSOLE_SHOTS=docs/console keeps the screenshots (docs/operating.md's come from here).
     let shots = std::env::var("CLAMP_CONSOLE_SHOTS")
         .unwrap_or_else(|_| format!("{}/console-shots", std::env::temp_dir().display()));
     std::fs::create_dir_all(&shots).unwrap();

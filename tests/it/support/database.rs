@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio_postgres::NoTls;
 
+use super::alone::Share;
+
 /// Where the test Postgres is (a server URL without a database).
 pub fn pg_base() -> String {
     std::env::var("CLAMP_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
@@ -17,11 +19,23 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 pub struct TestDb {
     pub name: String,
     pub url: String,
+    /// The machine, shared with other tests or alone (`support::alone`).
+    _share: Share,
 }
 
 impl TestDb {
     /// A fresh, unique database name; the server creates it (which tests that path too).
     pub fn new() -> TestDb {
+        Self::with_share(Share::shared())
+    }
+
+    /// A database for a test that bounds how long the server takes: no other test runs
+    /// while it is held (`support::alone`).
+    pub fn alone() -> TestDb {
+        Self::with_share(Share::alone())
+    }
+
+    fn with_share(_share: Share) -> TestDb {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let name = format!(
             "clamp_it_{}_{}_{}",
@@ -30,7 +44,7 @@ impl TestDb {
             fastrand::u32(..)
         );
         let url = format!("{}/{}", pg_base(), name);
-        TestDb { name, url }
+        TestDb { name, url, _share }
     }
 
     /// A direct connection, for checking what the server wrote.

@@ -7,10 +7,12 @@
 //! - `http`: a small HTTP client (one request per connection, or a keep-alive one);
 //! - `proxy`: a TCP proxy that can cut or stall the server's Postgres connections;
 //! - `waiting`: `wait_for` and its kin, the one way tests wait for a condition;
-//! - `metrics`: reading a value out of a metrics exposition.
+//! - `metrics`: reading a value out of a metrics exposition;
+//! - `alone`: the machine to one test that bounds how long the server takes.
 
 #![allow(dead_code)]
 
+mod alone;
 mod binary;
 mod database;
 mod http;
