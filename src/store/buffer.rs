@@ -18,6 +18,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use futures_util::FutureExt;
 use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
 use uuid::Uuid;
 
 use std::collections::{HashMap, HashSet};
@@ -514,13 +516,14 @@ async fn write_batch(
         return write_rows(&conn, rows, n_leased, handoff, cfg).await;
     };
     bounded(&conn, cfg.hard_timeout, async {
-        let set = format!("SET statement_timeout = {}", timeout.as_millis().max(1));
-        conn.client.batch_execute(&set).await
+        conn.client
+            .batch_execute(&set_statement_timeout(timeout))
+            .await
     })
     .await?;
     let written = write_rows(&conn, rows, n_leased, handoff, cfg).await;
     let reset = bounded(&conn, cfg.hard_timeout, async {
-        conn.client.batch_execute("RESET statement_timeout").await
+        conn.client.batch_execute(RESET_STATEMENT_TIMEOUT).await
     })
     .await;
     if reset.is_err() {
@@ -530,6 +533,25 @@ async fn write_batch(
     written
 }
 
+/// The statement a late batch runs before its insert: the time its most pressed row has
+/// left, in whole milliseconds (at least one; 0 would mean no timeout at all). Built per
+/// late batch, the one statement of the store with a value in its text.
+pub(super) fn set_statement_timeout(timeout: Duration) -> String {
+    format!("SET statement_timeout = {}", timeout.as_millis().max(1))
+}
+
+/// Back to the session's statement timeout after a late batch.
+pub(super) const RESET_STATEMENT_TIMEOUT: &str = "RESET statement_timeout";
+
+/// The lease a batch's leased rows get: this instance's, for as long as a fresh lease
+/// lasts (no owner when no row is leased).
+struct Lease {
+    owner: Option<Uuid>,
+    ms: f64,
+}
+
+/// Writes a batch: rows without keys by the plain insert, a batch with keys by the keyed
+/// inserts, which resolve each key in the same statement.
 async fn write_rows(
     conn: &PgConn,
     rows: &[PendingRow],
@@ -537,77 +559,76 @@ async fn write_rows(
     handoff: Option<&dyn Handoff>,
     cfg: &FlusherConfig,
 ) -> Result<(Written, Pinned)> {
-    let owner: Option<Uuid> = handoff.filter(|_| n_leased > 0).map(|h| h.owner());
-    let lease_ms: f64 = handoff.map_or(0.0, |h| h.lease().as_secs_f64() * 1000.0);
+    let lease = Lease {
+        owner: handoff.filter(|_| n_leased > 0).map(|h| h.owner()),
+        ms: handoff.map_or(0.0, |h| h.lease().as_secs_f64() * 1000.0),
+    };
     if rows.iter().all(|r| r.key.is_none()) {
-        let names: Vec<&str> = rows.iter().map(|r| r.workflow.def.name.as_str()).collect();
-        let rows: Vec<NewRequest> = rows
-            .iter()
-            .enumerate()
-            .map(|(i, r)| NewRequest::of(r, i < n_leased))
-            .collect();
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
-            [&rows, &names, &owner, &lease_ms];
-        let rows = bounded(conn, cfg.hard_timeout, async {
-            conn.client.query(&conn.insert_requests, &params).await
-        })
-        .await?;
-        return Ok((Written::AllNew, latest(&rows)));
+        let p = NewRequests {
+            rows: new_requests(rows, 0..rows.len(), n_leased).collect(),
+            names: rows.iter().map(|r| r.workflow.def.name.as_str()).collect(),
+            owner: lease.owner,
+            lease_ms: lease.ms,
+        };
+        let found = insert_requests(conn, &p, cfg.hard_timeout).await?;
+        return Ok((Written::AllNew, latest(&found)));
     }
+    write_keyed(conn, rows, n_leased, lease, cfg).await
+}
+
+/// Writes a batch with keys: every row whose key is new is inserted by the first
+/// statement; when a key was held, the batch is written again by the statement that
+/// takes only free or expired keys, and the rows that lost theirs are answered with the
+/// request holding it.
+async fn write_keyed(
+    conn: &PgConn,
+    rows: &[PendingRow],
+    n_leased: usize,
+    lease: Lease,
+    cfg: &FlusherConfig,
+) -> Result<(Written, Pinned)> {
     // A key twice in one batch: the first row claims it, the others are looked up after.
-    let hashes: Vec<Option<Uuid>> = rows.iter().map(|r| r.key).collect();
     let mut seen: HashSet<Uuid> = HashSet::new();
     let leaders: Vec<usize> = (0..rows.len())
-        .filter(|&i| hashes[i].is_none_or(|h| seen.insert(h)))
+        .filter(|&i| rows[i].key.is_none_or(|h| seen.insert(h)))
         .collect();
-    let c = Columns::of(leaders.iter().map(|&i| &rows[i]));
-    let leased: Vec<bool> = leaders.iter().map(|&i| i < n_leased).collect();
-    let keys: Vec<Option<Uuid>> = leaders.iter().map(|&i| hashes[i]).collect();
-    let window_s = cfg.key_window.as_secs_f64();
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
-        &c.ids,
-        &c.names,
-        &c.payloads,
-        &c.headers,
-        &leased,
-        &owner,
-        &lease_ms,
-        &keys,
-        &c.created,
-        &window_s,
-        &c.versions,
-    ];
+    let p = KeyedRequests {
+        c: Columns::of(new_requests(rows, leaders.iter().copied(), n_leased)),
+        keys: leaders.iter().map(|&i| rows[i].key).collect(),
+        owner: lease.owner,
+        lease_ms: lease.ms,
+        window_s: cfg.key_window.as_secs_f64(),
+    };
     // The usual case: every key is new, and every row is inserted.
-    let fast = bounded(conn, cfg.hard_timeout, async {
-        let stmt = conn.stmt(idempotency::INSERT_KEYED).await?;
-        let first9 = &params[..9];
-        let with_versions: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-            first9.iter().copied().chain([params[10]]).collect();
-        conn.client.query(&stmt, &with_versions).await
-    })
-    .await;
-    let fast = match fast {
+    let (inserted, pinned): (HashSet<Uuid>, Pinned) = match insert_keyed(conn, &p, cfg.hard_timeout)
+        .await
+    {
         Ok(found) if leaders.len() == rows.len() => return Ok((Written::AllNew, latest(&found))),
-        Ok(found) => Ok(latest(&found)),
+        Ok(found) => (
+            leaders.iter().map(|&i| rows[i].id).collect(),
+            latest(&found),
+        ),
         // A key held already: a repeat, a claim at this moment, or an expired entry.
-        Err(StoreError::Conflict) => Err(()),
+        Err(StoreError::Conflict) => {
+            let found = insert_keyed_conflicts(conn, &p, cfg.hard_timeout).await?;
+            let per_row: HashMap<Uuid, i32> = found.iter().map(|r| (r.get(0), r.get(1))).collect();
+            (per_row.keys().copied().collect(), Pinned::PerRow(per_row))
+        }
         Err(e) => return Err(e),
     };
-    let (inserted, pinned) = match fast {
-        Ok(pinned) => (leaders.iter().map(|&i| rows[i].id).collect(), pinned),
-        Err(()) => {
-            let found = bounded(conn, cfg.hard_timeout, async {
-                let stmt = conn.stmt(idempotency::INSERT_KEYED_CONFLICTS).await?;
-                conn.client.query(&stmt, &params).await
-            })
-            .await?;
-            let per_row: HashMap<Uuid, i32> = found.iter().map(|r| (r.get(0), r.get(1))).collect();
-            (
-                per_row.keys().copied().collect::<HashSet<Uuid>>(),
-                Pinned::PerRow(per_row),
-            )
-        }
-    };
+    let each = created_each(conn, rows, &inserted, cfg.hard_timeout).await?;
+    Ok((Written::Each(each), pinned))
+}
+
+/// Per row of a keyed batch, what it became: a new request when it was inserted, else
+/// the request holding its key (looked up after the insert committed, so it sees the
+/// winner) and whether its payload was the same.
+async fn created_each(
+    conn: &PgConn,
+    rows: &[PendingRow],
+    inserted: &HashSet<Uuid>,
+    limit: Duration,
+) -> Result<Vec<Created>> {
     let mut each: Vec<Option<Created>> = rows
         .iter()
         .map(|r| inserted.contains(&r.id).then_some(Created::New(r.id)))
@@ -618,12 +639,12 @@ async fn write_rows(
         .filter(|(i, _)| each[*i].is_none())
         .map(|(i, r)| idempotency::Lookup {
             idx: i as i32,
-            key_hash: hashes[i].expect("only keyed rows can lose"),
+            key_hash: r.key.expect("only keyed rows can lose"),
             payload: &r.payload,
         })
         .collect();
     if !lost.is_empty() {
-        let holders = bounded(conn, cfg.hard_timeout, async {
+        let holders = bounded(conn, limit, async {
             idempotency::holders(conn, &lost).await
         })
         .await?;
@@ -647,49 +668,161 @@ async fn write_rows(
             "an idempotency key changed while it was looked up".into(),
         ));
     }
-    Ok((
-        Written::Each(each.into_iter().map(Option::unwrap).collect()),
-        pinned,
-    ))
+    Ok(each.into_iter().map(Option::unwrap).collect())
 }
 
-/// The columns every insert of new requests sends, one array each (plain and keyed rows
-/// alike).
+/// A parameter as tokio-postgres takes it.
+type Param<'p> = &'p (dyn ToSql + Sync);
+
+/// `INSERT_REQUESTS`' parameters, by name.
+struct NewRequests<'a> {
+    /// `$1`: the rows, one `new_request` each.
+    rows: Vec<NewRequest<'a>>,
+    /// `$2`: their workflows' names, whose latest versions the statement reads.
+    names: Vec<&'a str>,
+    /// `$3`, `$4`: the lease of the rows marked `leased`.
+    owner: Option<Uuid>,
+    lease_ms: f64,
+}
+
+impl NewRequests<'_> {
+    /// In the statement's order.
+    fn params(&self) -> [Param<'_>; 4] {
+        [&self.rows, &self.names, &self.owner, &self.lease_ms]
+    }
+}
+
+/// The plain insert (prepared with the connection): the latest version of each of the
+/// batch's workflows.
+async fn insert_requests(conn: &PgConn, p: &NewRequests<'_>, limit: Duration) -> Result<Vec<Row>> {
+    bounded(conn, limit, async {
+        conn.client.query(&conn.insert_requests, &p.params()).await
+    })
+    .await
+}
+
+/// The keyed inserts' parameters, by name: the rows as columns, and what only keys need.
+struct KeyedRequests<'a> {
+    c: Columns<'a>,
+    /// Each row's key digest (None: no key).
+    keys: Vec<Option<Uuid>>,
+    /// The lease of the rows marked `leased`.
+    owner: Option<Uuid>,
+    lease_ms: f64,
+    /// How long a key holds, in seconds.
+    window_s: f64,
+}
+
+impl KeyedRequests<'_> {
+    /// `INSERT_KEYED`'s `$1..$10`.
+    fn insert_keyed(&self) -> [Param<'_>; 10] {
+        let c = &self.c;
+        [
+            &c.ids,
+            &c.names,
+            &c.payloads,
+            &c.headers,
+            &c.leased,
+            &self.owner,
+            &self.lease_ms,
+            &self.keys,
+            &c.created,
+            &c.versions,
+        ]
+    }
+
+    /// `INSERT_KEYED_CONFLICTS`' `$1..$11`: the window before the versions.
+    fn insert_keyed_conflicts(&self) -> [Param<'_>; 11] {
+        let c = &self.c;
+        [
+            &c.ids,
+            &c.names,
+            &c.payloads,
+            &c.headers,
+            &c.leased,
+            &self.owner,
+            &self.lease_ms,
+            &self.keys,
+            &c.created,
+            &self.window_s,
+            &c.versions,
+        ]
+    }
+}
+
+/// The keyed insert of the usual case (every key new): the latest version of each of the
+/// batch's workflows; `Conflict` when a key was held.
+async fn insert_keyed(conn: &PgConn, p: &KeyedRequests<'_>, limit: Duration) -> Result<Vec<Row>> {
+    bounded(conn, limit, async {
+        let stmt = conn.stmt(idempotency::INSERT_KEYED).await?;
+        conn.client.query(&stmt, &p.insert_keyed()).await
+    })
+    .await
+}
+
+/// The keyed insert after a conflict: the id and version of each row inserted.
+async fn insert_keyed_conflicts(
+    conn: &PgConn,
+    p: &KeyedRequests<'_>,
+    limit: Duration,
+) -> Result<Vec<Row>> {
+    bounded(conn, limit, async {
+        let stmt = conn.stmt(idempotency::INSERT_KEYED_CONFLICTS).await?;
+        conn.client.query(&stmt, &p.insert_keyed_conflicts()).await
+    })
+    .await
+}
+
+/// The one shape of a new request row, for the plain insert (an array of them) and the
+/// keyed inserts (their columns) alike: the rows of `rows` at `picked`, the first
+/// `n_leased` of the batch leased.
+fn new_requests<'a>(
+    rows: &'a [PendingRow],
+    picked: impl ExactSizeIterator<Item = usize> + 'a,
+    n_leased: usize,
+) -> impl ExactSizeIterator<Item = NewRequest<'a>> + 'a {
+    picked.map(move |i| NewRequest::of(&rows[i], i < n_leased))
+}
+
+/// The keyed inserts' rows, one array per column (`NewRequest`'s fields, in its order).
 pub(super) struct Columns<'a> {
     pub ids: Vec<Uuid>,
     pub names: Vec<&'a str>,
     pub payloads: Vec<RawJson<'a>>,
     pub headers: Vec<RawJson<'a>>,
+    pub leased: Vec<bool>,
     pub created: Vec<SystemTime>,
     /// The version a row names (0: the latest).
     pub versions: Vec<i32>,
 }
 
 impl<'a> Columns<'a> {
-    pub fn of(rows: impl ExactSizeIterator<Item = &'a PendingRow>) -> Columns<'a> {
+    pub fn of(rows: impl ExactSizeIterator<Item = NewRequest<'a>>) -> Columns<'a> {
         let n = rows.len();
         let mut c = Columns {
             ids: Vec::with_capacity(n),
             names: Vec::with_capacity(n),
             payloads: Vec::with_capacity(n),
             headers: Vec::with_capacity(n),
+            leased: Vec::with_capacity(n),
             created: Vec::with_capacity(n),
             versions: Vec::with_capacity(n),
         };
         for r in rows {
             c.ids.push(r.id);
-            c.names.push(r.workflow.def.name.as_str());
-            c.payloads.push(RawJson(&r.payload));
-            c.headers.push(RawJson(&r.headers));
-            c.created.push(system_time(r.created_us));
-            c.versions.push(named_version(r));
+            c.names.push(r.wf);
+            c.payloads.push(r.payload);
+            c.headers.push(r.headers);
+            c.leased.push(r.leased);
+            c.created.push(r.created);
+            c.versions.push(r.ver);
         }
         c
     }
 }
 
-/// A plain create as `INSERT_REQUESTS` reads it: a `new_request` (migration 15), field by
-/// field.
+/// A new request row: as `INSERT_REQUESTS` reads it, a `new_request` (migration 15),
+/// field by field.
 #[derive(Debug, postgres_types::ToSql)]
 #[postgres(name = "new_request")]
 pub(super) struct NewRequest<'a> {
