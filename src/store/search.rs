@@ -105,36 +105,32 @@ const SEARCH_RERUNS: &str = search_sql!(
 /// A page of matches, newest first, and the cursor of the next page (None: no more).
 pub async fn search(conn: &PgConn, f: &Filter) -> Result<(Vec<RequestRow>, Option<Uuid>)> {
     let (lower, time_upper) = id_bounds(f.created_after, f.created_before);
-    let upper = match f.cursor {
-        Some(c) if c < time_upper => c,
-        _ => time_upper,
+    let p = Params {
+        lower,
+        upper: match f.cursor {
+            Some(c) if c < time_upper => c,
+            _ => time_upper,
+        },
+        statuses: (!f.statuses.is_empty()).then_some(&f.statuses[..]),
+        created_after: f.created_after,
+        created_before: f.created_before,
+        // One row more than asked for says whether another page follows.
+        read: f.limit + 1,
+        workflow: f.workflow.as_deref(),
+        rerun_of: f.rerun_of,
     };
-    let statuses: Option<&[RequestStatus]> = (!f.statuses.is_empty()).then_some(&f.statuses[..]);
-    // One row more than asked for says whether another page follows.
-    let read = f.limit + 1;
     let badly = !f.statuses.is_empty() && f.statuses.iter().all(|s| s.is_retryable());
-    // `$7`, the workflow, only where the statement names one.
-    let p: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
-        &lower,
-        &upper,
-        &statuses,
-        &f.created_after,
-        &f.created_before,
-        &read,
-        &f.workflow,
-        &f.rerun_of,
-    ];
-    let rows = match &f.workflow {
-        _ if f.rerun_of.is_some() => conn.client.query(SEARCH_RERUNS, &p).await?,
-        Some(_) => {
+    let rows = match (f.rerun_of, &f.workflow) {
+        (Some(_), _) => conn.client.query(SEARCH_RERUNS, &p.reruns()).await?,
+        (None, Some(_)) => {
             let sql = if badly {
                 SEARCH_SETTLED_BADLY_WORKFLOW
             } else {
                 SEARCH_WORKFLOW
             };
-            conn.client.query(sql, &p[..7]).await?
+            conn.client.query(sql, &p.one_workflow()).await?
         }
-        None => {
+        (None, None) => {
             let stmt = conn
                 .stmt(if badly {
                     SEARCH_SETTLED_BADLY
@@ -142,7 +138,7 @@ pub async fn search(conn: &PgConn, f: &Filter) -> Result<(Vec<RequestRow>, Optio
                     SEARCH_ALL
                 })
                 .await?;
-            conn.client.query(&stmt, &p[..6]).await?
+            conn.client.query(&stmt, &p.any_workflow()).await?
         }
     };
     let more = rows.len() as i64 > f.limit;
@@ -151,6 +147,69 @@ pub async fn search(conn: &PgConn, f: &Filter) -> Result<(Vec<RequestRow>, Optio
         .then(|| page.last().map(|r| r.get::<_, Uuid>("id")))
         .flatten();
     Ok((page.iter().map(RequestRow::of).collect(), next))
+}
+
+/// A parameter as tokio-postgres takes it.
+type Param<'p> = &'p (dyn tokio_postgres::types::ToSql + Sync);
+
+/// The search statements' parameters, by name; each statement takes the first six and
+/// those of its own conditions.
+struct Params<'a> {
+    /// `$1`, `$2`: the id range (lower inclusive, upper exclusive).
+    lower: Uuid,
+    upper: Uuid,
+    /// `$3`: statuses as reads show them, or NULL for any.
+    statuses: Option<&'a [RequestStatus]>,
+    /// `$4`, `$5`: the exact creation time bounds, or NULL.
+    created_after: Option<SystemTime>,
+    created_before: Option<SystemTime>,
+    /// `$6`: rows to read.
+    read: i64,
+    /// `$7`: the workflow.
+    workflow: Option<&'a str>,
+    /// `$8`: the request whose reruns are looked for.
+    rerun_of: Option<Uuid>,
+}
+
+impl Params<'_> {
+    /// `SEARCH_ALL` and `SEARCH_SETTLED_BADLY`: `$1..$6`.
+    fn any_workflow(&self) -> [Param<'_>; 6] {
+        [
+            &self.lower,
+            &self.upper,
+            &self.statuses,
+            &self.created_after,
+            &self.created_before,
+            &self.read,
+        ]
+    }
+
+    /// `SEARCH_WORKFLOW` and `SEARCH_SETTLED_BADLY_WORKFLOW`: `$1..$7`.
+    fn one_workflow(&self) -> [Param<'_>; 7] {
+        [
+            &self.lower,
+            &self.upper,
+            &self.statuses,
+            &self.created_after,
+            &self.created_before,
+            &self.read,
+            &self.workflow,
+        ]
+    }
+
+    /// `SEARCH_RERUNS`: `$1..$8` (`$7` may be NULL).
+    fn reruns(&self) -> [Param<'_>; 8] {
+        [
+            &self.lower,
+            &self.upper,
+            &self.statuses,
+            &self.created_after,
+            &self.created_before,
+            &self.read,
+            &self.workflow,
+            &self.rerun_of,
+        ]
+    }
 }
 
 /// The id range (lower inclusive, upper exclusive) that holds every request created
