@@ -96,7 +96,8 @@ async fn run(
     loop {
         // The queue is read on a tick, never awaited: a receiver that awaits is woken by
         // every span sent, a wake-up (a futex call, a context switch) per span on the
-        // threads that serve requests (perf/runs/2026-12-02-vm/traces-on-10.md).
+        // threads that serve requests
+        // (perf/runs/2026-12-02-vm/33713af-traces-on-10/traces-on-10.md).
         while spans.len() < batch {
             match rx.try_recv() {
                 Ok(s) => spans.push(s),
