@@ -517,7 +517,7 @@ async fn write_batch(
     };
     bounded(&conn, cfg.hard_timeout, async {
         conn.client
-            .batch_execute(&set_statement_timeout(timeout))
+            .batch_execute(&set_statement_timeout(timeout.as_millis().max(1)))
             .await
     })
     .await?;
@@ -535,9 +535,9 @@ async fn write_batch(
 
 /// The statement a late batch runs before its insert: the time its most pressed row has
 /// left, in whole milliseconds (at least one; 0 would mean no timeout at all). Built per
-/// late batch, the one statement of the store with a value in its text.
-pub(super) fn set_statement_timeout(timeout: Duration) -> String {
-    format!("SET statement_timeout = {}", timeout.as_millis().max(1))
+/// late batch (a value in its text), so it is a template in `statements.sql`.
+pub(super) fn set_statement_timeout(ms: impl std::fmt::Display) -> String {
+    format!("SET statement_timeout = {ms}")
 }
 
 /// Back to the session's statement timeout after a late batch.

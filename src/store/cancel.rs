@@ -39,7 +39,7 @@ pub struct CancelledRow {
 
 /// The request and, in the same statement, its unfinished child requests (WORKFLOW
 /// steps), theirs, and so on down.
-const CANCEL: &str = concat!(
+pub(super) const CANCEL: &str = concat!(
     "WITH RECURSIVE tree AS (
     SELECT $1::uuid AS id
     UNION ALL
@@ -64,6 +64,10 @@ const CANCEL: &str = concat!(
 ) SELECT id, workflow_name, headers, created_us, retries, reason FROM done
 ORDER BY id = $1 DESC"
 );
+
+/// A request's stored status and reason, when it was not cancelled now.
+pub(super) const STATUS_AND_REASON: &str =
+    "SELECT status, reason FROM service_requests WHERE id = $1";
 
 pub async fn cancel(conn: &PgConn, id: Uuid, reason: &str) -> Result<Cancelled> {
     let stmt = conn
@@ -91,9 +95,7 @@ pub async fn cancel(conn: &PgConn, id: Uuid, reason: &str) -> Result<Cancelled> 
         return Ok(Cancelled::Now(rows));
     }
     // Not cancelled now: a final status never changes again, so this read is not racy.
-    let stmt = conn
-        .stmt("SELECT status, reason FROM service_requests WHERE id = $1")
-        .await?;
+    let stmt = conn.stmt(STATUS_AND_REASON).await?;
     Ok(match conn.client.query_opt(&stmt, &[&id]).await? {
         None => Cancelled::Unknown,
         Some(r) if r.get::<_, RequestStatus>(0) == RequestStatus::Cancelled => {

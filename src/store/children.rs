@@ -27,7 +27,7 @@ pub struct Start<'a> {
     pub version: u32,
 }
 
-const START: &str = concat!(
+pub(super) const START: &str = concat!(
     "\
 WITH fenced AS (
     UPDATE service_requests s SET status = ",
@@ -94,7 +94,7 @@ pub struct Untold {
 
 /// Finished children whose parents have not heard, oldest first (`$1`: how many), with
 /// each one's last answer (the last step that completed or passed its request on).
-const UNTOLD: &str = concat!(
+pub(super) const UNTOLD: &str = concat!(
     "SELECT c.id, c.parent_id, c.parent_step_id, c.status, c.reason,
        (SELECT st.response FROM steps_status st
         WHERE st.service_request_id = c.id AND st.status IN (",
@@ -134,11 +134,11 @@ pub async fn untold(conn: &PgConn, limit: i64) -> Result<Vec<Untold>> {
         .collect())
 }
 
+pub(super) const TOLD: &str = "UPDATE service_requests SET parent_told = true WHERE id = $1";
+
 /// Records that the parent of `child` has its outcome (or no longer waits for it).
 pub async fn told(conn: &PgConn, child: Uuid) -> Result<()> {
-    let stmt = conn
-        .stmt("UPDATE service_requests SET parent_told = true WHERE id = $1")
-        .await?;
+    let stmt = conn.stmt(TOLD).await?;
     conn.client.execute(&stmt, &[&child]).await?;
     Ok(())
 }

@@ -376,8 +376,11 @@ impl Clone for Target {
     }
 }
 
+/// Whether a host takes writes (`target_session_attrs=read-write` skips one that does not).
+pub(super) const READ_ONLY: &str = "SHOW transaction_read_only";
+
 async fn read_only(client: &Client) -> Result<bool, tokio_postgres::Error> {
-    let rows = client.simple_query("SHOW transaction_read_only").await?;
+    let rows = client.simple_query(READ_ONLY).await?;
     Ok(rows.iter().any(|m| match m {
         tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0) == Some("on"),
         _ => false,

@@ -12,13 +12,12 @@ pub struct Origin<'a> {
     pub offset: Option<i64>,
 }
 
+pub(super) const INSERT: &str =
+    "INSERT INTO dead_letters (source, topic, partition, record_offset, body, reason) \
+     VALUES ($1, $2, $3, $4, $5, $6)";
+
 pub async fn insert(conn: &PgConn, origin: &Origin<'_>, body: &[u8], reason: &str) -> Result<()> {
-    let stmt = conn
-        .stmt(
-            "INSERT INTO dead_letters (source, topic, partition, record_offset, body, reason) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .await?;
+    let stmt = conn.stmt(INSERT).await?;
     conn.client
         .execute(
             &stmt,

@@ -24,7 +24,7 @@ pub struct Delayed<'a> {
 
 /// `$1` id, `$2` workflow, `$3` payload, `$4` headers, `$5` created, `$6` start, `$7` the
 /// version named (0: the latest, stored as NULL when it is 1, as `pinned_version!`).
-const INSERT: &str = concat!(
+pub(super) const INSERT: &str = concat!(
     "INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, \
      lease_until, created_at, workflow_version, start_at) \
      SELECT $1, $2, $3, $4, NULL, $6, $5, ",

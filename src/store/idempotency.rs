@@ -96,7 +96,7 @@ SELECT id, workflow_version FROM inserted"
 /// The requests that hold keys: per input row (its index), the request's id, whether its
 /// stored payload is the same, and its status as reads show it (both NULL when the row
 /// was deleted by retention).
-const LOOKUP: &str = concat!(
+pub(super) const LOOKUP: &str = concat!(
     "SELECT t.idx, k.service_request_id, r.payload = t.payload, ",
     crate::store::sql::derived_status!("r"),
     "
@@ -148,6 +148,11 @@ pub async fn holders(conn: &PgConn, rows: &[Lookup<'_>]) -> Result<Vec<(i32, Hol
 /// Keys deleted per statement, so a large backlog never holds locks for long.
 const DELETE_BATCH: i64 = 5_000;
 
+/// Up to `$2` keys older than `$1` seconds.
+pub(super) const DELETE_EXPIRED: &str =
+    "DELETE FROM idempotency_keys WHERE ctid IN (SELECT ctid FROM idempotency_keys \
+     WHERE created_at < now() - $1::float8 * interval '1 second' LIMIT $2)";
+
 /// Deletes keys past the window, in batches; returns how many.
 pub async fn delete_expired(pool: &Pool, window: Duration) -> Result<u64> {
     let mut total = 0;
@@ -155,11 +160,7 @@ pub async fn delete_expired(pool: &Pool, window: Duration) -> Result<u64> {
         let conn = pool.get().await?;
         let n = conn
             .client
-            .execute(
-                "DELETE FROM idempotency_keys WHERE ctid IN (SELECT ctid FROM idempotency_keys \
-                 WHERE created_at < now() - $1::float8 * interval '1 second' LIMIT $2)",
-                &[&window.as_secs_f64(), &DELETE_BATCH],
-            )
+            .execute(DELETE_EXPIRED, &[&window.as_secs_f64(), &DELETE_BATCH])
             .await?;
         total += n;
         if (n as i64) < DELETE_BATCH {

@@ -4,10 +4,20 @@
 use super::PgConn;
 use super::Result;
 
+pub(super) const GET: &str =
+    "SELECT next_offset FROM kafka_offsets WHERE topic = $1 AND partition = $2";
+
+pub(super) const SET: &str =
+    "INSERT INTO kafka_offsets (topic, partition, next_offset) VALUES ($1, $2, $3) \
+     ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset, \
+     updated_at = now()";
+
+/// Takes a partition's lock if it is free (session-scoped: held until released or the
+/// connection ends).
+pub(super) const TRY_LOCK: &str = "SELECT pg_try_advisory_lock($1, $2)";
+
 pub async fn get(conn: &PgConn, topic: &str, partition: i32) -> Result<Option<i64>> {
-    let stmt = conn
-        .stmt("SELECT next_offset FROM kafka_offsets WHERE topic = $1 AND partition = $2")
-        .await?;
+    let stmt = conn.stmt(GET).await?;
     Ok(conn
         .client
         .query_opt(&stmt, &[&topic, &partition])
@@ -16,13 +26,7 @@ pub async fn get(conn: &PgConn, topic: &str, partition: i32) -> Result<Option<i6
 }
 
 pub async fn set(conn: &PgConn, topic: &str, partition: i32, next: i64) -> Result<()> {
-    let stmt = conn
-        .stmt(
-            "INSERT INTO kafka_offsets (topic, partition, next_offset) VALUES ($1, $2, $3) \
-             ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset, \
-             updated_at = now()",
-        )
-        .await?;
+    let stmt = conn.stmt(SET).await?;
     conn.client
         .execute(&stmt, &[&topic, &partition, &next])
         .await?;
@@ -57,7 +61,7 @@ impl PartitionLocks {
     pub async fn try_lock(&self, key: i32, partition: i32) -> Result<bool> {
         Ok(self
             .client
-            .query_one("SELECT pg_try_advisory_lock($1, $2)", &[&key, &partition])
+            .query_one(TRY_LOCK, &[&key, &partition])
             .await?
             .get(0))
     }

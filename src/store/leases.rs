@@ -37,7 +37,7 @@ pub struct Claimed {
 
 /// Claims up to `limit` runnable requests whose lease is free or expired. One statement:
 /// the inner SELECT skips rows another instance is claiming at the same moment.
-const CLAIM: &str = concat!(
+pub(super) const CLAIM: &str = concat!(
     "\
 UPDATE service_requests s SET lease_owner = $1,
        lease_until = ",
@@ -104,7 +104,7 @@ impl Claimed {
 /// Extends the leases of `ids` still held by `owner`; returns the ids another instance
 /// holds now (lost). Ids whose lease this instance released (finished or paused
 /// meanwhile) are neither renewed nor lost.
-const RENEW: &str = concat!(
+pub(super) const RENEW: &str = concat!(
     "\
 WITH ids AS (SELECT unnest($3::uuid[]) AS id),
 renewed AS (
@@ -126,18 +126,18 @@ pub async fn renew(conn: &PgConn, owner: Uuid, lease: Duration, ids: &[Uuid]) ->
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
+pub(super) const RELEASE: &str = concat!(
+    "UPDATE service_requests SET lease_owner = NULL, \
+     lease_until = CASE WHEN $3::float8 > 0 THEN ",
+    crate::store::sql::now_plus_ms!("$3"),
+    " ELSE '-infinity' END \
+     WHERE lease_owner = $1 AND id = ANY($2)"
+);
+
 /// Gives up the leases `owner` holds on `ids`, so another instance can continue them
 /// after `delay` (zero: at once).
 pub async fn release(conn: &PgConn, owner: Uuid, ids: &[Uuid], delay: Duration) -> Result<u64> {
-    let stmt = conn
-        .stmt(concat!(
-            "UPDATE service_requests SET lease_owner = NULL, \
-             lease_until = CASE WHEN $3::float8 > 0 THEN ",
-            crate::store::sql::now_plus_ms!("$3"),
-            " ELSE '-infinity' END \
-             WHERE lease_owner = $1 AND id = ANY($2)"
-        ))
-        .await?;
+    let stmt = conn.stmt(RELEASE).await?;
     Ok(conn
         .client
         .execute(&stmt, &[&owner, &ids, &(delay.as_secs_f64() * 1000.0)])
@@ -152,22 +152,18 @@ pub struct StepContext {
     pub response: Option<Value>,
 }
 
+pub(super) const LOAD_CONTEXT: &str = concat!(
+    "SELECT st.step_name, ",
+    crate::store::sql::step_request!("st", "r.payload"),
+    ", st.response FROM steps_status st \
+     JOIN service_requests r ON r.id = st.service_request_id \
+     WHERE st.service_request_id = $1 ORDER BY st.id"
+);
+
 /// The records of a request's finished steps, in the order they ran, for its step
 /// context when it continues after a pause or a restart.
 pub async fn load_context(conn: &PgConn, id: Uuid) -> Result<Vec<StepContext>> {
-    let rows = conn
-        .client
-        .query(
-            concat!(
-                "SELECT st.step_name, ",
-                crate::store::sql::step_request!("st", "r.payload"),
-                ", st.response FROM steps_status st \
-                 JOIN service_requests r ON r.id = st.service_request_id \
-                 WHERE st.service_request_id = $1 ORDER BY st.id"
-            ),
-            &[&id],
-        )
-        .await?;
+    let rows = conn.client.query(LOAD_CONTEXT, &[&id]).await?;
     Ok(rows
         .iter()
         .map(|r| StepContext {

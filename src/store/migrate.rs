@@ -63,7 +63,7 @@ pub async fn connect_or_create(db: &PgConnector) -> Result<Client, MigrateError>
             let name = db.dbname().unwrap_or("clamp").to_string();
             let admin = db.for_dbname("postgres");
             let client = connect(&admin).await.map_err(MigrateError::Connect)?;
-            let stmt = format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\""));
+            let stmt = create_database(name.replace('"', "\"\""));
             match client.batch_execute(&stmt).await {
                 Ok(()) => {}
                 // Another instance created it first.
@@ -78,23 +78,35 @@ pub async fn connect_or_create(db: &PgConnector) -> Result<Client, MigrateError>
     }
 }
 
+/// The migrations' lock, taken by the transaction that applies them.
+pub(super) const LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
+
+/// The ledger of applied migrations.
+pub(super) const CREATE_LEDGER: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
+            version integer PRIMARY KEY,
+            applied_at timestamptz NOT NULL DEFAULT now())";
+
+pub(super) const APPLIED: &str = "SELECT version FROM schema_migrations";
+
+pub(super) const RECORD: &str = "INSERT INTO schema_migrations (version) VALUES ($1)";
+
+/// Creates the configured database: the one statement with a name in its text (quoted,
+/// its quotes doubled by the caller), so it is a template in `statements.sql`.
+pub(super) fn create_database(quoted_name: impl std::fmt::Display) -> String {
+    format!("CREATE DATABASE \"{quoted_name}\"")
+}
+
 /// Applies every migration not applied yet; returns how many were applied now.
 pub async fn run(client: &mut Client) -> Result<usize, MigrateError> {
     let apply = |version: i32| move |source| MigrateError::Apply { version, source };
     let tx = client.transaction().await.map_err(apply(0))?;
     // Transaction-scoped: released at commit or rollback, even if this process dies.
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY])
+    tx.execute(LOCK, &[&MIGRATION_LOCK_KEY])
         .await
         .map_err(apply(0))?;
-    tx.batch_execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (
-            version integer PRIMARY KEY,
-            applied_at timestamptz NOT NULL DEFAULT now())",
-    )
-    .await
-    .map_err(apply(0))?;
+    tx.batch_execute(CREATE_LEDGER).await.map_err(apply(0))?;
     let done: Vec<i32> = tx
-        .query("SELECT version FROM schema_migrations", &[])
+        .query(APPLIED, &[])
         .await
         .map_err(apply(0))?
         .iter()
@@ -106,12 +118,9 @@ pub async fn run(client: &mut Client) -> Result<usize, MigrateError> {
             continue;
         }
         tx.batch_execute(sql).await.map_err(apply(*version))?;
-        tx.execute(
-            "INSERT INTO schema_migrations (version) VALUES ($1)",
-            &[version],
-        )
-        .await
-        .map_err(apply(*version))?;
+        tx.execute(RECORD, &[version])
+            .await
+            .map_err(apply(*version))?;
         n_applied += 1;
     }
     tx.commit().await.map_err(apply(0))?;

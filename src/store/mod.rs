@@ -1,5 +1,8 @@
 //! Postgres: the connection pool, embedded migrations, the bounded write-behind buffer
 //! and its flusher, and the queries the HTTP handlers and the engine run.
+//!
+//! Each statement is a named const of the file that runs it; `statements.rs` lists them
+//! all, and `statements.sql` holds them expanded (kept current by a unit test).
 
 pub(crate) mod budget;
 pub(crate) mod buffer;
@@ -23,6 +26,7 @@ pub(crate) mod retry;
 pub(crate) mod schedules;
 pub(crate) mod search;
 mod sql;
+pub mod statements;
 pub(crate) mod stats;
 pub(crate) mod status;
 pub(crate) mod step_responses;

@@ -78,6 +78,13 @@ pub mod sql {
         " FROM UNNEST($1::new_request[]) AS t LEFT JOIN v ON v.name = t.wf) \
         SELECT name, version FROM v"
     );
+
+    /// An empty query: on a connection whose task has ended it fails at once, with the
+    /// reason, and it is sent on no other.
+    pub const EMPTY: &str = "";
+
+    /// Whether the database answers now (readiness).
+    pub const PING: &str = "SELECT 1";
 }
 
 /// Opens connections with the server's session settings and prepares the hot statements.
@@ -125,7 +132,7 @@ impl bb8::ManageConnection for PgManager {
     /// refused too, so one timeout clears them all rather than one timeout each.
     async fn is_valid(&self, conn: &mut PgConn) -> Result<(), Self::Error> {
         if conn.client.is_closed() {
-            conn.client.simple_query("").await?;
+            conn.client.simple_query(sql::EMPTY).await?;
         }
         if self.connector.outlived(conn.host, conn.opened_ms) {
             conn.poison();
@@ -170,7 +177,7 @@ pub fn build(connector: Arc<PgConnector>, config: &Config, size: u32) -> Pool {
 /// True when a connection can be had and the database answers a query now.
 pub async fn ping(pool: &Pool) -> bool {
     match pool.get().await {
-        Ok(conn) => conn.client.simple_query("SELECT 1").await.is_ok(),
+        Ok(conn) => conn.client.simple_query(sql::PING).await.is_ok(),
         Err(_) => false,
     }
 }

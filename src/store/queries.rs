@@ -11,6 +11,14 @@ use super::Result;
 use super::StoreError;
 use crate::workflow::WorkflowDef;
 
+pub(super) const INSERT_WORKFLOW: &str = "WITH w AS (
+                INSERT INTO workflows (id, name, description, enabled, definition, version)
+                VALUES ($1, $2, $3, $4, $5::jsonb || jsonb_build_object('created_at', now(), 'updated_at', now()), 1)
+                RETURNING name, description, definition, created_at)
+             INSERT INTO workflow_versions (name, version, description, definition, created_at)
+             SELECT name, 1, description, definition, created_at FROM w
+             RETURNING definition ->> 'created_at'";
+
 /// Inserts a workflow as its version 1 (kept in `workflow_versions` too, in the same
 /// statement), stamping `created_at`/`updated_at` into the stored definition; returns
 /// that timestamp (RFC 3339). A taken name is `Conflict`.
@@ -21,13 +29,7 @@ pub async fn insert_workflow(conn: &PgConn, def: &WorkflowDef, id: Uuid) -> Resu
     let row = conn
         .client
         .query_one(
-            "WITH w AS (
-                INSERT INTO workflows (id, name, description, enabled, definition, version)
-                VALUES ($1, $2, $3, $4, $5::jsonb || jsonb_build_object('created_at', now(), 'updated_at', now()), 1)
-                RETURNING name, description, definition, created_at)
-             INSERT INTO workflow_versions (name, version, description, definition, created_at)
-             SELECT name, 1, description, definition, created_at FROM w
-             RETURNING definition ->> 'created_at'",
+            INSERT_WORKFLOW,
             &[&id, &def.name, &def.description, &def.enabled, &definition],
         )
         .await?;
@@ -45,38 +47,36 @@ pub enum Versioned {
     Unknown,
 }
 
-/// The keys of a stored definition that the server sets, left out when two definitions
-/// are compared.
-const STAMPS: &str = "'id', 'version', 'created_at', 'updated_at'";
+/// `$1` name, `$2` description, `$3` enabled, `$4` the definition. The keys of a stored
+/// definition that the server sets (`'id', 'version', 'created_at', 'updated_at'`) are
+/// left out when two definitions are compared, and set anew on the version stored.
+pub(super) const PUT_WORKFLOW: &str = "WITH cur AS (
+            SELECT name, version, definition FROM workflows WHERE name = $1 FOR UPDATE
+        ), next AS (
+            UPDATE workflows w SET version = w.version + 1, description = $2, enabled = $3,
+                   updated_at = now(),
+                   definition = $4::jsonb - ARRAY['id', 'version', 'created_at', 'updated_at']
+                       || jsonb_build_object('id', w.id, 'version', w.version + 1,
+                                             'created_at', w.created_at, 'updated_at', now())
+            FROM cur
+            WHERE w.name = cur.name
+              AND (cur.definition - ARRAY['id', 'version', 'created_at', 'updated_at']) IS DISTINCT FROM ($4::jsonb - ARRAY['id', 'version', 'created_at', 'updated_at'])
+            RETURNING w.name, w.version, w.description, w.definition
+        ), kept AS (
+            INSERT INTO workflow_versions (name, version, description, definition)
+            SELECT name, version, description, definition FROM next
+        )
+        SELECT (SELECT definition FROM next), (SELECT definition FROM cur)";
 
 /// Stores `def` as the next version of its workflow, unless the latest is the same
 /// definition. One statement: the row lock on the workflow numbers concurrent versions
 /// one after another, without gaps or duplicates.
 pub async fn put_workflow(conn: &PgConn, def: &WorkflowDef) -> Result<Versioned> {
     let definition = serde_json::to_value(def).expect("a workflow always serializes");
-    let sql = format!(
-        "WITH cur AS (
-            SELECT name, version, definition FROM workflows WHERE name = $1 FOR UPDATE
-        ), next AS (
-            UPDATE workflows w SET version = w.version + 1, description = $2, enabled = $3,
-                   updated_at = now(),
-                   definition = $4::jsonb - ARRAY[{STAMPS}]
-                       || jsonb_build_object('id', w.id, 'version', w.version + 1,
-                                             'created_at', w.created_at, 'updated_at', now())
-            FROM cur
-            WHERE w.name = cur.name
-              AND (cur.definition - ARRAY[{STAMPS}]) IS DISTINCT FROM ($4::jsonb - ARRAY[{STAMPS}])
-            RETURNING w.name, w.version, w.description, w.definition
-        ), kept AS (
-            INSERT INTO workflow_versions (name, version, description, definition)
-            SELECT name, version, description, definition FROM next
-        )
-        SELECT (SELECT definition FROM next), (SELECT definition FROM cur)"
-    );
     let row = conn
         .client
         .query_one(
-            &sql,
+            PUT_WORKFLOW,
             &[&def.name, &def.description, &def.enabled, &definition],
         )
         .await?;
@@ -92,6 +92,10 @@ pub async fn put_workflow(conn: &PgConn, def: &WorkflowDef) -> Result<Versioned>
     )
 }
 
+pub(super) const WORKFLOW_VERSION: &str =
+    "SELECT definition || jsonb_build_object('version', version) FROM workflow_versions \
+     WHERE name = $1 AND version = $2";
+
 /// One version's stored definition, or None.
 pub async fn workflow_version(
     conn: &PgConn,
@@ -100,54 +104,43 @@ pub async fn workflow_version(
 ) -> Result<Option<WorkflowDef>> {
     let row = conn
         .client
-        .query_opt(
-            "SELECT definition || jsonb_build_object('version', version) FROM workflow_versions \
-             WHERE name = $1 AND version = $2",
-            &[&name, &(version as i32)],
-        )
+        .query_opt(WORKFLOW_VERSION, &[&name, &(version as i32)])
         .await?;
     Ok(row.and_then(|r| serde_json::from_value(r.get::<_, Value>(0)).ok()))
 }
 
+pub(super) const WORKFLOW_VERSIONS: &str =
+    "SELECT version, to_json(created_at) #>> '{}', description FROM workflow_versions \
+     WHERE name = $1 ORDER BY version";
+
 /// A workflow's versions, oldest first: (number, created_at, description).
 pub async fn workflow_versions(conn: &PgConn, name: &str) -> Result<Vec<(i32, String, String)>> {
-    let rows = conn
-        .client
-        .query(
-            "SELECT version, to_json(created_at) #>> '{}', description FROM workflow_versions \
-             WHERE name = $1 ORDER BY version",
-            &[&name],
-        )
-        .await?;
+    let rows = conn.client.query(WORKFLOW_VERSIONS, &[&name]).await?;
     Ok(rows
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2)))
         .collect())
 }
 
+pub(super) const DEFINITION: &str = "SELECT definition FROM workflows WHERE name = $1";
+
 /// One workflow's stored definition, or None.
 pub async fn workflow_by_name(conn: &PgConn, name: &str) -> Result<Option<WorkflowDef>> {
-    let row = conn
-        .client
-        .query_opt("SELECT definition FROM workflows WHERE name = $1", &[&name])
-        .await?;
+    let row = conn.client.query_opt(DEFINITION, &[&name]).await?;
     Ok(row.and_then(|r| serde_json::from_value(r.get::<_, Value>(0)).ok()))
 }
 
 /// The latest stored definition of a workflow (as served), or None.
 pub async fn latest_definition(conn: &PgConn, name: &str) -> Result<Option<Value>> {
-    let row = conn
-        .client
-        .query_opt("SELECT definition FROM workflows WHERE name = $1", &[&name])
-        .await?;
+    let row = conn.client.query_opt(DEFINITION, &[&name]).await?;
     Ok(row.map(|r| r.get(0)))
 }
 
+pub(super) const ALL_WORKFLOWS: &str = "SELECT definition FROM workflows ORDER BY created_at";
+
 /// Every workflow, for warming the in-memory map at startup.
 pub async fn all_workflows(client: &tokio_postgres::Client) -> Result<Vec<WorkflowDef>> {
-    let rows = client
-        .query("SELECT definition FROM workflows ORDER BY created_at", &[])
-        .await?;
+    let rows = client.query(ALL_WORKFLOWS, &[]).await?;
     Ok(rows
         .into_iter()
         .filter_map(|r| serde_json::from_value(r.get::<_, Value>(0)).ok())
@@ -161,6 +154,14 @@ pub enum WorkflowSort {
     Name,
     CreatedAt,
 }
+
+/// A page of workflows in the order asked for: the one statement of the store built per
+/// call (its ORDER BY from whitelisted keys), so it is a template in `statements.sql`.
+pub(super) fn workflows_page_sql(order: impl std::fmt::Display) -> String {
+    format!("SELECT definition FROM workflows ORDER BY {order} LIMIT $1 OFFSET $2")
+}
+
+pub(super) const COUNT_WORKFLOWS: &str = "SELECT count(*) FROM workflows";
 
 /// A page of workflows (definitions as stored) and the total count.
 pub async fn workflows_page(
@@ -181,10 +182,10 @@ pub async fn workflows_page(
     }
     // A stable tie-breaker so pages never overlap.
     order.push_str("name ASC");
-    let page_sql = format!("SELECT definition FROM workflows ORDER BY {order} LIMIT $1 OFFSET $2");
+    let page_sql = workflows_page_sql(order);
     let (rows, count) = futures_util::future::try_join(
         conn.client.query(&page_sql, &[&page_size, &offset]),
-        conn.client.query_one("SELECT count(*) FROM workflows", &[]),
+        conn.client.query_one(COUNT_WORKFLOWS, &[]),
     )
     .await?;
     Ok((
@@ -222,6 +223,16 @@ impl RequestRow {
     }
 }
 
+pub(super) const REQUESTS_PAGE: &str = concat!(
+    "SELECT s.id, s.workflow_name, ",
+    crate::store::sql::derived_status!("s"),
+    " AS status, \
+        to_json(s.created_at) #>> '{}' AS created_at, s.payload, \
+        s.current_step_id, s.reason \
+     FROM service_requests s WHERE s.workflow_name = $1 \
+     ORDER BY s.id DESC LIMIT $2 OFFSET $3"
+);
+
 /// `GET /serviceRequests/{workflow}`: a page of requests, newest first.
 pub async fn service_requests_page(
     conn: &PgConn,
@@ -231,18 +242,7 @@ pub async fn service_requests_page(
 ) -> Result<Vec<RequestRow>> {
     let rows = conn
         .client
-        .query(
-            concat!(
-                "SELECT s.id, s.workflow_name, ",
-                crate::store::sql::derived_status!("s"),
-                " AS status, \
-                    to_json(s.created_at) #>> '{}' AS created_at, s.payload, \
-                    s.current_step_id, s.reason \
-             FROM service_requests s WHERE s.workflow_name = $1 \
-             ORDER BY s.id DESC LIMIT $2 OFFSET $3"
-            ),
-            &[&workflow, &page_size, &offset],
-        )
+        .query(REQUESTS_PAGE, &[&workflow, &page_size, &offset])
         .await?;
     Ok(rows.iter().map(RequestRow::of).collect())
 }

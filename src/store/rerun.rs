@@ -34,22 +34,22 @@ pub struct Record {
     pub response: Option<String>,
 }
 
+/// The original request: what a rerun copies.
+pub(super) const SOURCE: &str =
+    "SELECT workflow_name, payload, headers, coalesce(workflow_version, 1) FROM service_requests \
+     WHERE id = $1";
+
+/// The last record of each of the original's steps.
+pub(super) const LAST_RECORDS: &str =
+    "SELECT DISTINCT ON (step_id) id, step_id, status, response FROM steps_status \
+     WHERE service_request_id = $1 ORDER BY step_id, id DESC";
+
 pub async fn source(conn: &PgConn, id: Uuid) -> Result<Option<Source>> {
-    let stmt = conn
-        .stmt(
-            "SELECT workflow_name, payload, headers, coalesce(workflow_version, 1) FROM service_requests \
-             WHERE id = $1",
-        )
-        .await?;
+    let stmt = conn.stmt(SOURCE).await?;
     let Some(row) = conn.client.query_opt(&stmt, &[&id]).await? else {
         return Ok(None);
     };
-    let stmt = conn
-        .stmt(
-            "SELECT DISTINCT ON (step_id) id, step_id, status, response FROM steps_status \
-             WHERE service_request_id = $1 ORDER BY step_id, id DESC",
-        )
-        .await?;
+    let stmt = conn.stmt(LAST_RECORDS).await?;
     let last = conn
         .client
         .query(&stmt, &[&id])
@@ -89,7 +89,7 @@ pub struct Rerun<'a> {
 /// `$1` new id, `$2` original, `$3` workflow, `$4` payload, `$5` headers, `$6` first step,
 /// `$7` its request, `$8` the records to copy (in order), `$9` the note they carry, `$10`
 /// the workflow version.
-const INSERT: &str = concat!(
+pub(super) const INSERT: &str = concat!(
     "\
 WITH run AS (
     INSERT INTO service_requests (id, workflow_name, status, payload, headers,

@@ -19,7 +19,7 @@ use crate::metrics::Metrics;
 /// Rows deleted per statement: small enough to keep each transaction short.
 const BATCH: i64 = 1000;
 
-const DELETE_FINISHED: &str = concat!(
+pub(super) const DELETE_FINISHED: &str = concat!(
     "\
 WITH doomed AS (
     SELECT id FROM service_requests

@@ -82,13 +82,16 @@ macro_rules! retryable {
 }
 
 /// `$1` the request, `$2` its failed step's new request (or NULL).
-const RETRY: &str = concat!(
+pub(super) const RETRY: &str = concat!(
     "UPDATE service_requests s SET ",
     retry_set!(),
     " WHERE s.id = $1 AND ",
     retryable!(),
     " RETURNING s.retries, s.headers"
 );
+
+/// A request's stored status, when it was not retried now.
+pub(super) const STATUS: &str = "SELECT status FROM service_requests WHERE id = $1";
 
 pub async fn retry(conn: &PgConn, id: Uuid, payload: Option<&str>) -> Result<Retried> {
     let stmt = conn.stmt(RETRY).await?;
@@ -98,9 +101,7 @@ pub async fn retry(conn: &PgConn, id: Uuid, payload: Option<&str>) -> Result<Ret
             headers: row.get(1),
         });
     }
-    let stmt = conn
-        .stmt("SELECT status FROM service_requests WHERE id = $1")
-        .await?;
+    let stmt = conn.stmt(STATUS).await?;
     Ok(match conn.client.query_opt(&stmt, &[&id]).await? {
         None => Retried::Unknown,
         Some(r) => match r.get::<_, RequestStatus>(0) {
@@ -124,7 +125,7 @@ pub struct Bulk {
 /// `POST /serviceRequests/retry`: up to `$7` matches, newest first, retried in one
 /// statement (rows another statement holds are skipped, not waited for: a retry of its
 /// own may hold them); returns how many were retried and whether more matched.
-const RETRY_MATCHING: &str = concat!(
+pub(super) const RETRY_MATCHING: &str = concat!(
     "WITH candidates AS (
     SELECT s.id FROM service_requests s
     WHERE s.id >= $3 AND s.id < $4 AND s.status = ANY($1)

@@ -50,39 +50,40 @@ pub enum Fired {
     Already,
 }
 
-const INSERT: &str = "\
+pub(super) const INSERT: &str = "\
 INSERT INTO schedules (name, definition, paused, next_fire_at)
 VALUES ($1, $2, $3, CASE WHEN $3 THEN NULL ELSE $4::timestamptz END)
 RETURNING definition, paused, next_fire_at, created_at, updated_at";
 
-const NOW: &str = "SELECT now()";
+pub(super) const NOW: &str = "SELECT now()";
 
-const GET: &str = "\
+pub(super) const GET: &str = "\
 SELECT definition, paused, next_fire_at, created_at, updated_at, now()
 FROM schedules WHERE name = $1";
 
-const LIST: &str = "\
+pub(super) const LIST: &str = "\
 SELECT definition, paused, next_fire_at, created_at, updated_at
 FROM schedules ORDER BY name LIMIT $1";
 
 /// `$2` the definition, `$3` paused (NULL: as it is), `$4` the next fire time if it runs.
-const PUT: &str = "\
+pub(super) const PUT: &str = "\
 UPDATE schedules SET definition = $2, paused = coalesce($3, paused),
        next_fire_at = CASE WHEN coalesce($3, paused) THEN NULL ELSE $4::timestamptz END,
        updated_at = now()
 WHERE name = $1
 RETURNING definition, paused, next_fire_at, created_at, updated_at";
 
-const DELETE: &str = "DELETE FROM schedules WHERE name = $1";
+pub(super) const DELETE: &str = "DELETE FROM schedules WHERE name = $1";
 
-const PAUSE: &str = "UPDATE schedules SET paused = true, next_fire_at = NULL WHERE name = $1";
+pub(super) const PAUSE: &str =
+    "UPDATE schedules SET paused = true, next_fire_at = NULL WHERE name = $1";
 
 /// Only a paused schedule is resumed: resuming a running one changes nothing (it keeps
 /// the fire time it waits for).
-const RESUME: &str =
+pub(super) const RESUME: &str =
     "UPDATE schedules SET paused = false, next_fire_at = $2 WHERE name = $1 AND paused";
 
-const LAST_FIRES: &str = concat!(
+pub(super) const LAST_FIRES: &str = concat!(
     "SELECT f.fire_at, f.service_request_id, ",
     derived_status!("r"),
     ", f.skipped
@@ -91,7 +92,7 @@ WHERE f.schedule = $1 ORDER BY f.fire_at DESC LIMIT $2"
 );
 
 /// The latest `$2` fires of each of the schedules `$1`, with their requests' statuses.
-const LAST_FIRES_OF: &str = concat!(
+pub(super) const LAST_FIRES_OF: &str = concat!(
     "SELECT f.schedule, f.fire_at, f.service_request_id, ",
     derived_status!("r"),
     ", f.skipped
@@ -103,14 +104,14 @@ ORDER BY f.schedule, f.fire_at DESC"
 );
 
 /// The schedules due now, locked for this pass; others' passes skip them.
-const DUE: &str = "\
+pub(super) const DUE: &str = "\
 SELECT name, definition, next_fire_at, now() FROM schedules
 WHERE NOT paused AND next_fire_at <= now()
 ORDER BY next_fire_at
 LIMIT $1
 FOR UPDATE SKIP LOCKED";
 
-const SET_NEXT: &str = "UPDATE schedules SET next_fire_at = $2 WHERE name = $1";
+pub(super) const SET_NEXT: &str = "UPDATE schedules SET next_fire_at = $2 WHERE name = $1";
 
 /// One fire: `$1` schedule, `$2` fire time, `$3` the new request's id, `$4` workflow,
 /// `$5` payload, `$6` created, `$7` the version named (0: the latest, stored as NULL when
@@ -120,7 +121,7 @@ const SET_NEXT: &str = "UPDATE schedules SET next_fire_at = $2 WHERE name = $1";
 /// UPDATE` already covers), so a trigger and a pass meet on the row, not on the fire's key.
 /// The previous run is the latest fire that started one; a request retention deleted is
 /// finished. Answers (fire rows inserted, requests inserted).
-const FIRE: &str = concat!(
+pub(super) const FIRE: &str = concat!(
     "\
 WITH s AS (
     SELECT name FROM schedules WHERE name = $1 FOR KEY SHARE
@@ -161,7 +162,7 @@ WITH s AS (
 SELECT (SELECT count(*) FROM fire), (SELECT count(*) FROM req)"
 );
 
-const FIRE_AT: &str =
+pub(super) const FIRE_AT: &str =
     "SELECT service_request_id FROM schedule_fires WHERE schedule = $1 AND fire_at = $2";
 
 /// Fires kept per schedule (the newest; older ones are deleted by `prune`). Only recent
@@ -170,7 +171,7 @@ const FIRE_AT: &str =
 pub const KEEP_FIRES: i64 = 1000;
 
 /// Deletes each schedule's fires beyond its newest `KEEP_FIRES`, none of the last hour.
-const PRUNE: &str = "\
+pub(super) const PRUNE: &str = "\
 DELETE FROM schedule_fires f
 USING schedules s,
       LATERAL (SELECT fire_at FROM schedule_fires

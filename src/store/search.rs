@@ -66,15 +66,15 @@ macro_rules! search_sql {
 }
 
 /// Any workflow: a backward range scan of the primary key.
-const SEARCH_ALL: &str = search_sql!("", "s.id DESC");
+pub(super) const SEARCH_ALL: &str = search_sql!("", "s.id DESC");
 /// One workflow (`$7`): a backward range scan of the by-workflow index. Planned for each
 /// search with its values (not prepared once): a generic plan cannot know how rare the
 /// workflow is, and took the primary key instead, reading every newer request of every
 /// other workflow (51,000 rows for a page of a workflow with one request in a thousand).
-const SEARCH_WORKFLOW: &str = search_sql!("s.workflow_name = $7 AND ", "s.id DESC");
+pub(super) const SEARCH_WORKFLOW: &str = search_sql!("s.workflow_name = $7 AND ", "s.id DESC");
 /// The two above for FAILED or CANCELLED requests only: the condition, written out, lets
 /// them scan the partial indexes of those rows (migration 9) instead of every request.
-const SEARCH_SETTLED_BADLY: &str = search_sql!(
+pub(super) const SEARCH_SETTLED_BADLY: &str = search_sql!(
     concat!(
         "s.status IN (",
         crate::status::status_sql!(Failed),
@@ -84,7 +84,7 @@ const SEARCH_SETTLED_BADLY: &str = search_sql!(
     ),
     "s.id DESC"
 );
-const SEARCH_SETTLED_BADLY_WORKFLOW: &str = search_sql!(
+pub(super) const SEARCH_SETTLED_BADLY_WORKFLOW: &str = search_sql!(
     concat!(
         "s.status IN (",
         crate::status::status_sql!(Failed),
@@ -97,7 +97,7 @@ const SEARCH_SETTLED_BADLY_WORKFLOW: &str = search_sql!(
 
 /// The reruns of a request (`$8`), of any or one workflow: a range scan of their partial
 /// index (migration 10), which holds only reruns.
-const SEARCH_RERUNS: &str = search_sql!(
+pub(super) const SEARCH_RERUNS: &str = search_sql!(
     "s.rerun_of = $8 AND ($7::text IS NULL OR s.workflow_name = $7) AND ",
     "s.id DESC"
 );

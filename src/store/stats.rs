@@ -22,7 +22,7 @@ pub struct Bucket {
 }
 
 /// `$1`/`$2` id bounds, `$3`/`$4` exact time bounds, `$5` the workflow or NULL.
-const COUNTS: &str = concat!(
+pub(super) const COUNTS: &str = concat!(
     "SELECT extract(epoch FROM date_trunc('minute', s.created_at))::bigint AS minute, ",
     crate::store::sql::derived_status!("s"),
     " AS status, count(*) FROM service_requests s \

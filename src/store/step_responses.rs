@@ -16,7 +16,7 @@ pub struct RequestState {
     pub current_step_id: i32,
 }
 
-const REQUEST_STATE: &str =
+pub(super) const REQUEST_STATE: &str =
     "SELECT workflow_name, status, current_step_id, coalesce(workflow_version, 1) FROM service_requests \
      WHERE id = $1";
 
@@ -58,7 +58,7 @@ pub struct Resume<'a> {
 
 /// Records the answer on the step and marks the request RESUMED at its next step, only if
 /// it is PAUSED at exactly this step; leased to `owner` in the same statement when given.
-const RESUME: &str = concat!("\
+pub(super) const RESUME: &str = concat!("\
 WITH resumed AS (
     UPDATE service_requests SET status = ", crate::status::status_sql!(Resumed), ", current_step_id = $3,
         -- '' marks the payload in a record, NULL in the row (see sql::step_request).
@@ -109,18 +109,18 @@ pub async fn resume(conn: &PgConn, r: &Resume<'_>) -> Result<Option<Claimed>> {
     Ok(row.as_ref().map(Claimed::from_row))
 }
 
+pub(super) const ANSWERED: &str = concat!(
+    "SELECT EXISTS (SELECT 1 FROM steps_status WHERE service_request_id = $1 \
+     AND step_id = $2 AND status IN (",
+    crate::status::status_sql!(Completed),
+    ", ",
+    crate::status::status_sql!(Failed),
+    "))"
+);
+
 /// Whether the step has a final answer recorded already.
 pub async fn answered(conn: &PgConn, id: Uuid, step_id: u32) -> Result<bool> {
-    let stmt = conn
-        .stmt(concat!(
-            "SELECT EXISTS (SELECT 1 FROM steps_status WHERE service_request_id = $1 \
-             AND step_id = $2 AND status IN (",
-            crate::status::status_sql!(Completed),
-            ", ",
-            crate::status::status_sql!(Failed),
-            "))"
-        ))
-        .await?;
+    let stmt = conn.stmt(ANSWERED).await?;
     Ok(conn
         .client
         .query_one(&stmt, &[&id, &(step_id as i32)])

@@ -16,7 +16,7 @@ use super::StoreError;
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The statement: fence on the lease, update the request row, insert the step record.
-const WRITE_TRANSITIONS: &str = concat!("\
+pub(super) const WRITE_TRANSITIONS: &str = concat!("\
 WITH input AS (
     -- One array of rows (migration 15's type), not an array per column.
     SELECT * FROM UNNEST($1::step_transition[])

@@ -1,0 +1,664 @@
+-- Every statement the server sends to Postgres, expanded: the consts and macros of
+-- src/store/ as src/store/statements.rs lists them, in its order.
+-- Generated, do not edit: the unit test store::statements::tests::statements_sql_is_current
+-- fails when this file is stale; regenerate it with
+--     CLAMP_BLESS=1 cargo test --lib store::statements
+
+-- pool::sql::INSERT_REQUESTS
+WITH v AS (SELECT w.name, w.version
+    FROM workflows w
+    WHERE w.name = ANY($2::text[])),
+        ins AS (INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner,
+            lease_until, created_at, workflow_version) SELECT t.id,
+            t.wf, t.payload, t.headers, CASE WHEN leased THEN $3::uuid END,
+            CASE WHEN leased THEN now() + $4::float8 * interval '1 millisecond' ELSE '-infinity' END,
+                t.created,
+            NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END, 1)
+    FROM UNNEST($1::new_request[]) AS t
+    LEFT JOIN v ON v.name = t.wf) SELECT name, version
+    FROM v;
+
+-- idempotency::INSERT_KEYED
+WITH v AS (SELECT w.name, w.version FROM workflows w WHERE w.name = ANY($2::text[])), claimed AS (
+    INSERT INTO idempotency_keys (key_hash, service_request_id)
+    SELECT h, id FROM UNNEST($8::uuid[], $1::uuid[]) AS k(h, id) WHERE h IS NOT NULL
+), ins AS (
+INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
+    created_at,
+                              workflow_version)
+SELECT t.id, t.wf, t.payload, t.headers, CASE WHEN leased THEN $6::uuid END,
+    CASE WHEN leased THEN now() + $7::float8 * interval '1 millisecond' ELSE '-infinity' END,
+    t.created, NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END, 1)
+FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $9::timestamptz[],
+    $10::int[])
+    AS t(id, wf, payload, headers, leased, created, ver)
+LEFT JOIN v ON v.name = t.wf
+)
+SELECT name, version FROM v;
+
+-- idempotency::INSERT_KEYED_CONFLICTS
+WITH input AS (
+    SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::uuid[],
+                         $9::timestamptz[], $11::int[])
+        AS t(id, wf, payload, headers, leased, h, created, ver)
+), v AS (SELECT w.name, w.version FROM workflows w WHERE w.name = ANY($2::text[])), claimed AS (
+    INSERT INTO idempotency_keys AS k (key_hash, service_request_id)
+    SELECT h, id FROM input WHERE h IS NOT NULL
+    ON CONFLICT (key_hash) DO UPDATE
+        SET service_request_id = EXCLUDED.service_request_id, created_at = now()
+        WHERE k.created_at < now() - $10::float8 * interval '1 second'
+    RETURNING service_request_id
+), inserted AS (
+    INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
+        created_at,
+                                  workflow_version)
+    SELECT t.id, t.wf, t.payload, t.headers, CASE WHEN leased THEN $6::uuid END,
+        CASE WHEN leased THEN now() + $7::float8 * interval '1 millisecond' ELSE '-infinity' END,
+        t.created, NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END, 1)
+    FROM input t LEFT JOIN v ON v.name = t.wf
+    WHERE t.h IS NULL OR t.id IN (SELECT service_request_id FROM claimed)
+    RETURNING id, coalesce(workflow_version, 1) AS workflow_version
+)
+SELECT id, workflow_version FROM inserted;
+
+-- idempotency::LOOKUP
+SELECT t.idx, k.service_request_id, r.payload = t.payload,
+    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE r.status END
+FROM UNNEST($1::int[], $2::uuid[], $3::text[]) AS t(idx, h, payload)
+JOIN idempotency_keys k ON k.key_hash = t.h
+LEFT JOIN service_requests r ON r.id = k.service_request_id;
+
+-- idempotency::DELETE_EXPIRED
+DELETE
+    FROM idempotency_keys
+    WHERE ctid IN (SELECT ctid
+        FROM idempotency_keys
+        WHERE created_at < now() - $1::float8 * interval '1 second'
+        LIMIT $2);
+
+-- buffer::RESET_STATEMENT_TIMEOUT
+RESET statement_timeout;
+
+-- delayed::INSERT
+INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
+    created_at, workflow_version, start_at) SELECT $1,
+    $2, $3, $4, NULL, $6, $5,
+    NULLIF(CASE WHEN $7::int > 0 THEN $7::int ELSE coalesce((SELECT w.version
+    FROM workflows w
+    WHERE w.name = $2), 1) END, 1), $6;
+
+-- leases::CLAIM
+UPDATE service_requests s SET lease_owner = $1,
+       lease_until = now() + $2::float8 * interval '1 millisecond', updated_at = now()
+WHERE s.id IN (
+    SELECT id FROM service_requests
+    WHERE status IN ('NEW', 'IN_PROGRESS', 'RESUMED') AND lease_until < now()
+    ORDER BY lease_until
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED)
+RETURNING s.id, s.workflow_name, s.status, s.payload, s.headers, s.current_step_id,
+          s.step_request, s.failed_step_id, s.reason, s.step_attempts, (extract(epoch
+              FROM s.created_at) * 1000000)::bigint, coalesce(s.workflow_version, 1), s.parent_id,
+                  s.retries;
+
+-- leases::RENEW
+WITH ids AS (SELECT unnest($3::uuid[]) AS id),
+renewed AS (
+    UPDATE service_requests s SET lease_until = now() + $2::float8 * interval '1 millisecond'
+    FROM ids WHERE s.id = ids.id AND s.lease_owner = $1
+    RETURNING s.id)
+SELECT s.id FROM ids JOIN service_requests s ON s.id = ids.id
+WHERE s.lease_owner IS NOT NULL AND s.lease_owner <> $1;
+
+-- leases::RELEASE
+UPDATE service_requests SET lease_owner = NULL,
+    lease_until = CASE WHEN $3::float8 > 0 THEN now() + $3::float8 * interval '1 millisecond' ELSE '-infinity' END
+    WHERE lease_owner = $1 AND id = ANY($2);
+
+-- leases::LOAD_CONTEXT
+SELECT st.step_name, CASE WHEN st.request = '' THEN r.payload ELSE st.request END, st.response
+    FROM steps_status st
+    JOIN service_requests r ON r.id = st.service_request_id
+    WHERE st.service_request_id = $1
+    ORDER BY st.id;
+
+-- transitions::WRITE_TRANSITIONS
+WITH input AS (
+    -- One array of rows (migration 15's type), not an array per column.
+    SELECT * FROM UNNEST($1::step_transition[])
+), fenced AS (
+    UPDATE service_requests s SET
+        -- Between steps the stored status stays NEW (or RESUMED): status is in the claim
+        -- index's predicate, so leaving it alone lets the update be HOT (no index writes).
+        -- Reads show such a request as IN_PROGRESS.
+        status = CASE WHEN i.status = 'IN_PROGRESS' THEN s.status ELSE i.status END,
+        current_step_id = i.next_step, step_request = i.next_request,
+        failed_step_id = i.failed_step, reason = i.reason, updated_at = now(),
+        step_attempts = i.attempts, last_error = i.last_error,
+        finished_at = CASE WHEN i.status IN ('COMPLETED', 'FAILED') THEN now() END,
+        lease_owner = CASE WHEN i.release THEN NULL ELSE s.lease_owner END,
+        -- A pending retry waits unowned until it is due; the sweeper claims it then.
+        lease_until = CASE WHEN i.retry_in_ms IS NOT NULL
+                           THEN now() + i.retry_in_ms::float8 * interval '1 millisecond'
+                           WHEN i.release THEN '-infinity'::timestamptz ELSE s.lease_until END
+    FROM input i
+    -- The fence: still leased to this instance, and not cancelled meanwhile.
+    WHERE s.id = i.id AND s.lease_owner = $2 AND s.status <> 'CANCELLED'
+    RETURNING s.id
+), records AS (
+    INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
+                              started_at, finished_at, time_taken_ms, reason, attempts)
+    SELECT i.id, i.step_id, i.step_name, i.step_status, i.step_request, i.step_response,
+           to_timestamp(i.started_ms / 1000.0), to_timestamp(i.finished_ms / 1000.0),
+           CASE WHEN i.finished_ms IS NULL THEN NULL ELSE round(i.finished_ms - i.started_ms)::bigint END,
+           i.step_reason, i.step_attempts
+    FROM input i LEFT JOIN fenced f ON f.id = i.id
+    -- A request cancelled while one of its steps was in flight still gets that step's
+    -- outcome as its entry (nothing after it starts); only unfenced rows are looked at.
+    WHERE i.step_id > 0
+      AND (f.id IS NOT NULL
+           OR EXISTS (SELECT 1
+               FROM service_requests c
+               WHERE c.id = i.id AND c.status = 'CANCELLED'))
+)
+SELECT id FROM fenced;
+
+-- step_responses::REQUEST_STATE
+SELECT workflow_name, status, current_step_id, coalesce(workflow_version, 1)
+    FROM service_requests
+    WHERE id = $1;
+
+-- step_responses::RESUME
+WITH resumed AS (
+    UPDATE service_requests SET status = 'RESUMED', current_step_id = $3,
+        -- '' marks the payload in a record, NULL in the row (see sql::step_request).
+        step_request = COALESCE($4, (SELECT NULLIF(request, '') FROM steps_status
+                                     WHERE service_request_id = $1 AND step_id = $2
+                                         ORDER BY id DESC
+                                         LIMIT 1)),
+        failed_step_id = $5, reason = $6, updated_at = now(),
+        step_attempts = 0, last_error = NULL,
+        -- Leased to this instance when it has room to continue the request at once;
+        -- otherwise free for any sweeper.
+        lease_owner = $10,
+        lease_until = CASE WHEN $10::uuid IS NULL THEN '-infinity'::timestamptz
+                           ELSE now() + $11::float8 * interval '1 millisecond' END
+    WHERE id = $1 AND status = 'PAUSED' AND current_step_id = $2
+    RETURNING id, workflow_name, status, payload, headers, current_step_id, step_request,
+              failed_step_id, reason, step_attempts, (extract(epoch
+                  FROM service_requests.created_at) * 1000000)::bigint,
+                      coalesce(workflow_version, 1), parent_id, retries
+), answered AS (
+    UPDATE steps_status SET status = $7, response = $8, reason = $9, finished_at = now(),
+        time_taken_ms = round(extract(epoch FROM now() - started_at) * 1000)::bigint
+    WHERE service_request_id = $1 AND step_id = $2 AND status = 'STARTED'
+      AND EXISTS (SELECT 1 FROM resumed)
+)
+SELECT * FROM resumed;
+
+-- step_responses::ANSWERED
+SELECT EXISTS (SELECT 1
+    FROM steps_status
+    WHERE service_request_id = $1 AND step_id = $2 AND status IN ('COMPLETED', 'FAILED'));
+
+-- cancel::CANCEL
+WITH RECURSIVE tree AS (
+    SELECT $1::uuid AS id
+    UNION ALL
+    SELECT c.id FROM service_requests c JOIN tree t ON c.parent_id = t.id
+    WHERE c.parent_id IS NOT NULL
+), done AS (
+    UPDATE service_requests SET status = 'CANCELLED',
+    reason = CASE WHEN id = $1 THEN $2 ELSE 'its parent was cancelled: ' || $2 END,
+    finished_at = now(), updated_at = now(), lease_owner = NULL, lease_until = '-infinity'
+    WHERE id IN (SELECT id FROM tree)
+      AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
+    RETURNING id, workflow_name, headers,
+        (extract(epoch FROM created_at) * 1000000)::int8 AS created_us, retries, reason
+) SELECT id, workflow_name, headers, created_us, retries, reason FROM done
+ORDER BY id = $1 DESC;
+
+-- cancel::STATUS_AND_REASON
+SELECT status, reason FROM service_requests WHERE id = $1;
+
+-- retry::RETRY
+UPDATE service_requests s SET status = 'NEW',
+    current_step_id = CASE WHEN s.status = 'FAILED' THEN coalesce(s.failed_step_id, 1)
+                           ELSE greatest(s.current_step_id, 1) END,
+    step_request = CASE
+        WHEN $2::text IS NOT NULL THEN $2
+        WHEN s.status = 'FAILED' AND s.failed_step_id IS NOT NULL THEN
+            -- '' marks the payload in a record, NULL in the row (see sql::step_request).
+            (SELECT NULLIF(st.request, '') FROM steps_status st
+             WHERE st.service_request_id = s.id AND st.step_id = s.failed_step_id
+             ORDER BY st.id DESC LIMIT 1)
+        WHEN s.status = 'FAILED' THEN NULL
+        ELSE s.step_request END,
+    failed_step_id = NULL, reason = NULL, finished_at = NULL, step_attempts = 0,
+    last_error = NULL, retries = s.retries + 1, updated_at = now(),
+    lease_owner = NULL, lease_until = '-infinity'
+        WHERE s.id = $1 AND s.status IN ('FAILED', 'CANCELLED')
+  AND (s.status = 'CANCELLED' OR s.failed_step_id IS NOT NULL
+       OR NOT EXISTS (SELECT 1 FROM steps_status x WHERE x.service_request_id = s.id))
+           RETURNING s.retries, s.headers;
+
+-- retry::STATUS
+SELECT status FROM service_requests WHERE id = $1;
+
+-- retry::RETRY_MATCHING
+WITH candidates AS (
+    SELECT s.id FROM service_requests s
+    WHERE s.id >= $3 AND s.id < $4 AND s.status = ANY($1)
+      AND ($5::text IS NULL OR s.workflow_name = $5)
+      AND ($6::timestamptz IS NULL OR s.created_at > $6)
+      AND ($8::timestamptz IS NULL OR s.created_at < $8)
+      AND s.status IN ('FAILED', 'CANCELLED')
+  AND (s.status = 'CANCELLED' OR s.failed_step_id IS NOT NULL
+       OR NOT EXISTS (SELECT 1 FROM steps_status x WHERE x.service_request_id = s.id))
+    ORDER BY s.id DESC LIMIT $7::bigint + 1
+    FOR UPDATE SKIP LOCKED
+), taken AS (
+    SELECT id FROM candidates ORDER BY id DESC LIMIT $7::bigint
+), retried AS (
+    UPDATE service_requests s SET status = 'NEW',
+    current_step_id = CASE WHEN s.status = 'FAILED' THEN coalesce(s.failed_step_id, 1)
+                           ELSE greatest(s.current_step_id, 1) END,
+    step_request = CASE
+        WHEN $2::text IS NOT NULL THEN $2
+        WHEN s.status = 'FAILED' AND s.failed_step_id IS NOT NULL THEN
+            -- '' marks the payload in a record, NULL in the row (see sql::step_request).
+            (SELECT NULLIF(st.request, '') FROM steps_status st
+             WHERE st.service_request_id = s.id AND st.step_id = s.failed_step_id
+             ORDER BY st.id DESC LIMIT 1)
+        WHEN s.status = 'FAILED' THEN NULL
+        ELSE s.step_request END,
+    failed_step_id = NULL, reason = NULL, finished_at = NULL, step_attempts = 0,
+    last_error = NULL, retries = s.retries + 1, updated_at = now(),
+    lease_owner = NULL, lease_until = '-infinity'
+        FROM taken t
+        WHERE s.id = t.id AND s.status IN ('FAILED', 'CANCELLED')
+  AND (s.status = 'CANCELLED' OR s.failed_step_id IS NOT NULL
+       OR NOT EXISTS (SELECT 1 FROM steps_status x WHERE x.service_request_id = s.id))
+           RETURNING s.id
+)
+SELECT (SELECT count(*) FROM retried), (SELECT count(*) FROM candidates) > $7::bigint;
+
+-- rerun::SOURCE
+SELECT workflow_name, payload, headers, coalesce(workflow_version, 1)
+    FROM service_requests
+    WHERE id = $1;
+
+-- rerun::LAST_RECORDS
+SELECT DISTINCT ON (step_id) id, step_id, status, response
+    FROM steps_status
+    WHERE service_request_id = $1
+    ORDER BY step_id, id DESC;
+
+-- rerun::INSERT
+WITH run AS (
+    INSERT INTO service_requests (id, workflow_name, status, payload, headers,
+                                  current_step_id, step_request, rerun_of,
+                                  lease_owner, lease_until, workflow_version)
+    VALUES ($1, $3, 'NEW', $4, $5, $6, $7, $2, NULL, '-infinity', NULLIF($10, 1))
+    RETURNING id)
+INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
+                          started_at, finished_at, time_taken_ms, reason, attempts)
+-- A record's request is copied as it is, the payload's mark ('', sql::step_request)
+-- included: records are copied only for a rerun from a later step, whose payload is
+-- the original's (http::rerun::plan).
+SELECT run.id, st.step_id, st.step_name, st.status, st.request, st.response,
+       now(), now(), 0, $9, st.attempts
+FROM run, unnest($8::bigint[]) WITH ORDINALITY AS c(record_id, n)
+JOIN steps_status st ON st.service_request_id = $2 AND st.id = c.record_id
+ORDER BY c.n;
+
+-- children::START
+WITH fenced AS (
+    UPDATE service_requests s SET status = 'PAUSED', current_step_id = $2, updated_at = now(),
+           step_attempts = 0, last_error = NULL, lease_owner = NULL, lease_until = '-infinity'
+    WHERE s.id = $1 AND s.lease_owner = $3 AND s.status <> 'CANCELLED'
+    RETURNING s.id, s.headers
+), record AS (
+    INSERT INTO steps_status (service_request_id, step_id, step_name, status, request,
+                              started_at, attempts, child_id)
+    SELECT id, $2, $4, 'STARTED', $5, to_timestamp($6::float8 / 1000.0), $7, $8 FROM fenced
+), child AS (
+    INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
+                                  workflow_version, parent_id, parent_step_id, parent_told)
+    SELECT $8, $9, $5, f.headers, NULL, '-infinity',
+        NULLIF(CASE WHEN $10 > 0 THEN $10 ELSE coalesce(w.version, 1) END, 1), $1, $2, false
+    FROM fenced f LEFT JOIN workflows w ON w.name = $9
+    RETURNING id
+)
+SELECT count(*) FROM child;
+
+-- children::UNTOLD
+SELECT c.id, c.parent_id, c.parent_step_id, c.status, c.reason,
+       (SELECT st.response FROM steps_status st
+        WHERE st.service_request_id = c.id AND st.status IN ('COMPLETED', 'SKIPPED')
+        ORDER BY st.id DESC LIMIT 1)
+FROM service_requests c
+WHERE c.parent_id IS NOT NULL AND NOT c.parent_told
+  AND c.status IN ('COMPLETED', 'FAILED', 'CANCELLED')
+ORDER BY c.id LIMIT $1;
+
+-- children::TOLD
+UPDATE service_requests SET parent_told = true WHERE id = $1;
+
+-- schedules::INSERT
+INSERT INTO schedules (name, definition, paused, next_fire_at)
+VALUES ($1, $2, $3, CASE WHEN $3 THEN NULL ELSE $4::timestamptz END)
+RETURNING definition, paused, next_fire_at, created_at, updated_at;
+
+-- schedules::NOW
+SELECT now();
+
+-- schedules::GET
+SELECT definition, paused, next_fire_at, created_at, updated_at, now()
+FROM schedules WHERE name = $1;
+
+-- schedules::LIST
+SELECT definition, paused, next_fire_at, created_at, updated_at
+FROM schedules ORDER BY name LIMIT $1;
+
+-- schedules::PUT
+UPDATE schedules SET definition = $2, paused = coalesce($3, paused),
+       next_fire_at = CASE WHEN coalesce($3, paused) THEN NULL ELSE $4::timestamptz END,
+       updated_at = now()
+WHERE name = $1
+RETURNING definition, paused, next_fire_at, created_at, updated_at;
+
+-- schedules::DELETE
+DELETE FROM schedules WHERE name = $1;
+
+-- schedules::PAUSE
+UPDATE schedules SET paused = true, next_fire_at = NULL WHERE name = $1;
+
+-- schedules::RESUME
+UPDATE schedules SET paused = false, next_fire_at = $2 WHERE name = $1 AND paused;
+
+-- schedules::LAST_FIRES
+SELECT f.fire_at, f.service_request_id,
+    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE r.status END,
+        f.skipped
+FROM schedule_fires f LEFT JOIN service_requests r ON r.id = f.service_request_id
+WHERE f.schedule = $1 ORDER BY f.fire_at DESC LIMIT $2;
+
+-- schedules::LAST_FIRES_OF
+SELECT f.schedule, f.fire_at, f.service_request_id,
+    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE r.status END,
+        f.skipped
+FROM unnest($1::text[]) AS n(name)
+CROSS JOIN LATERAL (SELECT * FROM schedule_fires
+                    WHERE schedule = n.name ORDER BY fire_at DESC LIMIT $2) f
+LEFT JOIN service_requests r ON r.id = f.service_request_id
+ORDER BY f.schedule, f.fire_at DESC;
+
+-- schedules::DUE
+SELECT name, definition, next_fire_at, now() FROM schedules
+WHERE NOT paused AND next_fire_at <= now()
+ORDER BY next_fire_at
+LIMIT $1
+FOR UPDATE SKIP LOCKED;
+
+-- schedules::SET_NEXT
+UPDATE schedules SET next_fire_at = $2 WHERE name = $1;
+
+-- schedules::FIRE
+WITH s AS (
+    SELECT name FROM schedules WHERE name = $1 FOR KEY SHARE
+), prev AS (
+    SELECT r.status FROM (
+        SELECT f.service_request_id AS id FROM schedule_fires f
+        WHERE f.schedule = $1 AND f.service_request_id IS NOT NULL
+        ORDER BY f.fire_at DESC LIMIT 1) l
+    LEFT JOIN service_requests r ON r.id = l.id
+), busy AS (
+    SELECT $8::bool AND EXISTS (
+        SELECT 1 FROM prev WHERE status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')) AS b
+), fire AS (
+    INSERT INTO schedule_fires (schedule, fire_at, service_request_id, skipped)
+    SELECT s.name, $2, CASE WHEN busy.b THEN NULL ELSE $3::uuid END,
+           CASE WHEN busy.b THEN 'overlap' END
+    FROM s, busy
+    ON CONFLICT DO NOTHING
+    RETURNING service_request_id
+), req AS (
+    INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner,
+                                  lease_until, created_at, workflow_version)
+    SELECT fire.service_request_id, $4, $5, '[]', NULL, '-infinity', $6,
+        NULLIF(CASE WHEN $7::int > 0 THEN $7::int ELSE coalesce((SELECT w.version
+        FROM workflows w
+        WHERE w.name = $4), 1) END, 1)
+    FROM fire WHERE fire.service_request_id IS NOT NULL
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM fire), (SELECT count(*) FROM req);
+
+-- schedules::FIRE_AT
+SELECT service_request_id FROM schedule_fires WHERE schedule = $1 AND fire_at = $2;
+
+-- schedules::PRUNE
+DELETE FROM schedule_fires f
+USING schedules s,
+      LATERAL (SELECT fire_at FROM schedule_fires
+               WHERE schedule = s.name ORDER BY fire_at DESC OFFSET $1 LIMIT 1) cut
+WHERE f.schedule = s.name AND f.fire_at <= cut.fire_at
+  AND f.fire_at < now() - interval '1 hour';
+
+-- retention::DELETE_FINISHED
+WITH doomed AS (
+    SELECT id FROM service_requests
+    WHERE id < $1 AND status IN ('COMPLETED', 'FAILED')
+      AND finished_at < now() - $2::float8 * interval '1 millisecond'
+    ORDER BY id
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+), steps AS (
+    DELETE FROM steps_status WHERE service_request_id IN (SELECT id FROM doomed)
+)
+DELETE FROM service_requests WHERE id IN (SELECT id FROM doomed);
+
+-- status::GET_HEADS
+SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_version,
+    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE r.status END AS status,
+        r.current_step_id,
+    r.reason, to_json(r.created_at) #>> '{}' AS created_at, extract(epoch
+    FROM r.finished_at)::float8 * 1000 AS request_finished_ms, r.step_attempts, r.last_error,
+        r.retries, r.rerun_of, r.parent_id,
+        CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() THEN to_json(r.lease_until) #>> '{}' END AS retry_at,
+            to_json(r.start_at) #>> '{}' AS start_at
+    FROM service_requests r
+    WHERE r.id = ANY($1);
+
+-- status::GET_WHOLE
+SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_version,
+    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE r.status END AS status,
+        r.current_step_id,
+    r.reason, to_json(r.created_at) #>> '{}' AS created_at, extract(epoch
+    FROM r.finished_at)::float8 * 1000 AS request_finished_ms, r.step_attempts, r.last_error,
+        r.retries, r.rerun_of, r.parent_id,
+        CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() THEN to_json(r.lease_until) #>> '{}' END AS retry_at,
+            to_json(r.start_at) #>> '{}' AS start_at,
+        st.step_id, st.step_name, st.status AS step_status,
+        CASE WHEN st.request = '' THEN r.payload ELSE st.request END AS request, st.response,
+        st.time_taken_ms, st.attempts, st.reason AS step_reason, st.child_id, extract(epoch
+    FROM st.started_at)::float8 * 1000 AS started_ms, extract(epoch
+    FROM st.finished_at)::float8 * 1000 AS finished_ms
+    FROM service_requests r
+    LEFT JOIN steps_status st ON st.service_request_id = r.id
+    WHERE r.id = ANY($1)
+    ORDER BY r.id, st.id;
+
+-- queries::INSERT_WORKFLOW
+WITH w AS (
+                INSERT INTO workflows (id, name, description, enabled, definition, version)
+                VALUES ($1, $2, $3, $4,
+                    $5::jsonb || jsonb_build_object('created_at', now(), 'updated_at', now()), 1)
+                RETURNING name, description, definition, created_at)
+             INSERT INTO workflow_versions (name, version, description, definition, created_at)
+             SELECT name, 1, description, definition, created_at FROM w
+             RETURNING definition ->> 'created_at';
+
+-- queries::PUT_WORKFLOW
+WITH cur AS (
+            SELECT name, version, definition FROM workflows WHERE name = $1 FOR UPDATE
+        ), next AS (
+            UPDATE workflows w SET version = w.version + 1, description = $2, enabled = $3,
+                   updated_at = now(),
+                   definition = $4::jsonb - ARRAY['id', 'version', 'created_at', 'updated_at']
+                       || jsonb_build_object('id', w.id, 'version', w.version + 1,
+                                             'created_at', w.created_at, 'updated_at', now())
+            FROM cur
+            WHERE w.name = cur.name
+              AND (cur.definition - ARRAY['id', 'version', 'created_at', 'updated_at']) IS DISTINCT
+                  FROM ($4::jsonb - ARRAY['id', 'version', 'created_at', 'updated_at'])
+            RETURNING w.name, w.version, w.description, w.definition
+        ), kept AS (
+            INSERT INTO workflow_versions (name, version, description, definition)
+            SELECT name, version, description, definition FROM next
+        )
+        SELECT (SELECT definition FROM next), (SELECT definition FROM cur);
+
+-- queries::WORKFLOW_VERSION
+SELECT definition || jsonb_build_object('version', version)
+    FROM workflow_versions
+    WHERE name = $1 AND version = $2;
+
+-- queries::WORKFLOW_VERSIONS
+SELECT version, to_json(created_at) #>> '{}', description
+    FROM workflow_versions
+    WHERE name = $1
+    ORDER BY version;
+
+-- queries::DEFINITION
+SELECT definition FROM workflows WHERE name = $1;
+
+-- queries::ALL_WORKFLOWS
+SELECT definition FROM workflows ORDER BY created_at;
+
+-- queries::COUNT_WORKFLOWS
+SELECT count(*) FROM workflows;
+
+-- queries::REQUESTS_PAGE
+SELECT s.id, s.workflow_name,
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END AS status,
+        to_json(s.created_at) #>> '{}' AS created_at,
+    s.payload, s.current_step_id, s.reason
+    FROM service_requests s
+    WHERE s.workflow_name = $1
+    ORDER BY s.id DESC
+    LIMIT $2 OFFSET $3;
+
+-- search::SEARCH_ALL
+SELECT s.id, s.workflow_name,
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END AS status,
+        to_json(s.created_at) #>> '{}' AS created_at,
+    s.payload, s.current_step_id, s.reason
+    FROM service_requests s
+    WHERE s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
+    ORDER BY s.id DESC
+    LIMIT $6;
+
+-- search::SEARCH_WORKFLOW
+SELECT s.id, s.workflow_name,
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END AS status,
+        to_json(s.created_at) #>> '{}' AS created_at,
+    s.payload, s.current_step_id, s.reason
+    FROM service_requests s
+    WHERE s.workflow_name = $7 AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
+    ORDER BY s.id DESC
+    LIMIT $6;
+
+-- search::SEARCH_SETTLED_BADLY
+SELECT s.id, s.workflow_name,
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END AS status,
+        to_json(s.created_at) #>> '{}' AS created_at,
+    s.payload, s.current_step_id, s.reason
+    FROM service_requests s
+    WHERE s.status IN ('FAILED',
+        'CANCELLED') AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
+    ORDER BY s.id DESC
+    LIMIT $6;
+
+-- search::SEARCH_SETTLED_BADLY_WORKFLOW
+SELECT s.id, s.workflow_name,
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END AS status,
+        to_json(s.created_at) #>> '{}' AS created_at,
+    s.payload, s.current_step_id, s.reason
+    FROM service_requests s
+    WHERE s.status IN ('FAILED',
+        'CANCELLED') AND s.workflow_name = $7 AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
+    ORDER BY s.id DESC
+    LIMIT $6;
+
+-- search::SEARCH_RERUNS
+SELECT s.id, s.workflow_name,
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END AS status,
+        to_json(s.created_at) #>> '{}' AS created_at,
+    s.payload, s.current_step_id, s.reason
+    FROM service_requests s
+    WHERE s.rerun_of = $8 AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
+    ORDER BY s.id DESC
+    LIMIT $6;
+
+-- stats::COUNTS
+SELECT extract(epoch
+    FROM date_trunc('minute', s.created_at))::bigint AS minute,
+        CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END AS status,
+            count(*)
+    FROM service_requests s
+    WHERE s.id >= $1 AND s.id < $2 AND s.created_at > $3 AND s.created_at < $4 AND ($5::text IS NULL OR s.workflow_name = $5)
+    GROUP BY 1, 2
+    ORDER BY 1, 2;
+
+-- kafka_offsets::GET
+SELECT next_offset FROM kafka_offsets WHERE topic = $1 AND partition = $2;
+
+-- kafka_offsets::SET
+INSERT INTO kafka_offsets (topic, partition, next_offset)
+    VALUES ($1, $2, $3)
+    ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset,
+        updated_at = now();
+
+-- kafka_offsets::TRY_LOCK
+SELECT pg_try_advisory_lock($1, $2);
+
+-- dead_letters::INSERT
+INSERT INTO dead_letters (source, topic, partition, record_offset, body, reason)
+    VALUES ($1, $2, $3, $4, $5, $6);
+
+-- connect::READ_ONLY
+SHOW transaction_read_only;
+
+-- pool::sql::EMPTY
+;
+
+-- pool::sql::PING
+SELECT 1;
+
+-- migrate::LOCK
+SELECT pg_advisory_xact_lock($1);
+
+-- migrate::CREATE_LEDGER
+CREATE TABLE IF NOT EXISTS schema_migrations (
+            version integer PRIMARY KEY,
+            applied_at timestamptz NOT NULL DEFAULT now());
+
+-- migrate::APPLIED
+SELECT version FROM schema_migrations;
+
+-- migrate::RECORD
+INSERT INTO schema_migrations (version) VALUES ($1);
+
+-- buffer::set_statement_timeout
+-- (a template, built per call: the parts in braces are filled in)
+SET statement_timeout = {ms};
+
+-- queries::workflows_page_sql
+-- (a template, built per call: the parts in braces are filled in)
+SELECT definition FROM workflows ORDER BY {order} LIMIT $1 OFFSET $2;
+
+-- migrate::create_database
+-- (a template, built per call: the parts in braces are filled in)
+CREATE DATABASE "{name}";
