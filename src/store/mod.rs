@@ -2,7 +2,8 @@
 //! and its flusher, and the queries the HTTP handlers and the engine run.
 //!
 //! Each statement is a named const of the file that runs it; `statements.rs` lists them
-//! all, and `statements.sql` holds them expanded (kept current by a unit test).
+//! all, and `statements.sql` holds them expanded (kept current by a unit test), beside
+//! `schema.sql`, the schema the migrations build (kept current by `tests/it/schema.rs`).
 
 pub(crate) mod budget;
 pub(crate) mod buffer;

@@ -23,6 +23,7 @@ mod rerun;
 mod retention;
 mod retry;
 mod schedules;
+mod schema;
 mod search;
 mod status_reads;
 mod support;

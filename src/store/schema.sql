@@ -1,0 +1,182 @@
+-- The schema of Clamp's database after every migration (src/store/migrations/), as
+-- Postgres's catalog describes it: tables with their columns in order, constraints,
+-- indexes, row types, sequences, views, functions and triggers, each sorted by name.
+-- Generated, do not edit: the integration test schema::schema_sql_is_current (tests/it/schema.rs)
+-- migrates a fresh database and fails when this file is stale; regenerate it with
+--     CLAMP_BLESS=1 cargo test --test it schema::
+
+CREATE TABLE dead_letters (
+    id bigint NOT NULL DEFAULT nextval('dead_letters_id_seq'::regclass),
+    source text NOT NULL,
+    topic text NOT NULL,
+    partition integer,
+    record_offset bigint,
+    body bytea NOT NULL,
+    reason text NOT NULL,
+    created_at timestamp with time zone NOT NULL DEFAULT now()
+);
+ALTER TABLE dead_letters ADD CONSTRAINT dead_letters_pkey PRIMARY KEY (id);
+CREATE UNIQUE INDEX dead_letters_pkey ON public.dead_letters USING btree (id);
+
+CREATE TABLE idempotency_keys (
+    key_hash uuid NOT NULL,
+    service_request_id uuid NOT NULL,
+    created_at timestamp with time zone NOT NULL DEFAULT now()
+);
+ALTER TABLE idempotency_keys ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (key_hash);
+CREATE INDEX idempotency_keys_created ON public.idempotency_keys USING brin (created_at);
+CREATE UNIQUE INDEX idempotency_keys_pkey ON public.idempotency_keys USING btree (key_hash);
+
+CREATE TABLE kafka_offsets (
+    topic text NOT NULL,
+    partition integer NOT NULL,
+    next_offset bigint NOT NULL,
+    updated_at timestamp with time zone NOT NULL DEFAULT now()
+);
+ALTER TABLE kafka_offsets ADD CONSTRAINT kafka_offsets_pkey PRIMARY KEY (topic, partition);
+CREATE UNIQUE INDEX kafka_offsets_pkey ON public.kafka_offsets USING btree (topic, partition);
+
+CREATE TABLE schedule_fires (
+    schedule text NOT NULL,
+    fire_at timestamp with time zone NOT NULL,
+    service_request_id uuid,
+    skipped text,
+    created_at timestamp with time zone NOT NULL DEFAULT now()
+);
+ALTER TABLE schedule_fires ADD CONSTRAINT schedule_fires_pkey PRIMARY KEY (schedule, fire_at);
+ALTER TABLE schedule_fires ADD CONSTRAINT schedule_fires_schedule_fkey FOREIGN KEY (schedule) REFERENCES schedules(name) ON DELETE CASCADE;
+CREATE UNIQUE INDEX schedule_fires_pkey ON public.schedule_fires USING btree (schedule, fire_at);
+CREATE INDEX schedule_fires_runs ON public.schedule_fires USING btree (schedule, fire_at) WHERE (service_request_id IS NOT NULL);
+
+CREATE TABLE schedules (
+    name text NOT NULL,
+    definition jsonb NOT NULL,
+    paused boolean NOT NULL DEFAULT false,
+    next_fire_at timestamp with time zone,
+    created_at timestamp with time zone NOT NULL DEFAULT now(),
+    updated_at timestamp with time zone NOT NULL DEFAULT now()
+);
+ALTER TABLE schedules ADD CONSTRAINT schedules_pkey PRIMARY KEY (name);
+CREATE INDEX schedules_due ON public.schedules USING btree (next_fire_at) WHERE (NOT paused);
+CREATE UNIQUE INDEX schedules_pkey ON public.schedules USING btree (name);
+
+CREATE TABLE schema_migrations (
+    version integer NOT NULL,
+    applied_at timestamp with time zone NOT NULL DEFAULT now()
+);
+ALTER TABLE schema_migrations ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+CREATE UNIQUE INDEX schema_migrations_pkey ON public.schema_migrations USING btree (version);
+
+CREATE TABLE service_requests (
+    id uuid NOT NULL,
+    workflow_name text NOT NULL,
+    status text NOT NULL DEFAULT 'NEW'::text,
+    payload text NOT NULL,
+    headers text NOT NULL DEFAULT '[]'::text,
+    current_step_id integer NOT NULL DEFAULT 0,
+    step_request text,
+    failed_step_id integer,
+    lease_owner uuid,
+    lease_until timestamp with time zone NOT NULL DEFAULT '-infinity'::timestamp with time zone,
+    reason text,
+    created_at timestamp with time zone NOT NULL DEFAULT now(),
+    updated_at timestamp with time zone NOT NULL DEFAULT now(),
+    finished_at timestamp with time zone,
+    step_attempts integer NOT NULL DEFAULT 0,
+    last_error text,
+    retries integer NOT NULL DEFAULT 0,
+    rerun_of uuid,
+    workflow_version integer,
+    parent_id uuid,
+    parent_step_id integer,
+    parent_told boolean,
+    start_at timestamp with time zone
+) WITH (fillfactor=50);
+ALTER TABLE service_requests ADD CONSTRAINT service_requests_pkey PRIMARY KEY (id);
+CREATE INDEX service_requests_by_workflow ON public.service_requests USING btree (workflow_name, id) WITH (fillfactor='50');
+CREATE INDEX service_requests_children ON public.service_requests USING btree (parent_id, id) WHERE (parent_id IS NOT NULL);
+CREATE INDEX service_requests_claimable ON public.service_requests USING btree (lease_until) WHERE (status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'RESUMED'::text]));
+CREATE INDEX service_requests_failed_or_cancelled ON public.service_requests USING btree (id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
+CREATE INDEX service_requests_failed_or_cancelled_by_workflow ON public.service_requests USING btree (workflow_name, id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
+CREATE UNIQUE INDEX service_requests_pkey ON public.service_requests USING btree (id) WITH (fillfactor='50');
+CREATE INDEX service_requests_reruns ON public.service_requests USING btree (rerun_of, id) WHERE (rerun_of IS NOT NULL);
+CREATE INDEX service_requests_untold_children ON public.service_requests USING btree (id) WHERE ((parent_id IS NOT NULL) AND (NOT parent_told) AND (status = ANY (ARRAY['COMPLETED'::text, 'FAILED'::text, 'CANCELLED'::text])));
+
+CREATE TABLE steps_status (
+    id bigint NOT NULL DEFAULT nextval('steps_status_id_seq'::regclass),
+    service_request_id uuid NOT NULL,
+    step_id integer NOT NULL,
+    step_name text NOT NULL,
+    status text NOT NULL,
+    request text,
+    response text,
+    started_at timestamp with time zone NOT NULL,
+    finished_at timestamp with time zone,
+    time_taken_ms bigint,
+    reason text,
+    attempts integer NOT NULL DEFAULT 1,
+    child_id uuid
+);
+ALTER TABLE steps_status ADD CONSTRAINT steps_status_pkey PRIMARY KEY (service_request_id, id);
+CREATE UNIQUE INDEX steps_status_pkey ON public.steps_status USING btree (service_request_id, id);
+
+CREATE TABLE workflow_versions (
+    name text NOT NULL,
+    version integer NOT NULL,
+    description text NOT NULL DEFAULT ''::text,
+    definition jsonb NOT NULL,
+    created_at timestamp with time zone NOT NULL DEFAULT now()
+);
+ALTER TABLE workflow_versions ADD CONSTRAINT workflow_versions_pkey PRIMARY KEY (name, version);
+CREATE UNIQUE INDEX workflow_versions_pkey ON public.workflow_versions USING btree (name, version);
+
+CREATE TABLE workflows (
+    id uuid NOT NULL,
+    name text NOT NULL,
+    description text NOT NULL DEFAULT ''::text,
+    enabled boolean NOT NULL DEFAULT true,
+    definition jsonb NOT NULL,
+    created_at timestamp with time zone NOT NULL DEFAULT now(),
+    updated_at timestamp with time zone NOT NULL DEFAULT now(),
+    version integer NOT NULL DEFAULT 1
+);
+ALTER TABLE workflows ADD CONSTRAINT workflows_name_key UNIQUE (name);
+ALTER TABLE workflows ADD CONSTRAINT workflows_pkey PRIMARY KEY (id);
+CREATE UNIQUE INDEX workflows_name_key ON public.workflows USING btree (name);
+CREATE UNIQUE INDEX workflows_pkey ON public.workflows USING btree (id);
+
+CREATE TYPE new_request AS (
+    id uuid,
+    wf text,
+    payload text,
+    headers text,
+    leased boolean,
+    created timestamp with time zone,
+    ver integer
+);
+
+CREATE TYPE step_transition AS (
+    id uuid,
+    status text,
+    next_step integer,
+    next_request text,
+    failed_step integer,
+    reason text,
+    release boolean,
+    step_id integer,
+    step_name text,
+    step_status text,
+    step_request text,
+    step_response text,
+    started_ms double precision,
+    finished_ms double precision,
+    step_reason text,
+    step_attempts integer,
+    attempts integer,
+    retry_in_ms double precision,
+    last_error text
+);
+
+-- sequences
+CREATE SEQUENCE dead_letters_id_seq AS bigint;
+CREATE SEQUENCE steps_status_id_seq AS bigint;
