@@ -109,6 +109,8 @@ fn collect_names(s: &Step, at: &str, known: &mut Vec<String>) -> Result<(), Vali
     Ok(())
 }
 
+/// Step `id` of a definition, checked and compiled (its id and type written back into
+/// the definition as served); `known` are the names its `when` may refer to.
 fn compile_step(
     s: &mut Step,
     id: u32,
@@ -116,32 +118,8 @@ fn compile_step(
     known: &[String],
 ) -> Result<CompiledStep, ValidationError> {
     s.id = id;
-    let mode = match s.mode.as_str() {
-        "HTTP" => Mode::Http,
-        "AMQP" => Mode::Amqp,
-        "KAFKA" => Mode::Kafka,
-        "WORKFLOW" => Mode::Workflow,
-        "" => {
-            return err(format!(
-                "{at}.mode is required (HTTP, AMQP, KAFKA or WORKFLOW)"
-            ))
-        }
-        other => {
-            return err(format!(
-                "{at}.mode {other:?} must be HTTP, AMQP, KAFKA or WORKFLOW"
-            ))
-        }
-    };
-    let step_type = match (mode, s.step_type.as_str()) {
-        (_, t) if !matches!(t, "" | "SYNC" | "ASYNC") => {
-            return err(format!("{at}.type {t:?} must be SYNC or ASYNC"))
-        }
-        (Mode::Http, "ASYNC") => StepType::Async,
-        (Mode::Http, _) => StepType::Sync,
-        // A broker step is always answered later, and a child workflow finishes later:
-        // both are always ASYNC.
-        (_, _) => StepType::Async,
-    };
+    let mode = step_mode(s, at)?;
+    let step_type = step_type(mode, s, at)?;
     s.step_type = step_type.as_str().to_string();
     let val = compile_val(mode, &s.val, at)?;
     let when = if s.when.trim().is_empty() {
@@ -151,29 +129,7 @@ fn compile_step(
             .map_err(|e| ValidationError(format!("{at}.when {:?} {}", s.when, e.0)))?;
         Some(Arc::new(c))
     };
-    if !matches!(s.transform_format.as_str(), "" | "JSON" | "json") {
-        return err(format!(
-            "{at}.transformFormat {:?} is not supported (only JSON)",
-            s.transform_format
-        ));
-    }
-    let transform = if s.transform {
-        let spec = match &s.request_transform {
-            Some(rt) if !rt.spec.is_empty() => &rt.spec,
-            _ => {
-                return err(format!(
-                    "{at}.requestTransform.spec is required when transform is true"
-                ))
-            }
-        };
-        let map: serde_json::Map<String, Value> = spec.clone().into_iter().collect();
-        Some(
-            compile_spec(&map)
-                .map_err(|e| ValidationError(format!("{at}.requestTransform.spec: {}", e.0)))?,
-        )
-    } else {
-        None
-    };
+    let transform = step_transform(s, at)?;
     if let Some(r) = &s.retry {
         r.check(at)?;
     }
@@ -189,6 +145,62 @@ fn compile_step(
         transform,
         on_failure: Vec::new(),
     })
+}
+
+/// A step's mode: required, one of the four.
+fn step_mode(s: &Step, at: &str) -> Result<Mode, ValidationError> {
+    match s.mode.as_str() {
+        "HTTP" => Ok(Mode::Http),
+        "AMQP" => Ok(Mode::Amqp),
+        "KAFKA" => Ok(Mode::Kafka),
+        "WORKFLOW" => Ok(Mode::Workflow),
+        "" => err(format!(
+            "{at}.mode is required (HTTP, AMQP, KAFKA or WORKFLOW)"
+        )),
+        other => err(format!(
+            "{at}.mode {other:?} must be HTTP, AMQP, KAFKA or WORKFLOW"
+        )),
+    }
+}
+
+/// A step's type: an HTTP step is SYNC unless it says ASYNC; any other is ASYNC, whatever
+/// it says (a spelling other than SYNC or ASYNC is refused).
+fn step_type(mode: Mode, s: &Step, at: &str) -> Result<StepType, ValidationError> {
+    Ok(match (mode, s.step_type.as_str()) {
+        (_, t) if !matches!(t, "" | "SYNC" | "ASYNC") => {
+            return err(format!("{at}.type {t:?} must be SYNC or ASYNC"))
+        }
+        (Mode::Http, "ASYNC") => StepType::Async,
+        (Mode::Http, _) => StepType::Sync,
+        // A broker step is always answered later, and a child workflow finishes later:
+        // both are always ASYNC.
+        (_, _) => StepType::Async,
+    })
+}
+
+/// A step's request transform, compiled when `transform` is on (JSON only, with a spec).
+fn step_transform(s: &Step, at: &str) -> Result<Option<Vec<(String, String)>>, ValidationError> {
+    if !matches!(s.transform_format.as_str(), "" | "JSON" | "json") {
+        return err(format!(
+            "{at}.transformFormat {:?} is not supported (only JSON)",
+            s.transform_format
+        ));
+    }
+    if !s.transform {
+        return Ok(None);
+    }
+    let spec = match &s.request_transform {
+        Some(rt) if !rt.spec.is_empty() => &rt.spec,
+        _ => {
+            return err(format!(
+                "{at}.requestTransform.spec is required when transform is true"
+            ))
+        }
+    };
+    let map: serde_json::Map<String, Value> = spec.clone().into_iter().collect();
+    compile_spec(&map)
+        .map(Some)
+        .map_err(|e| ValidationError(format!("{at}.requestTransform.spec: {}", e.0)))
 }
 
 /// `scheme://host:port` of an absolute URL, the port defaulted from the scheme.
