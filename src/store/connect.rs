@@ -37,7 +37,8 @@ pub fn session(config: &crate::config::Config) -> tokio_postgres::Config {
         // but prepared statements keep a generic plan made while the tables were small,
         // and those joined the batch inputs to whole-table scans: 1,207 sequential scans
         // reading 25M rows in 20 s at 3,000 requests/s, until the next ANALYZE. Off, the
-        // planner takes the index whenever there is one (perf/runs/2026-11-30-vm/seqscan.md).
+        // planner takes the index whenever there is one
+        // (perf/runs/2026-11-30-vm/8f8fe22-seqscan/seqscan.md).
         // timezone=UTC: timestamps render the same whichever server they come from, and
         // the same as the executor renders them from memory (`store::status`).
         .options(format!(

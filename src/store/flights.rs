@@ -6,8 +6,9 @@
 //! as dozens of rows (its plan, the indexes it opens, its commit), and under load the
 //! rows a thread has in hand are a crowd that concurrent batches split between them, so
 //! two in flight at all times make twice the statements of half the size. Against that
-//! (`perf/runs/2026-12-03-vm/create-flights-ab.md`, API-only, ten alternating rounds):
-//! server + Postgres CPU per create 38.4 against 42.2 µs, creates/s 1.05x. One in flight
+//! (`perf/runs/2026-12-03-vm/9bff9fe-create-flights-ab/create-flights-ab.md`, API-only,
+//! ten alternating rounds): server + Postgres CPU per create 38.4 against 42.2 µs,
+//! creates/s 1.05x. One in flight
 //! alone would let one slow statement (a batch waiting on a lock, a connection gone
 //! quiet) hold up every create of its thread, which is what a second one is for: it
 //! leaves once the batch in flight has taken longer than `STALL_FACTOR` times the recent
