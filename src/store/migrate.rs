@@ -86,6 +86,10 @@ pub(super) const CREATE_LEDGER: &str = "CREATE TABLE IF NOT EXISTS schema_migrat
             version integer PRIMARY KEY,
             applied_at timestamptz NOT NULL DEFAULT now())";
 
+/// The statement timeout of the migration transaction (bounded, so a hung database
+/// still fails startup).
+pub(super) const MIGRATION_TIMEOUT: &str = "SET LOCAL statement_timeout = '15min'";
+
 pub(super) const APPLIED: &str = "SELECT version FROM schema_migrations";
 
 pub(super) const RECORD: &str = "INSERT INTO schema_migrations (version) VALUES ($1)";
@@ -100,6 +104,12 @@ pub(super) fn create_database(quoted_name: impl std::fmt::Display) -> String {
 pub async fn run(client: &mut Client) -> Result<usize, MigrateError> {
     let apply = |version: i32| move |source| MigrateError::Apply { version, source };
     let tx = client.transaction().await.map_err(apply(0))?;
+    // A migration is not a request: building an index of a large table, or waiting for
+    // another instance's migration, takes longer than the session's statement timeout
+    // (the flush timeout, seconds), which would fail startup on a busy or large database.
+    tx.batch_execute(MIGRATION_TIMEOUT)
+        .await
+        .map_err(apply(0))?;
     // Transaction-scoped: released at commit or rollback, even if this process dies.
     tx.execute(LOCK, &[&MIGRATION_LOCK_KEY])
         .await

@@ -637,6 +637,9 @@ SHOW transaction_read_only;
 -- pool::sql::PING
 SELECT 1;
 
+-- migrate::MIGRATION_TIMEOUT
+SET LOCAL statement_timeout = '15min';
+
 -- migrate::LOCK
 SELECT pg_advisory_xact_lock($1);
 
