@@ -34,6 +34,11 @@ impl Executor {
             return;
         };
         for c in untold {
+            if c.fan_index.is_some() {
+                // Counted by its fan-out step's join, which tells it.
+                self.tell_fan(c.id).await;
+                continue;
+            }
             let told = match self.apply_response(&answer(&c), Duration::ZERO).await {
                 Ok(Applied::NotYet(_)) | Err(_) => false,
                 Ok(_) => true,

@@ -276,6 +276,22 @@ async fn run_step(exec: &Arc<Executor>, job: &mut Job, step: &CompiledStep) -> F
             start_child(exec, job, step, &body, &attempt).await;
             Flow::Stop
         }
+        Outcome::Sent if step.mode.fans_out() => {
+            end(trace, Ended::Paused);
+            let context = job.context_for(step, &body);
+            let starting = super::fan::Starting {
+                id: job.id,
+                workflow: &job.wf.name,
+                version: job.wf.def.version,
+                step,
+                request: body.as_str(),
+                context: &context,
+                started_ms: attempt.started,
+                attempts: attempt.n,
+            };
+            super::fan::start(exec, &starting).await;
+            Flow::Stop
+        }
         Outcome::Sent => {
             end(trace, Ended::Paused);
             sent(exec, job, step, &body, &attempt).await;
@@ -545,6 +561,15 @@ async fn execute(
             CallErrorKind::Other,
             "a WORKFLOW step cannot run as an onFailure step".to_string(),
         )),
+        // Its children are started where the pause is written (`fan::start`); a MAP
+        // whose list is missing or too long fails here, one with no items is done.
+        (Val::Parallel(_), Mode::Parallel) | (Val::Map(_), Mode::Map) if is_async => {
+            match super::fan::check(step, &job.context_for(step, body)) {
+                Ok(0) => Outcome::Done(Doc::trusted("[]")),
+                Ok(_) => Outcome::Sent,
+                Err(why) => Outcome::Failed(CallError::new(CallErrorKind::Other, why)),
+            }
+        }
         (_, mode) => Outcome::Failed(CallError::new(
             CallErrorKind::Other,
             format!(

@@ -12,6 +12,7 @@ pub(crate) mod call;
 pub(crate) mod children;
 pub(crate) mod doc;
 pub(crate) mod error;
+pub(crate) mod fan;
 pub(crate) mod finals;
 pub(crate) mod http_step;
 pub(crate) mod job;
@@ -223,6 +224,12 @@ impl Executor {
                     c.workflow_name, c.workflow_version
                 ))
             })?;
+        // A fan-out child's steps that read the context see the enclosing one too.
+        let outer = if wf.uses_context && c.workflow_name.contains('/') {
+            fan::outer_context(self, c.id, &c.workflow_name, &c.payload).await?
+        } else {
+            Default::default()
+        };
         let payload = Doc::trusted(c.payload);
         let (headers, trace) = job::headers_and_trace(c.headers.as_bytes());
         if c.status == RequestStatus::New && c.current_step_id == 0 {
@@ -236,7 +243,7 @@ impl Executor {
                 request: payload.clone(),
                 payload,
                 failing: None,
-                context: Default::default(),
+                context: outer,
                 attempts: 0,
                 // A child's answer names its parent, which this memory does not keep.
                 fresh: c.parent_id.is_none(),
@@ -252,7 +259,7 @@ impl Executor {
                 .get()
                 .await
                 .map_err(crate::store::StoreError::from)?;
-            let mut ctx = serde_json::Map::new();
+            let mut ctx = outer;
             for r in leases::load_context(&conn, c.id).await? {
                 ctx.insert(
                     crate::workflow::expr::context_name(&r.step_name),
@@ -306,6 +313,7 @@ impl Executor {
             if last_report.elapsed() >= CHILD_REPORT_INTERVAL {
                 last_report = Instant::now();
                 self.report_children().await;
+                self.report_joins().await;
             }
             let claimed_full = match self.sweep_once().await {
                 Ok(n) => n > 0 && self.free() > 0,

@@ -248,7 +248,7 @@ fn answered_step<'w>(
             state.workflow_name, a.step_id
         )));
     };
-    if (step.mode == crate::workflow::Mode::Workflow) != a.from_child {
+    if step.mode.has_children() != a.from_child {
         return Err(Applied::NotWaiting(format!(
             "step {} of workflow {} {}",
             a.step_id,

@@ -168,6 +168,17 @@ fn describe(step: &CompiledStep, attributes: &mut Vec<KeyValue>) -> (SpanKind, S
             attributes.push(KeyValue::new("clamp.child.workflow", v.workflow.clone()));
             (SpanKind::Internal, format!("start child {}", v.workflow))
         }
+        Val::Parallel(p) => {
+            attributes.push(KeyValue::new("clamp.fan.branches", p.branches.len() as i64));
+            (
+                SpanKind::Internal,
+                format!("fan out {} branches", p.branches.len()),
+            )
+        }
+        Val::Map(m) => {
+            attributes.push(KeyValue::new("clamp.fan.items", m.items.clone()));
+            (SpanKind::Internal, format!("map {}", m.items))
+        }
     }
 }
 

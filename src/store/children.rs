@@ -90,6 +90,8 @@ pub struct Untold {
     pub reason: Option<String>,
     /// Its last answer (the last step that completed or passed its request on).
     pub response: Option<String>,
+    /// Its branch or item index, for a child of a fan-out step (`store::fan`).
+    pub fan_index: Option<i32>,
 }
 
 /// Finished children whose parents have not heard, oldest first (`$1`: how many), with
@@ -102,7 +104,7 @@ pub(super) const UNTOLD: &str = concat!(
     ", ",
     crate::status::status_sql!(Skipped),
     ")
-        ORDER BY st.id DESC LIMIT 1)
+        ORDER BY st.id DESC LIMIT 1), c.fan_index
 FROM service_requests c
 WHERE c.parent_id IS NOT NULL AND NOT c.parent_told
   AND c.status IN (",
@@ -130,6 +132,7 @@ pub async fn untold(conn: &PgConn, limit: i64) -> Result<Vec<Untold>> {
             status: r.get(3),
             reason: r.get(4),
             response: r.get(5),
+            fan_index: r.get(6),
         })
         .collect())
 }

@@ -12,6 +12,7 @@ pub(crate) mod children;
 pub mod connect;
 pub(crate) mod dead_letters;
 pub(crate) mod delayed;
+pub(crate) mod fan;
 mod flights;
 pub(crate) mod idempotency;
 pub(crate) mod kafka_offsets;

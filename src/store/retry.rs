@@ -81,6 +81,9 @@ macro_rules! retryable {
     };
 }
 
+// For the restart of a fan-out step's children (`fan::RESTART`), retried as any request.
+pub(crate) use {retry_set, retryable};
+
 /// `$1` the request, `$2` its failed step's new request (or NULL).
 pub(super) const RETRY: &str = concat!(
     "UPDATE service_requests s SET ",

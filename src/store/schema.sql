@@ -18,6 +18,22 @@ CREATE TABLE dead_letters (
 ALTER TABLE dead_letters ADD CONSTRAINT dead_letters_pkey PRIMARY KEY (id);
 CREATE UNIQUE INDEX dead_letters_pkey ON public.dead_letters USING btree (id);
 
+CREATE TABLE fan_joins (
+    parent_id uuid NOT NULL,
+    step_id integer NOT NULL,
+    total integer NOT NULL,
+    finished integer NOT NULL DEFAULT 0,
+    failed integer NOT NULL DEFAULT 0,
+    tolerated integer NOT NULL,
+    branches text[],
+    next_held integer NOT NULL,
+    done boolean NOT NULL DEFAULT false
+);
+ALTER TABLE fan_joins ADD CONSTRAINT fan_joins_parent_id_fkey FOREIGN KEY (parent_id) REFERENCES service_requests(id) ON DELETE CASCADE;
+ALTER TABLE fan_joins ADD CONSTRAINT fan_joins_pkey PRIMARY KEY (parent_id, step_id);
+CREATE INDEX fan_joins_due ON public.fan_joins USING btree (parent_id) WHERE (NOT done);
+CREATE UNIQUE INDEX fan_joins_pkey ON public.fan_joins USING btree (parent_id, step_id);
+
 CREATE TABLE idempotency_keys (
     key_hash uuid NOT NULL,
     service_request_id uuid NOT NULL,
@@ -90,7 +106,8 @@ CREATE TABLE service_requests (
     parent_id uuid,
     parent_step_id integer,
     parent_told boolean,
-    start_at timestamp with time zone
+    start_at timestamp with time zone,
+    fan_index integer
 ) WITH (fillfactor=50);
 ALTER TABLE service_requests ADD CONSTRAINT service_requests_pkey PRIMARY KEY (id);
 CREATE INDEX service_requests_by_workflow ON public.service_requests USING btree (workflow_name, id) WITH (fillfactor='50');
@@ -98,6 +115,7 @@ CREATE INDEX service_requests_children ON public.service_requests USING btree (p
 CREATE INDEX service_requests_claimable ON public.service_requests USING btree (lease_until) WHERE (status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'RESUMED'::text]));
 CREATE INDEX service_requests_failed_or_cancelled ON public.service_requests USING btree (id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
 CREATE INDEX service_requests_failed_or_cancelled_by_workflow ON public.service_requests USING btree (workflow_name, id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
+CREATE INDEX service_requests_fan_items ON public.service_requests USING btree (parent_id, parent_step_id, fan_index) WHERE (fan_index IS NOT NULL);
 CREATE UNIQUE INDEX service_requests_pkey ON public.service_requests USING btree (id) WITH (fillfactor='50');
 CREATE INDEX service_requests_reruns ON public.service_requests USING btree (rerun_of, id) WHERE (rerun_of IS NOT NULL);
 CREATE INDEX service_requests_untold_children ON public.service_requests USING btree (id) WHERE ((parent_id IS NOT NULL) AND (NOT parent_told) AND (status = ANY (ARRAY['COMPLETED'::text, 'FAILED'::text, 'CANCELLED'::text])));

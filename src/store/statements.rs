@@ -9,8 +9,8 @@
 //! not here: `src/store/schema.sql` holds the schema they build.
 
 use super::{
-    buffer, cancel, children, connect, dead_letters, delayed, idempotency, kafka_offsets, leases,
-    migrate, pool, queries, rerun, retention, retry, schedules, search, stats, status,
+    buffer, cancel, children, connect, dead_letters, delayed, fan, idempotency, kafka_offsets,
+    leases, migrate, pool, queries, rerun, retention, retry, schedules, search, stats, status,
     step_responses, transitions,
 };
 
@@ -57,6 +57,19 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("children::START", children::START),
         ("children::UNTOLD", children::UNTOLD),
         ("children::TOLD", children::TOLD),
+        ("fan::START", fan::START),
+        ("fan::RESTART", fan::RESTART),
+        ("fan::RUNNING", fan::RUNNING),
+        ("fan::HOLD", fan::HOLD),
+        ("fan::REOPEN", fan::REOPEN),
+        ("fan::COUNT", fan::COUNT),
+        ("fan::RELEASE", fan::RELEASE),
+        ("fan::CANCEL_REST", fan::CANCEL_REST),
+        ("fan::PARTS", fan::PARTS),
+        ("fan::JOIN", fan::JOIN),
+        ("fan::DONE", fan::DONE),
+        ("fan::DUE", fan::DUE),
+        ("fan::PLACE", fan::PLACE),
         ("schedules::INSERT", schedules::INSERT),
         ("schedules::NOW", schedules::NOW),
         ("schedules::GET", schedules::GET),

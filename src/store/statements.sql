@@ -336,7 +336,7 @@ SELECT count(*) FROM child;
 SELECT c.id, c.parent_id, c.parent_step_id, c.status, c.reason,
        (SELECT st.response FROM steps_status st
         WHERE st.service_request_id = c.id AND st.status IN ('COMPLETED', 'SKIPPED')
-        ORDER BY st.id DESC LIMIT 1)
+        ORDER BY st.id DESC LIMIT 1), c.fan_index
 FROM service_requests c
 WHERE c.parent_id IS NOT NULL AND NOT c.parent_told
   AND c.status IN ('COMPLETED', 'FAILED', 'CANCELLED')
@@ -344,6 +344,157 @@ ORDER BY c.id LIMIT $1;
 
 -- children::TOLD
 UPDATE service_requests SET parent_told = true WHERE id = $1;
+
+-- fan::START
+WITH fenced AS (
+    UPDATE service_requests s SET status = 'PAUSED', current_step_id = $2, updated_at = now(),
+           step_attempts = 0, last_error = NULL, lease_owner = NULL, lease_until = '-infinity'
+    WHERE s.id = $1 AND s.lease_owner = $3 AND s.status <> 'CANCELLED'
+    RETURNING s.id, s.headers
+), record AS (
+    INSERT INTO steps_status (service_request_id, step_id, step_name, status, request,
+                              started_at, attempts)
+    SELECT id, $2, $4, 'STARTED', $5, to_timestamp($6::float8 / 1000.0), $7 FROM fenced
+), fresh AS (
+    SELECT f.headers FROM fenced f
+    WHERE NOT EXISTS (SELECT 1 FROM fan_joins j WHERE j.parent_id = $1 AND j.step_id = $2)
+), kids AS (
+    INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
+                                  workflow_version, parent_id, parent_step_id, parent_told,
+                                  fan_index)
+    SELECT c.id, c.workflow, c.payload, f.headers, NULL,
+           CASE WHEN c.held THEN 'infinity'::timestamptz ELSE '-infinity'::timestamptz END,
+           NULLIF(CASE WHEN c.version > 0 THEN c.version ELSE coalesce((SELECT w.version
+               FROM workflows w
+               WHERE w.name = c.workflow), 1) END, 1),
+           $1, $2, false, (c.n - 1)::int
+    FROM fresh f,
+         unnest($8::uuid[], $9::text[], $10::int[], $11::text[], $12::bool[])
+           WITH ORDINALITY AS c(id, workflow, version, payload, held, n)
+    RETURNING 1
+), joined AS (
+    INSERT INTO fan_joins (parent_id, step_id, total, tolerated, branches, next_held)
+    SELECT $1, $2, cardinality($8::uuid[]), $13, $14::text[],
+           coalesce(array_position($12::bool[], true), cardinality($8::uuid[]) + 1) - 1
+    FROM fresh
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM fenced), (SELECT count(*) FROM fresh);
+
+-- fan::RESTART
+UPDATE service_requests s SET status = 'NEW',
+    current_step_id = CASE WHEN s.status = 'FAILED' THEN coalesce(s.failed_step_id, 1)
+                           ELSE greatest(s.current_step_id, 1) END,
+    step_request = CASE
+        WHEN $2::text IS NOT NULL THEN $2
+        WHEN s.status = 'FAILED' AND s.failed_step_id IS NOT NULL THEN
+            -- '' marks the payload in a record, NULL in the row (see sql::step_request).
+            (SELECT NULLIF(st.request, '') FROM steps_status st
+             WHERE st.service_request_id = s.id AND st.step_id = s.failed_step_id
+             ORDER BY st.id DESC LIMIT 1)
+        WHEN s.status = 'FAILED' THEN NULL
+        ELSE s.step_request END,
+    failed_step_id = NULL, reason = NULL, finished_at = NULL, step_attempts = 0,
+    last_error = NULL, retries = s.retries + 1, updated_at = now(),
+    lease_owner = NULL, lease_until = '-infinity', parent_told = false
+WHERE s.parent_id = $1 AND s.parent_step_id = $3 AND s.fan_index IS NOT NULL AND s.status IN ('FAILED',
+    'CANCELLED')
+  AND (s.status = 'CANCELLED' OR s.failed_step_id IS NOT NULL
+       OR NOT EXISTS (SELECT 1 FROM steps_status x WHERE x.service_request_id = s.id))
+           RETURNING s.fan_index;
+
+-- fan::RUNNING
+SELECT count(*) FROM service_requests c
+WHERE c.parent_id = $1 AND c.parent_step_id = $2 AND c.fan_index IS NOT NULL
+  AND c.lease_until <> 'infinity' AND c.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED');
+
+-- fan::HOLD
+UPDATE service_requests SET lease_until = 'infinity'
+    WHERE parent_id = $1 AND parent_step_id = $2 AND fan_index = ANY($3);
+
+-- fan::REOPEN
+UPDATE fan_joins SET finished = finished - $3, failed = 0, done = false, next_held = $4
+    WHERE parent_id = $1 AND step_id = $2
+    RETURNING finished >= total;
+
+-- fan::COUNT
+WITH child AS (
+    UPDATE service_requests c SET parent_told = true
+    WHERE c.id = $1 AND NOT c.parent_told AND c.status IN ('COMPLETED', 'FAILED', 'CANCELLED')
+    RETURNING c.parent_id, c.parent_step_id, c.status <> 'COMPLETED' AS failed
+)
+UPDATE fan_joins j SET finished = j.finished + 1,
+                       failed = j.failed + (SELECT failed::int FROM child)
+FROM child
+WHERE j.parent_id = child.parent_id AND j.step_id = child.parent_step_id
+RETURNING j.total, j.finished, j.failed, j.tolerated, j.next_held, j.parent_id, j.step_id;
+
+-- fan::RELEASE
+WITH next AS (
+    SELECT c.id, c.fan_index FROM service_requests c
+    WHERE c.parent_id = $1 AND c.parent_step_id = $2 AND c.fan_index >= $3
+      AND c.lease_until = 'infinity' AND c.status = 'NEW'
+    ORDER BY c.fan_index LIMIT 1
+    FOR UPDATE
+), released AS (
+    UPDATE service_requests s SET lease_until = '-infinity', updated_at = now()
+    FROM next WHERE s.id = next.id
+    RETURNING next.fan_index
+)
+UPDATE fan_joins j SET next_held = coalesce((SELECT fan_index + 1 FROM released), j.total)
+WHERE j.parent_id = $1 AND j.step_id = $2
+RETURNING (SELECT fan_index FROM released);
+
+-- fan::CANCEL_REST
+WITH RECURSIVE tree AS (
+    SELECT c.id FROM service_requests c
+    WHERE c.parent_id = $1 AND c.parent_step_id = $2 AND c.fan_index IS NOT NULL
+    UNION ALL
+    SELECT g.id FROM service_requests g JOIN tree t ON g.parent_id = t.id
+    WHERE g.parent_id IS NOT NULL
+), cancelled AS (
+    UPDATE service_requests c SET status = 'CANCELLED', reason = 'a sibling branch or item failed',
+        finished_at = now(),
+       parent_told = (c.parent_id = $1 AND c.parent_step_id = $2) OR c.parent_told,
+       lease_owner = NULL, lease_until = '-infinity', updated_at = now()
+    WHERE c.id IN (SELECT id FROM tree) AND c.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
+    RETURNING c.id, c.parent_id = $1 AND c.parent_step_id = $2 AS own
+), counted AS (
+    UPDATE fan_joins j SET
+        finished = j.finished + (SELECT count(*) FROM cancelled WHERE own),
+        failed = j.failed + (SELECT count(*) FROM cancelled WHERE own)
+    WHERE j.parent_id = $1 AND j.step_id = $2
+    RETURNING 1
+)
+SELECT id FROM cancelled, (SELECT count(*) FROM counted) AS n;
+
+-- fan::PARTS
+SELECT c.fan_index, c.id, c.status, c.reason,
+       (SELECT st.response FROM steps_status st
+        WHERE st.service_request_id = c.id AND st.status IN ('COMPLETED', 'SKIPPED')
+        ORDER BY st.id DESC LIMIT 1)
+FROM service_requests c
+WHERE c.parent_id = $1 AND c.parent_step_id = $2 AND c.fan_index IS NOT NULL
+ORDER BY c.fan_index;
+
+-- fan::JOIN
+SELECT tolerated, branches FROM fan_joins WHERE parent_id = $1 AND step_id = $2;
+
+-- fan::DONE
+UPDATE fan_joins SET done = true WHERE parent_id = $1 AND step_id = $2;
+
+-- fan::DUE
+SELECT parent_id, step_id
+    FROM fan_joins
+    WHERE NOT done AND (finished >= total OR failed > tolerated)
+    ORDER BY parent_id
+    LIMIT $1;
+
+-- fan::PLACE
+SELECT c.fan_index, c.parent_id, p.workflow_name, p.payload
+    FROM service_requests c
+    JOIN service_requests p ON p.id = c.parent_id
+    WHERE c.id = $1;
 
 -- schedules::INSERT
 INSERT INTO schedules (name, definition, paused, next_fire_at)

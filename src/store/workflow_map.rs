@@ -156,6 +156,12 @@ impl WorkflowMap {
         name: &str,
         version: u32,
     ) -> Result<Option<Arc<Workflow>>, LoadError> {
+        // The steps of a fan-out step's branch or item (`order/3/acme`): found in the
+        // version of the workflow they belong to (stored names hold no '/').
+        if let Some((root, path)) = name.split_once('/') {
+            let wf = Box::pin(self.get_or_load_version(pool, root, version)).await?;
+            return Ok(wf.and_then(|wf| wf.sub(path)));
+        }
         if let Some(wf) = self.get_version(name, version) {
             return Ok(Some(wf));
         }

@@ -2,6 +2,7 @@
 //! transforms. Nothing here does I/O, so all of it is tested with plain unit tests.
 
 pub(crate) mod expr;
+pub(crate) mod fan;
 pub(crate) mod model;
 pub(crate) mod retry;
 pub(crate) mod schedule;

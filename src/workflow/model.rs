@@ -93,6 +93,11 @@ pub enum Mode {
     Kafka,
     /// Beyond Clamp: a child service request of another workflow.
     Workflow,
+    /// Beyond Clamp: branches of steps run side by side, each a child request.
+    Parallel,
+    /// Beyond Clamp: steps (or a workflow) run once per item of a list, each a child
+    /// request, so many at a time.
+    Map,
 }
 
 impl Mode {
@@ -102,7 +107,19 @@ impl Mode {
             Mode::Amqp => "AMQP",
             Mode::Kafka => "KAFKA",
             Mode::Workflow => "WORKFLOW",
+            Mode::Parallel => "PARALLEL",
+            Mode::Map => "MAP",
         }
+    }
+
+    /// Whether the step's answer comes from child requests (their outcome resumes it).
+    pub fn has_children(self) -> bool {
+        matches!(self, Mode::Workflow | Mode::Parallel | Mode::Map)
+    }
+
+    /// Whether the step fans out (several children, joined).
+    pub fn fans_out(self) -> bool {
+        matches!(self, Mode::Parallel | Mode::Map)
     }
 }
 
@@ -169,6 +186,53 @@ pub struct WorkflowVal {
     pub version: Option<u32>,
 }
 
+/// Steps of a fan-out step (a PARALLEL branch, a MAP's per-item steps), compiled as a
+/// workflow of their own: its name is the enclosing workflow's, the step's id and the
+/// branch (`order/3/acme`, `order/4/item`), which no stored workflow can have (names
+/// hold no '/'), and each branch or item runs as a child request of it.
+#[derive(Debug, Clone)]
+pub struct Sub(pub Arc<Workflow>);
+
+impl PartialEq for Sub {
+    fn eq(&self, other: &Sub) -> bool {
+        self.0.name == other.0.name && self.0.json == other.0.json
+    }
+}
+
+impl Eq for Sub {}
+
+/// One branch of a PARALLEL step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Branch {
+    pub name: String,
+    pub sub: Sub,
+}
+
+/// A PARALLEL step: every branch starts at once; it completes when all have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParallelVal {
+    pub branches: Vec<Branch>,
+}
+
+/// What a MAP step runs per item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MapBody {
+    Steps(Sub),
+    Workflow(WorkflowVal),
+}
+
+/// A MAP step: its body once per item of the list at `items`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapVal {
+    /// A dotted path into the context (`order.response.lines`).
+    pub items: String,
+    pub body: MapBody,
+    /// Items running at once (the others wait, in Postgres).
+    pub max_concurrency: u32,
+    /// Items that may fail with the step still completing (their entries are null).
+    pub tolerated_failures: u32,
+}
+
 /// A validated `val`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Val {
@@ -176,7 +240,12 @@ pub enum Val {
     Amqp(AmqpVal),
     Kafka(KafkaVal),
     Workflow(WorkflowVal),
+    Parallel(ParallelVal),
+    Map(MapVal),
 }
+
+/// The branch name of a MAP's per-item steps in their workflow's name (`order/4/item`).
+pub const ITEM_BRANCH: &str = "item";
 
 /// A step ready to run: its definition plus what was compiled from it.
 #[derive(Debug, Clone)]
@@ -219,6 +288,27 @@ impl Workflow {
     /// The step with this id, if any.
     pub fn step(&self, id: u32) -> Option<&CompiledStep> {
         id.checked_sub(1).and_then(|i| self.steps.get(i as usize))
+    }
+
+    /// The fan-out steps' own workflow at `path` below this one (`3/acme`, `3/acme/2/item`:
+    /// step id and branch, repeated for each level of nesting).
+    pub fn sub(self: &Arc<Self>, path: &str) -> Option<Arc<Workflow>> {
+        let mut wf = self.clone();
+        let mut parts = path.split('/');
+        while let Some(step) = parts.next() {
+            let branch = parts.next()?;
+            let step = wf.step(step.parse().ok()?)?;
+            let next = match &step.val {
+                Val::Parallel(p) => p.branches.iter().find(|b| b.name == branch)?.sub.0.clone(),
+                Val::Map(MapVal {
+                    body: MapBody::Steps(sub),
+                    ..
+                }) if branch == ITEM_BRANCH => sub.0.clone(),
+                _ => return None,
+            };
+            wf = next;
+        }
+        Some(wf)
     }
 
     /// The main-sequence step after `id`, if any (None also for onFailure ids).

@@ -38,28 +38,63 @@ pub fn check_name(name: &str) -> Result<(), ValidationError> {
 
 /// Validates `def`, assigns step ids (main steps in order, each step's `onFailure` steps
 /// numbered right after it) and types, and compiles it.
-pub fn compile(mut def: WorkflowDef) -> Result<Workflow, ValidationError> {
+pub fn compile(def: WorkflowDef) -> Result<Workflow, ValidationError> {
     check_name(&def.name)?;
+    compile_in(
+        def,
+        &Scope {
+            depth: 0,
+            outer: &[],
+            at: "",
+        },
+    )
+}
+
+/// Where a sequence of steps is compiled: a workflow (depth 0, nothing outside it), or
+/// the steps of a fan-out step's branch or item (depth: fan-out steps around them).
+struct Scope<'a> {
+    depth: u32,
+    /// Names the steps may refer to besides their own (the enclosing context's).
+    outer: &'a [String],
+    /// Where in the whole definition these steps are, for messages ("" at the top).
+    at: &'a str,
+}
+
+fn compile_in(mut def: WorkflowDef, scope: &Scope) -> Result<Workflow, ValidationError> {
     if def.steps.is_empty() {
         return err("steps is required and must not be empty");
     }
-    // Every step name, as conditions see it, so `when` can be checked against them.
+    // Every step name, as conditions see it, so `when` can be checked against them; the
+    // steps' own names first (they hide an outer one of the same name).
     let mut known = Vec::new();
     for (i, s) in def.steps.iter().enumerate() {
-        collect_names(s, &format!("steps[{i}]"), &mut known)?;
+        let at = format!("{}steps[{i}]", scope.at);
+        collect_names(s, &at, &mut known)?;
         for (j, f) in s.on_failure.iter().enumerate() {
-            collect_names(f, &format!("steps[{i}].onFailure[{j}]"), &mut known)?;
+            collect_names(f, &format!("{at}.onFailure[{j}]"), &mut known)?;
         }
     }
+    for o in scope.outer {
+        if !known.contains(o) {
+            known.push(o.clone());
+        }
+    }
+    let name = def.name.clone();
+    let version = def.version;
     let mut steps = Vec::new();
     let mut main = Vec::with_capacity(def.steps.len());
     let mut next_id = 1u32;
     for (i, s) in def.steps.iter_mut().enumerate() {
-        let at = format!("steps[{i}]");
+        let at = format!("{}steps[{i}]", scope.at);
         let id = next_id;
         next_id += 1;
         main.push(id);
-        let mut compiled = compile_step(s, id, &at, &known)?;
+        let here = Here {
+            workflow: &name,
+            version,
+            depth: scope.depth,
+        };
+        let mut compiled = compile_step(s, id, &at, &known, &here)?;
         for (j, f) in s.on_failure.iter_mut().enumerate() {
             let at = format!("{at}.onFailure[{j}]");
             if !f.on_failure.is_empty() {
@@ -68,11 +103,19 @@ pub fn compile(mut def: WorkflowDef) -> Result<Workflow, ValidationError> {
             let fid = next_id;
             next_id += 1;
             compiled.on_failure.push(fid);
-            let c = compile_step(f, fid, &at, &known)?;
-            if c.mode == Mode::Workflow {
-                // Nothing would wait for its child: the request fails as its onFailure
-                // steps finish.
-                return err(format!("{at}.mode WORKFLOW cannot be an onFailure step"));
+            let here = Here {
+                workflow: &name,
+                version,
+                depth: scope.depth,
+            };
+            let c = compile_step(f, fid, &at, &known, &here)?;
+            if c.mode.has_children() {
+                // Nothing would wait for its children: the request fails as its
+                // onFailure steps finish.
+                return err(format!(
+                    "{at}.mode {} cannot be an onFailure step",
+                    c.mode.as_str()
+                ));
             }
             steps.push((fid, c));
         }
@@ -81,9 +124,11 @@ pub fn compile(mut def: WorkflowDef) -> Result<Workflow, ValidationError> {
     steps.sort_by_key(|(id, _)| *id);
     let steps: Vec<CompiledStep> = steps.into_iter().map(|(_, c)| c).collect();
     let json = Bytes::from(serde_json::to_vec(&def).expect("a workflow always serializes"));
+    // A MAP finds its list in the context. The steps of a branch or item that read it
+    // see the enclosing context too (loaded when they start: `engine`).
     let uses_context = steps
         .iter()
-        .any(|s| s.when.is_some() || s.transform.is_some());
+        .any(|s| s.when.is_some() || s.transform.is_some() || s.mode == Mode::Map);
     Ok(Workflow {
         name: def.name.as_str().into(),
         def,
@@ -116,12 +161,17 @@ fn compile_step(
     id: u32,
     at: &str,
     known: &[String],
+    here: &Here,
 ) -> Result<CompiledStep, ValidationError> {
     s.id = id;
     let mode = step_mode(s, at)?;
     let step_type = step_type(mode, s, at)?;
     s.step_type = step_type.as_str().to_string();
-    let val = compile_val(mode, &s.val, at)?;
+    let val = if mode.fans_out() {
+        fan_val(mode, &mut s.val, id, at, known, here)?
+    } else {
+        compile_val(mode, &s.val, at)?
+    };
     let when = if s.when.trim().is_empty() {
         None
     } else {
@@ -154,11 +204,13 @@ fn step_mode(s: &Step, at: &str) -> Result<Mode, ValidationError> {
         "AMQP" => Ok(Mode::Amqp),
         "KAFKA" => Ok(Mode::Kafka),
         "WORKFLOW" => Ok(Mode::Workflow),
+        "PARALLEL" => Ok(Mode::Parallel),
+        "MAP" => Ok(Mode::Map),
         "" => err(format!(
-            "{at}.mode is required (HTTP, AMQP, KAFKA or WORKFLOW)"
+            "{at}.mode is required (HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL or MAP)"
         )),
         other => err(format!(
-            "{at}.mode {other:?} must be HTTP, AMQP, KAFKA or WORKFLOW"
+            "{at}.mode {other:?} must be HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL or MAP"
         )),
     }
 }
@@ -230,7 +282,83 @@ fn compile_val(mode: Mode, val: &Value, at: &str) -> Result<Val, ValidationError
         Mode::Amqp => amqp_val(val, at).map(Val::Amqp),
         Mode::Kafka => kafka_val(val, at).map(Val::Kafka),
         Mode::Workflow => workflow_val(val, at).map(Val::Workflow),
+        Mode::Parallel | Mode::Map => err(format!("{at}.val: a fan-out step is compiled whole")),
     }
+}
+
+/// The workflow a step is compiled in, and how many fan-out steps enclose it.
+struct Here<'a> {
+    workflow: &'a str,
+    /// Its version, which the workflows of its fan-out steps share.
+    version: u32,
+    depth: u32,
+}
+
+/// A PARALLEL or MAP step's `val`: its branches (or per-item steps) compiled as
+/// workflows of their own, named below this one (`model::Sub`), seeing this workflow's
+/// step names and, in a MAP, `item` and `index`; the compiled steps (ids and types
+/// assigned) written back into `val` as served.
+fn fan_val(
+    mode: Mode,
+    val: &mut Value,
+    id: u32,
+    at: &str,
+    known: &[String],
+    here: &Here,
+) -> Result<Val, ValidationError> {
+    if !val.is_object() {
+        return err(format!("{at}.val is required and must be an object"));
+    }
+    if here.depth >= super::fan::MAX_DEPTH {
+        return err(format!(
+            "{at}: fan-out steps nest at most {} deep",
+            super::fan::MAX_DEPTH
+        ));
+    }
+    let sub = |branch: &str, steps: Vec<Step>, outer: &[String], at: &str| {
+        let def = WorkflowDef {
+            name: format!("{}/{id}/{branch}", here.workflow),
+            version: here.version,
+            enabled: true,
+            steps,
+            ..WorkflowDef::default()
+        };
+        let scope = Scope {
+            depth: here.depth + 1,
+            outer,
+            at: &format!("{at}."),
+        };
+        compile_in(def, &scope).map(|wf| Sub(Arc::new(wf)))
+    };
+    if mode == Mode::Parallel {
+        let shape = super::fan::branches(val, at).map_err(ValidationError)?;
+        let mut branches = Vec::with_capacity(shape.len());
+        for (k, (name, steps)) in shape.into_iter().enumerate() {
+            let at = format!("{at}.val.branches[{k}]");
+            let sub = sub(&name, steps, known, &at)?;
+            val["branches"][k]["steps"] =
+                serde_json::to_value(&sub.0.def.steps).expect("steps always serialize");
+            branches.push(Branch { name, sub });
+        }
+        return Ok(Val::Parallel(ParallelVal { branches }));
+    }
+    let shape = super::fan::map(val, at).map_err(ValidationError)?;
+    let body = match shape.steps {
+        Some(steps) => {
+            let mut outer = known.to_vec();
+            outer.extend([ITEM_BRANCH.to_string(), "index".to_string()]);
+            let sub = sub(ITEM_BRANCH, steps, &outer, &format!("{at}.val"))?;
+            val["steps"] = serde_json::to_value(&sub.0.def.steps).expect("steps always serialize");
+            MapBody::Steps(sub)
+        }
+        None => MapBody::Workflow(workflow_val(val, at)?),
+    };
+    Ok(Val::Map(MapVal {
+        items: shape.items,
+        body,
+        max_concurrency: shape.max_concurrency,
+        tolerated_failures: shape.tolerated_failures,
+    }))
 }
 
 /// An HTTP step's `val`: the call is checked and prepared whole here (method, absolute
@@ -382,7 +510,7 @@ pub fn includes(wf: &Workflow) -> Vec<(String, Option<u32>, String)> {
     let mut out = Vec::new();
     for (i, s) in wf.def.steps.iter().enumerate() {
         let mut visit = |s: &Step, at: String| {
-            if s.mode == "WORKFLOW" {
+            if s.mode == "WORKFLOW" || (s.mode == "MAP" && s.val.get("workflow").is_some()) {
                 let name = s
                     .val
                     .get("workflow")
@@ -397,6 +525,20 @@ pub fn includes(wf: &Workflow) -> Vec<(String, Option<u32>, String)> {
             }
         };
         visit(s, format!("steps[{i}]"));
+    }
+    // The steps of fan-out steps, which may start workflows too.
+    for s in &wf.steps {
+        let subs: Vec<&Sub> = match &s.val {
+            Val::Parallel(p) => p.branches.iter().map(|b| &b.sub).collect(),
+            Val::Map(MapVal {
+                body: MapBody::Steps(sub),
+                ..
+            }) => vec![sub],
+            _ => Vec::new(),
+        };
+        for sub in subs {
+            out.extend(includes(&sub.0));
+        }
     }
     out
 }
@@ -431,6 +573,25 @@ pub fn set_default_reply_to(def: &mut WorkflowDef, amqp_queue: &str, kafka_topic
         }
         for f in &mut s.on_failure {
             visit(f, amqp_queue, kafka_topic);
+        }
+        // The steps of a fan-out step's branches, or of its items.
+        let inner: Vec<&mut Value> = match s.mode.as_str() {
+            "PARALLEL" => s
+                .val
+                .get_mut("branches")
+                .and_then(Value::as_array_mut)
+                .map(|bs| bs.iter_mut().filter_map(|b| b.get_mut("steps")).collect())
+                .unwrap_or_default(),
+            "MAP" => s.val.get_mut("steps").into_iter().collect(),
+            _ => Vec::new(),
+        };
+        for steps in inner {
+            if let Ok(mut list) = serde_json::from_value::<Vec<Step>>(steps.clone()) {
+                for i in &mut list {
+                    visit(i, amqp_queue, kafka_topic);
+                }
+                *steps = serde_json::to_value(list).expect("steps always serialize");
+            }
         }
     }
     for s in &mut def.steps {
@@ -604,7 +765,7 @@ mod tests {
         );
         bad(
             json!({"name": "w", "steps": [{"name": "a", "mode": "FTP", "val": {}}]}),
-            "must be HTTP, AMQP, KAFKA or WORKFLOW",
+            "must be HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL or MAP",
         );
         bad(
             json!({"name": "w", "steps": [{"name": "a", "mode": "HTTP"}]}),

@@ -69,7 +69,7 @@ async fn rejects_invalid_definitions() {
         ),
         (
             json!({"name": "w", "steps": [{"name": "a", "mode": "SMTP", "val": {}}]}),
-            "HTTP, AMQP, KAFKA or WORKFLOW",
+            "HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL or MAP",
         ),
         (
             json!({"name": "w", "steps": [{"name": "a", "mode": "HTTP"}]}),

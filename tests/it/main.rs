@@ -13,6 +13,7 @@ mod durability;
 mod engine;
 mod engine_recovery;
 mod failover;
+mod fanout;
 mod faults;
 mod front_door;
 mod hardening;

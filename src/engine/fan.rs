@@ -1,0 +1,352 @@
+//! Fan-out steps (PARALLEL and MAP, beyond Clamp): the step pauses its request and
+//! starts a child request per branch or item (`store::fan`, one statement fenced on the
+//! lease), any instance's sweeper runs them as it runs every request, and the step's
+//! answer is their outcomes joined: an object of each branch's last answer by branch
+//! name, or the array of each item's in item order. A MAP runs at most `maxConcurrency`
+//! items at once; the rest wait in Postgres, held, and one starts as each finishes.
+//!
+//! A finished child is counted once (the transaction that marks it told); when every
+//! child has finished, or more have failed than the step tolerates (then the rest are
+//! cancelled), the joined answer is applied to the parent through the step-response path,
+//! as a WORKFLOW step's child outcome is, and the join marked done. The reporter that
+//! tells parents also looks for joins due but not done (their teller stopped first), so
+//! a crash anywhere loses nothing and repeats nothing that counts.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use super::resume::{Answer, Applied, StepError, StepResponse};
+use super::Executor;
+use crate::backoff::Backoff;
+use crate::status::RequestStatus;
+use crate::store::fan::{self, Children, Counted, Part, Started};
+use crate::workflow::fan::items;
+use crate::workflow::model::{MapBody, ITEM_BRANCH};
+use crate::workflow::{CompiledStep, Val};
+
+/// Most due joins applied per look of the reporter.
+const BATCH: i64 = 100;
+const WRITE_RETRY: Duration = Duration::from_millis(100);
+const MAX_WRITE_RETRY: Duration = Duration::from_secs(2);
+
+/// A fan-out step about to start: its request's id and workflow, and the attempt.
+pub struct Starting<'a> {
+    pub id: Uuid,
+    /// The request's workflow name as its children name theirs (`order`, `order/3/acme`).
+    pub workflow: &'a str,
+    pub version: u32,
+    pub step: &'a CompiledStep,
+    /// The step's request (a branch's first step receives it).
+    pub request: &'a str,
+    /// The context as the step sees it (a MAP's list is found in it).
+    pub context: &'a Map<String, Value>,
+    pub started_ms: f64,
+    pub attempts: u32,
+}
+
+/// A MAP step's list, or why the step fails: checked before anything is written, so a
+/// list that is missing or too long fails the step as a call that failed would.
+pub fn check(step: &CompiledStep, context: &Map<String, Value>) -> Result<usize, String> {
+    match &step.val {
+        Val::Map(m) => items(context, &m.items).map(<[Value]>::len),
+        Val::Parallel(p) => Ok(p.branches.len()),
+        _ => Err("not a fan-out step".into()),
+    }
+}
+
+/// The children of a fan-out step, in index order: a branch's first step receives the
+/// step's request, an item's its item; a MAP's items beyond its concurrency are held.
+fn children(s: &Starting) -> Result<(Children, u32), String> {
+    let mut c = Children::default();
+    let mut push = |workflow: String, version: i32, payload: String, held: bool| {
+        c.ids.push(crate::ids::new_v7());
+        c.workflows.push(workflow);
+        c.versions.push(version);
+        c.payloads.push(payload);
+        c.held.push(held);
+    };
+    let own = |branch: &str| format!("{}/{}/{branch}", s.workflow, s.step.id);
+    match &s.step.val {
+        Val::Parallel(p) => {
+            for b in &p.branches {
+                push(own(&b.name), s.version as i32, s.request.to_string(), false);
+            }
+            Ok((c, 0))
+        }
+        Val::Map(m) => {
+            let list = items(s.context, &m.items)?;
+            for (i, item) in list.iter().enumerate() {
+                let (workflow, version) = match &m.body {
+                    MapBody::Steps(_) => (own(ITEM_BRANCH), s.version as i32),
+                    MapBody::Workflow(w) => (w.workflow.clone(), w.version.unwrap_or(0) as i32),
+                };
+                let held = i >= m.max_concurrency as usize;
+                push(workflow, version, item.to_string(), held);
+            }
+            Ok((c, m.tolerated_failures))
+        }
+        _ => Err("not a fan-out step".into()),
+    }
+}
+
+/// The most children of the step running at once.
+fn concurrency(step: &CompiledStep) -> u32 {
+    match &step.val {
+        Val::Map(m) => m.max_concurrency,
+        _ => u32::MAX,
+    }
+}
+
+/// Starts a fan-out step: the request pauses at it with its children stored, in one
+/// statement; run again in place (a retry of the request, or of the step), it runs again
+/// only the children that did not complete. Retried while the database is away;
+/// abandoned when the lease is lost (its next holder runs the step again).
+pub async fn start(exec: &Arc<Executor>, s: &Starting<'_>) {
+    let (kids, tolerated) = match children(s) {
+        Ok(c) => c,
+        // Checked before (`check`): the context did not change since.
+        Err(_) => return,
+    };
+    let start = fan::Start {
+        parent: s.id,
+        owner: exec.app.instance_id,
+        step_id: s.step.id,
+        step_name: &s.step.name,
+        request: s.request,
+        started_ms: s.started_ms,
+        attempts: s.attempts,
+        children: kids,
+        tolerated,
+        branches: match &s.step.val {
+            Val::Parallel(p) => Some(p.branches.iter().map(|b| b.name.clone()).collect()),
+            _ => None,
+        },
+    };
+    let mut backoff = Backoff::new(WRITE_RETRY, MAX_WRITE_RETRY);
+    let started = loop {
+        let r = async {
+            let conn = exec.pool.get().await?;
+            fan::start(&conn, &start).await
+        }
+        .await;
+        match r {
+            Ok(started) => break started,
+            Err(e) if e.is_transient() && !exec.is_stopping() => backoff.wait().await,
+            Err(e) => {
+                tracing::warn!(service_request_id = %s.id, step_id = s.step.id, error = %e, "a fan-out step could not start its children; the step runs again later");
+                return;
+            }
+        }
+    };
+    match started {
+        Started::Lost => return,
+        Started::Fresh => {}
+        Started::Again => {
+            let again = async {
+                let mut conn = exec.pool.get().await?;
+                fan::restart(&mut conn, s.id, s.step.id, concurrency(s.step)).await
+            }
+            .await;
+            match again {
+                // Nothing left to run: the joined answer is due now.
+                Ok(true) => exec.apply_join(s.id, s.step.id).await,
+                Ok(false) => {}
+                // The join stays as it was; a later retry runs them.
+                Err(e) => {
+                    tracing::warn!(service_request_id = %s.id, step_id = s.step.id, error = %e, "a fan-out step's children could not run again")
+                }
+            }
+        }
+    }
+    exec.app.changes.notify(&s.id);
+    exec.wake();
+}
+
+impl Executor {
+    /// A fan-out child finished: counted once, the next held item released, and the
+    /// joined answer applied when due. False when it could not be counted now (the
+    /// reporter tries again).
+    pub(super) async fn tell_fan(self: &Arc<Self>, child: Uuid) -> bool {
+        let counted = async {
+            let mut conn = self.pool.get().await?;
+            fan::count(&mut conn, child).await
+        }
+        .await;
+        match counted {
+            Err(_) => false,
+            Ok(Counted::Already) => true,
+            Ok(Counted::Waiting { released }) => {
+                if released.is_some() {
+                    self.wake();
+                }
+                true
+            }
+            Ok(Counted::Due {
+                parent, step_id, ..
+            }) => {
+                self.apply_join(parent, step_id).await;
+                true
+            }
+        }
+    }
+
+    /// Applies the joined answer of a fan-out step to its request, and marks the join
+    /// done once it has reached it (or the request waits for it no more).
+    pub(super) async fn apply_join(self: &Arc<Self>, parent: Uuid, step_id: u32) {
+        let read = async {
+            let conn = self.pool.get().await?;
+            fan::parts(&conn, parent, step_id).await
+        }
+        .await;
+        let Ok((join, parts)) = read else {
+            return;
+        };
+        let a = answer(parent, step_id, &join, &parts);
+        let applied = match self.apply_response(&a, Duration::ZERO).await {
+            Ok(Applied::NotYet(_)) | Err(_) => false,
+            Ok(_) => true,
+        };
+        if applied {
+            if let Ok(conn) = self.pool.get().await {
+                let _ = fan::done(&conn, parent, step_id).await;
+            }
+        }
+    }
+
+    /// Applies the joins that are due and not done (their teller stopped first).
+    pub async fn report_joins(self: &Arc<Self>) {
+        let due = async {
+            let conn = self.pool.get().await?;
+            fan::due(&conn, BATCH).await
+        }
+        .await;
+        for (parent, step_id) in due.unwrap_or_default() {
+            self.apply_join(parent, step_id).await;
+        }
+    }
+}
+
+/// The joined answer of a fan-out step: every branch's or item's last answer (null for a
+/// tolerated failure), or, when more failed than tolerated, an error naming the first.
+fn answer(parent: Uuid, step_id: u32, join: &fan::Join, parts: &[Part]) -> Answer {
+    // Finished without completing (a child still running is not a failure yet).
+    let failed: Vec<&Part> = parts
+        .iter()
+        .filter(|p| p.status.is_final() && p.status != RequestStatus::Completed)
+        .collect();
+    let failed_now = failed.len();
+    let error = (failed_now > join.tolerated as usize).then(|| {
+        // The one that failed before the ones its failure cancelled.
+        let first = failed
+            .iter()
+            .find(|p| p.status == RequestStatus::Failed)
+            .unwrap_or(&failed[0]);
+        let name = match &join.branches {
+            Some(b) => format!(
+                "branch {}",
+                b.get(first.index as usize).map_or("?", String::as_str)
+            ),
+            None => format!("item {}", first.index),
+        };
+        StepError {
+            code: 500,
+            message: format!(
+                "{name} ({}) is {}: {}{}",
+                first.id,
+                first.status,
+                first.reason.as_deref().unwrap_or(""),
+                if join.branches.is_none() && failed_now > 1 {
+                    format!(" ({failed_now} items failed, {} tolerated)", join.tolerated)
+                } else {
+                    String::new()
+                }
+            ),
+        }
+    });
+    let last = |p: &Part| {
+        (p.status == RequestStatus::Completed)
+            .then(|| {
+                p.response
+                    .as_deref()
+                    .and_then(|t| serde_json::from_str::<Value>(t).ok())
+            })
+            .flatten()
+            .unwrap_or(Value::Null)
+    };
+    let response = error.is_none().then(|| match &join.branches {
+        Some(names) => Value::Object(
+            parts
+                .iter()
+                .map(|p| {
+                    let name = names.get(p.index as usize).cloned().unwrap_or_default();
+                    (name, last(p))
+                })
+                .collect(),
+        ),
+        None => Value::Array(parts.iter().map(last).collect()),
+    });
+    Answer {
+        traceparent: None,
+        id: parent,
+        step_id,
+        response: StepResponse {
+            service_request_id: parent.to_string(),
+            step_id: step_id as i64,
+            response,
+            error,
+        },
+        from_child: true,
+    }
+}
+
+/// The context a fan-out child's steps see besides their own: its parent's steps, and
+/// theirs upwards for a nested one, with a MAP item's `item` and `index`, innermost last
+/// (so an inner name hides an outer one).
+pub async fn outer_context(
+    exec: &Executor,
+    id: Uuid,
+    workflow: &str,
+    payload: &str,
+) -> crate::store::Result<Map<String, Value>> {
+    let conn = exec.pool.get().await?;
+    // (parent, its item and index when the level is a MAP item), innermost first.
+    let mut levels: Vec<(Uuid, Option<(Value, i32)>)> = Vec::new();
+    let (mut at, mut name, mut payload) = (id, workflow.to_string(), payload.to_string());
+    for _ in 0..=crate::workflow::fan::MAX_DEPTH {
+        if !name.contains('/') {
+            break;
+        }
+        let Some(place) = fan::place(&conn, at).await? else {
+            break;
+        };
+        let Some(parent) = place.parent else {
+            break;
+        };
+        let item = (name.ends_with(&format!("/{ITEM_BRANCH}"))).then(|| {
+            let v = serde_json::from_str(&payload).unwrap_or(Value::Null);
+            (v, place.index.unwrap_or(0))
+        });
+        levels.push((parent, item));
+        (at, name, payload) = (parent, place.parent_workflow, place.parent_payload);
+    }
+    let mut ctx = Map::new();
+    for (parent, item) in levels.into_iter().rev() {
+        for r in crate::store::leases::load_context(&conn, parent).await? {
+            ctx.insert(
+                crate::workflow::expr::context_name(&r.step_name),
+                super::doc::context_entry(
+                    r.request.unwrap_or_default(),
+                    r.response.unwrap_or_default(),
+                ),
+            );
+        }
+        if let Some((item, index)) = item {
+            ctx.insert(ITEM_BRANCH.into(), item);
+            ctx.insert("index".into(), Value::from(index));
+        }
+    }
+    Ok(ctx)
+}

@@ -1,0 +1,466 @@
+//! Fan-out steps (PARALLEL and MAP): each branch or item is a child service request of
+//! the step, as a WORKFLOW step's child is, numbered by `fan_index`; the step's
+//! `fan_joins` row counts them. Starting is one statement fenced on the parent's lease
+//! (the pause, the step's record, every child and the join row, or none of them). A
+//! MAP's items beyond its concurrency are inserted held (`lease_until = 'infinity'`, which
+//! no sweeper claims) and released one per finished item. A child's finish is counted in
+//! the transaction that marks it told, under the join row's lock, so each counts once
+//! whichever instance tells it; the joined answer is applied to the parent after that
+//! commit, and `done` set when it has been, so a crash in between leaves a join that any
+//! instance's reporter finds (`due`) and applies again (a repeat changes nothing).
+
+use uuid::Uuid;
+
+use super::PgConn;
+use super::Result;
+use crate::status::RequestStatus;
+
+/// A fan-out step to start: the parent's pause and record, and its children.
+pub struct Start<'a> {
+    pub parent: Uuid,
+    pub owner: Uuid,
+    pub step_id: u32,
+    pub step_name: &'a str,
+    /// The step's request, as its record keeps it.
+    pub request: &'a str,
+    pub started_ms: f64,
+    pub attempts: u32,
+    pub children: Children,
+    /// Failed children the step tolerates before it fails.
+    pub tolerated: u32,
+    /// A PARALLEL step's branch names, by index (None: a MAP).
+    pub branches: Option<Vec<String>>,
+}
+
+/// The children's columns, one entry per child in index order.
+#[derive(Default)]
+pub struct Children {
+    pub ids: Vec<Uuid>,
+    pub workflows: Vec<String>,
+    /// 0: the latest version when stored.
+    pub versions: Vec<i32>,
+    pub payloads: Vec<String>,
+    /// Beyond the concurrency: inserted held.
+    pub held: Vec<bool>,
+}
+
+/// `$1` parent, `$2` step id, `$3` owner, `$4` step name, `$5` request, `$6` started (ms),
+/// `$7` attempts, `$8`..`$12` the children's ids, workflows, versions, payloads and held
+/// flags, `$13` tolerated failures, `$14` branch names (NULL for a MAP). Inserts nothing but the pause and the record when the
+/// step has children already (a retry in place: `restart`).
+pub(super) const START: &str = concat!(
+    "\
+WITH fenced AS (
+    UPDATE service_requests s SET status = ",
+    crate::status::status_sql!(Paused),
+    ", current_step_id = $2, updated_at = now(),
+           step_attempts = 0, last_error = NULL, lease_owner = NULL, lease_until = '-infinity'
+    WHERE s.id = $1 AND s.lease_owner = $3 AND s.status <> ",
+    crate::status::status_sql!(Cancelled),
+    "
+    RETURNING s.id, s.headers
+), record AS (
+    INSERT INTO steps_status (service_request_id, step_id, step_name, status, request,
+                              started_at, attempts)
+    SELECT id, $2, $4, ",
+    crate::status::status_sql!(Started),
+    ", $5, to_timestamp($6::float8 / 1000.0), $7 FROM fenced
+), fresh AS (
+    SELECT f.headers FROM fenced f
+    WHERE NOT EXISTS (SELECT 1 FROM fan_joins j WHERE j.parent_id = $1 AND j.step_id = $2)
+), kids AS (
+    INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
+                                  workflow_version, parent_id, parent_step_id, parent_told,
+                                  fan_index)
+    SELECT c.id, c.workflow, c.payload, f.headers, NULL,
+           CASE WHEN c.held THEN 'infinity'::timestamptz ELSE '-infinity'::timestamptz END,
+           ",
+    crate::store::sql::pinned_version!(
+        "c.version",
+        "(SELECT w.version FROM workflows w WHERE w.name = c.workflow)"
+    ),
+    ",
+           $1, $2, false, (c.n - 1)::int
+    FROM fresh f,
+         unnest($8::uuid[], $9::text[], $10::int[], $11::text[], $12::bool[])
+           WITH ORDINALITY AS c(id, workflow, version, payload, held, n)
+    RETURNING 1
+), joined AS (
+    INSERT INTO fan_joins (parent_id, step_id, total, tolerated, branches, next_held)
+    SELECT $1, $2, cardinality($8::uuid[]), $13, $14::text[],
+           coalesce(array_position($12::bool[], true), cardinality($8::uuid[]) + 1) - 1
+    FROM fresh
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM fenced), (SELECT count(*) FROM fresh)"
+);
+
+/// How a start went.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Started {
+    /// The parent paused at the step with its children stored.
+    Fresh,
+    /// The parent paused at the step, which had children already (`restart` them).
+    Again,
+    /// The parent's lease is lost, or it was cancelled: nothing written.
+    Lost,
+}
+
+pub async fn start(conn: &PgConn, s: &Start<'_>) -> Result<Started> {
+    let stmt = conn.stmt(START).await?;
+    let c = &s.children;
+    let row = conn
+        .client
+        .query_one(
+            &stmt,
+            &[
+                &s.parent,
+                &(s.step_id as i32),
+                &s.owner,
+                &s.step_name,
+                &s.request,
+                &s.started_ms,
+                &(s.attempts as i32),
+                &c.ids,
+                &c.workflows,
+                &c.versions,
+                &c.payloads,
+                &c.held,
+                &(s.tolerated as i32),
+                &s.branches,
+            ],
+        )
+        .await?;
+    Ok(match (row.get::<_, i64>(0), row.get::<_, i64>(1)) {
+        (0, _) => Started::Lost,
+        (_, 1) => Started::Fresh,
+        _ => Started::Again,
+    })
+}
+
+/// A retry in place of a fan-out step whose children exist: its failed and cancelled
+/// children run again, each as a retry of it would (`retry::retry_set!`, `$2` NULL: from
+/// where it stopped, with that step's request), and told nothing yet. `$1` parent, `$3`
+/// step. Returns their indexes.
+pub(super) const RESTART: &str = concat!(
+    "UPDATE service_requests s SET ",
+    crate::store::retry::retry_set!(),
+    ", parent_told = false
+WHERE s.parent_id = $1 AND s.parent_step_id = $3 AND s.fan_index IS NOT NULL AND ",
+    crate::store::retry::retryable!(),
+    " RETURNING s.fan_index"
+);
+
+/// `$1` parent, `$2` step: children running (not finished, not held).
+pub(super) const RUNNING: &str = concat!(
+    "SELECT count(*) FROM service_requests c
+WHERE c.parent_id = $1 AND c.parent_step_id = $2 AND c.fan_index IS NOT NULL
+  AND c.lease_until <> 'infinity' AND c.status NOT IN (",
+    crate::status::status_sql!(Completed),
+    ", ",
+    crate::status::status_sql!(Failed),
+    ", ",
+    crate::status::status_sql!(Cancelled),
+    ")"
+);
+
+/// `$1` parent, `$2` step, `$3` indexes: held again (beyond the concurrency).
+pub(super) const HOLD: &str = "UPDATE service_requests SET lease_until = 'infinity' \
+     WHERE parent_id = $1 AND parent_step_id = $2 AND fan_index = ANY($3)";
+
+/// `$1` parent, `$2` step, `$3` children run again, `$4` first held index (or total).
+pub(super) const REOPEN: &str = "UPDATE fan_joins SET finished = finished - $3, failed = 0, \
+     done = false, next_held = $4 WHERE parent_id = $1 AND step_id = $2 \
+     RETURNING finished >= total";
+
+/// Runs the failed and cancelled children of a fan-out step again, at most `concurrency`
+/// running at once (the rest held, in index order); true when none is left to wait for
+/// (every child had completed), so the joined answer is due at once.
+pub async fn restart(
+    conn: &mut PgConn,
+    parent: Uuid,
+    step_id: u32,
+    concurrency: u32,
+) -> Result<bool> {
+    let restart = conn.stmt(RESTART).await?;
+    let running = conn.stmt(RUNNING).await?;
+    let hold = conn.stmt(HOLD).await?;
+    let reopen = conn.stmt(REOPEN).await?;
+    let step = step_id as i32;
+    let tx = conn.client.transaction().await?;
+    let mut again: Vec<i32> = tx
+        .query(&restart, &[&parent, &None::<String>, &step])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    again.sort_unstable();
+    let busy: i64 = tx.query_one(&running, &[&parent, &step]).await?.get(0);
+    let room = (concurrency as i64 - busy).max(0) as usize;
+    let held: Vec<i32> = again.iter().skip(room).copied().collect();
+    if !held.is_empty() {
+        tx.execute(&hold, &[&parent, &step, &held]).await?;
+    }
+    let first_held = held.first().copied().unwrap_or(i32::MAX);
+    let due = tx
+        .query_opt(
+            &reopen,
+            &[&parent, &step, &(again.len() as i32), &first_held],
+        )
+        .await?
+        .is_some_and(|r| r.get(0));
+    tx.commit().await?;
+    Ok(due)
+}
+
+/// `$1` the child: counted once (it becomes told here), with the join row locked.
+pub(super) const COUNT: &str = concat!(
+    "\
+WITH child AS (
+    UPDATE service_requests c SET parent_told = true
+    WHERE c.id = $1 AND NOT c.parent_told AND c.status IN (",
+    crate::status::status_sql!(Completed),
+    ", ",
+    crate::status::status_sql!(Failed),
+    ", ",
+    crate::status::status_sql!(Cancelled),
+    ")
+    RETURNING c.parent_id, c.parent_step_id, c.status <> ",
+    crate::status::status_sql!(Completed),
+    " AS failed
+)
+UPDATE fan_joins j SET finished = j.finished + 1,
+                       failed = j.failed + (SELECT failed::int FROM child)
+FROM child
+WHERE j.parent_id = child.parent_id AND j.step_id = child.parent_step_id
+RETURNING j.total, j.finished, j.failed, j.tolerated, j.next_held, j.parent_id, j.step_id"
+);
+
+/// `$1` parent, `$2` step, `$3` from index: the first held child at or after it is
+/// released (made claimable); returns its index.
+pub(super) const RELEASE: &str = concat!(
+    "\
+WITH next AS (
+    SELECT c.id, c.fan_index FROM service_requests c
+    WHERE c.parent_id = $1 AND c.parent_step_id = $2 AND c.fan_index >= $3
+      AND c.lease_until = 'infinity' AND c.status = ",
+    crate::status::status_sql!(New),
+    "
+    ORDER BY c.fan_index LIMIT 1
+    FOR UPDATE
+), released AS (
+    UPDATE service_requests s SET lease_until = '-infinity', updated_at = now()
+    FROM next WHERE s.id = next.id
+    RETURNING next.fan_index
+)
+UPDATE fan_joins j SET next_held = coalesce((SELECT fan_index + 1 FROM released), j.total)
+WHERE j.parent_id = $1 AND j.step_id = $2
+RETURNING (SELECT fan_index FROM released)"
+);
+
+/// `$1` parent, `$2` step: the unfinished children (and their own children) are
+/// cancelled, the step having failed; the step's own are counted finished and failed here
+/// (and told), so their cancel is not counted again and a restart runs them again.
+pub(super) const CANCEL_REST: &str = concat!(
+    "WITH RECURSIVE tree AS (
+    SELECT c.id FROM service_requests c
+    WHERE c.parent_id = $1 AND c.parent_step_id = $2 AND c.fan_index IS NOT NULL
+    UNION ALL
+    SELECT g.id FROM service_requests g JOIN tree t ON g.parent_id = t.id
+    WHERE g.parent_id IS NOT NULL
+), cancelled AS (
+    UPDATE service_requests c SET status = ",
+    crate::status::status_sql!(Cancelled),
+    ", reason = 'a sibling branch or item failed', finished_at = now(),
+       parent_told = (c.parent_id = $1 AND c.parent_step_id = $2) OR c.parent_told,
+       lease_owner = NULL, lease_until = '-infinity', updated_at = now()
+    WHERE c.id IN (SELECT id FROM tree) AND c.status NOT IN (",
+    crate::status::status_sql!(Completed),
+    ", ",
+    crate::status::status_sql!(Failed),
+    ", ",
+    crate::status::status_sql!(Cancelled),
+    ")
+    RETURNING c.id, c.parent_id = $1 AND c.parent_step_id = $2 AS own
+), counted AS (
+    UPDATE fan_joins j SET
+        finished = j.finished + (SELECT count(*) FROM cancelled WHERE own),
+        failed = j.failed + (SELECT count(*) FROM cancelled WHERE own)
+    WHERE j.parent_id = $1 AND j.step_id = $2
+    RETURNING 1
+)
+SELECT id FROM cancelled, (SELECT count(*) FROM counted) AS n"
+);
+
+/// What a child's finish did to its fan-out step.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Counted {
+    /// Counted before (or not a fan-out child any more): nothing to do.
+    Already,
+    /// More children to wait for (`released`: a held item that starts now).
+    Waiting { released: Option<i32> },
+    /// Every child finished, or more failed than tolerated: the joined answer is due to
+    /// `parent` (`answer`); `cancelled` are the children stopped by the failure.
+    Due {
+        parent: Uuid,
+        step_id: u32,
+        cancelled: Vec<Uuid>,
+    },
+}
+
+/// Counts the finish of fan-out child `child`, in one transaction: releases the next
+/// held item, or cancels the rest when too many failed.
+pub async fn count(conn: &mut PgConn, child: Uuid) -> Result<Counted> {
+    let count = conn.stmt(COUNT).await?;
+    let release = conn.stmt(RELEASE).await?;
+    let cancel = conn.stmt(CANCEL_REST).await?;
+    let tx = conn.client.transaction().await?;
+    let Some(row) = tx.query_opt(&count, &[&child]).await? else {
+        return Ok(Counted::Already);
+    };
+    let (total, finished, failed, tolerated, next_held): (i32, i32, i32, i32, i32) =
+        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+    let (parent, step): (Uuid, i32) = (row.get(5), row.get(6));
+    let out = if failed > tolerated {
+        let cancelled = tx
+            .query(&cancel, &[&parent, &step])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        Counted::Due {
+            parent,
+            step_id: step.max(0) as u32,
+            cancelled,
+        }
+    } else if finished >= total {
+        Counted::Due {
+            parent,
+            step_id: step.max(0) as u32,
+            cancelled: Vec::new(),
+        }
+    } else if next_held < total {
+        let r = tx
+            .query_one(&release, &[&parent, &step, &next_held])
+            .await?;
+        Counted::Waiting { released: r.get(0) }
+    } else {
+        Counted::Waiting { released: None }
+    };
+    tx.commit().await?;
+    Ok(out)
+}
+
+/// One child's part of a joined answer.
+#[derive(Debug)]
+pub struct Part {
+    pub index: i32,
+    pub id: Uuid,
+    pub status: RequestStatus,
+    pub reason: Option<String>,
+    /// Its last answer (the last step that completed or passed its request on).
+    pub response: Option<String>,
+}
+
+/// `$1` parent, `$2` step: every child's outcome in index order.
+pub(super) const PARTS: &str = concat!(
+    "SELECT c.fan_index, c.id, c.status, c.reason,
+       (SELECT st.response FROM steps_status st
+        WHERE st.service_request_id = c.id AND st.status IN (",
+    crate::status::status_sql!(Completed),
+    ", ",
+    crate::status::status_sql!(Skipped),
+    ")
+        ORDER BY st.id DESC LIMIT 1)
+FROM service_requests c
+WHERE c.parent_id = $1 AND c.parent_step_id = $2 AND c.fan_index IS NOT NULL
+ORDER BY c.fan_index"
+);
+
+/// `$1` parent, `$2` step: what the join knows of the step.
+pub(super) const JOIN: &str =
+    "SELECT tolerated, branches FROM fan_joins WHERE parent_id = $1 AND step_id = $2";
+
+/// A fan-out step as its join keeps it.
+#[derive(Debug)]
+pub struct Join {
+    pub tolerated: u32,
+    /// A PARALLEL step's branch names, by index (None: a MAP).
+    pub branches: Option<Vec<String>>,
+}
+
+/// The join of a fan-out step and its children's outcomes, in index order.
+pub async fn parts(conn: &PgConn, parent: Uuid, step_id: u32) -> Result<(Join, Vec<Part>)> {
+    let join = conn.stmt(JOIN).await?;
+    let stmt = conn.stmt(PARTS).await?;
+    let step = step_id as i32;
+    let j = conn.client.query_one(&join, &[&parent, &step]).await?;
+    let join = Join {
+        tolerated: j.get::<_, i32>(0).max(0) as u32,
+        branches: j.get(1),
+    };
+    let parts = conn
+        .client
+        .query(&stmt, &[&parent, &step])
+        .await?
+        .iter()
+        .map(|r| Part {
+            index: r.get(0),
+            id: r.get(1),
+            status: r.get(2),
+            reason: r.get(3),
+            response: r.get(4),
+        })
+        .collect();
+    Ok((join, parts))
+}
+
+/// `$1` parent, `$2` step: the joined answer reached the parent (or it waits no more).
+pub(super) const DONE: &str =
+    "UPDATE fan_joins SET done = true WHERE parent_id = $1 AND step_id = $2";
+
+pub async fn done(conn: &PgConn, parent: Uuid, step_id: u32) -> Result<()> {
+    let stmt = conn.stmt(DONE).await?;
+    conn.client
+        .execute(&stmt, &[&parent, &(step_id as i32)])
+        .await?;
+    Ok(())
+}
+
+/// `$1` how many: joins whose answer is due and has not reached the parent.
+pub(super) const DUE: &str = "SELECT parent_id, step_id FROM fan_joins \
+     WHERE NOT done AND (finished >= total OR failed > tolerated) ORDER BY parent_id LIMIT $1";
+
+pub async fn due(conn: &PgConn, limit: i64) -> Result<Vec<(Uuid, u32)>> {
+    let stmt = conn.stmt(DUE).await?;
+    Ok(conn
+        .client
+        .query(&stmt, &[&limit])
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get::<_, i32>(1).max(0) as u32))
+        .collect())
+}
+
+/// `$1` a fan-out child: its index, and its parent's id, workflow and payload (for the
+/// enclosing context its steps see).
+pub(super) const PLACE: &str = "SELECT c.fan_index, c.parent_id, p.workflow_name, p.payload \
+     FROM service_requests c JOIN service_requests p ON p.id = c.parent_id WHERE c.id = $1";
+
+/// Where a fan-out child is.
+pub struct Place {
+    pub index: Option<i32>,
+    pub parent: Option<Uuid>,
+    pub parent_workflow: String,
+    pub parent_payload: String,
+}
+
+pub async fn place(conn: &PgConn, id: Uuid) -> Result<Option<Place>> {
+    let stmt = conn.stmt(PLACE).await?;
+    Ok(conn.client.query_opt(&stmt, &[&id]).await?.map(|r| Place {
+        index: r.get(0),
+        parent: r.get(1),
+        parent_workflow: r.get(2),
+        parent_payload: r.get(3),
+    }))
+}

@@ -1,0 +1,238 @@
+//! The shapes of the fan-out modes' `val` (beyond Clamp), read and checked before their
+//! steps are compiled (`validate`): a PARALLEL step's branches, a MAP step's list, body
+//! and limits. Only the shape is checked here; the steps inside are compiled as a
+//! workflow of their own by `validate`, which knows the enclosing workflow.
+
+use serde_json::Value;
+
+use super::model::Step;
+
+/// Most branches a PARALLEL step may have.
+pub const MAX_BRANCHES: usize = 64;
+/// Most items a MAP step runs; a list longer than this fails the step.
+pub const MAX_ITEMS: usize = 10_000;
+/// Most items of one MAP step running at once.
+pub const MAX_CONCURRENCY: u32 = 1_000;
+/// A MAP's `maxConcurrency` when it gives none.
+pub const DEFAULT_CONCURRENCY: u32 = 16;
+/// How deep fan-out steps nest (a MAP in a PARALLEL branch is 2).
+pub const MAX_DEPTH: u32 = 3;
+
+/// Why a `val` is refused (the caller wraps it as a validation error).
+pub type Refused = String;
+
+/// A PARALLEL step's branches: names and steps, in order.
+pub fn branches(val: &Value, at: &str) -> Result<Vec<(String, Vec<Step>)>, Refused> {
+    let list = val
+        .get("branches")
+        .and_then(Value::as_array)
+        .filter(|l| !l.is_empty())
+        .ok_or_else(|| format!("{at}.val.branches is required: a non-empty array"))?;
+    if list.len() > MAX_BRANCHES {
+        return Err(format!(
+            "{at}.val.branches has {} branches; at most {MAX_BRANCHES}",
+            list.len()
+        ));
+    }
+    let mut out: Vec<(String, Vec<Step>)> = Vec::with_capacity(list.len());
+    for (k, b) in list.iter().enumerate() {
+        let at = format!("{at}.val.branches[{k}]");
+        let name = b
+            .get("name")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| format!("{at}.name is required"))?;
+        if name.chars().any(|c| c == '/' || c.is_control()) || name.len() > 100 {
+            return Err(format!(
+                "{at}.name {name:?} must be at most 100 bytes, without '/' or control characters"
+            ));
+        }
+        if out.iter().any(|(n, _)| n == name) {
+            return Err(format!("{at}.name {name:?} is used by another branch"));
+        }
+        out.push((name.to_string(), steps(b, &at)?));
+    }
+    Ok(out)
+}
+
+/// A MAP step's `val` as written.
+#[derive(Debug)]
+pub struct MapShape {
+    pub items: String,
+    /// The per-item steps, or (None) a workflow named by `workflow`.
+    pub steps: Option<Vec<Step>>,
+    pub max_concurrency: u32,
+    pub tolerated_failures: u32,
+}
+
+/// A MAP step's `val`: where its list is, what runs per item, and its limits.
+pub fn map(val: &Value, at: &str) -> Result<MapShape, Refused> {
+    let items = val
+        .get("items")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| {
+            format!("{at}.val.items is required: the path of a list in the context (e.g. \"order.response.lines\")")
+        })?;
+    let has_steps = val.get("steps").is_some();
+    let has_workflow = val.get("workflow").is_some();
+    if has_steps == has_workflow {
+        return Err(format!(
+            "{at}.val needs exactly one of steps (run per item) and workflow (a child request per item)"
+        ));
+    }
+    let max_concurrency = match val.get("maxConcurrency") {
+        None | Some(Value::Null) => DEFAULT_CONCURRENCY,
+        Some(v) => match v.as_u64() {
+            Some(n) if (1..=MAX_CONCURRENCY as u64).contains(&n) => n as u32,
+            _ => {
+                return Err(format!(
+                    "{at}.val.maxConcurrency must be a whole number from 1 to {MAX_CONCURRENCY}"
+                ))
+            }
+        },
+    };
+    let tolerated_failures = match val.get("toleratedFailures") {
+        None | Some(Value::Null) => 0,
+        Some(v) => match v.as_u64() {
+            Some(n) if n <= MAX_ITEMS as u64 => n as u32,
+            _ => {
+                return Err(format!(
+                    "{at}.val.toleratedFailures must be a whole number from 0 to {MAX_ITEMS}"
+                ))
+            }
+        },
+    };
+    Ok(MapShape {
+        items: items.to_string(),
+        steps: if has_steps {
+            Some(steps(val, &format!("{at}.val"))?)
+        } else {
+            None
+        },
+        max_concurrency,
+        tolerated_failures,
+    })
+}
+
+/// The `steps` array of a branch or a MAP, as steps.
+fn steps(v: &Value, at: &str) -> Result<Vec<Step>, Refused> {
+    let list = v
+        .get("steps")
+        .filter(|s| s.as_array().is_some_and(|l| !l.is_empty()))
+        .ok_or_else(|| format!("{at}.steps is required: a non-empty array of steps"))?;
+    serde_json::from_value(list.clone()).map_err(|e| format!("{at}.steps: {e}"))
+}
+
+/// The list a MAP step runs over: the value at `path` (dotted) in `context`, which must
+/// be an array of at most `MAX_ITEMS`.
+pub fn items<'a>(
+    context: &'a serde_json::Map<String, Value>,
+    path: &str,
+) -> Result<&'a [Value], String> {
+    let mut parts = path.split('.');
+    let first = parts.next().unwrap_or_default();
+    let mut at = context.get(first);
+    for p in parts {
+        at = at.and_then(|v| match v {
+            Value::Object(o) => o.get(p),
+            Value::Array(a) => p.parse::<usize>().ok().and_then(|i| a.get(i)),
+            _ => None,
+        });
+    }
+    let list = at
+        .and_then(Value::as_array)
+        .ok_or_else(|| format!("MAP items {path:?} is not a list in the context"))?;
+    if list.len() > MAX_ITEMS {
+        return Err(format!(
+            "MAP items {path:?} has {} items; at most {MAX_ITEMS}",
+            list.len()
+        ));
+    }
+    Ok(list)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn branches_are_named_uniquely_and_have_steps() {
+        let s = json!([{"name": "a", "mode": "HTTP", "val": {}}]);
+        assert_eq!(
+            branches(
+                &json!({"branches": [{"name": "x", "steps": s}]}),
+                "steps[0]"
+            )
+            .unwrap()
+            .len(),
+            1
+        );
+        for (bad, why) in [
+            (json!({}), "branches is required"),
+            (json!({"branches": []}), "branches is required"),
+            (json!({"branches": [{"steps": s}]}), "name is required"),
+            (
+                json!({"branches": [{"name": "a/b", "steps": s}]}),
+                "without '/'",
+            ),
+            (json!({"branches": [{"name": "x"}]}), "steps is required"),
+            (
+                json!({"branches": [{"name": "x", "steps": s}, {"name": "x", "steps": s}]}),
+                "used by another branch",
+            ),
+        ] {
+            let e = branches(&bad, "steps[0]").unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_map_has_items_one_body_and_bounded_limits() {
+        let s = json!([{"name": "a", "mode": "HTTP", "val": {}}]);
+        let m = map(&json!({"items": "a.response", "steps": s}), "steps[0]").unwrap();
+        assert_eq!(
+            (m.max_concurrency, m.tolerated_failures),
+            (DEFAULT_CONCURRENCY, 0)
+        );
+        for (bad, why) in [
+            (json!({"steps": s}), "items is required"),
+            (json!({"items": "x"}), "exactly one of"),
+            (
+                json!({"items": "x", "steps": s, "workflow": "w"}),
+                "exactly one of",
+            ),
+            (
+                json!({"items": "x", "steps": s, "maxConcurrency": 0}),
+                "maxConcurrency",
+            ),
+            (
+                json!({"items": "x", "steps": s, "maxConcurrency": 1001}),
+                "maxConcurrency",
+            ),
+            (
+                json!({"items": "x", "steps": s, "toleratedFailures": -1}),
+                "toleratedFailures",
+            ),
+        ] {
+            let e = map(&bad, "steps[0]").unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn items_are_found_by_path_and_bounded() {
+        let ctx = json!({"order": {"response": {"lines": [1, 2, 3]}}, "n": 1});
+        let ctx = ctx.as_object().unwrap();
+        assert_eq!(items(ctx, "order.response.lines").unwrap().len(), 3);
+        assert!(items(ctx, "n").unwrap_err().contains("not a list"));
+        assert!(items(ctx, "order.missing").is_err());
+        let big = json!({"l": vec![0; MAX_ITEMS + 1]});
+        assert!(items(big.as_object().unwrap(), "l")
+            .unwrap_err()
+            .contains("at most"));
+    }
+}

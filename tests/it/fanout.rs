@@ -1,0 +1,447 @@
+//! Fan-out and fan-in (PARALLEL and MAP steps, beyond Clamp): branches run side by side
+//! and join by name, a MAP runs its steps once per item in item order at most
+//! `maxConcurrency` at a time, a failed branch fails the step (onFailure runs) and a retry
+//! runs only what did not complete, fan-outs nest, an ASYNC step in one branch is resumed
+//! while the other completes, a cancel stops every branch, and a kill -9 in the middle of
+//! a MAP loses nothing and calls no item step more than its attempts. Each branch and item
+//! is a child request of the step; the tests find them by their parent in the database.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::downstream::Downstream;
+use crate::support::*;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn http(name: &str, url: String) -> Value {
+    json!({"name": name, "mode": "HTTP", "val": {"method": "POST", "url": url}})
+}
+
+/// An HTTP step whose request is `{"line": <the MAP's item>}`.
+fn echo_item(name: &str, d: &Downstream) -> Value {
+    let mut s = http(name, d.url("/api/echo"));
+    s["transform"] = json!(true);
+    s["requestTransform"] = json!({"spec": {"line": "item"}});
+    s
+}
+
+fn parallel(name: &str, branches: Value) -> Value {
+    json!({"name": name, "mode": "PARALLEL", "val": {"branches": branches}})
+}
+
+fn map(name: &str, items: &str, steps: Value, max: u32) -> Value {
+    json!({"name": name, "mode": "MAP",
+           "val": {"items": items, "steps": steps, "maxConcurrency": max}})
+}
+
+/// The response a step's last record of `name` holds.
+fn response_of(v: &Value, name: &str) -> Value {
+    v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|e| e["name"] == name && e["status"] == "COMPLETED")
+        .map(|e| e["payload"]["response"].clone())
+        .unwrap_or_else(|| panic!("no completed step {name}: {v}"))
+}
+
+/// The children of request `id`'s fan-out step, in branch or item order.
+async fn children(db: &TestDb, id: &str) -> Vec<(Uuid, String)> {
+    let c = db.client().await;
+    c.query(
+        "SELECT id, status FROM service_requests WHERE parent_id = $1 ORDER BY fan_index",
+        &[&Uuid::parse_str(id).unwrap()],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parallel_step_joins_its_branches_by_name() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&json!({"name": "quotes", "steps": [
+        parallel("ask", json!([
+            {"name": "acme", "steps": [http("a1", d.url("/api/echo")), http("a2", d.url("/api/echo"))]},
+            {"name": "globex", "steps": [http("g1", d.url("/api/echo"))]}])),
+        http("after", d.url("/api/echo"))]}))
+    .await;
+    let id = create_request(&s, "quotes", &json!({"n": 1})).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let joined = json!({
+        "acme": {"echo": {"echo": {"n": 1}}},
+        "globex": {"echo": {"n": 1}}});
+    assert_eq!(response_of(&v, "ask"), joined, "{v}");
+    assert_eq!(response_of(&v, "after"), json!({"echo": joined}));
+    let kids = children(&db, &id).await;
+    assert_eq!(kids.len(), 2);
+    // Each branch step called once, under its own branch's key.
+    for (k, steps) in kids.iter().zip([2, 1]) {
+        assert_eq!(k.1, "COMPLETED");
+        for step in 1..=steps {
+            assert_eq!(d.calls_for_key(&format!("{}:{step}", k.0)), 1);
+        }
+    }
+    assert_eq!(d.calls_for_key(&format!("{id}:2")), 1);
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_map_answers_in_item_order_with_at_most_max_concurrency_at_once() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&json!({"name": "lines", "steps": [
+        http("order", d.url("/api/echo")),
+        map("each", "order.response.echo.lines",
+            json!([http("wait", d.url("/slow/40")), echo_item("ship", &d)]), 8)]}))
+        .await;
+    let lines: Vec<i64> = (0..50).collect();
+    let id = create_request(&s, "lines", &json!({"lines": lines})).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let want: Vec<Value> = lines.iter().map(|l| json!({"echo": {"line": l}})).collect();
+    assert_eq!(response_of(&v, "each"), Value::Array(want));
+    let peak = d.peak_in_flight();
+    assert!((2..=8).contains(&peak), "peak in flight {peak}");
+    // Every item ran once, each step once.
+    let kids = children(&db, &id).await;
+    assert_eq!(kids.len(), 50);
+    for (k, _) in &kids {
+        assert_eq!(d.calls_for_key(&format!("{k}:1")), 1);
+        assert_eq!(d.calls_for_key(&format!("{k}:2")), 1);
+    }
+    // An empty list is an empty answer at once; a missing one fails the step.
+    let id = create_request(&s, "lines", &json!({"lines": []})).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(response_of(&v, "each"), json!([]), "{v}");
+    let id = create_request(&s, "lines", &json!({"rows": [1]})).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "FAILED", "{v}");
+    assert!(v["reason"].as_str().unwrap().contains("not a list"), "{v}");
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_branch_fails_the_step_and_a_retry_runs_only_it_again() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    let mut step = parallel(
+        "both",
+        json!([
+            {"name": "fine", "steps": [http("f1", d.url("/api/echo"))]},
+            {"name": "broken", "steps": [http("b1", d.url("/until-fixed"))]}]),
+    );
+    step["onFailure"] = json!([http("tidy", d.url("/api/echo"))]);
+    s.create_workflow(&json!({"name": "half", "steps": [step]}))
+        .await;
+    let id = create_request(&s, "half", &json!({"x": 1})).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "FAILED", "{v}");
+    assert!(
+        v["reason"].as_str().unwrap().contains("branch broken"),
+        "{v}"
+    );
+    assert_eq!(d.calls_for_key(&format!("{id}:2")), 1, "onFailure ran once");
+    let kids = children(&db, &id).await;
+    let (fine, broken) = (kids[0].0, kids[1].0);
+    assert_eq!(
+        (kids[0].1.as_str(), kids[1].1.as_str()),
+        ("COMPLETED", "FAILED")
+    );
+    // A 500 is called once.
+    assert_eq!(d.calls_for_key(&format!("{broken}:1")), 1);
+
+    d.fix();
+    let r = s.post(&format!("/serviceRequest/{id}/retry"), "").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    assert_eq!(
+        response_of(&v, "both"),
+        json!({"fine": {"echo": {"x": 1}}, "broken": {"echo": {"x": 1}}})
+    );
+    // Only the failed branch was called again.
+    assert_eq!(d.calls_for_key(&format!("{fine}:1")), 1);
+    assert_eq!(d.calls_for_key(&format!("{broken}:1")), 2);
+    assert_eq!(children(&db, &id).await.len(), 2, "no new children");
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_map_nests_in_a_parallel_branch_and_sees_the_outer_context() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&json!({"name": "nested", "steps": [
+        http("order", d.url("/api/echo")),
+        parallel("both", json!([
+            {"name": "ship", "steps": [
+                map("each", "order.response.echo.lines", json!([echo_item("one", &d)]), 2)]},
+            {"name": "bill", "steps": [http("b1", d.url("/api/echo"))]}]))]}))
+        .await;
+    let id = create_request(&s, "nested", &json!({"lines": [1, 2, 3]})).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let order = json!({"echo": {"lines": [1, 2, 3]}});
+    assert_eq!(
+        response_of(&v, "both"),
+        json!({
+            "ship": [{"echo": {"line": 1}}, {"echo": {"line": 2}}, {"echo": {"line": 3}}],
+            "bill": {"echo": order}})
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_async_step_in_one_branch_is_resumed_while_the_other_completes() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    let mut ask = http("ask", d.url("/api/accepted"));
+    ask["type"] = json!("ASYNC");
+    s.create_workflow(&json!({"name": "approve", "steps": [
+        parallel("both", json!([
+            {"name": "wait", "steps": [ask]},
+            {"name": "go", "steps": [http("g1", d.url("/api/echo"))]}]))]}))
+        .await;
+    let id = create_request(&s, "approve", &json!({"k": 1})).await;
+    wait_status(&s, &id, &["PAUSED"], WAIT).await;
+    let kids = children(&db, &id).await;
+    let (waiting, going) = (kids[0].0.to_string(), kids[1].0.to_string());
+    wait_status(&s, &going, &["COMPLETED"], WAIT).await;
+    wait_status(&s, &waiting, &["PAUSED"], WAIT).await;
+    // Still waiting for the paused branch.
+    assert_eq!(
+        s.get(&format!("/serviceRequest/{id}")).await.json()["status"],
+        "PAUSED"
+    );
+    let r = s
+        .post_json(
+            "/stepResponse",
+            &json!({"serviceRequestId": waiting, "stepId": 1, "response": {"approved": true}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    assert_eq!(
+        response_of(&v, "both"),
+        json!({"wait": {"approved": true}, "go": {"echo": {"k": 1}}})
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_in_the_middle_of_a_map_stops_every_item() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    let items: Vec<i64> = (0..20).collect();
+    s.create_workflow(&json!({"name": "held", "steps": [
+        http("list", d.url("/api/echo")),
+        map("each", "list.response.echo.items", json!([http("h", d.url("/held"))]), 2)]}))
+        .await;
+    let id = create_request(&s, "held", &json!({"items": items})).await;
+    wait_for_seen("two items to call", WAIT, || async {
+        let n = d.received("/held").len();
+        (n >= 2).then_some(()).ok_or(n)
+    })
+    .await;
+    let r = s.post(&format!("/serviceRequest/{id}/cancel"), "").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = wait_status(&s, &id, &["CANCELLED"], WAIT).await;
+    assert_eq!(v["status"], "CANCELLED");
+    let kids = children(&db, &id).await;
+    assert_eq!(kids.len(), 20);
+    assert!(
+        kids.iter().all(|(_, st)| st == "CANCELLED"),
+        "every item cancelled: {kids:?}"
+    );
+    d.release();
+    // The two in flight answer; nothing starts after the cancel (a presence first: the
+    // calls in flight did end, so a third would have been seen by now).
+    wait_for_seen("the held calls to end", WAIT, || async {
+        let f = d.peak_in_flight();
+        (f > 0).then_some(()).ok_or(f)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await; // time is what is tested
+    assert_eq!(d.received("/held").len(), 2);
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_during_a_map_loses_nothing_and_repeats_no_item_beyond_its_attempts() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let port = free_port();
+    let mut server = spawn_binary(&db.url, port);
+    wait_healthy(port).await;
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let r = send(
+        addr,
+        hyper::Method::POST,
+        "/workflow",
+        Some(
+            json!({"name": "batch", "steps": [
+                http("order", d.url("/api/echo")),
+                map("each", "order.response.echo.lines",
+                    json!([http("wait", d.url("/slow/200")), echo_item("ship", &d)]), 8)]})
+            .to_string()
+            .into_bytes(),
+        ),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let lines: Vec<i64> = (0..50).collect();
+    let r = send(
+        addr,
+        hyper::Method::POST,
+        "/serviceRequest/batch",
+        Some(json!({"lines": lines}).to_string().into_bytes()),
+        &[],
+    )
+    .await;
+    let id = r.json()["serviceRequestId"].as_str().unwrap().to_string();
+    wait_for_seen("a dozen items to start", WAIT, || async {
+        let n = d.received("/slow/200").len();
+        (n >= 12).then_some(()).ok_or(n)
+    })
+    .await;
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let port2 = free_port();
+    let _again = spawn_binary(&db.url, port2);
+    wait_healthy(port2).await;
+    let addr2: std::net::SocketAddr = format!("127.0.0.1:{port2}").parse().unwrap();
+    let v = wait_status_at(
+        addr2,
+        &id,
+        &["COMPLETED", "FAILED"],
+        Duration::from_secs(60),
+        &[],
+    )
+    .await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let want: Vec<Value> = lines.iter().map(|l| json!({"echo": {"line": l}})).collect();
+    assert_eq!(response_of(&v, "each"), Value::Array(want));
+    let kids = children(&db, &id).await;
+    assert_eq!(kids.len(), 50, "one child per item");
+    // Only a step running at the kill may have run twice; the rest once.
+    let mut twice = 0;
+    for (k, _) in &kids {
+        let (a, b) = (
+            d.calls_for_key(&format!("{k}:1")),
+            d.calls_for_key(&format!("{k}:2")),
+        );
+        assert!((1..=2).contains(&a) && (1..=2).contains(&b), "{k}: {a} {b}");
+        twice += (a == 2) as usize + (b == 2) as usize;
+    }
+    assert!(
+        twice <= 8,
+        "{twice} steps repeated; at most the 8 in flight"
+    );
+    assert_eq!(d.calls_for_key(&format!("{id}:1")), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_a_fan_out() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let a = TestServer::start(config(&db.url)).await;
+    let b = TestServer::start(config(&db.url)).await;
+    a.create_workflow(&json!({"name": "shared", "steps": [
+        http("order", d.url("/api/echo")),
+        map("each", "order.response.echo.lines",
+            json!([http("wait", d.url("/slow/50")), echo_item("ship", &d)]), 16)]}))
+        .await;
+    let lines: Vec<i64> = (0..40).collect();
+    let id = create_request(&a, "shared", &json!({"lines": lines})).await;
+    let v = wait_status(&b, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let want: Vec<Value> = lines.iter().map(|l| json!({"echo": {"line": l}})).collect();
+    assert_eq!(response_of(&v, "each"), Value::Array(want));
+    for (k, _) in children(&db, &id).await {
+        assert_eq!(d.calls_for_key(&format!("{k}:2")), 1);
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn fan_out_definitions_are_checked() {
+    let db = TestDb::new();
+    let s = TestServer::start(config(&db.url)).await;
+    let step = |v: Value| json!({"name": "w", "steps": [v]});
+    let url = "http://127.0.0.1:1/x".to_string();
+    for (bad, why) in [
+        (parallel("p", json!([])), "branches is required"),
+        (
+            parallel(
+                "p",
+                json!([{"name": "a/b", "steps": [http("x", url.clone())]}]),
+            ),
+            "without '/'",
+        ),
+        (
+            map("m", "", json!([http("x", url.clone())]), 4),
+            "items is required",
+        ),
+        (
+            map("m", "a", json!([http("x", url.clone())]), 0),
+            "maxConcurrency",
+        ),
+        (
+            parallel(
+                "p",
+                json!([{"name": "a", "steps": [
+                {"name": "x", "mode": "HTTP", "val": {"url": "ftp://x"}}]}]),
+            ),
+            "steps[0].val.branches[0].steps[0]",
+        ),
+    ] {
+        let r = s.post_json("/workflow", &step(bad.clone())).await;
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+        assert!(r.text().contains(why), "{bad}: {}", r.text());
+    }
+    // Too deep: a MAP in a MAP in a MAP in a MAP.
+    let mut deep = json!([http("x", url.clone())]);
+    for _ in 0..4 {
+        deep = json!([map("m", "item", deep, 2)]);
+    }
+    let r = s
+        .post_json("/workflow", &json!({"name": "deep", "steps": deep}))
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("nest at most"), "{}", r.text());
+    // Stored and served with the ids and types assigned inside.
+    let r = s
+        .post_json(
+            "/workflow",
+            &step(parallel(
+                "p",
+                json!([{"name": "a", "steps": [http("x", url.clone())]}]),
+            )),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let w = s.get("/workflow/w").await.json();
+    assert_eq!(
+        w["steps"][0]["val"]["branches"][0]["steps"][0]["id"], 1,
+        "{w}"
+    );
+    assert_eq!(w["steps"][0]["type"], "ASYNC");
+    s.shutdown().await;
+}
