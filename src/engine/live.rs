@@ -75,6 +75,7 @@ pub fn committed(app: &App, t: &Transition) {
             // Nor is a rerun: its first rows are copies; nor a child: it is never fresh.
             rerun_of: None,
             parent_id: None,
+            fan_index: None,
         };
         app.finals.insert_parts(t.id, head, live.steps);
     }

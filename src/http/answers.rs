@@ -99,6 +99,18 @@ pub fn status(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
     if let Some(p) = head.parent_id {
         out.insert("parentId".into(), Value::String(p.to_string()));
     }
+    // Beyond Clamp: a fan-out step's branch (named by its workflow, `order/3/acme`) or
+    // item (its index in the list).
+    if let Some(i) = head.fan_index {
+        match head.workflow_name.rsplit_once('/') {
+            Some((_, b)) if b != crate::workflow::model::ITEM_BRANCH => {
+                out.insert("branch".into(), Value::String(b.to_string()));
+            }
+            _ => {
+                out.insert("index".into(), json!(i));
+            }
+        }
+    }
     // Beyond Clamp: a step whose call failed and is to be tried again.
     if head.step_attempts > 0 && !head.status.is_finished() {
         out.insert(

@@ -147,6 +147,7 @@ fn collect(rows: &[tokio_postgres::Row], want: Want, out: &mut HashMap<Uuid, Fou
                 retries: r.get("retries"),
                 rerun_of: r.get("rerun_of"),
                 parent_id: r.get("parent_id"),
+                fan_index: r.get("fan_index"),
             },
             steps: Vec::new(),
             finished_ms: r.get("request_finished_ms"),

@@ -616,7 +616,7 @@ SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_versio
         r.current_step_id,
     r.reason, to_json(r.created_at) #>> '{}' AS created_at, extract(epoch
     FROM r.finished_at)::float8 * 1000 AS request_finished_ms, r.step_attempts, r.last_error,
-        r.retries, r.rerun_of, r.parent_id,
+        r.retries, r.rerun_of, r.parent_id, r.fan_index,
         CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() THEN to_json(r.lease_until) #>> '{}' END AS retry_at,
             to_json(r.start_at) #>> '{}' AS start_at
     FROM service_requests r
@@ -628,7 +628,7 @@ SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_versio
         r.current_step_id,
     r.reason, to_json(r.created_at) #>> '{}' AS created_at, extract(epoch
     FROM r.finished_at)::float8 * 1000 AS request_finished_ms, r.step_attempts, r.last_error,
-        r.retries, r.rerun_of, r.parent_id,
+        r.retries, r.rerun_of, r.parent_id, r.fan_index,
         CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() THEN to_json(r.lease_until) #>> '{}' END AS retry_at,
             to_json(r.start_at) #>> '{}' AS start_at,
         st.step_id, st.step_name, st.status AS step_status,

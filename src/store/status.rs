@@ -19,7 +19,7 @@ macro_rules! head_columns {
             " AS status, \
              r.current_step_id, r.reason, to_json(r.created_at) #>> '{}' AS created_at, \
              extract(epoch FROM r.finished_at)::float8 * 1000 AS request_finished_ms, \
-             r.step_attempts, r.last_error, r.retries, r.rerun_of, r.parent_id, \
+             r.step_attempts, r.last_error, r.retries, r.rerun_of, r.parent_id, r.fan_index, \
              CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() \
                   THEN to_json(r.lease_until) #>> '{}' END AS retry_at, \
              to_json(r.start_at) #>> '{}' AS start_at"
@@ -82,6 +82,8 @@ pub struct Head {
     pub rerun_of: Option<Uuid>,
     /// The request whose WORKFLOW step started this one (beyond Clamp).
     pub parent_id: Option<Uuid>,
+    /// Its branch or item index, when a fan-out step started it (beyond Clamp).
+    pub fan_index: Option<i32>,
 }
 
 /// One step attempt's row, as the answer shows it.

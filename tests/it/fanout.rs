@@ -92,6 +92,17 @@ async fn a_parallel_step_joins_its_branches_by_name() {
         }
     }
     assert_eq!(d.calls_for_key(&format!("{id}:2")), 1);
+    // A branch's request names its parent and its branch.
+    let c = s
+        .get(&format!("/serviceRequest/{}", kids[1].0))
+        .await
+        .json();
+    assert_eq!(
+        (c["parentId"].as_str(), c["branch"].as_str()),
+        (Some(id.as_str()), Some("globex")),
+        "{c}"
+    );
+    assert_eq!(c["workflow_name"], "quotes/1/globex");
     s.shutdown().await;
 }
 
@@ -116,6 +127,11 @@ async fn a_map_answers_in_item_order_with_at_most_max_concurrency_at_once() {
     // Every item ran once, each step once.
     let kids = children(&db, &id).await;
     assert_eq!(kids.len(), 50);
+    let c = s
+        .get(&format!("/serviceRequest/{}", kids[7].0))
+        .await
+        .json();
+    assert_eq!(c["index"], 7, "{c}");
     for (k, _) in &kids {
         assert_eq!(d.calls_for_key(&format!("{k}:1")), 1);
         assert_eq!(d.calls_for_key(&format!("{k}:2")), 1);
