@@ -32,6 +32,7 @@ pub enum Route {
     RetryServiceRequest,
     RetryServiceRequests,
     RerunServiceRequest,
+    ServiceRequestChildren,
     ListServiceRequests,
     SearchServiceRequests,
     CountServiceRequests,
@@ -53,7 +54,7 @@ pub enum Route {
 }
 
 impl Route {
-    pub const ALL: [Route; 29] = [
+    pub const ALL: [Route; 30] = [
         Route::CreateWorkflow,
         Route::GetWorkflow,
         Route::PutWorkflow,
@@ -65,6 +66,7 @@ impl Route {
         Route::RetryServiceRequest,
         Route::RetryServiceRequests,
         Route::RerunServiceRequest,
+        Route::ServiceRequestChildren,
         Route::ListServiceRequests,
         Route::SearchServiceRequests,
         Route::CountServiceRequests,
@@ -99,6 +101,7 @@ impl Route {
             Route::RetryServiceRequest => "clamp_retry_service_request_handler",
             Route::RetryServiceRequests => "clamp_retry_service_requests_handler",
             Route::RerunServiceRequest => "clamp_rerun_service_request_handler",
+            Route::ServiceRequestChildren => "clamp_service_request_children_handler",
             Route::ListServiceRequests => "get_service_requests_by_workflow_name_handler",
             Route::SearchServiceRequests => "clamp_search_service_requests_handler",
             Route::CountServiceRequests => "clamp_count_service_requests_handler",

@@ -155,6 +155,38 @@ pub fn created_with(id: &Uuid, status: &str, extra: &[(&str, Value)]) -> Value {
 }
 
 /// One request as lists show it (Clamp's list by workflow, and search).
+/// What a child request is to its parent: a branch (its workflow's last segment) or an
+/// item index, when a fan-out step started it.
+pub fn fan_place(c: &crate::store::fan::Child) -> Option<(&'static str, Value)> {
+    let i = c.fan_index?;
+    Some(match c.workflow_name.rsplit_once('/') {
+        Some((_, b)) if b != crate::workflow::model::ITEM_BRANCH => {
+            ("branch", Value::String(b.to_string()))
+        }
+        _ => ("index", json!(i)),
+    })
+}
+
+/// `GET /serviceRequest/{id}/children` (beyond Clamp).
+pub fn children(page: &[crate::store::fan::Child], total: i64) -> Value {
+    let items: Vec<Value> = page
+        .iter()
+        .map(|c| {
+            let mut o = json!({
+                "serviceRequestId": c.id.to_string(),
+                "stepId": c.step_id,
+                "workflow_name": c.workflow_name,
+                "status": c.status.as_str(),
+            });
+            if let Some((k, v)) = fan_place(c) {
+                o[k] = v;
+            }
+            o
+        })
+        .collect();
+    json!({"children": items, "totalChildren": total})
+}
+
 pub fn request_item(r: &RequestRow) -> Value {
     json!({
         "id": r.id.to_string(),

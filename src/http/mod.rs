@@ -104,6 +104,11 @@ const ROUTES: &[RouteDef] = &[
     ),
     route(
         Method::GET,
+        &[Lit("serviceRequest"), Arg, Lit("children")],
+        Route::ServiceRequestChildren,
+    ),
+    route(
+        Method::GET,
         &[Lit("serviceRequests"), Arg],
         Route::ListServiceRequests,
     ),
@@ -269,6 +274,7 @@ fn template(route: Route) -> &'static str {
         Route::CancelServiceRequest => "/serviceRequest/{id}/cancel",
         Route::RetryServiceRequest => "/serviceRequest/{id}/retry",
         Route::RerunServiceRequest => "/serviceRequest/{id}/rerun",
+        Route::ServiceRequestChildren => "/serviceRequest/{id}/children",
         Route::ListServiceRequests => "/serviceRequests/{workflow}",
         Route::SearchServiceRequests => "/serviceRequests",
         Route::RetryServiceRequests => "/serviceRequests/retry",
@@ -331,6 +337,9 @@ async fn dispatch(
         }
         Route::RetryServiceRequest => Box::pin(retry::retry(core, arg, parts, body)).await,
         Route::RerunServiceRequest => Box::pin(rerun::rerun(core, arg, parts, body)).await,
+        Route::ServiceRequestChildren => {
+            Box::pin(service_requests::children(core, arg, query)).await
+        }
         Route::RetryServiceRequests => Box::pin(retry::retry_matching(core, parts, body)).await,
         Route::ListServiceRequests => {
             Box::pin(service_requests::list(core, &decode(arg), query)).await

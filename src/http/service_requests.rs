@@ -290,6 +290,28 @@ pub async fn list(core: &Core, name: &str, query: Option<&str>) -> Resp {
     }
 }
 
+/// `GET /serviceRequest/{id}/children?pageNumber=0&pageSize=100` (beyond Clamp): the
+/// child requests its WORKFLOW, PARALLEL and MAP steps started, by step and then branch
+/// or item index, each with its status.
+pub async fn children(core: &Core, id: &str, query: Option<&str>) -> Resp {
+    let id = match request_id(id) {
+        Ok(id) => id,
+        Err(resp) => return resp,
+    };
+    let number = match page_param(query, "pageNumber", 0, i64::from(i32::MAX)) {
+        Ok(n) => n,
+        Err(r) => return r,
+    };
+    let size = match page_param(query, "pageSize", 1, MAX_PAGE_SIZE) {
+        Ok(n) => n,
+        Err(r) => return r,
+    };
+    match crate::ops::read::children(core, id, number, size).await {
+        Ok((page, total)) => json(StatusCode::OK, &answers::children(&page, total)),
+        Err(e) => op_error(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -153,6 +153,37 @@ pub struct Details {
     /// More reruns than `reruns` holds.
     pub more_reruns: bool,
     pub workflow: Option<std::sync::Arc<crate::workflow::Workflow>>,
+    /// The first of the child requests its steps started (WORKFLOW, PARALLEL, MAP).
+    pub children: Vec<crate::store::fan::Child>,
+    /// How many children it has in all.
+    pub children_total: i64,
+}
+
+/// Children a request's page lists.
+const CHILDREN_SHOWN: i64 = 100;
+
+/// `GET /serviceRequest/{id}/children`: page `number` (0-based) of `size` of the child
+/// requests of `id`, and how many there are (404 for an unknown request).
+pub async fn children(
+    core: &Core,
+    id: Uuid,
+    number: i64,
+    size: i64,
+) -> Result<(Vec<crate::store::fan::Child>, i64)> {
+    let doing = "list child requests";
+    let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
+    let (page, total) = crate::store::fan::children(&conn, id, size, size * number)
+        .await
+        .map_err(OpError::store(doing))?;
+    if total == 0
+        && crate::store::rerun::source(&conn, id)
+            .await
+            .map_err(OpError::store(doing))?
+            .is_none()
+    {
+        return Err(no_request());
+    }
+    Ok((page, total))
 }
 
 /// Reruns a request's page lists.
@@ -186,6 +217,9 @@ pub async fn details(core: &Core, id: Uuid) -> Result<Details> {
     let (reruns, more) = crate::store::search::search(&conn, &filter)
         .await
         .map_err(OpError::store(doing))?;
+    let (children, children_total) = crate::store::fan::children(&conn, id, CHILDREN_SHOWN, 0)
+        .await
+        .map_err(OpError::store(doing))?;
     drop(conn);
     let workflow = core
         .app
@@ -205,5 +239,7 @@ pub async fn details(core: &Core, id: Uuid) -> Result<Details> {
         reruns,
         more_reruns: more.is_some(),
         workflow,
+        children,
+        children_total,
     })
 }

@@ -442,6 +442,53 @@ pub async fn due(conn: &PgConn, limit: i64) -> Result<Vec<(Uuid, u32)>> {
         .collect())
 }
 
+/// `$1` parent, `$2` page size, `$3` offset: its children by step, then branch or item
+/// index, with how many it has.
+pub(super) const CHILDREN: &str = concat!(
+    "SELECT c.id, c.parent_step_id, c.fan_index, c.workflow_name, ",
+    crate::store::sql::derived_status!("c"),
+    " AS status, count(*) OVER () AS total
+FROM service_requests c WHERE c.parent_id = $1
+ORDER BY c.parent_step_id, c.fan_index, c.id LIMIT $2 OFFSET $3"
+);
+
+/// A child request as its parent's list shows it.
+#[derive(Debug)]
+pub struct Child {
+    pub id: Uuid,
+    pub step_id: i32,
+    pub fan_index: Option<i32>,
+    pub workflow_name: String,
+    pub status: RequestStatus,
+}
+
+/// A page of the children of `parent`, and how many it has in all.
+pub async fn children(
+    conn: &PgConn,
+    parent: Uuid,
+    limit: i64,
+    offset: i64,
+) -> Result<(Vec<Child>, i64)> {
+    let stmt = conn.stmt(CHILDREN).await?;
+    let rows = conn
+        .client
+        .query(&stmt, &[&parent, &limit, &offset])
+        .await?;
+    let total = rows.first().map_or(0, |r| r.get(5));
+    Ok((
+        rows.iter()
+            .map(|r| Child {
+                id: r.get(0),
+                step_id: r.get(1),
+                fan_index: r.get(2),
+                workflow_name: r.get(3),
+                status: r.get(4),
+            })
+            .collect(),
+        total,
+    ))
+}
+
 /// `$1` a fan-out child: its index, and its parent's id, workflow and payload (for the
 /// enclosing context its steps see).
 pub(super) const PLACE: &str = "SELECT c.fan_index, c.parent_id, p.workflow_name, p.payload \

@@ -70,6 +70,7 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("fan::DONE", fan::DONE),
         ("fan::DUE", fan::DUE),
         ("fan::PLACE", fan::PLACE),
+        ("fan::CHILDREN", fan::CHILDREN),
         ("schedules::INSERT", schedules::INSERT),
         ("schedules::NOW", schedules::NOW),
         ("schedules::GET", schedules::GET),

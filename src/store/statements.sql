@@ -496,6 +496,13 @@ SELECT c.fan_index, c.parent_id, p.workflow_name, p.payload
     JOIN service_requests p ON p.id = c.parent_id
     WHERE c.id = $1;
 
+-- fan::CHILDREN
+SELECT c.id, c.parent_step_id, c.fan_index, c.workflow_name,
+    CASE WHEN c.status = 'NEW' AND (c.current_step_id > 0 OR (c.lease_until > now() AND c.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE c.status END AS status,
+        count(*) OVER () AS total
+FROM service_requests c WHERE c.parent_id = $1
+ORDER BY c.parent_step_id, c.fan_index, c.id LIMIT $2 OFFSET $3;
+
 -- schedules::INSERT
 INSERT INTO schedules (name, definition, paused, next_fire_at)
 VALUES ($1, $2, $3, CASE WHEN $3 THEN NULL ELSE $4::timestamptz END)

@@ -461,3 +461,79 @@ async fn fan_out_definitions_are_checked() {
     assert_eq!(w["steps"][0]["type"], "ASYNC");
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_children_of_a_request_are_listed_with_their_branch_or_index() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&json!({"name": "listed", "steps": [
+        http("order", d.url("/api/echo")),
+        parallel("both", json!([
+            {"name": "x", "steps": [http("x1", d.url("/api/echo"))]},
+            {"name": "y", "steps": [http("y1", d.url("/api/echo"))]}])),
+        map("each", "order.response.echo.lines", json!([echo_item("one", &d)]), 4)]}))
+        .await;
+    let id = create_request(&s, "listed", &json!({"lines": [10, 20, 30]})).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let page = s
+        .get(&format!(
+            "/serviceRequest/{id}/children?pageNumber=0&pageSize=3"
+        ))
+        .await
+        .json();
+    assert_eq!(page["totalChildren"], 5, "{page}");
+    let list = page["children"].as_array().unwrap();
+    assert_eq!(list.len(), 3);
+    assert_eq!(
+        (list[0]["stepId"].as_i64(), list[0]["branch"].as_str()),
+        (Some(2), Some("x"))
+    );
+    assert_eq!(
+        (list[1]["stepId"].as_i64(), list[1]["branch"].as_str()),
+        (Some(2), Some("y"))
+    );
+    assert_eq!(
+        (list[2]["stepId"].as_i64(), list[2]["index"].as_i64()),
+        (Some(3), Some(0))
+    );
+    assert!(list.iter().all(|c| c["status"] == "COMPLETED"), "{page}");
+    let rest = s
+        .get(&format!(
+            "/serviceRequest/{id}/children?pageNumber=1&pageSize=3"
+        ))
+        .await
+        .json();
+    let idx: Vec<i64> = rest["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["index"].as_i64().unwrap())
+        .collect();
+    assert_eq!(idx, [1, 2]);
+    // The console's page lists them too.
+    let html = s.get(&format!("/console/serviceRequests/{id}")).await;
+    let text = html.text();
+    assert!(
+        text.contains("branch x") && text.contains("index 2"),
+        "{text}"
+    );
+    // A request without children: an empty page; an unknown one: 404.
+    let none = s
+        .get(&format!(
+            "/serviceRequest/{}/children?pageNumber=0&pageSize=10",
+            list[0]["serviceRequestId"].as_str().unwrap()
+        ))
+        .await
+        .json();
+    assert_eq!(none["totalChildren"], 0, "{none}");
+    let r = s
+        .get(&format!(
+            "/serviceRequest/{}/children?pageNumber=0&pageSize=10",
+            uuid::Uuid::new_v4()
+        ))
+        .await;
+    assert_eq!(r.status, 404, "{}", r.text());
+    s.shutdown().await;
+}

@@ -154,6 +154,26 @@ fn facts(id: Uuid, d: &Details) -> Markup {
                 @if let Some(of) = h.rerun_of {
                     dt { "Rerun of" } dd.mono { a href={ "/console/serviceRequests/" (of) } { (of) } }
                 }
+                @if !d.children.is_empty() {
+                    dt { "Children" }
+                    dd {
+                        @for c in &d.children {
+                            div {
+                                "step " (c.step_id) " "
+                                @if let Some((k, v)) = super::super::answers::fan_place(c) {
+                                    (k) " " (v.as_str().map_or_else(|| v.to_string(), str::to_string)) " "
+                                }
+                                a.mono href={ "/console/serviceRequests/" (c.id) } { (c.id) } " "
+                                (layout::status(c.status.as_str()))
+                            }
+                        }
+                        @if d.children_total > d.children.len() as i64 {
+                            a href={ "/serviceRequest/" (id) "/children?pageNumber=0&pageSize=1000" } {
+                                (d.children_total) " in all…"
+                            }
+                        }
+                    }
+                }
                 @if !d.reruns.is_empty() {
                     dt { "Reruns" }
                     dd {
