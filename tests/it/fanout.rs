@@ -537,3 +537,51 @@ async fn the_children_of_a_request_are_listed_with_their_branch_or_index() {
     assert_eq!(r.status, 404, "{}", r.text());
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rerun_after_a_fan_out_keeps_its_answer_and_one_from_it_fans_out_again() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&json!({"name": "again", "steps": [
+        parallel("both", json!([
+            {"name": "x", "steps": [http("x1", d.url("/api/echo"))]},
+            {"name": "y", "steps": [http("y1", d.url("/api/echo"))]}])),
+        http("after", d.url("/api/echo"))]}))
+        .await;
+    let id = create_request(&s, "again", &json!({"r": 1})).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let joined = response_of(&v, "both");
+    // From the step after the fan-out: its answer is copied, no branch runs again.
+    let r = s
+        .post_json(
+            &format!("/serviceRequest/{id}/rerun"),
+            &json!({"fromStep": 2}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let after = r.json()["serviceRequestId"].as_str().unwrap().to_string();
+    let v = wait_status(&s, &after, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    assert_eq!(response_of(&v, "after"), json!({"echo": joined}));
+    assert!(children(&db, &after).await.is_empty());
+    // From the fan-out step: it fans out again, with children of its own.
+    let r = s
+        .post_json(
+            &format!("/serviceRequest/{id}/rerun"),
+            &json!({"fromStep": 1}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let from = r.json()["serviceRequestId"].as_str().unwrap().to_string();
+    let v = wait_status(&s, &from, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    assert_eq!(response_of(&v, "both"), joined);
+    let kids = children(&db, &from).await;
+    assert_eq!(kids.len(), 2);
+    for (k, _) in &kids {
+        assert_eq!(d.calls_for_key(&format!("{k}:1")), 1);
+    }
+    s.shutdown().await;
+}
