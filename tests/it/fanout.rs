@@ -585,3 +585,47 @@ async fn a_rerun_after_a_fan_out_keeps_its_answer_and_one_from_it_fans_out_again
     }
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn branch_steps_use_when_transforms_and_child_workflows_over_the_outer_context() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&json!({"name": "leaf", "steps": [http("l1", d.url("/api/echo"))]}))
+        .await;
+    let mut skipped = http("skipped", d.url("/api/echo"));
+    // The outer step's answer decides, inside the branch.
+    skipped["when"] = json!("order.response.echo.kind == 'none'");
+    let mut picked = http("picked", d.url("/api/echo"));
+    picked["transform"] = json!(true);
+    picked["requestTransform"] = json!({"spec": {"kind": "order.response.echo.kind"}});
+    s.create_workflow(&json!({"name": "mixed", "steps": [
+        http("order", d.url("/api/echo")),
+        parallel("both", json!([
+            {"name": "cond", "steps": [skipped, picked]},
+            {"name": "sub", "steps": [
+                {"name": "call", "mode": "WORKFLOW", "val": {"workflow": "leaf"}}]}]))]}))
+        .await;
+    let id = create_request(&s, "mixed", &json!({"kind": "box"})).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let order = json!({"echo": {"kind": "box"}});
+    assert_eq!(
+        response_of(&v, "both"),
+        json!({"cond": {"echo": {"kind": "box"}}, "sub": {"echo": order}})
+    );
+    let kids = children(&db, &id).await;
+    // The skipped step made no call; the branch's child workflow is a request of its own.
+    assert_eq!(d.calls_for_key(&format!("{}:1", kids[0].0)), 0);
+    assert_eq!(d.calls_for_key(&format!("{}:2", kids[0].0)), 1);
+    let page = s
+        .get(&format!(
+            "/serviceRequest/{}/children?pageNumber=0&pageSize=10",
+            kids[1].0
+        ))
+        .await
+        .json();
+    assert_eq!(page["totalChildren"], 1, "{page}");
+    assert_eq!(page["children"][0]["workflow_name"], "leaf");
+    s.shutdown().await;
+}
