@@ -168,6 +168,9 @@ impl Executor {
         // Only a fresh job keeps a status memory, which needs its workflow.
         let (wf, created_us) = (fresh.then(|| job.wf.clone()), job.created_us);
         let has_parent = job.has_parent;
+        // A branch or item of inline steps (`order/3/acme`) counts its own finish; other
+        // children have their parents told by the reporter's look.
+        let fan_child = has_parent && job.wf.name.contains('/');
         let exec = self.clone();
         // Registered before the task can finish, so its own cleanup always finds it.
         let mut running = self.running.lock();
@@ -175,7 +178,9 @@ impl Executor {
             job::run(&exec, job).await;
             exec.forget(id);
             // A child that finished tells its parent now (or the reporter will).
-            if has_parent {
+            if fan_child {
+                exec.tell_fan(id).await;
+            } else if has_parent {
                 exec.report_children().await;
             }
         });

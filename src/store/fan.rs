@@ -218,7 +218,7 @@ pub(super) const COUNT: &str = concat!(
     "\
 WITH child AS (
     UPDATE service_requests c SET parent_told = true
-    WHERE c.id = $1 AND NOT c.parent_told AND c.status IN (",
+    WHERE c.id = $1 AND c.fan_index IS NOT NULL AND NOT c.parent_told AND c.status IN (",
     crate::status::status_sql!(Completed),
     ", ",
     crate::status::status_sql!(Failed),

@@ -420,7 +420,8 @@ UPDATE fan_joins SET finished = finished - $3, failed = 0, done = false, next_he
 -- fan::COUNT
 WITH child AS (
     UPDATE service_requests c SET parent_told = true
-    WHERE c.id = $1 AND NOT c.parent_told AND c.status IN ('COMPLETED', 'FAILED', 'CANCELLED')
+    WHERE c.id = $1 AND c.fan_index IS NOT NULL AND NOT c.parent_told AND c.status IN ('COMPLETED',
+        'FAILED', 'CANCELLED')
     RETURNING c.parent_id, c.parent_step_id, c.status <> 'COMPLETED' AS failed
 )
 UPDATE fan_joins j SET finished = j.finished + 1,
