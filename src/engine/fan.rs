@@ -171,8 +171,8 @@ impl Executor {
     /// reporter tries again).
     pub(super) async fn tell_fan(self: &Arc<Self>, child: Uuid) -> bool {
         let counted = async {
-            let mut conn = self.pool.get().await?;
-            fan::count(&mut conn, child).await
+            let conn = self.pool.get().await?;
+            fan::count(&conn, child).await
         }
         .await;
         match counted {

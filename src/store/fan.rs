@@ -86,9 +86,8 @@ WITH fenced AS (
            WITH ORDINALITY AS c(id, workflow, version, payload, held, n)
     RETURNING 1
 ), joined AS (
-    INSERT INTO fan_joins (parent_id, step_id, total, tolerated, branches, next_held)
-    SELECT $1, $2, cardinality($8::uuid[]), $13, $14::text[],
-           coalesce(array_position($12::bool[], true), cardinality($8::uuid[]) + 1) - 1
+    INSERT INTO fan_joins (parent_id, step_id, total, tolerated, branches)
+    SELECT $1, $2, cardinality($8::uuid[]), $13, $14::text[]
     FROM fresh
     RETURNING 1
 )
@@ -168,10 +167,9 @@ WHERE c.parent_id = $1 AND c.parent_step_id = $2 AND c.fan_index IS NOT NULL
 pub(super) const HOLD: &str = "UPDATE service_requests SET lease_until = 'infinity' \
      WHERE parent_id = $1 AND parent_step_id = $2 AND fan_index = ANY($3)";
 
-/// `$1` parent, `$2` step, `$3` children run again, `$4` first held index (or total).
+/// `$1` parent, `$2` step, `$3` children run again.
 pub(super) const REOPEN: &str = "UPDATE fan_joins SET finished = finished - $3, failed = 0, \
-     done = false, next_held = $4 WHERE parent_id = $1 AND step_id = $2 \
-     RETURNING finished >= total";
+     done = false WHERE parent_id = $1 AND step_id = $2 RETURNING finished >= total";
 
 /// Runs the failed and cancelled children of a fan-out step again, at most `concurrency`
 /// running at once (the rest held, in index order); true when none is left to wait for
@@ -201,19 +199,17 @@ pub async fn restart(
     if !held.is_empty() {
         tx.execute(&hold, &[&parent, &step, &held]).await?;
     }
-    let first_held = held.first().copied().unwrap_or(i32::MAX);
     let due = tx
-        .query_opt(
-            &reopen,
-            &[&parent, &step, &(again.len() as i32), &first_held],
-        )
+        .query_opt(&reopen, &[&parent, &step, &(again.len() as i32)])
         .await?
         .is_some_and(|r| r.get(0));
     tx.commit().await?;
     Ok(due)
 }
 
-/// `$1` the child: counted once (it becomes told here), with the join row locked.
+/// `$1` the child: counted once (it becomes told here) under the join row's lock, and,
+/// while the step still waits and tolerates its failures, the first held item released
+/// (made claimable). One statement: its finish and the release commit together or not.
 pub(super) const COUNT: &str = concat!(
     "\
 WITH child AS (
@@ -228,34 +224,26 @@ WITH child AS (
     RETURNING c.parent_id, c.parent_step_id, c.status <> ",
     crate::status::status_sql!(Completed),
     " AS failed
-)
-UPDATE fan_joins j SET finished = j.finished + 1,
-                       failed = j.failed + (SELECT failed::int FROM child)
-FROM child
-WHERE j.parent_id = child.parent_id AND j.step_id = child.parent_step_id
-RETURNING j.total, j.finished, j.failed, j.tolerated, j.next_held, j.parent_id, j.step_id"
-);
-
-/// `$1` parent, `$2` step, `$3` from index: the first held child at or after it is
-/// released (made claimable); returns its index.
-pub(super) const RELEASE: &str = concat!(
-    "\
-WITH next AS (
-    SELECT c.id, c.fan_index FROM service_requests c
-    WHERE c.parent_id = $1 AND c.parent_step_id = $2 AND c.fan_index >= $3
-      AND c.lease_until = 'infinity' AND c.status = ",
-    crate::status::status_sql!(New),
-    "
-    ORDER BY c.fan_index LIMIT 1
-    FOR UPDATE
+), counted AS (
+    UPDATE fan_joins j SET finished = j.finished + 1,
+                           failed = j.failed + (SELECT failed::int FROM child)
+    FROM child
+    WHERE j.parent_id = child.parent_id AND j.step_id = child.parent_step_id
+    RETURNING j.parent_id, j.step_id, j.total, j.finished, j.failed, j.tolerated
+), next AS (
+    SELECT h.id FROM service_requests h, counted j
+    WHERE h.parent_id = j.parent_id AND h.parent_step_id = j.step_id
+      AND h.lease_until = 'infinity' AND j.failed <= j.tolerated AND j.finished < j.total
+    ORDER BY h.fan_index LIMIT 1
+    FOR UPDATE OF h
 ), released AS (
     UPDATE service_requests s SET lease_until = '-infinity', updated_at = now()
     FROM next WHERE s.id = next.id
-    RETURNING next.fan_index
+    RETURNING s.fan_index
 )
-UPDATE fan_joins j SET next_held = coalesce((SELECT fan_index + 1 FROM released), j.total)
-WHERE j.parent_id = $1 AND j.step_id = $2
-RETURNING (SELECT fan_index FROM released)"
+SELECT total, finished, failed, tolerated, parent_id, step_id,
+       (SELECT fan_index FROM released)
+FROM counted"
 );
 
 /// `$1` parent, `$2` step: the unfinished children (and their own children) are
@@ -308,21 +296,24 @@ pub enum Counted {
     },
 }
 
-/// Counts the finish of fan-out child `child`, in one transaction: releases the next
-/// held item, or cancels the rest when too many failed.
-pub async fn count(conn: &mut PgConn, child: Uuid) -> Result<Counted> {
+/// Counts the finish of fan-out child `child` (one statement, which also releases the
+/// next held item), and when more have failed than the step tolerates, cancels the rest.
+pub async fn count(conn: &PgConn, child: Uuid) -> Result<Counted> {
     let count = conn.stmt(COUNT).await?;
-    let release = conn.stmt(RELEASE).await?;
-    let cancel = conn.stmt(CANCEL_REST).await?;
-    let tx = conn.client.transaction().await?;
-    let Some(row) = tx.query_opt(&count, &[&child]).await? else {
+    let Some(row) = conn.client.query_opt(&count, &[&child]).await? else {
         return Ok(Counted::Already);
     };
-    let (total, finished, failed, tolerated, next_held): (i32, i32, i32, i32, i32) =
-        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
-    let (parent, step): (Uuid, i32) = (row.get(5), row.get(6));
-    let out = if failed > tolerated {
-        let cancelled = tx
+    let (total, finished, failed, tolerated): (i32, i32, i32, i32) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
+    let (parent, step): (Uuid, i32) = (row.get(4), row.get(5));
+    let released: Option<i32> = row.get(6);
+    let step_id = step.max(0) as u32;
+    Ok(if failed > tolerated {
+        // Counted and committed first: a crash before the cancel leaves the rest running
+        // to their end (counted then), and the joined answer is the failure either way.
+        let cancel = conn.stmt(CANCEL_REST).await?;
+        let cancelled = conn
+            .client
             .query(&cancel, &[&parent, &step])
             .await?
             .iter()
@@ -330,25 +321,18 @@ pub async fn count(conn: &mut PgConn, child: Uuid) -> Result<Counted> {
             .collect();
         Counted::Due {
             parent,
-            step_id: step.max(0) as u32,
+            step_id,
             cancelled,
         }
     } else if finished >= total {
         Counted::Due {
             parent,
-            step_id: step.max(0) as u32,
+            step_id,
             cancelled: Vec::new(),
         }
-    } else if next_held < total {
-        let r = tx
-            .query_one(&release, &[&parent, &step, &next_held])
-            .await?;
-        Counted::Waiting { released: r.get(0) }
     } else {
-        Counted::Waiting { released: None }
-    };
-    tx.commit().await?;
-    Ok(out)
+        Counted::Waiting { released }
+    })
 }
 
 /// One child's part of a joined answer.

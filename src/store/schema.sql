@@ -26,7 +26,6 @@ CREATE TABLE fan_joins (
     failed integer NOT NULL DEFAULT 0,
     tolerated integer NOT NULL,
     branches text[],
-    next_held integer NOT NULL,
     done boolean NOT NULL DEFAULT false
 );
 ALTER TABLE fan_joins ADD CONSTRAINT fan_joins_parent_id_fkey FOREIGN KEY (parent_id) REFERENCES service_requests(id) ON DELETE CASCADE;
@@ -115,7 +114,7 @@ CREATE INDEX service_requests_children ON public.service_requests USING btree (p
 CREATE INDEX service_requests_claimable ON public.service_requests USING btree (lease_until) WHERE (status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'RESUMED'::text]));
 CREATE INDEX service_requests_failed_or_cancelled ON public.service_requests USING btree (id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
 CREATE INDEX service_requests_failed_or_cancelled_by_workflow ON public.service_requests USING btree (workflow_name, id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
-CREATE INDEX service_requests_fan_items ON public.service_requests USING btree (parent_id, parent_step_id, fan_index) WHERE (fan_index IS NOT NULL);
+CREATE INDEX service_requests_fan_held ON public.service_requests USING btree (parent_id, parent_step_id, fan_index) WHERE (lease_until = 'infinity'::timestamp with time zone);
 CREATE UNIQUE INDEX service_requests_pkey ON public.service_requests USING btree (id) WITH (fillfactor='50');
 CREATE INDEX service_requests_reruns ON public.service_requests USING btree (rerun_of, id) WHERE (rerun_of IS NOT NULL);
 CREATE INDEX service_requests_untold_children ON public.service_requests USING btree (id) WHERE ((parent_id IS NOT NULL) AND (NOT parent_told) AND (status = ANY (ARRAY['COMPLETED'::text, 'FAILED'::text, 'CANCELLED'::text])));

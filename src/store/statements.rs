@@ -63,7 +63,6 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("fan::HOLD", fan::HOLD),
         ("fan::REOPEN", fan::REOPEN),
         ("fan::COUNT", fan::COUNT),
-        ("fan::RELEASE", fan::RELEASE),
         ("fan::CANCEL_REST", fan::CANCEL_REST),
         ("fan::PARTS", fan::PARTS),
         ("fan::JOIN", fan::JOIN),

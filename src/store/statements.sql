@@ -373,9 +373,8 @@ WITH fenced AS (
            WITH ORDINALITY AS c(id, workflow, version, payload, held, n)
     RETURNING 1
 ), joined AS (
-    INSERT INTO fan_joins (parent_id, step_id, total, tolerated, branches, next_held)
-    SELECT $1, $2, cardinality($8::uuid[]), $13, $14::text[],
-           coalesce(array_position($12::bool[], true), cardinality($8::uuid[]) + 1) - 1
+    INSERT INTO fan_joins (parent_id, step_id, total, tolerated, branches)
+    SELECT $1, $2, cardinality($8::uuid[]), $13, $14::text[]
     FROM fresh
     RETURNING 1
 )
@@ -413,7 +412,7 @@ UPDATE service_requests SET lease_until = 'infinity'
     WHERE parent_id = $1 AND parent_step_id = $2 AND fan_index = ANY($3);
 
 -- fan::REOPEN
-UPDATE fan_joins SET finished = finished - $3, failed = 0, done = false, next_held = $4
+UPDATE fan_joins SET finished = finished - $3, failed = 0, done = false
     WHERE parent_id = $1 AND step_id = $2
     RETURNING finished >= total;
 
@@ -423,28 +422,26 @@ WITH child AS (
     WHERE c.id = $1 AND c.fan_index IS NOT NULL AND NOT c.parent_told AND c.status IN ('COMPLETED',
         'FAILED', 'CANCELLED')
     RETURNING c.parent_id, c.parent_step_id, c.status <> 'COMPLETED' AS failed
-)
-UPDATE fan_joins j SET finished = j.finished + 1,
-                       failed = j.failed + (SELECT failed::int FROM child)
-FROM child
-WHERE j.parent_id = child.parent_id AND j.step_id = child.parent_step_id
-RETURNING j.total, j.finished, j.failed, j.tolerated, j.next_held, j.parent_id, j.step_id;
-
--- fan::RELEASE
-WITH next AS (
-    SELECT c.id, c.fan_index FROM service_requests c
-    WHERE c.parent_id = $1 AND c.parent_step_id = $2 AND c.fan_index >= $3
-      AND c.lease_until = 'infinity' AND c.status = 'NEW'
-    ORDER BY c.fan_index LIMIT 1
-    FOR UPDATE
+), counted AS (
+    UPDATE fan_joins j SET finished = j.finished + 1,
+                           failed = j.failed + (SELECT failed::int FROM child)
+    FROM child
+    WHERE j.parent_id = child.parent_id AND j.step_id = child.parent_step_id
+    RETURNING j.parent_id, j.step_id, j.total, j.finished, j.failed, j.tolerated
+), next AS (
+    SELECT h.id FROM service_requests h, counted j
+    WHERE h.parent_id = j.parent_id AND h.parent_step_id = j.step_id
+      AND h.lease_until = 'infinity' AND j.failed <= j.tolerated AND j.finished < j.total
+    ORDER BY h.fan_index LIMIT 1
+    FOR UPDATE OF h
 ), released AS (
     UPDATE service_requests s SET lease_until = '-infinity', updated_at = now()
     FROM next WHERE s.id = next.id
-    RETURNING next.fan_index
+    RETURNING s.fan_index
 )
-UPDATE fan_joins j SET next_held = coalesce((SELECT fan_index + 1 FROM released), j.total)
-WHERE j.parent_id = $1 AND j.step_id = $2
-RETURNING (SELECT fan_index FROM released);
+SELECT total, finished, failed, tolerated, parent_id, step_id,
+       (SELECT fan_index FROM released)
+FROM counted;
 
 -- fan::CANCEL_REST
 WITH RECURSIVE tree AS (

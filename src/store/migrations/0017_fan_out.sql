@@ -3,11 +3,12 @@
 -- branch or item index, which orders the joined answer and names it. Nullable with no
 -- default: existing rows are not rewritten, and a request outside a fan-out keeps NULL.
 ALTER TABLE service_requests ADD COLUMN IF NOT EXISTS fan_index integer;
--- The next held item of a MAP is found by its index; only fan-out children are in it.
-CREATE INDEX IF NOT EXISTS service_requests_fan_items
-    ON service_requests (parent_id, parent_step_id, fan_index) WHERE fan_index IS NOT NULL;
+-- A MAP's held items (beyond its concurrency, never claimed) in index order, so the next
+-- one is the first entry: only held rows are in it, and a row leaves it when released.
+CREATE INDEX IF NOT EXISTS service_requests_fan_held
+    ON service_requests (parent_id, parent_step_id, fan_index) WHERE lease_until = 'infinity';
 -- One row per fan-out step in flight: how many of its children there are, have finished
--- and have failed, where the next held item may be, and whether the joined answer
+-- and have failed, and whether the joined answer
 -- reached the parent (`done`). A child's finish is counted once, in the transaction
 -- that marks it told, so the counts are exact whatever instance or retry counts it.
 CREATE TABLE IF NOT EXISTS fan_joins (
@@ -19,7 +20,6 @@ CREATE TABLE IF NOT EXISTS fan_joins (
     tolerated integer NOT NULL,
     -- A PARALLEL step's branch names by index, which key its answer (NULL: a MAP).
     branches text[],
-    next_held integer NOT NULL,
     done boolean NOT NULL DEFAULT false,
     PRIMARY KEY (parent_id, step_id)
 );
