@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::model::Step;
+use super::model::{Step, ITEM_BRANCH};
 
 /// Most branches a PARALLEL step may have.
 pub const MAX_BRANCHES: usize = 64;
@@ -47,6 +47,10 @@ pub fn branches(val: &Value, at: &str) -> Result<Vec<(String, Vec<Step>)>, Refus
             return Err(format!(
                 "{at}.name {name:?} must be at most 100 bytes, without '/' or control characters"
             ));
+        }
+        if name == ITEM_BRANCH {
+            // A MAP's per-item steps are named so below their step.
+            return Err(format!("{at}.name {name:?} is reserved"));
         }
         if out.iter().any(|(n, _)| n == name) {
             return Err(format!("{at}.name {name:?} is used by another branch"));
@@ -180,6 +184,10 @@ mod tests {
                 "without '/'",
             ),
             (json!({"branches": [{"name": "x"}]}), "steps is required"),
+            (
+                json!({"branches": [{"name": "item", "steps": s}]}),
+                "reserved",
+            ),
             (
                 json!({"branches": [{"name": "x", "steps": s}, {"name": "x", "steps": s}]}),
                 "used by another branch",
