@@ -45,6 +45,8 @@ pub struct Starting<'a> {
     pub context: &'a Map<String, Value>,
     pub started_ms: f64,
     pub attempts: u32,
+    /// The children's headers, when they are not the request's (`store::fan::Start`).
+    pub headers: Option<String>,
 }
 
 /// A MAP step's list, or why the step fails: checked before anything is written, so a
@@ -124,6 +126,7 @@ pub async fn start(exec: &Arc<Executor>, s: &Starting<'_>) {
             Val::Parallel(p) => Some(p.branches.iter().map(|b| b.name.clone()).collect()),
             _ => None,
         },
+        headers: s.headers.clone(),
     };
     let mut backoff = Backoff::new(WRITE_RETRY, MAX_WRITE_RETRY);
     let started = loop {

@@ -277,6 +277,10 @@ async fn run_step(exec: &Arc<Executor>, job: &mut Job, step: &CompiledStep) -> F
             Flow::Stop
         }
         Outcome::Sent if step.mode.fans_out() => {
+            // Its children are traced under this step's span.
+            let headers = trace
+                .as_ref()
+                .map(|t| children_headers(job, t.traceparent()));
             end(trace, Ended::Paused);
             let context = job.context_for(step, &body);
             let starting = super::fan::Starting {
@@ -288,6 +292,7 @@ async fn run_step(exec: &Arc<Executor>, job: &mut Job, step: &CompiledStep) -> F
                 context: &context,
                 started_ms: attempt.started,
                 attempts: attempt.n,
+                headers,
             };
             super::fan::start(exec, &starting).await;
             Flow::Stop
@@ -314,6 +319,17 @@ async fn run_step(exec: &Arc<Executor>, job: &mut Job, step: &CompiledStep) -> F
             failed(exec, job, step, body, e, &attempt).await
         }
     }
+}
+
+/// A request's forwarded headers as its fan-out step's children get them: the step's
+/// `traceparent` (its span, so each branch hangs under it) and the request's `tracestate`.
+fn children_headers(job: &Job, traceparent: &str) -> String {
+    let mut h = job.headers.clone();
+    h.push(("traceparent".into(), traceparent.to_string()));
+    if let Some(state) = job.trace.as_ref().and_then(|t| t.tracestate.clone()) {
+        h.push(("tracestate".into(), state));
+    }
+    serde_json::to_string(&h).expect("headers serialize")
 }
 
 /// When an attempt ran, and which one it was (1: the first).

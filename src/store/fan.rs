@@ -30,6 +30,9 @@ pub struct Start<'a> {
     pub tolerated: u32,
     /// A PARALLEL step's branch names, by index (None: a MAP).
     pub branches: Option<Vec<String>>,
+    /// The children's forwarded headers when not the parent's: its own with the
+    /// traceparent of the fan-out step's span, so each branch is traced under the step.
+    pub headers: Option<String>,
 }
 
 /// The children's columns, one entry per child in index order.
@@ -46,7 +49,8 @@ pub struct Children {
 
 /// `$1` parent, `$2` step id, `$3` owner, `$4` step name, `$5` request, `$6` started (ms),
 /// `$7` attempts, `$8`..`$12` the children's ids, workflows, versions, payloads and held
-/// flags, `$13` tolerated failures, `$14` branch names (NULL for a MAP). Inserts nothing but the pause and the record when the
+/// flags, `$13` tolerated failures, `$14` branch names (NULL for a MAP), `$15` the
+/// children's headers (NULL: the parent's). Inserts nothing but the pause and the record when the
 /// step has children already (a retry in place: `restart`).
 pub(super) const START: &str = concat!(
     "\
@@ -72,7 +76,7 @@ WITH fenced AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
                                   workflow_version, parent_id, parent_step_id, parent_told,
                                   fan_index)
-    SELECT c.id, c.workflow, c.payload, f.headers, NULL,
+    SELECT c.id, c.workflow, c.payload, coalesce($15::text, f.headers), NULL,
            CASE WHEN c.held THEN 'infinity'::timestamptz ELSE '-infinity'::timestamptz END,
            ",
     crate::store::sql::pinned_version!(
@@ -127,6 +131,7 @@ pub async fn start(conn: &PgConn, s: &Start<'_>) -> Result<Started> {
                 &c.held,
                 &(s.tolerated as i32),
                 &s.branches,
+                &s.headers,
             ],
         )
         .await?;

@@ -362,7 +362,7 @@ WITH fenced AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
                                   workflow_version, parent_id, parent_step_id, parent_told,
                                   fan_index)
-    SELECT c.id, c.workflow, c.payload, f.headers, NULL,
+    SELECT c.id, c.workflow, c.payload, coalesce($15::text, f.headers), NULL,
            CASE WHEN c.held THEN 'infinity'::timestamptz ELSE '-infinity'::timestamptz END,
            NULLIF(CASE WHEN c.version > 0 THEN c.version ELSE coalesce((SELECT w.version
                FROM workflows w

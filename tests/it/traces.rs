@@ -522,3 +522,48 @@ async fn a_retried_request_continues_its_trace() {
     }
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_branch_of_a_fan_out_is_traced_under_the_request() {
+    let (_db, r, d, s) = traced_server().await;
+    s.create_workflow(&json!({"name": "fan", "steps": [
+        {"name": "both", "mode": "PARALLEL", "val": {"branches": [
+            {"name": "a", "steps": [step("ask", "POST", d.url("/api/echo"))]},
+            {"name": "b", "steps": [step("ask", "POST", d.url("/api/echo"))]}]}}]}))
+        .await;
+    let id = create_traced(&s, "fan", CALLER).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let spans = r
+        .wait_trace(CALLER_TRACE, "the fan-out's spans", |spans| {
+            !named(spans, "service request fan").is_empty()
+                && named(spans, "POST").len() == 2
+                && !named(spans, "service request fan/1/a").is_empty()
+                && !named(spans, "service request fan/1/b").is_empty()
+        })
+        .await;
+    let ids = by_id(&spans);
+    let request = named(&spans, "service request fan")[0];
+    // Each branch's request span, and its step's span under it, lead up to the request's.
+    for branch in ["fan/1/a", "fan/1/b"] {
+        let own = named(&spans, &format!("service request {branch}"))[0];
+        let mut up = own;
+        let mut hops = 0;
+        while up["spanId"] != request["spanId"] {
+            let parent = up["parentSpanId"].as_str().unwrap_or_default();
+            up = ids
+                .get(parent)
+                .unwrap_or_else(|| panic!("{branch}: {parent} not in the trace: {spans:#?}"));
+            hops += 1;
+            assert!(
+                hops < 5,
+                "{branch} does not lead to the request: {spans:#?}"
+            );
+        }
+        let call = named(&spans, "POST")
+            .into_iter()
+            .find(|c| c["parentSpanId"] == own["spanId"]);
+        assert!(call.is_some(), "{branch}'s step under its span: {spans:#?}");
+    }
+    s.shutdown().await;
+}
