@@ -629,3 +629,29 @@ async fn branch_steps_use_when_transforms_and_child_workflows_over_the_outer_con
     assert_eq!(page["children"][0]["workflow_name"], "leaf");
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_branch_step_is_retried_by_its_own_policy() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    let mut flaky = http("flaky", d.url("/flaky/503"));
+    flaky["retry"] = json!({"maxAttempts": 3, "initialIntervalMs": 20});
+    s.create_workflow(&json!({"name": "retried", "steps": [
+        parallel("both", json!([
+            {"name": "shaky", "steps": [flaky]},
+            {"name": "calm", "steps": [http("c1", d.url("/api/echo"))]}]))]}))
+        .await;
+    let id = create_request(&s, "retried", &json!({"t": 1})).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    assert_eq!(
+        response_of(&v, "both"),
+        json!({"shaky": {"recovered": true}, "calm": {"echo": {"t": 1}}})
+    );
+    let kids = children(&db, &id).await;
+    // The first attempt answered 503 and the policy tried again: two calls, one key.
+    assert_eq!(d.calls_for_key(&format!("{}:1", kids[0].0)), 2);
+    assert_eq!(d.calls_for_key(&format!("{}:1", kids[1].0)), 1);
+    s.shutdown().await;
+}
