@@ -29,16 +29,9 @@ pub struct Start<'a> {
 
 pub(super) const START: &str = concat!(
     "\
-WITH fenced AS (
-    UPDATE service_requests s SET status = ",
-    crate::status::status_sql!(Paused),
-    ", current_step_id = $2, updated_at = now(),
-           step_attempts = 0, last_error = NULL, lease_owner = NULL, lease_until = '-infinity'
-    WHERE s.id = $1 AND s.lease_owner = $3 AND s.status <> ",
-    crate::status::status_sql!(Cancelled),
-    "
-    RETURNING s.id, s.headers
-), record AS (
+WITH ",
+    crate::store::sql::pause_for_children!(),
+    ", record AS (
     INSERT INTO steps_status (service_request_id, step_id, step_name, status, request,
                               started_at, attempts, child_id)
     SELECT id, $2, $4, ",

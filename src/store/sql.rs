@@ -119,7 +119,27 @@ macro_rules! pinned_version {
     };
 }
 
+/// The CTE `fenced` of a step that waits for child requests (WORKFLOW, PARALLEL, MAP):
+/// request `$1`, leased to `$3` and not cancelled, paused at step `$2` and unleased (its
+/// children's outcome resumes it); returns its id and headers, which the children take.
+macro_rules! pause_for_children {
+    () => {
+        concat!(
+            "fenced AS (
+    UPDATE service_requests s SET status = ",
+            crate::status::status_sql!(Paused),
+            ", current_step_id = $2, updated_at = now(),
+           step_attempts = 0, last_error = NULL, lease_owner = NULL, lease_until = '-infinity'
+    WHERE s.id = $1 AND s.lease_owner = $3 AND s.status <> ",
+            crate::status::status_sql!(Cancelled),
+            "
+    RETURNING s.id, s.headers
+)"
+        )
+    };
+}
+
 pub(crate) use {
-    batch_versions, created_us, derived_status, fresh_lease, now_plus_ms, pinned_version,
-    step_request,
+    batch_versions, created_us, derived_status, fresh_lease, now_plus_ms, pause_for_children,
+    pinned_version, step_request,
 };
