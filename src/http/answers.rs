@@ -101,15 +101,8 @@ pub fn status(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
     }
     // Beyond Clamp: a fan-out step's branch (named by its workflow, `order/3/acme`) or
     // item (its index in the list).
-    if let Some(i) = head.fan_index {
-        match head.workflow_name.rsplit_once('/') {
-            Some((_, b)) if b != crate::workflow::model::ITEM_BRANCH => {
-                out.insert("branch".into(), Value::String(b.to_string()));
-            }
-            _ => {
-                out.insert("index".into(), json!(i));
-            }
-        }
+    if let Some((k, v)) = fan_place(&head.workflow_name, head.fan_index) {
+        out.insert(k.into(), v);
     }
     // Beyond Clamp: a step whose call failed and is to be tried again.
     if head.step_attempts > 0 && !head.status.is_finished() {
@@ -157,9 +150,9 @@ pub fn created_with(id: &Uuid, status: &str, extra: &[(&str, Value)]) -> Value {
 /// One request as lists show it (Clamp's list by workflow, and search).
 /// What a child request is to its parent: a branch (its workflow's last segment) or an
 /// item index, when a fan-out step started it.
-pub fn fan_place(c: &crate::store::fan::Child) -> Option<(&'static str, Value)> {
-    let i = c.fan_index?;
-    Some(match c.workflow_name.rsplit_once('/') {
+pub fn fan_place(workflow_name: &str, fan_index: Option<i32>) -> Option<(&'static str, Value)> {
+    let i = fan_index?;
+    Some(match workflow_name.rsplit_once('/') {
         Some((_, b)) if b != crate::workflow::model::ITEM_BRANCH => {
             ("branch", Value::String(b.to_string()))
         }
@@ -178,7 +171,7 @@ pub fn children(page: &[crate::store::fan::Child], total: i64) -> Value {
                 "workflow_name": c.workflow_name,
                 "status": c.status.as_str(),
             });
-            if let Some((k, v)) = fan_place(c) {
+            if let Some((k, v)) = fan_place(&c.workflow_name, c.fan_index) {
                 o[k] = v;
             }
             o

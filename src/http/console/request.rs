@@ -160,7 +160,7 @@ fn facts(id: Uuid, d: &Details) -> Markup {
                         @for c in &d.children {
                             div {
                                 "step " (c.step_id) " "
-                                @if let Some((k, v)) = super::super::answers::fan_place(c) {
+                                @if let Some((k, v)) = super::super::answers::fan_place(&c.workflow_name, c.fan_index) {
                                     (k) " " (v.as_str().map_or_else(|| v.to_string(), str::to_string)) " "
                                 }
                                 a.mono href={ "/console/serviceRequests/" (c.id) } { (c.id) } " "
