@@ -170,29 +170,18 @@ pub async fn start(exec: &Arc<Executor>, s: &Starting<'_>) {
 
 impl Executor {
     /// A fan-out child finished: counted once, the next held item released, and the
-    /// joined answer applied when due. False when it could not be counted now (the
-    /// reporter tries again).
-    pub(super) async fn tell_fan(self: &Arc<Self>, child: Uuid) -> bool {
+    /// joined answer applied when due. A count the database did not take is left to the
+    /// reporter, which finds the child untold on its next look.
+    pub(super) async fn tell_fan(self: &Arc<Self>, child: Uuid) {
         let counted = async {
             let conn = self.pool.get().await?;
             fan::count(&conn, child).await
         }
         .await;
         match counted {
-            Err(_) => false,
-            Ok(Counted::Already) => true,
-            Ok(Counted::Waiting { released }) => {
-                if released.is_some() {
-                    self.wake();
-                }
-                true
-            }
-            Ok(Counted::Due {
-                parent, step_id, ..
-            }) => {
-                self.apply_join(parent, step_id).await;
-                true
-            }
+            Err(_) | Ok(Counted::Already) | Ok(Counted::Waiting { released: None }) => {}
+            Ok(Counted::Waiting { released: Some(_) }) => self.wake(),
+            Ok(Counted::Due { parent, step_id }) => self.apply_join(parent, step_id).await,
         }
     }
 

@@ -285,13 +285,9 @@ pub enum Counted {
     Already,
     /// More children to wait for (`released`: a held item that starts now).
     Waiting { released: Option<i32> },
-    /// Every child finished, or more failed than tolerated: the joined answer is due to
-    /// `parent` (`answer`); `cancelled` are the children stopped by the failure.
-    Due {
-        parent: Uuid,
-        step_id: u32,
-        cancelled: Vec<Uuid>,
-    },
+    /// Every child finished, or more failed than tolerated (the rest cancelled): the
+    /// joined answer is due to `parent`.
+    Due { parent: Uuid, step_id: u32 },
 }
 
 /// Counts the finish of fan-out child `child` (one statement, which also releases the
@@ -310,24 +306,10 @@ pub async fn count(conn: &PgConn, child: Uuid) -> Result<Counted> {
         // Counted and committed first: a crash before the cancel leaves the rest running
         // to their end (counted then), and the joined answer is the failure either way.
         let cancel = conn.stmt(CANCEL_REST).await?;
-        let cancelled = conn
-            .client
-            .query(&cancel, &[&parent, &step])
-            .await?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        Counted::Due {
-            parent,
-            step_id,
-            cancelled,
-        }
+        conn.client.execute(&cancel, &[&parent, &step]).await?;
+        Counted::Due { parent, step_id }
     } else if finished >= total {
-        Counted::Due {
-            parent,
-            step_id,
-            cancelled: Vec::new(),
-        }
+        Counted::Due { parent, step_id }
     } else {
         Counted::Waiting { released }
     })
