@@ -161,6 +161,11 @@ impl Downstream {
     pub fn peak_in_flight(&self) -> usize {
         self.log.lock().peak_in_flight
     }
+
+    /// Calls being answered now.
+    pub fn in_flight(&self) -> usize {
+        self.log.lock().in_flight
+    }
 }
 
 async fn handle(

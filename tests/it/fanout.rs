@@ -288,8 +288,8 @@ async fn a_cancel_in_the_middle_of_a_map_stops_every_item() {
     // The two in flight answer; nothing starts after the cancel (a presence first: the
     // calls in flight did end, so a third would have been seen by now).
     wait_for_seen("the held calls to end", WAIT, || async {
-        let f = d.peak_in_flight();
-        (f > 0).then_some(()).ok_or(f)
+        let f = d.in_flight();
+        (f == 0).then_some(()).ok_or(f)
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await; // time is what is tested
