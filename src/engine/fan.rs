@@ -1,19 +1,25 @@
 //! Fan-out steps (PARALLEL and MAP, beyond Clamp): the step pauses its request and
 //! starts a child request per branch or item (`store::fan`, one statement fenced on the
-//! lease), any instance's sweeper runs them as it runs every request, and the step's
-//! answer is their outcomes joined: an object of each branch's last answer by branch
-//! name, or the array of each item's in item order. A MAP runs at most `maxConcurrency`
-//! items at once; the rest wait in Postgres, held, and one starts as each finishes.
+//! lease), and the step's answer is their outcomes joined: an object of each branch's
+//! last answer by branch name, or the array of each item's in item order. The children
+//! that may start at once are inserted leased to this instance and run here straight
+//! away, as a create runs its request (a sweeper claims the rest, or any left when this
+//! instance had no free slot or died). A MAP runs at most `maxConcurrency` items at once;
+//! the rest wait in Postgres, held, and one starts as each finishes.
 //!
-//! A finished child is counted once (the transaction that marks it told); when every
-//! child has finished, or more have failed than the step tolerates (then the rest are
-//! cancelled), the joined answer is applied to the parent through the step-response path,
-//! as a WORKFLOW step's child outcome is, and the join marked done. The reporter that
-//! tells parents also looks for joins due but not done (their teller stopped first), so
-//! a crash anywhere loses nothing and repeats nothing that counts.
+//! Finished children are counted in batches (`count_loop`: one statement per batch that
+//! marks each told once, adds them to their joins and releases as many held items, which
+//! run here when there is room); when every child has finished, or more have failed than
+//! the step tolerates (then the rest are cancelled), the joined answer is applied to the
+//! parent through the step-response path, as a WORKFLOW step's child outcome is, and the
+//! join marked done. The reporter that tells parents also looks for children finished
+//! but untold and for joins due but not done (their teller stopped first), so a crash
+//! anywhere loses nothing and repeats nothing that counts.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
+
+use tokio::sync::mpsc;
 
 use serde_json::{Map, Value};
 use uuid::Uuid;
@@ -127,7 +133,17 @@ pub async fn start(exec: &Arc<Executor>, s: &Starting<'_>) {
             _ => None,
         },
         headers: s.headers.clone(),
+        own: 0,
+        lease_ms: exec.app.config.lease.as_secs_f64() * 1000.0,
     };
+    // The branches and items of inline steps that start now run here at once, as a
+    // create's request does, without waiting for a sweeper's claim (a child workflow's
+    // version may not be loaded here: a sweeper claims those).
+    let mut start = start;
+    if inline(s.step) {
+        let ready = start.children.held.iter().filter(|h| !**h).count();
+        start.own = exec.try_reserve(ready) as u32;
+    }
     let mut backoff = Backoff::new(WRITE_RETRY, MAX_WRITE_RETRY);
     let started = loop {
         let r = async {
@@ -139,14 +155,18 @@ pub async fn start(exec: &Arc<Executor>, s: &Starting<'_>) {
             Ok(started) => break started,
             Err(e) if e.is_transient() && !exec.is_stopping() => backoff.wait().await,
             Err(e) => {
+                exec.unreserve(start.own as usize);
                 tracing::warn!(service_request_id = %s.id, step_id = s.step.id, error = %e, "a fan-out step could not start its children; the step runs again later");
                 return;
             }
         }
     };
+    if !matches!(started, Started::Fresh { .. }) {
+        exec.unreserve(start.own as usize);
+    }
     match started {
         Started::Lost => return,
-        Started::Fresh => {}
+        Started::Fresh { headers } => run_own(exec, s, &start, headers).await,
         Started::Again => {
             let again = async {
                 let mut conn = exec.pool.get().await?;
@@ -168,20 +188,106 @@ pub async fn start(exec: &Arc<Executor>, s: &Starting<'_>) {
     exec.wake();
 }
 
+/// Whether a fan-out step's children run the step's own steps (a PARALLEL, or a MAP
+/// of `steps`), whose workflow is the parent's version.
+fn inline(step: &CompiledStep) -> bool {
+    match &step.val {
+        Val::Parallel(_) => true,
+        Val::Map(m) => matches!(m.body, MapBody::Steps(_)),
+        _ => false,
+    }
+}
+
+/// Runs the children `start` leased to this executor (its first `own`), each in the slot
+/// reserved for it, from their first step.
+async fn run_own(exec: &Arc<Executor>, s: &Starting<'_>, start: &fan::Start<'_>, headers: String) {
+    let c = &start.children;
+    let created_us = (super::job::now_ms() * 1000.0) as i64;
+    for i in 0..start.own as usize {
+        let claimed = crate::store::leases::Claimed {
+            id: c.ids[i],
+            workflow_name: c.workflows[i].clone(),
+            status: RequestStatus::New,
+            payload: c.payloads[i].clone(),
+            headers: headers.clone(),
+            current_step_id: 0,
+            step_request: None,
+            failed_step_id: None,
+            reason: None,
+            step_attempts: 0,
+            created_us,
+            workflow_version: s.version,
+            parent_id: Some(s.id),
+            retries: 0,
+        };
+        exec.run_claimed(claimed).await;
+    }
+}
+
+/// Most finished children counted by one statement.
+const COUNT_BATCH: usize = 256;
+
+/// Counts the finished children `tell_fan` queues, a batch per statement, one batch at a
+/// time per executor (its queue is bounded by the requests it can run), until the
+/// executor is gone.
+pub(super) async fn count_loop(exec: Weak<Executor>, rx: mpsc::Receiver<Uuid>) {
+    crate::batches::drain(rx, COUNT_BATCH, 1, move |mut ids: Vec<Uuid>| {
+        let exec = exec.clone();
+        async move {
+            if let Some(exec) = exec.upgrade() {
+                ids.sort_unstable();
+                ids.dedup();
+                exec.count_children(&ids).await;
+            }
+        }
+    })
+    .await
+}
+
 impl Executor {
-    /// A fan-out child finished: counted once, the next held item released, and the
-    /// joined answer applied when due. A count the database did not take is left to the
-    /// reporter, which finds the child untold on its next look.
+    /// A fan-out child finished: queued to be counted once (`count_loop`). Should the
+    /// count not be taken, the reporter finds the child untold on its next look.
     pub(super) async fn tell_fan(self: &Arc<Self>, child: Uuid) {
+        let _ = self.fan_told.send(child).await;
+    }
+
+    /// Counts finished fan-out children in one statement; runs the held items it released
+    /// here when it could reserve a slot for each, and applies each joined answer due.
+    async fn count_children(self: &Arc<Self>, ids: &[Uuid]) {
+        let reserved = self.try_reserve(ids.len());
+        let owner = (reserved == ids.len()).then_some(self.app.instance_id);
+        if owner.is_none() {
+            self.unreserve(reserved);
+        }
+        let lease_ms = self.app.config.lease.as_secs_f64() * 1000.0;
         let counted = async {
             let conn = self.pool.get().await?;
-            fan::count(&conn, child).await
+            fan::count(&conn, ids, owner, lease_ms).await
         }
         .await;
-        match counted {
-            Err(_) | Ok(Counted::Already) | Ok(Counted::Waiting { released: None }) => {}
-            Ok(Counted::Waiting { released: Some(_) }) => self.wake(),
-            Ok(Counted::Due { parent, step_id }) => self.apply_join(parent, step_id).await,
+        let (steps, released) = match counted {
+            Ok(c) => c,
+            Err(e) => {
+                if owner.is_some() {
+                    self.unreserve(reserved);
+                }
+                tracing::debug!(n = ids.len(), error = %e, "fan-out children not counted; the reporter counts them");
+                return;
+            }
+        };
+        if owner.is_some() {
+            self.unreserve(reserved - released.len());
+            for c in released {
+                self.run_claimed(c).await;
+            }
+        } else if !released.is_empty() {
+            self.wake();
+        }
+        for step in steps {
+            if let Counted::Due { parent, step_id } = step {
+                let me = self.clone();
+                tokio::spawn(async move { me.apply_join(parent, step_id).await });
+            }
         }
     }
 

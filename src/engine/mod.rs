@@ -76,6 +76,8 @@ pub struct Executor {
     wake: tokio::sync::Notify,
     /// Notified whenever a running request is forgotten (shutdown waits on it).
     forgotten: tokio::sync::Notify,
+    /// Finished fan-out children to count (`fan::count_loop`).
+    fan_told: tokio::sync::mpsc::Sender<Uuid>,
 }
 
 impl Executor {
@@ -95,7 +97,8 @@ impl Executor {
             cfg.max_running,
             cfg.step_write_concurrency,
         );
-        Arc::new(Executor {
+        let (fan_told, to_count) = tokio::sync::mpsc::channel(cfg.max_running.max(64));
+        let exec = Arc::new(Executor {
             capacity: cfg.max_running,
             amqp: publish::amqp::AmqpPublisher::new(app.metrics.clone(), app.outbound.amqp.clone()),
             kafka: publish::kafka::KafkaProducer::new(
@@ -111,7 +114,10 @@ impl Executor {
             stopping: AtomicBool::new(false),
             wake: tokio::sync::Notify::new(),
             forgotten: tokio::sync::Notify::new(),
-        })
+            fan_told,
+        });
+        tokio::spawn(fan::count_loop(Arc::downgrade(&exec), to_count));
+        exec
     }
 
     /// Asks the sweeper to look for runnable requests now.

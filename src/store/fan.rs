@@ -1,11 +1,12 @@
 //! Fan-out steps (PARALLEL and MAP): each branch or item is a child service request of
 //! the step, as a WORKFLOW step's child is, numbered by `fan_index`; the step's
 //! `fan_joins` row counts them. Starting is one statement fenced on the parent's lease
-//! (the pause, the step's record, every child and the join row, or none of them). A
-//! MAP's items beyond its concurrency are inserted held (`lease_until = 'infinity'`, which
-//! no sweeper claims) and released one per finished item. A child's finish is counted in
-//! the transaction that marks it told, under the join row's lock, so each counts once
-//! whichever instance tells it; the joined answer is applied to the parent after that
+//! (the pause, the step's record, every child and the join row, or none of them); the
+//! children that start at once may be inserted leased to the starting instance, which
+//! runs them. A MAP's items beyond its concurrency are inserted held (`lease_until =
+//! 'infinity'`, which no sweeper claims) and released one per finished item. Finished
+//! children are counted in batches, each in the statement that marks it told, under its
+//! join row's lock, so each counts once whichever instance tells it; the joined answer is applied to the parent after that
 //! commit, and `done` set when it has been, so a crash in between leaves a join that any
 //! instance's reporter finds (`due`) and applies again (a repeat changes nothing).
 
@@ -33,6 +34,10 @@ pub struct Start<'a> {
     /// The children's forwarded headers when not the parent's: its own with the
     /// traceparent of the fan-out step's span, so each branch is traced under the step.
     pub headers: Option<String>,
+    /// The first `own` children are inserted leased to `owner` for `lease_ms` (it runs
+    /// them at once, as a create runs its request) instead of left for a sweeper's claim.
+    pub own: u32,
+    pub lease_ms: f64,
 }
 
 /// The children's columns, one entry per child in index order.
@@ -50,8 +55,10 @@ pub struct Children {
 /// `$1` parent, `$2` step id, `$3` owner, `$4` step name, `$5` request, `$6` started (ms),
 /// `$7` attempts, `$8`..`$12` the children's ids, workflows, versions, payloads and held
 /// flags, `$13` tolerated failures, `$14` branch names (NULL for a MAP), `$15` the
-/// children's headers (NULL: the parent's). Inserts nothing but the pause and the record when the
-/// step has children already (a retry in place: `restart`).
+/// children's headers (NULL: the parent's), `$16` how many of the first children are
+/// leased to the owner, for `$17` ms. Inserts nothing but the pause and the record when
+/// the step has children already (a retry in place: `restart`). Returns whether the lease
+/// held, whether the children are new, and their headers.
 pub(super) const START: &str = concat!(
     "\
 WITH ",
@@ -69,8 +76,13 @@ WITH ",
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
                                   workflow_version, parent_id, parent_step_id, parent_told,
                                   fan_index)
-    SELECT c.id, c.workflow, c.payload, coalesce($15::text, f.headers), NULL,
-           CASE WHEN c.held THEN 'infinity'::timestamptz ELSE '-infinity'::timestamptz END,
+    SELECT c.id, c.workflow, c.payload, coalesce($15::text, f.headers),
+           CASE WHEN c.n <= $16::int THEN $3::uuid END,
+           CASE WHEN c.held THEN 'infinity'::timestamptz
+                WHEN c.n <= $16::int THEN ",
+    crate::store::sql::now_plus_ms!("$17"),
+    "
+                ELSE '-infinity'::timestamptz END,
            ",
     crate::store::sql::pinned_version!(
         "c.version",
@@ -88,14 +100,16 @@ WITH ",
     FROM fresh
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM fenced), (SELECT count(*) FROM fresh)"
+SELECT (SELECT count(*) FROM fenced), (SELECT count(*) FROM fresh),
+       (SELECT coalesce($15::text, f.headers) FROM fresh f)"
 );
 
 /// How a start went.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Started {
-    /// The parent paused at the step with its children stored.
-    Fresh,
+    /// The parent paused at the step with its children stored (with these headers; the
+    /// first `own` leased to the owner).
+    Fresh { headers: String },
     /// The parent paused at the step, which had children already (`restart` them).
     Again,
     /// The parent's lease is lost, or it was cancelled: nothing written.
@@ -125,12 +139,16 @@ pub async fn start(conn: &PgConn, s: &Start<'_>) -> Result<Started> {
                 &(s.tolerated as i32),
                 &s.branches,
                 &s.headers,
+                &(s.own as i32),
+                &s.lease_ms,
             ],
         )
         .await?;
     Ok(match (row.get::<_, i64>(0), row.get::<_, i64>(1)) {
         (0, _) => Started::Lost,
-        (_, 1) => Started::Fresh,
+        (_, 1) => Started::Fresh {
+            headers: row.get::<_, Option<String>>(2).unwrap_or_default(),
+        },
         _ => Started::Again,
     })
 }
@@ -205,14 +223,19 @@ pub async fn restart(
     Ok(due)
 }
 
-/// `$1` the child: counted once (it becomes told here) under the join row's lock, and,
-/// while the step still waits and tolerates its failures, the first held item released
-/// (made claimable). One statement: its finish and the release commit together or not.
+/// `$1` finished children (ids in order): each counted once (it becomes told here) under
+/// its join row's lock, the join rows locked in order (so two batches never wait on each
+/// other in a cycle), and, for each join that still waits and tolerates its failures, as
+/// many held items released (made runnable) as children of it were counted, in index
+/// order, leased to `$2` for `$3` ms when `$2` is given. One statement: the counts and the
+/// releases commit together or not at all. Returns a row per join counted (its `kind`
+/// true) and a row per item released, leased to `$2` (its `kind` false, with a claim's
+/// columns: `leases::Claimed::from_row` at offset 7).
 pub(super) const COUNT: &str = concat!(
     "\
 WITH child AS (
     UPDATE service_requests c SET parent_told = true
-    WHERE c.id = $1 AND c.fan_index IS NOT NULL AND NOT c.parent_told AND c.status IN (",
+    WHERE c.id = ANY($1::uuid[]) AND c.fan_index IS NOT NULL AND NOT c.parent_told AND c.status IN (",
     crate::status::status_sql!(Completed),
     ", ",
     crate::status::status_sql!(Failed),
@@ -222,27 +245,106 @@ WITH child AS (
     RETURNING c.parent_id, c.parent_step_id, c.status <> ",
     crate::status::status_sql!(Completed),
     " AS failed
+), per AS (
+    SELECT parent_id, parent_step_id AS step_id, count(*)::int AS n,
+           (count(*) FILTER (WHERE failed))::int AS f
+    FROM child GROUP BY parent_id, parent_step_id
+), locked AS (
+    SELECT j.parent_id, j.step_id FROM fan_joins j, per
+    WHERE j.parent_id = per.parent_id AND j.step_id = per.step_id
+    ORDER BY j.parent_id, j.step_id
+    FOR UPDATE OF j
 ), counted AS (
-    UPDATE fan_joins j SET finished = j.finished + 1,
-                           failed = j.failed + (SELECT failed::int FROM child)
-    FROM child
-    WHERE j.parent_id = child.parent_id AND j.step_id = child.parent_step_id
-    RETURNING j.parent_id, j.step_id, j.total, j.finished, j.failed, j.tolerated
+    UPDATE fan_joins j SET finished = j.finished + per.n, failed = j.failed + per.f
+    FROM per, locked l
+    WHERE j.parent_id = per.parent_id AND j.step_id = per.step_id
+      AND l.parent_id = j.parent_id AND l.step_id = j.step_id
+    RETURNING j.parent_id, j.step_id, j.total, j.finished, j.failed, j.tolerated, per.n
 ), next AS (
-    SELECT h.id FROM service_requests h, counted j
-    WHERE h.parent_id = j.parent_id AND h.parent_step_id = j.step_id
-      AND h.lease_until = 'infinity' AND j.failed <= j.tolerated AND j.finished < j.total
-    ORDER BY h.fan_index LIMIT 1
-    FOR UPDATE OF h
+    SELECT h.id FROM counted j CROSS JOIN LATERAL (
+        SELECT h.id FROM service_requests h
+        WHERE h.parent_id = j.parent_id AND h.parent_step_id = j.step_id
+          AND h.lease_until = 'infinity' AND j.failed <= j.tolerated AND j.finished < j.total
+          AND h.status IN (",
+    crate::status::status_sql!(New),
+    ", ",
+    crate::status::status_sql!(InProgress),
+    ", ",
+    crate::status::status_sql!(Resumed),
+    ")
+        ORDER BY h.fan_index LIMIT j.n
+        FOR UPDATE OF h
+    ) h
 ), released AS (
-    UPDATE service_requests s SET lease_until = '-infinity', updated_at = now()
+    UPDATE service_requests s SET lease_owner = $2::uuid,
+           lease_until = CASE WHEN $2::uuid IS NULL THEN '-infinity'::timestamptz ELSE ",
+    crate::store::sql::now_plus_ms!("$3"),
+    " END,
+           updated_at = now()
     FROM next WHERE s.id = next.id
-    RETURNING s.fan_index
+    RETURNING s.id, s.workflow_name, s.status, s.payload, s.headers, s.current_step_id,
+              s.step_request, s.failed_step_id, s.reason, s.step_attempts, ",
+    crate::store::sql::created_us!("s"),
+    " AS created_us, coalesce(s.workflow_version, 1) AS version, s.parent_id, s.retries
 )
-SELECT total, finished, failed, tolerated, parent_id, step_id,
-       (SELECT fan_index FROM released)
-FROM counted"
+SELECT true, parent_id, step_id, total, finished, failed, tolerated,
+       NULL::uuid, NULL::text, NULL::text, NULL::text, NULL::text, NULL::int, NULL::text,
+       NULL::int, NULL::text, NULL::int, NULL::bigint, NULL::int, NULL::uuid, NULL::int
+FROM counted
+UNION ALL
+SELECT false, NULL, NULL, NULL, NULL, NULL, NULL, r.* FROM released r"
 );
+
+/// What counting finished children did to one fan-out step.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Counted {
+    /// More children to wait for.
+    Waiting,
+    /// Every child finished, or more failed than tolerated (the rest cancelled): the
+    /// joined answer is due to `parent`.
+    Due { parent: Uuid, step_id: u32 },
+}
+
+/// Counts the finish of fan-out children `ids` (one statement, which also releases as
+/// many held items; leased to `owner` when given, which runs them), and, for a step where
+/// more have failed than it tolerates, cancels the rest. Returns what each step counted
+/// came to, and the items released to `owner`. Children counted before are left out.
+pub async fn count(
+    conn: &PgConn,
+    ids: &[Uuid],
+    owner: Option<Uuid>,
+    lease_ms: f64,
+) -> Result<(Vec<Counted>, Vec<super::leases::Claimed>)> {
+    let count = conn.stmt(COUNT).await?;
+    let rows = conn
+        .client
+        .query(&count, &[&ids, &owner, &lease_ms])
+        .await?;
+    let (mut steps, mut released) = (Vec::new(), Vec::new());
+    for row in &rows {
+        if !row.get::<_, bool>(0) {
+            released.push(super::leases::Claimed::from_row_at(row, 7));
+            continue;
+        }
+        let (total, finished, failed, tolerated): (i32, i32, i32, i32) =
+            (row.get(3), row.get(4), row.get(5), row.get(6));
+        let (parent, step): (Uuid, i32) = (row.get(1), row.get(2));
+        let step_id = step.max(0) as u32;
+        steps.push(if failed > tolerated {
+            // Counted and committed first: a crash before the cancel leaves the rest
+            // running to their end (counted then), and the joined answer is the failure
+            // either way.
+            let cancel = conn.stmt(CANCEL_REST).await?;
+            conn.client.execute(&cancel, &[&parent, &step]).await?;
+            Counted::Due { parent, step_id }
+        } else if finished >= total {
+            Counted::Due { parent, step_id }
+        } else {
+            Counted::Waiting
+        });
+    }
+    Ok((steps, released))
+}
 
 /// `$1` parent, `$2` step: the unfinished children (and their own children) are
 /// cancelled, the step having failed; the step's own are counted finished and failed here
@@ -277,43 +379,6 @@ pub(super) const CANCEL_REST: &str = concat!(
 )
 SELECT id FROM cancelled, (SELECT count(*) FROM counted) AS n"
 );
-
-/// What a child's finish did to its fan-out step.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Counted {
-    /// Counted before (or not a fan-out child any more): nothing to do.
-    Already,
-    /// More children to wait for (`released`: a held item that starts now).
-    Waiting { released: Option<i32> },
-    /// Every child finished, or more failed than tolerated (the rest cancelled): the
-    /// joined answer is due to `parent`.
-    Due { parent: Uuid, step_id: u32 },
-}
-
-/// Counts the finish of fan-out child `child` (one statement, which also releases the
-/// next held item), and when more have failed than the step tolerates, cancels the rest.
-pub async fn count(conn: &PgConn, child: Uuid) -> Result<Counted> {
-    let count = conn.stmt(COUNT).await?;
-    let Some(row) = conn.client.query_opt(&count, &[&child]).await? else {
-        return Ok(Counted::Already);
-    };
-    let (total, finished, failed, tolerated): (i32, i32, i32, i32) =
-        (row.get(0), row.get(1), row.get(2), row.get(3));
-    let (parent, step): (Uuid, i32) = (row.get(4), row.get(5));
-    let released: Option<i32> = row.get(6);
-    let step_id = step.max(0) as u32;
-    Ok(if failed > tolerated {
-        // Counted and committed first: a crash before the cancel leaves the rest running
-        // to their end (counted then), and the joined answer is the failure either way.
-        let cancel = conn.stmt(CANCEL_REST).await?;
-        conn.client.execute(&cancel, &[&parent, &step]).await?;
-        Counted::Due { parent, step_id }
-    } else if finished >= total {
-        Counted::Due { parent, step_id }
-    } else {
-        Counted::Waiting { released }
-    })
-}
 
 /// One child's part of a joined answer.
 #[derive(Debug)]

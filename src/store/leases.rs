@@ -82,21 +82,26 @@ impl Claimed {
     /// step_request, failed_step_id, reason, step_attempts, created_us, workflow_version,
     /// parent_id, retries`, in that order.
     pub fn from_row(r: &tokio_postgres::Row) -> Claimed {
+        Claimed::from_row_at(r, 0)
+    }
+
+    /// The same columns from column `at` on.
+    pub fn from_row_at(r: &tokio_postgres::Row, at: usize) -> Claimed {
         Claimed {
-            id: r.get(0),
-            workflow_name: r.get(1),
-            status: r.get(2),
-            payload: r.get(3),
-            headers: r.get(4),
-            current_step_id: r.get::<_, i32>(5).max(0) as u32,
-            step_request: r.get(6),
-            failed_step_id: r.get::<_, Option<i32>>(7).map(|s| s.max(0) as u32),
-            reason: r.get(8),
-            step_attempts: r.get::<_, i32>(9).max(0) as u32,
-            created_us: r.get(10),
-            workflow_version: r.get::<_, i32>(11).max(1) as u32,
-            parent_id: r.get(12),
-            retries: r.get(13),
+            id: r.get(at),
+            workflow_name: r.get(at + 1),
+            status: r.get(at + 2),
+            payload: r.get(at + 3),
+            headers: r.get(at + 4),
+            current_step_id: r.get::<_, i32>(at + 5).max(0) as u32,
+            step_request: r.get(at + 6),
+            failed_step_id: r.get::<_, Option<i32>>(at + 7).map(|s| s.max(0) as u32),
+            reason: r.get(at + 8),
+            step_attempts: r.get::<_, i32>(at + 9).max(0) as u32,
+            created_us: r.get(at + 10),
+            workflow_version: r.get::<_, i32>(at + 11).max(1) as u32,
+            parent_id: r.get(at + 12),
+            retries: r.get(at + 13),
         }
     }
 }

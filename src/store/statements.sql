@@ -362,8 +362,11 @@ WITH fenced AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
                                   workflow_version, parent_id, parent_step_id, parent_told,
                                   fan_index)
-    SELECT c.id, c.workflow, c.payload, coalesce($15::text, f.headers), NULL,
-           CASE WHEN c.held THEN 'infinity'::timestamptz ELSE '-infinity'::timestamptz END,
+    SELECT c.id, c.workflow, c.payload, coalesce($15::text, f.headers),
+           CASE WHEN c.n <= $16::int THEN $3::uuid END,
+           CASE WHEN c.held THEN 'infinity'::timestamptz
+                WHEN c.n <= $16::int THEN now() + $17::float8 * interval '1 millisecond'
+                ELSE '-infinity'::timestamptz END,
            NULLIF(CASE WHEN c.version > 0 THEN c.version ELSE coalesce((SELECT w.version
                FROM workflows w
                WHERE w.name = c.workflow), 1) END, 1),
@@ -378,7 +381,8 @@ WITH fenced AS (
     FROM fresh
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM fenced), (SELECT count(*) FROM fresh);
+SELECT (SELECT count(*) FROM fenced), (SELECT count(*) FROM fresh),
+       (SELECT coalesce($15::text, f.headers) FROM fresh f);
 
 -- fan::RESTART
 UPDATE service_requests s SET status = 'NEW',
@@ -419,29 +423,49 @@ UPDATE fan_joins SET finished = finished - $3, failed = 0, done = false
 -- fan::COUNT
 WITH child AS (
     UPDATE service_requests c SET parent_told = true
-    WHERE c.id = $1 AND c.fan_index IS NOT NULL AND NOT c.parent_told AND c.status IN ('COMPLETED',
+    WHERE c.id = ANY($1::uuid[]) AND c.fan_index IS NOT NULL AND NOT c.parent_told AND c.status IN ('COMPLETED',
         'FAILED', 'CANCELLED')
     RETURNING c.parent_id, c.parent_step_id, c.status <> 'COMPLETED' AS failed
+), per AS (
+    SELECT parent_id, parent_step_id AS step_id, count(*)::int AS n,
+           (count(*) FILTER (WHERE failed))::int AS f
+    FROM child GROUP BY parent_id, parent_step_id
+), locked AS (
+    SELECT j.parent_id, j.step_id FROM fan_joins j, per
+    WHERE j.parent_id = per.parent_id AND j.step_id = per.step_id
+    ORDER BY j.parent_id, j.step_id
+    FOR UPDATE OF j
 ), counted AS (
-    UPDATE fan_joins j SET finished = j.finished + 1,
-                           failed = j.failed + (SELECT failed::int FROM child)
-    FROM child
-    WHERE j.parent_id = child.parent_id AND j.step_id = child.parent_step_id
-    RETURNING j.parent_id, j.step_id, j.total, j.finished, j.failed, j.tolerated
+    UPDATE fan_joins j SET finished = j.finished + per.n, failed = j.failed + per.f
+    FROM per, locked l
+    WHERE j.parent_id = per.parent_id AND j.step_id = per.step_id
+      AND l.parent_id = j.parent_id AND l.step_id = j.step_id
+    RETURNING j.parent_id, j.step_id, j.total, j.finished, j.failed, j.tolerated, per.n
 ), next AS (
-    SELECT h.id FROM service_requests h, counted j
-    WHERE h.parent_id = j.parent_id AND h.parent_step_id = j.step_id
-      AND h.lease_until = 'infinity' AND j.failed <= j.tolerated AND j.finished < j.total
-    ORDER BY h.fan_index LIMIT 1
-    FOR UPDATE OF h
+    SELECT h.id FROM counted j CROSS JOIN LATERAL (
+        SELECT h.id FROM service_requests h
+        WHERE h.parent_id = j.parent_id AND h.parent_step_id = j.step_id
+          AND h.lease_until = 'infinity' AND j.failed <= j.tolerated AND j.finished < j.total
+          AND h.status IN ('NEW', 'IN_PROGRESS', 'RESUMED')
+        ORDER BY h.fan_index LIMIT j.n
+        FOR UPDATE OF h
+    ) h
 ), released AS (
-    UPDATE service_requests s SET lease_until = '-infinity', updated_at = now()
+    UPDATE service_requests s SET lease_owner = $2::uuid,
+           lease_until = CASE WHEN $2::uuid IS NULL THEN '-infinity'::timestamptz ELSE now() + $3::float8 * interval '1 millisecond' END,
+           updated_at = now()
     FROM next WHERE s.id = next.id
-    RETURNING s.fan_index
+    RETURNING s.id, s.workflow_name, s.status, s.payload, s.headers, s.current_step_id,
+              s.step_request, s.failed_step_id, s.reason, s.step_attempts, (extract(epoch
+                  FROM s.created_at) * 1000000)::bigint AS created_us,
+                      coalesce(s.workflow_version, 1) AS version, s.parent_id, s.retries
 )
-SELECT total, finished, failed, tolerated, parent_id, step_id,
-       (SELECT fan_index FROM released)
-FROM counted;
+SELECT true, parent_id, step_id, total, finished, failed, tolerated,
+       NULL::uuid, NULL::text, NULL::text, NULL::text, NULL::text, NULL::int, NULL::text,
+       NULL::int, NULL::text, NULL::int, NULL::bigint, NULL::int, NULL::uuid, NULL::int
+FROM counted
+UNION ALL
+SELECT false, NULL, NULL, NULL, NULL, NULL, NULL, r.* FROM released r;
 
 -- fan::CANCEL_REST
 WITH RECURSIVE tree AS (

@@ -147,6 +147,59 @@ async fn a_map_answers_in_item_order_with_at_most_max_concurrency_at_once() {
     s.shutdown().await;
 }
 
+/// Many fan-outs at once: their children finish together, so one count statement takes
+/// children of several joins (and releases held items of each); every request still
+/// gets each item once, in item order, and no item step is called twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_fan_outs_at_once_are_each_joined_exactly() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&json!({"name": "batch", "steps": [
+        map("each", "each.request.lines", json!([echo_item("ship", &d)]), 3),
+        parallel("pair", json!([
+            {"name": "a", "steps": [http("a1", d.url("/api/echo"))]},
+            {"name": "b", "steps": [http("b1", d.url("/api/echo"))]}]))]}))
+        .await;
+    let lines: Vec<i64> = (0..12).collect();
+    let creates = (0..30).map(|n| {
+        let s = &s;
+        let mut lines = lines.clone();
+        lines[0] = n;
+        async move {
+            (
+                create_request(s, "batch", &json!({"lines": lines})).await,
+                n,
+            )
+        }
+    });
+    let ids = futures_util::future::join_all(creates).await;
+    for (id, n) in &ids {
+        let v = wait_status(&s, id, &["COMPLETED", "FAILED"], WAIT).await;
+        assert_eq!(v["status"], "COMPLETED", "{v}");
+        let mut want: Vec<Value> = lines.iter().map(|l| json!({"echo": {"line": l}})).collect();
+        want[0] = json!({"echo": {"line": n}});
+        assert_eq!(response_of(&v, "each"), Value::Array(want), "{v}");
+        let kids = children(&db, id).await;
+        assert_eq!(kids.len(), 14, "12 items and 2 branches of {id}");
+        for (k, status) in &kids {
+            assert_eq!(status, "COMPLETED");
+            assert_eq!(d.calls_for_key(&format!("{k}:1")), 1, "child {k}");
+        }
+    }
+    let c = db.client().await;
+    let open: i64 = c
+        .query_one(
+            "SELECT count(*) FROM fan_joins WHERE NOT done OR finished <> total",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(open, 0, "every join counted to its total and done");
+    s.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_branch_fails_the_step_and_a_retry_runs_only_it_again() {
     let db = TestDb::new();
