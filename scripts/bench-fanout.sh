@@ -218,12 +218,14 @@ j["steps"] = " ".join(s["name"] + ":" + s["status"] for s in j.get("steps", []))
 print(json.dumps(j))'
 diagnose() {
   local db=$1 f="$out/$tag-diag-$2.txt" id
-  {
+  # Best effort: a query that fails here must not end the script before its report.
+  (
+    set +e
     echo "## rows by kind and status"
     dbsql "$db" "SELECT CASE WHEN parent_id IS NULL THEN 'parent' ELSE 'child' END, workflow_name, status, count(*)
                  FROM service_requests GROUP BY 1, 2, 3 ORDER BY 1 DESC, 2, 3"
-    echo "## fan_joins not done (parent_id step_id total finished failed next_held)"
-    dbsql "$db" "SELECT parent_id, step_id, total, finished, failed, next_held FROM fan_joins WHERE NOT done LIMIT 10"
+    echo "## fan_joins not done (parent_id step_id total finished failed tolerated)"
+    dbsql "$db" "SELECT parent_id, step_id, total, finished, failed, tolerated FROM fan_joins WHERE NOT done LIMIT 10"
     echo "## children finished but not told to their parent"
     dbsql "$db" "SELECT count(*) FROM service_requests WHERE parent_id IS NOT NULL AND NOT parent_told
                  AND status IN ('COMPLETED', 'FAILED', 'CANCELLED')"
@@ -235,8 +237,8 @@ diagnose() {
       done
     done
     echo "## server log: WARN and ERROR lines (first 40)"
-    grep -E 'WARN|ERROR' "$tmp/server.log" | head -40 || true
-  } > "$f" 2>&1
+    grep -E 'WARN|ERROR' "$tmp/server.log" | head -40
+  ) > "$f" 2>&1
   cp "$tmp/server.log" "$out/$tag-server-$2.log"
   # The server log's warnings and errors by message (ids and counts taken out), for the record.
   grep -E ' (WARN|ERROR) ' "$tmp/server.log" | sed -E 's/^[^ ]+ +//; s/ (service_request_id|step_id|n|rows)=[^ ]+//g' \
