@@ -472,11 +472,13 @@ pub async fn due(conn: &PgConn, limit: i64) -> Result<Vec<(Uuid, u32)>> {
 }
 
 /// `$1` parent, `$2` page size, `$3` offset: its children by step, then branch or item
-/// index, with how many it has.
+/// index, with how many it has, and when each was created and finished (ms).
 pub(super) const CHILDREN: &str = concat!(
     "SELECT c.id, c.parent_step_id, c.fan_index, c.workflow_name, ",
     crate::store::sql::derived_status!("c"),
-    " AS status, count(*) OVER () AS total
+    " AS status, count(*) OVER () AS total,
+       extract(epoch FROM c.created_at)::float8 * 1000,
+       extract(epoch FROM c.finished_at)::float8 * 1000
 FROM service_requests c WHERE c.parent_id = $1
 ORDER BY c.parent_step_id, c.fan_index, c.id LIMIT $2 OFFSET $3"
 );
@@ -489,6 +491,9 @@ pub struct Child {
     pub fan_index: Option<i32>,
     pub workflow_name: String,
     pub status: RequestStatus,
+    /// When it was created and, once it has, finished (ms since the Unix epoch).
+    pub created_ms: f64,
+    pub finished_ms: Option<f64>,
 }
 
 /// A page of the children of `parent`, and how many it has in all.
@@ -512,6 +517,8 @@ pub async fn children(
                 fan_index: r.get(2),
                 workflow_name: r.get(3),
                 status: r.get(4),
+                created_ms: r.get(6),
+                finished_ms: r.get(7),
             })
             .collect(),
         total,

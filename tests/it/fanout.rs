@@ -572,6 +572,20 @@ async fn the_children_of_a_request_are_listed_with_their_branch_or_index() {
         text.contains("branch x") && text.contains("index 2"),
         "{text}"
     );
+    // Its timeline draws a lane per branch and item after the fan-out step's bars: the
+    // step's records, then `↳ branch x`, `↳ branch y`, then the MAP's and its items.
+    let svg = &text[text.find("<svg").unwrap()..text.find("</svg>").unwrap()];
+    let at = |label: &str| {
+        svg.find(&format!(">{label}<"))
+            .unwrap_or_else(|| panic!("no lane {label} in {svg}"))
+    };
+    assert!(at("2 · both") < at("↳ branch x"), "{svg}");
+    assert!(at("↳ branch x") < at("↳ branch y"), "{svg}");
+    assert!(at("↳ branch y") < at("3 · each"), "{svg}");
+    assert!(
+        at("3 · each") < at("↳ index 0") && at("↳ index 0") < at("↳ index 2"),
+        "{svg}"
+    );
     // A request without children: an empty page; an unknown one: 404.
     let none = s
         .get(&format!(

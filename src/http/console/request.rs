@@ -14,7 +14,8 @@ use super::svg::{self, Bar};
 use crate::http::response::Resp;
 use crate::ops::read::Details;
 use crate::state::Core;
-use crate::status::StepStatus;
+use crate::status::{RequestStatus, StepStatus};
+use crate::store::fan::Child;
 use crate::store::reader::Found;
 use crate::store::status::StepRow;
 use crate::workflow::Workflow;
@@ -101,7 +102,7 @@ pub async fn render(
         h1 { "Request " span.mono { (id) } }
         (facts(id, &d))
         h2 { "Timeline" }
-        (svg::timeline(&bars(&d.found.steps), crate::engine::job::now_ms()))
+        (svg::timeline(&bars(&d.found.steps, &d.children), crate::engine::job::now_ms()))
         h2 { "Actions" }
         (actions(ctx, id, &d.found, d.workflow.as_ref()))
         h2 { "Steps" }
@@ -198,10 +199,12 @@ fn copied(s: &StepRow) -> bool {
         .is_some_and(|r| r.starts_with("copied from "))
 }
 
-fn bars(steps: &[StepRow]) -> Vec<Bar> {
-    steps
-        .iter()
-        .map(|s| Bar {
+/// The step records in order, each fan-out or WORKFLOW step followed by a lane per child
+/// request it started (a branch or item, from its creation to its finish).
+fn bars(steps: &[StepRow], children: &[Child]) -> Vec<Bar> {
+    let mut out = Vec::with_capacity(steps.len() + children.len());
+    for (i, s) in steps.iter().enumerate() {
+        out.push(Bar {
             label: format!("{} · {}", s.step_id, s.name),
             status: s.status,
             start_ms: s.started_ms,
@@ -211,8 +214,39 @@ fn bars(steps: &[StepRow]) -> Vec<Bar> {
                 s.finished_ms
             },
             copied: copied(s),
-        })
-        .collect()
+        });
+        // After the step's last record.
+        if steps.get(i + 1).is_some_and(|n| n.step_id == s.step_id) {
+            continue;
+        }
+        for c in children.iter().filter(|c| c.step_id == s.step_id as i32) {
+            out.push(lane(c));
+        }
+    }
+    out
+}
+
+/// A child request's lane: `↳ branch acme`, `↳ item 7`, or `↳ <its workflow>`.
+fn lane(c: &Child) -> Bar {
+    let place = match super::super::answers::fan_place(&c.workflow_name, c.fan_index) {
+        Some((k, v)) => format!(
+            "{k} {}",
+            v.as_str().map_or_else(|| v.to_string(), str::to_string)
+        ),
+        None => c.workflow_name.clone(),
+    };
+    let status = match c.status {
+        RequestStatus::Completed => StepStatus::Completed,
+        RequestStatus::Failed | RequestStatus::Cancelled => StepStatus::Failed,
+        _ => StepStatus::Started,
+    };
+    Bar {
+        label: format!("↳ {place}"),
+        status,
+        start_ms: c.created_ms,
+        end_ms: c.finished_ms.filter(|_| status != StepStatus::Started),
+        copied: false,
+    }
 }
 
 fn text(b: &Option<bytes::Bytes>) -> Option<&str> {
