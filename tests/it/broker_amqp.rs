@@ -654,3 +654,61 @@ async fn an_amqp_step_carries_the_trace_context_as_message_headers() {
     s.shutdown().await;
     r.cleanup().await;
 }
+
+/// An AMQP step inside a MAP (beyond Clamp): each item publishes with its own child
+/// request's id, pauses that item only, and the broker reply naming the child resumes
+/// it; the MAP's answer is each item's last answer in item order.
+#[tokio::test]
+async fn an_amqp_step_in_each_map_item_is_resumed_by_its_broker_reply() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let (r, steps, responses) = Rabbit::with_queues().await;
+    let s = TestServer::start(amqp_config(&db, &responses)).await;
+    s.create_workflow(&json!({"name": "fan-amqp", "steps": [
+        {"name": "each", "mode": "MAP", "val": {"items": "each.request.claims", "maxConcurrency": 2,
+            "steps": [
+                {"name": "ask", "mode": "AMQP", "val": {"connection_url": RABBIT, "queue_name": steps}},
+                {"name": "use", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]}}]}))
+    .await;
+    let id = create_request(&s, "fan-amqp", &json!({"claims": [10, 11, 12]})).await;
+    // Two items at once (maxConcurrency 2); each reply frees room for the third.
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let m = r.next(&steps).await;
+        let item: Value = serde_json::from_slice(&m.data).unwrap();
+        let child = m.properties.correlation_id().as_ref().unwrap().to_string();
+        assert_ne!(child, id, "published with the item's own request id");
+        assert_eq!(
+            m.properties.message_id().as_ref().unwrap().as_str(),
+            format!("{child}:1")
+        );
+        seen.push(item.clone());
+        let v = s.get(&format!("/serviceRequest/{id}")).await.json();
+        assert_eq!(v["status"], "PAUSED", "{v}");
+        r.publish(&responses, &step_reply(&child, json!({"approved": item})))
+            .await;
+    }
+    seen.sort_by_key(|v| v.as_i64());
+    assert_eq!(seen, [json!(10), json!(11), json!(12)]);
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(15)).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let each = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|e| e["name"] == "each")
+        .unwrap();
+    assert_eq!(
+        each["payload"]["response"],
+        json!([
+            {"echo": {"approved": 10}},
+            {"echo": {"approved": 11}},
+            {"echo": {"approved": 12}}
+        ]),
+        "{v}"
+    );
+    assert_eq!(d.received("/api/echo").len(), 3);
+    s.shutdown().await;
+    r.cleanup().await;
+}

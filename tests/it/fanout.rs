@@ -722,3 +722,100 @@ async fn a_branch_step_is_retried_by_its_own_policy() {
     assert_eq!(d.calls_for_key(&format!("{}:1", kids[1].0)), 1);
     s.shutdown().await;
 }
+
+/// A branch step's own onFailure steps run inside its branch; the branch's failure then
+/// fails the fan-out step, whose onFailure steps run in the request (the step after it
+/// does not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_failure_runs_in_the_branch_and_then_for_the_fan_out_step() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    let mut bad = http("bad", d.url("/status/500"));
+    bad["onFailure"] = json!([http("branch-cleanup", d.url("/api/echo"))]);
+    let mut fan = parallel(
+        "both",
+        json!([
+        {"name": "fine", "steps": [http("ok", d.url("/api/echo"))]},
+        {"name": "fails", "steps": [bad]}]),
+    );
+    fan["onFailure"] = json!([http("step-cleanup", d.url("/api/echo"))]);
+    s.create_workflow(
+        &json!({"name": "onfail", "steps": [fan, http("after", d.url("/api/step1"))]}),
+    )
+    .await;
+    let id = create_request(&s, "onfail", &json!({"n": 1})).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "FAILED", "{v}");
+    assert!(
+        v["reason"].as_str().unwrap().contains("branch fails"),
+        "{v}"
+    );
+    let names = |v: &Value| -> Vec<String> {
+        v["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(names(&v).contains(&"step-cleanup".to_string()), "{v}");
+    assert!(!names(&v).contains(&"after".to_string()), "{v}");
+    let kids = children(&db, &id).await;
+    let branch = s
+        .get(&format!("/serviceRequest/{}", kids[1].0))
+        .await
+        .json();
+    assert_eq!(branch["status"], "FAILED", "{branch}");
+    assert!(
+        names(&branch).contains(&"branch-cleanup".to_string()),
+        "{branch}"
+    );
+    assert_eq!(
+        d.received("/status/500").len(),
+        1,
+        "a step answered 500 is called once"
+    );
+    assert_eq!(d.received("/api/step1").len(), 0);
+    s.shutdown().await;
+}
+
+/// A new version of the workflow stored while a request's branches run changes nothing
+/// for them or for the rest of that request (it runs the version it was created with to
+/// its end); requests created after it run the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_version_stored_during_a_fan_out_applies_to_later_requests() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    let define = |after: &str| {
+        json!({"name": "versioned", "steps": [
+            parallel("both", json!([
+                {"name": "slow", "steps": [http("wait", d.url("/held"))]},
+                {"name": "quick", "steps": [http("ok", d.url("/api/echo"))]}])),
+            http("after", d.url(after))]})
+    };
+    s.create_workflow(&define("/api/echo")).await;
+    let id = create_request(&s, "versioned", &json!({"n": 1})).await;
+    d.wait_for("/held").await;
+    let r = send(
+        s.addr,
+        hyper::Method::PUT,
+        "/workflow/versioned",
+        Some(define("/api/step1").to_string().into_bytes()),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    d.release();
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    assert_eq!(v["workflow_version"], 1, "{v}");
+    assert_eq!(d.received("/api/step1").len(), 0, "version 2 did not run");
+    let later = create_request(&s, "versioned", &json!({"n": 2})).await;
+    let v = wait_status(&s, &later, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    assert_eq!(v["workflow_version"], 2, "{v}");
+    assert_eq!(d.received("/api/step1").len(), 1);
+    s.shutdown().await;
+}
