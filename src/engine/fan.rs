@@ -202,7 +202,9 @@ fn inline(step: &CompiledStep) -> bool {
 /// reserved for it, from their first step.
 async fn run_own(exec: &Arc<Executor>, s: &Starting<'_>, start: &fan::Start<'_>, headers: String) {
     let c = &start.children;
-    let created_us = (super::job::now_ms() * 1000.0) as i64;
+    let created_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64);
     for i in 0..start.own as usize {
         let claimed = crate::store::leases::Claimed {
             id: c.ids[i],
