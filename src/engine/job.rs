@@ -16,6 +16,7 @@ use super::Executor;
 use crate::backoff::Backoff;
 use crate::status::{RequestStatus, StepStatus};
 use crate::telemetry::{RequestTrace, TraceParent};
+use crate::workflow::model::WaitVal;
 use crate::workflow::{transform, CompiledStep, Mode, RetryPolicy, StepType, Val, Workflow};
 
 /// What a request needs to continue.
@@ -108,6 +109,8 @@ enum Outcome {
     Failed(CallError),
     /// An ASYNC step was sent; the request waits for its response.
     Sent,
+    /// A WAIT step sleeps until this time (ms since the Unix epoch).
+    Wait(f64),
 }
 
 /// How long to wait before retrying a write the database did not take, at first and at most.
@@ -260,7 +263,12 @@ async fn run_step(exec: &Arc<Executor>, job: &mut Job, step: &CompiledStep) -> F
     let attempt = Attempt {
         started,
         finished: now_ms(),
-        n: job.attempts + 1,
+        // A WAIT's `attempts` marks its sleep, not a failed try.
+        n: if step.mode == Mode::Wait {
+            1
+        } else {
+            job.attempts + 1
+        },
     };
     if attempt.finished - started > 1000.0 {
         tracing::debug!(service_request_id = %job.id, step_id = step.id, trace_id = job.trace_id().as_deref(), ms = attempt.finished - started, "slow step");
@@ -300,6 +308,11 @@ async fn run_step(exec: &Arc<Executor>, job: &mut Job, step: &CompiledStep) -> F
         Outcome::Sent => {
             end(trace, Ended::Paused);
             sent(exec, job, step, &body, &attempt).await;
+            Flow::Stop
+        }
+        Outcome::Wait(due) => {
+            end(trace, Ended::Paused);
+            sleep(exec, job, step, &body, &attempt, due).await;
             Flow::Stop
         }
         Outcome::Done(response) => {
@@ -434,6 +447,45 @@ async fn sent(exec: &Executor, job: &Job, step: &CompiledStep, body: &Doc, a: &A
         last_error: None,
     };
     write(exec, t).await;
+}
+
+/// A WAIT step sleeps: its record STARTED, the request unleased until `due` (a timer
+/// any instance's claim fires: `lease_until`), at the same step with the same request,
+/// and `attempts` 1, which marks the wait as entered (`wait_outcome`). Its `last_error`
+/// stays empty: that is what tells a wait from a pending retry (`http::answers`).
+async fn sleep(exec: &Executor, job: &Job, step: &CompiledStep, body: &Doc, a: &Attempt, due: f64) {
+    let t = Transition {
+        id: job.id,
+        status: RequestStatus::InProgress,
+        next_step: step.id,
+        next_request: Some(job.request.clone()),
+        failed_step: job.failing.as_ref().map(|f| f.0),
+        reason: job.failing.as_ref().map(|f| f.1.clone()),
+        release: true,
+        step: Some(StepRecord {
+            attempts: a.n,
+            ..record(job, step, StepStatus::Started, body, None, a.started, None)
+        }),
+        attempts: 1,
+        retry_in_ms: Some((due - now_ms()).max(1.0)),
+        last_error: None,
+    };
+    write(exec, t).await;
+}
+
+/// What a WAIT step does now: sleep until its time, or, once that has come (it is in the
+/// past, or the request was claimed again after sleeping), pass its request on as its
+/// response. A time from the context is checked again when claimed after the sleep, with
+/// a second's allowance for clocks that differ between instances and Postgres.
+fn wait_outcome(job: &Job, step: &CompiledStep, wait: &WaitVal, body: &Doc) -> Outcome {
+    let now = now_ms();
+    let slept = job.attempts > 0;
+    match crate::workflow::wait::due_ms(wait, &job.context_for(step, body), now) {
+        Err(why) => Outcome::Failed(CallError::new(CallErrorKind::Other, why)),
+        Ok(_) if slept && matches!(wait, WaitVal::Duration(_)) => Outcome::Done(body.clone()),
+        Ok(due) if due <= now + if slept { 1000.0 } else { 0.0 } => Outcome::Done(body.clone()),
+        Ok(due) => Outcome::Wait(due),
+    }
 }
 
 /// `step` answered: on to the next step with its response (or, among onFailure steps,
@@ -586,6 +638,7 @@ async fn execute(
                 Err(why) => Outcome::Failed(CallError::new(CallErrorKind::Other, why)),
             }
         }
+        (Val::Wait(w), Mode::Wait) => wait_outcome(job, step, w, body),
         (_, mode) => Outcome::Failed(CallError::new(
             CallErrorKind::Other,
             format!(

@@ -179,6 +179,16 @@ fn describe(step: &CompiledStep, attributes: &mut Vec<KeyValue>) -> (SpanKind, S
             attributes.push(KeyValue::new("clamp.fan.items", m.items.clone()));
             (SpanKind::Internal, format!("map {}", m.items))
         }
+        Val::Wait(w) => match w {
+            crate::workflow::model::WaitVal::Duration(d) => {
+                attributes.push(KeyValue::new("clamp.wait.ms", d.as_millis() as i64));
+                (SpanKind::Internal, format!("wait {} ms", d.as_millis()))
+            }
+            crate::workflow::model::WaitVal::Until(p) => {
+                attributes.push(KeyValue::new("clamp.wait.until", p.clone()));
+                (SpanKind::Internal, format!("wait until {p}"))
+            }
+        },
     }
 }
 

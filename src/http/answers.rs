@@ -104,8 +104,17 @@ pub fn status(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
     if let Some((k, v)) = fan_place(&head.workflow_name, head.fan_index) {
         out.insert(k.into(), v);
     }
+    // Beyond Clamp: a WAIT step sleeping (its attempts mark the sleep, with no error).
+    if head.step_attempts > 0 && !head.status.is_finished() && head.last_error.is_none() {
+        if let Some(until) = &head.retry_at {
+            out.insert(
+                "waiting".into(),
+                json!({"step_id": head.current_step_id, "until": until}),
+            );
+        }
+    }
     // Beyond Clamp: a step whose call failed and is to be tried again.
-    if head.step_attempts > 0 && !head.status.is_finished() {
+    else if head.step_attempts > 0 && !head.status.is_finished() {
         out.insert(
             "retrying".into(),
             json!({

@@ -8,6 +8,7 @@ pub(crate) mod retry;
 pub(crate) mod schedule;
 pub(crate) mod transform;
 pub(crate) mod validate;
+pub(crate) mod wait;
 
 pub use model::{
     AmqpVal, CompiledStep, HttpVal, KafkaVal, Mode, StepType, Val, Workflow, WorkflowDef,

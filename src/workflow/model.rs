@@ -98,6 +98,8 @@ pub enum Mode {
     /// Beyond Clamp: steps (or a workflow) run once per item of a list, each a child
     /// request, so many at a time.
     Map,
+    /// Beyond Clamp: the request sleeps (in Postgres) for a duration or until a time.
+    Wait,
 }
 
 impl Mode {
@@ -109,6 +111,7 @@ impl Mode {
             Mode::Workflow => "WORKFLOW",
             Mode::Parallel => "PARALLEL",
             Mode::Map => "MAP",
+            Mode::Wait => "WAIT",
         }
     }
 
@@ -233,6 +236,14 @@ pub struct MapVal {
     pub tolerated_failures: u32,
 }
 
+/// A WAIT step: how long it sleeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitVal {
+    Duration(std::time::Duration),
+    /// A dotted path in the context to an RFC 3339 time.
+    Until(String),
+}
+
 /// A validated `val`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Val {
@@ -242,6 +253,7 @@ pub enum Val {
     Workflow(WorkflowVal),
     Parallel(ParallelVal),
     Map(MapVal),
+    Wait(WaitVal),
 }
 
 /// The branch name of a MAP's per-item steps in their workflow's name (`order/4/item`).

@@ -124,11 +124,14 @@ fn compile_in(mut def: WorkflowDef, scope: &Scope) -> Result<Workflow, Validatio
     steps.sort_by_key(|(id, _)| *id);
     let steps: Vec<CompiledStep> = steps.into_iter().map(|(_, c)| c).collect();
     let json = Bytes::from(serde_json::to_vec(&def).expect("a workflow always serializes"));
-    // A MAP finds its list in the context. The steps of a branch or item that read it
+    // A MAP finds its list in the context, a WAIT `until` its time. The steps of a branch or item that read it
     // see the enclosing context too (loaded when they start: `engine`).
-    let uses_context = steps
-        .iter()
-        .any(|s| s.when.is_some() || s.transform.is_some() || s.mode == Mode::Map);
+    let uses_context = steps.iter().any(|s| {
+        s.when.is_some()
+            || s.transform.is_some()
+            || s.mode == Mode::Map
+            || matches!(s.val, Val::Wait(super::model::WaitVal::Until(_)))
+    });
     Ok(Workflow {
         name: def.name.as_str().into(),
         def,
@@ -206,11 +209,12 @@ fn step_mode(s: &Step, at: &str) -> Result<Mode, ValidationError> {
         "WORKFLOW" => Ok(Mode::Workflow),
         "PARALLEL" => Ok(Mode::Parallel),
         "MAP" => Ok(Mode::Map),
+        "WAIT" => Ok(Mode::Wait),
         "" => err(format!(
-            "{at}.mode is required (HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL or MAP)"
+            "{at}.mode is required (HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP or WAIT)"
         )),
         other => err(format!(
-            "{at}.mode {other:?} must be HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL or MAP"
+            "{at}.mode {other:?} must be HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP or WAIT"
         )),
     }
 }
@@ -224,6 +228,9 @@ fn step_type(mode: Mode, s: &Step, at: &str) -> Result<StepType, ValidationError
         }
         (Mode::Http, "ASYNC") => StepType::Async,
         (Mode::Http, _) => StepType::Sync,
+        // A WAIT is answered by the clock, not by a posted response.
+        (Mode::Wait, "ASYNC") => return err(format!("{at}.type of a WAIT step is SYNC")),
+        (Mode::Wait, _) => StepType::Sync,
         // A broker step is always answered later, and a child workflow finishes later:
         // both are always ASYNC.
         (_, _) => StepType::Async,
@@ -282,6 +289,7 @@ fn compile_val(mode: Mode, val: &Value, at: &str) -> Result<Val, ValidationError
         Mode::Amqp => amqp_val(val, at).map(Val::Amqp),
         Mode::Kafka => kafka_val(val, at).map(Val::Kafka),
         Mode::Workflow => workflow_val(val, at).map(Val::Workflow),
+        Mode::Wait => super::wait::wait_val(val, at).map(Val::Wait),
         Mode::Parallel | Mode::Map => err(format!("{at}.val: a fan-out step is compiled whole")),
     }
 }

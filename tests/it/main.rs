@@ -35,4 +35,5 @@ mod tls_steps;
 mod traces;
 mod upgrade;
 mod versions;
+mod waits;
 mod workflow_files;

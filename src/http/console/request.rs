@@ -140,7 +140,12 @@ fn facts(id: Uuid, d: &Details) -> Markup {
                 @if h.retries > 0 {
                     dt { "Retried" } dd { (h.retries) @if h.retries == 1 { " time" } @else { " times" } }
                 }
-                @if h.step_attempts > 0 && !h.status.is_finished() {
+                @if h.step_attempts > 0 && !h.status.is_finished() && h.last_error.is_none() {
+                    @if let Some(at) = &h.retry_at {
+                        dt { "Waiting" }
+                        dd { "step " (h.current_step_id) " sleeps until " span.mono { (layout::when(at)) } }
+                    }
+                } @else if h.step_attempts > 0 && !h.status.is_finished() {
                     dt { "Pending retry" }
                     dd {
                         "step " (h.current_step_id) " after " (h.step_attempts)
@@ -219,7 +224,7 @@ fn bars(steps: &[StepRow], children: &[Child]) -> Vec<Bar> {
         if steps.get(i + 1).is_some_and(|n| n.step_id == s.step_id) {
             continue;
         }
-        for c in children.iter().filter(|c| c.step_id == s.step_id as i32) {
+        for c in children.iter().filter(|c| c.step_id == s.step_id) {
             out.push(lane(c));
         }
     }
