@@ -283,6 +283,8 @@ pub struct Metrics {
     pub steps_executed: Counter,
     pub leases_claimed: Counter,
     pub leases_lost: Counter,
+    /// ASYNC steps whose answer did not come within their `answerTimeout`.
+    pub answer_timeouts: Counter,
     /// Finished service requests deleted by the retention policy.
     pub retention_deleted: Counter,
     /// Step responses consumed from brokers, by outcome.
@@ -384,6 +386,7 @@ impl Metrics {
             steps_executed: Counter::default(),
             leases_claimed: Counter::default(),
             leases_lost: Counter::default(),
+            answer_timeouts: Counter::default(),
             retention_deleted: Counter::default(),
             broker_replies: Family::default(),
             broker_published: Family::default(),
@@ -492,6 +495,11 @@ impl Metrics {
             "clamp_leases_lost",
             "Writes refused because another instance holds the lease",
             self.leases_lost.clone(),
+        );
+        registry.register(
+            "clamp_answer_timeouts",
+            "ASYNC steps timed out: no answer within their answerTimeout",
+            self.answer_timeouts.clone(),
         );
         registry.register(
             "clamp_retention_deleted",

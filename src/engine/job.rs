@@ -442,8 +442,15 @@ async fn sent(exec: &Executor, job: &Job, step: &CompiledStep, body: &Doc, a: &A
             attempts: a.n,
             ..record(job, step, StepStatus::Started, body, None, a.started, None)
         }),
-        attempts: 0,
-        retry_in_ms: None,
+        // With an answer timeout, the paused row keeps its deadline as `lease_until`
+        // (no claim takes a PAUSED row; `deadlines` finds it) and the attempt it is, so
+        // a timeout is retried as the step's policy says.
+        attempts: if step.answer_timeout.is_some() {
+            a.n
+        } else {
+            0
+        },
+        retry_in_ms: step.answer_timeout.map(|d| d.as_secs_f64() * 1000.0),
         last_error: None,
     };
     write(exec, t).await;
@@ -702,7 +709,10 @@ fn record(
 }
 
 /// The step's retry policy: its own `retry` over the server default.
-fn policy<'a>(exec: &'a Executor, step: &CompiledStep) -> std::borrow::Cow<'a, RetryPolicy> {
+pub(super) fn policy<'a>(
+    exec: &'a Executor,
+    step: &CompiledStep,
+) -> std::borrow::Cow<'a, RetryPolicy> {
     let default = &exec.app.config.retry;
     match &step.retry {
         Some(spec) => std::borrow::Cow::Owned(spec.over(default)),

@@ -10,6 +10,7 @@
 mod app;
 pub(crate) mod call;
 pub(crate) mod children;
+pub(crate) mod deadlines;
 pub(crate) mod doc;
 pub(crate) mod error;
 pub(crate) mod fan;
@@ -325,6 +326,7 @@ impl Executor {
                 last_report = Instant::now();
                 self.report_children().await;
                 self.report_joins().await;
+                self.expire_answers().await;
             }
             let claimed_full = match self.sweep_once().await {
                 Ok(n) => n > 0 && self.free() > 0,

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
-use crate::status::StepStatus;
+use crate::status::{RequestStatus, StepStatus};
 use crate::store::queries::RequestRow;
 use crate::store::status::{Head, StepRow};
 
@@ -104,8 +104,17 @@ pub fn status(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
     if let Some((k, v)) = fan_place(&head.workflow_name, head.fan_index) {
         out.insert(k.into(), v);
     }
+    // Beyond Clamp: a paused ASYNC step's answer deadline (its `answerTimeout`).
+    if head.status == RequestStatus::Paused {
+        if let Some(by) = &head.retry_at {
+            out.insert(
+                "answerDue".into(),
+                json!({"step_id": head.current_step_id, "by": by}),
+            );
+        }
+    }
     // Beyond Clamp: a WAIT step sleeping (its attempts mark the sleep, with no error).
-    if head.step_attempts > 0 && !head.status.is_finished() && head.last_error.is_none() {
+    else if head.step_attempts > 0 && !head.status.is_finished() && head.last_error.is_none() {
         if let Some(until) = &head.retry_at {
             out.insert(
                 "waiting".into(),

@@ -27,6 +27,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (15, include_str!("migrations/0015_row_types.sql")),
     (16, include_str!("migrations/0016_index_room.sql")),
     (17, include_str!("migrations/0017_fan_out.sql")),
+    (18, include_str!("migrations/0018_answer_due.sql")),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.

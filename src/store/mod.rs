@@ -11,6 +11,7 @@ pub(crate) mod cancel;
 pub(crate) mod children;
 pub mod connect;
 pub(crate) mod dead_letters;
+pub(crate) mod deadlines;
 pub(crate) mod delayed;
 pub(crate) mod fan;
 mod flights;

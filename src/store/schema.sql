@@ -109,6 +109,7 @@ CREATE TABLE service_requests (
     fan_index integer
 ) WITH (fillfactor=50);
 ALTER TABLE service_requests ADD CONSTRAINT service_requests_pkey PRIMARY KEY (id);
+CREATE INDEX service_requests_answer_due ON public.service_requests USING btree (lease_until) WHERE ((status = 'PAUSED'::text) AND (lease_until > '-infinity'::timestamp with time zone));
 CREATE INDEX service_requests_by_workflow ON public.service_requests USING btree (workflow_name, id) WITH (fillfactor='50');
 CREATE INDEX service_requests_children ON public.service_requests USING btree (parent_id, id) WHERE (parent_id IS NOT NULL);
 CREATE INDEX service_requests_claimable ON public.service_requests USING btree (lease_until) WHERE (status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'RESUMED'::text]));

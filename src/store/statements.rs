@@ -9,9 +9,9 @@
 //! not here: `src/store/schema.sql` holds the schema they build.
 
 use super::{
-    buffer, cancel, children, connect, dead_letters, delayed, fan, idempotency, kafka_offsets,
-    leases, migrate, pool, queries, rerun, retention, retry, schedules, search, stats, status,
-    step_responses, transitions,
+    buffer, cancel, children, connect, dead_letters, deadlines, delayed, fan, idempotency,
+    kafka_offsets, leases, migrate, pool, queries, rerun, retention, retry, schedules, search,
+    stats, status, step_responses, transitions,
 };
 
 /// Every fixed statement of the store, expanded: (`file::CONST`, text), grouped by file.
@@ -70,6 +70,8 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("fan::DUE", fan::DUE),
         ("fan::PLACE", fan::PLACE),
         ("fan::CHILDREN", fan::CHILDREN),
+        ("deadlines::DUE", deadlines::DUE),
+        ("deadlines::EXPIRE", deadlines::EXPIRE),
         ("schedules::INSERT", schedules::INSERT),
         ("schedules::NOW", schedules::NOW),
         ("schedules::GET", schedules::GET),

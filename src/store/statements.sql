@@ -521,9 +521,38 @@ SELECT c.fan_index, c.parent_id, p.workflow_name, p.payload
 -- fan::CHILDREN
 SELECT c.id, c.parent_step_id, c.fan_index, c.workflow_name,
     CASE WHEN c.status = 'NEW' AND (c.current_step_id > 0 OR (c.lease_until > now() AND c.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE c.status END AS status,
-        count(*) OVER () AS total
+        count(*) OVER () AS total,
+       extract(epoch FROM c.created_at)::float8 * 1000,
+       extract(epoch FROM c.finished_at)::float8 * 1000
 FROM service_requests c WHERE c.parent_id = $1
 ORDER BY c.parent_step_id, c.fan_index, c.id LIMIT $2 OFFSET $3;
+
+-- deadlines::DUE
+SELECT id, current_step_id, step_attempts, workflow_name, coalesce(workflow_version, 1)
+FROM service_requests
+WHERE status = 'PAUSED' AND lease_until > '-infinity' AND lease_until < now()
+ORDER BY lease_until LIMIT $1;
+
+-- deadlines::EXPIRE
+WITH expired AS (
+    UPDATE service_requests SET status = 'RESUMED', current_step_id = $3,
+        step_request = CASE WHEN $3 = $2 THEN step_request ELSE
+            (SELECT NULLIF(request, '') FROM steps_status
+             WHERE service_request_id = $1 AND step_id = $2 ORDER BY id DESC LIMIT 1) END,
+        failed_step_id = $7, reason = $8, updated_at = now(),
+        step_attempts = $4, last_error = $5,
+        lease_owner = NULL,
+        lease_until = CASE WHEN $6::float8 IS NULL THEN '-infinity'::timestamptz ELSE now() + $6::float8 * interval '1 millisecond' END
+    WHERE id = $1 AND status = 'PAUSED' AND current_step_id = $2
+      AND lease_until > '-infinity' AND lease_until < now()
+    RETURNING id
+), recorded AS (
+    UPDATE steps_status SET status = 'FAILED', response = $9, reason = $10, finished_at = now(),
+        time_taken_ms = round(extract(epoch FROM now() - started_at) * 1000)::bigint
+    WHERE service_request_id = $1 AND step_id = $2 AND status = 'STARTED'
+      AND EXISTS (SELECT 1 FROM expired)
+)
+SELECT count(*) FROM expired;
 
 -- schedules::INSERT
 INSERT INTO schedules (name, definition, paused, next_fire_at)

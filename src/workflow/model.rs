@@ -76,6 +76,14 @@ pub struct Step {
     /// fills in what is left out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetrySpec>,
+    /// Beyond Clamp: how long an ASYNC step waits for its answer (ISO 8601), after which
+    /// it fails with a timeout (retried as its retry policy says).
+    #[serde(
+        default,
+        rename = "answerTimeout",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub answer_timeout: Option<String>,
 }
 
 /// Clamp's `requestTransform`: a kazaam-style shift spec, output key ← dotted input path.
@@ -277,6 +285,8 @@ pub struct CompiledStep {
     pub on_failure: Vec<u32>,
     /// The step's own retry settings, if it has any.
     pub retry: Option<RetrySpec>,
+    /// How long the step, sent, waits for its answer (ASYNC HTTP, AMQP and KAFKA steps).
+    pub answer_timeout: Option<std::time::Duration>,
 }
 
 /// A validated workflow: the definition, its JSON as served, and the steps compiled.

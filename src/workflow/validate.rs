@@ -186,9 +186,11 @@ fn compile_step(
     if let Some(r) = &s.retry {
         r.check(at)?;
     }
+    let answer_timeout = answer_timeout(s, mode, step_type, at)?;
     Ok(CompiledStep {
         id,
         retry: s.retry.clone(),
+        answer_timeout,
         name: s.name.as_str().into(),
         context_name: context_name(&s.name),
         mode,
@@ -198,6 +200,27 @@ fn compile_step(
         transform,
         on_failure: Vec::new(),
     })
+}
+
+/// How long a sent ASYNC step waits for its answer: an ISO 8601 duration, on a step
+/// answered by a posted response or a broker reply (not a child's outcome, not the clock).
+fn answer_timeout(
+    s: &Step,
+    mode: Mode,
+    step_type: StepType,
+    at: &str,
+) -> Result<Option<std::time::Duration>, ValidationError> {
+    let Some(text) = &s.answer_timeout else {
+        return Ok(None);
+    };
+    if step_type != StepType::Async || !matches!(mode, Mode::Http | Mode::Amqp | Mode::Kafka) {
+        return err(format!(
+            "{at}.answerTimeout applies to ASYNC HTTP, AMQP and KAFKA steps (they wait for an answer)"
+        ));
+    }
+    super::wait::duration(text)
+        .map(Some)
+        .map_err(|why| ValidationError(format!("{at}.answerTimeout {text:?} {why}")))
 }
 
 /// A step's mode: required, one of the four.

@@ -68,6 +68,36 @@ pub fn duration(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A duration as ISO 8601 writes it, in days, hours, minutes and seconds (`PT10M`,
+/// `P3DT4H`, `PT1.5S`): how messages name a timeout.
+pub fn iso(d: Duration) -> String {
+    let ms = d.as_millis();
+    let (days, rest) = (ms / 86_400_000, ms % 86_400_000);
+    let (h, rest) = (rest / 3_600_000, rest % 3_600_000);
+    let (m, rest) = (rest / 60_000, rest % 60_000);
+    let (s, milli) = (rest / 1000, rest % 1000);
+    let mut out = String::from("P");
+    if days > 0 {
+        out.push_str(&format!("{days}D"));
+    }
+    if h + m + s + milli > 0 || days == 0 {
+        out.push('T');
+        if h > 0 {
+            out.push_str(&format!("{h}H"));
+        }
+        if m > 0 {
+            out.push_str(&format!("{m}M"));
+        }
+        if milli > 0 {
+            let frac = format!("{milli:03}");
+            out.push_str(&format!("{s}.{}S", frac.trim_end_matches('0')));
+        } else if s > 0 || (h == 0 && m == 0) {
+            out.push_str(&format!("{s}S"));
+        }
+    }
+    out
+}
+
 /// When a wait that starts at `now_ms` (ms since the Unix epoch) ends, in the same unit:
 /// its duration on, or the time at its path (RFC 3339), at most `MAX_WAIT` on.
 pub fn due_ms(wait: &WaitVal, context: &Map<String, Value>, now_ms: f64) -> Result<f64, String> {
@@ -119,6 +149,23 @@ mod tests {
         for bad in ["", "10m", "PT10Mx", "T10M", "P", "-PT1S"] {
             assert!(duration(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn durations_are_written_back_as_iso_8601() {
+        for text in [
+            "PT10M",
+            "P3D",
+            "P1DT2H",
+            "PT1.5S",
+            "PT0S",
+            "PT1H0.25S",
+            "P2DT3M",
+        ] {
+            assert_eq!(iso(duration(text).unwrap()), text);
+        }
+        assert_eq!(iso(duration("P2W").unwrap()), "P14D");
+        assert_eq!(iso(duration("PT90S").unwrap()), "PT1M30S");
     }
 
     #[test]

@@ -37,6 +37,7 @@ async fn a_wait_sleeps_for_its_duration_shows_it_and_passes_its_request_on() {
     })
     .await;
     assert_eq!(v["waiting"]["step_id"], 1, "{v}");
+    assert_eq!(v["status"], "IN_PROGRESS", "{v}");
     assert!(v["waiting"]["until"].is_string(), "{v}");
     assert!(v.get("retrying").is_none(), "a wait is not a retry: {v}");
     assert_eq!(v["steps"][0]["status"], "STARTED", "{v}");
@@ -146,6 +147,26 @@ async fn wait_definitions_are_checked() {
         .post_json("/workflow", &json!({"name": "w", "steps": [asynchronous]}))
         .await;
     assert_eq!(r.status, 400, "{}", r.text());
+    // An answer timeout: on ASYNC steps that wait for an answer, as an ISO 8601 duration.
+    let d = Downstream::start().await;
+    let mut sync_step = http("s", d.url("/api/echo"));
+    sync_step["answerTimeout"] = json!("PT1M");
+    let mut bad_duration = http("s", d.url("/api/echo"));
+    bad_duration["type"] = json!("ASYNC");
+    bad_duration["answerTimeout"] = json!("an hour");
+    let mut on_wait = wait("w1", json!({"duration": "PT1S"}));
+    on_wait["answerTimeout"] = json!("PT1M");
+    for (step, needle) in [
+        (sync_step, "applies to ASYNC"),
+        (bad_duration, "not an ISO 8601 duration"),
+        (on_wait, "applies to ASYNC"),
+    ] {
+        let r = s
+            .post_json("/workflow", &json!({"name": "w", "steps": [step]}))
+            .await;
+        assert_eq!(r.status, 400, "{}", r.text());
+        assert!(r.text().contains(needle), "{}", r.text());
+    }
     let ok = s
         .create_workflow(&json!({"name": "w", "steps": [wait("w1", json!({"duration": "P3D"}))]}))
         .await;
@@ -302,4 +323,184 @@ async fn a_sleeping_request_is_cancelled_and_a_wait_in_a_branch_sleeps_only_it()
     );
     assert_eq!(d.received("/api/step1").len(), 1);
     s.shutdown().await;
+}
+
+/// An ASYNC step that names an `answerTimeout`: its request shows when the answer is
+/// due; without an answer by then the attempt fails with a timeout and, its policy
+/// allowing one attempt, the onFailure steps run; a late answer changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_async_step_not_answered_in_time_fails_and_runs_its_on_failure_steps() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    let mut ask = http("ask", d.url("/api/accepted"));
+    ask["type"] = json!("ASYNC");
+    ask["answerTimeout"] = json!("PT1S");
+    ask["retry"] = json!({"maxAttempts": 1});
+    ask["onFailure"] = json!([http("cleanup", d.url("/api/echo"))]);
+    let wf = s
+        .create_workflow(
+            &json!({"name": "approve", "steps": [ask, http("after", d.url("/api/step1"))]}),
+        )
+        .await;
+    assert_eq!(wf["steps"][0]["answerTimeout"], "PT1S", "{wf}");
+    let id = create_request(&s, "approve", &json!({"claim": 1})).await;
+    let v = wait_status(&s, &id, &["PAUSED"], WAIT).await;
+    assert_eq!(v["answerDue"]["step_id"], 1, "{v}");
+    assert!(v["answerDue"]["by"].is_string(), "{v}");
+    let page = s
+        .get(&format!("/console/serviceRequests/{id}"))
+        .await
+        .text();
+    assert!(page.contains("times out at"), "{page}");
+    let t0 = Instant::now();
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "FAILED", "{v}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no answer within PT1S"),
+        "{v}"
+    );
+    let ask = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "ask" && e["status"] == "FAILED")
+        .unwrap_or_else(|| panic!("no failed attempt: {v}"))
+        .clone();
+    assert_eq!(ask["payload"]["response"]["errors"]["code"], 504, "{v}");
+    assert_eq!(d.received("/api/echo").len(), 1, "cleanup ran once");
+    assert_eq!(d.received("/api/step1").len(), 0);
+    assert_eq!(d.received("/api/accepted").len(), 1, "sent once");
+    // A late answer changes nothing.
+    let late = s
+        .post_json(
+            "/stepResponse",
+            &json!({"serviceRequestId": id, "stepId": 1, "response": {"ok": true}}),
+        )
+        .await;
+    assert_ne!(late.json()["message"], "success", "{}", late.text());
+    let again = s.get(&format!("/serviceRequest/{id}")).await.json();
+    assert_eq!(again["status"], "FAILED", "{again}");
+    assert_eq!(again["steps"], v["steps"], "{again}");
+    let m = s.get("/metrics").await.text();
+    assert!(m.contains("clamp_answer_timeouts_total 1"), "{m}");
+    s.shutdown().await;
+}
+
+/// A timeout is retried as the step's policy says: the step is sent again (same
+/// Idempotency-Key), and an answer to the new attempt completes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_answer_is_sent_again_by_its_retry_policy_then_answered() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    let mut ask = http("ask", d.url("/api/accepted"));
+    ask["type"] = json!("ASYNC");
+    ask["answerTimeout"] = json!("PT1S");
+    ask["retry"] = json!({"maxAttempts": 3});
+    s.create_workflow(
+        &json!({"name": "approve", "steps": [ask, http("after", d.url("/api/echo"))]}),
+    )
+    .await;
+    let id = create_request(&s, "approve", &json!({"claim": 2})).await;
+    wait_for_seen("the step to be sent a second time", WAIT, || async {
+        let n = d.calls_for_key(&format!("{id}:1"));
+        (n >= 2).then_some(()).ok_or(n)
+    })
+    .await;
+    let v = wait_status(&s, &id, &["PAUSED"], WAIT).await;
+    assert!(v.get("answerDue").is_some(), "{v}");
+    let r = s
+        .post_json(
+            "/stepResponse",
+            &json!({"serviceRequestId": id, "stepId": 1, "response": {"approved": true}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    assert_eq!(d.calls_for_key(&format!("{id}:1")), 2, "{v}");
+    assert_eq!(d.received("/api/echo")[0].body, json!({"approved": true}));
+    let failed: Vec<&Value> = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "ask" && e["status"] == "FAILED")
+        .collect();
+    assert_eq!(failed.len(), 1, "{v}");
+    assert!(
+        failed[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no answer within PT1S"),
+        "{v}"
+    );
+    s.shutdown().await;
+}
+
+/// An answer posted at the moment its step times out: each request ends one way, with
+/// one final record of the step, whichever won.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_racing_its_timeout_resolves_once() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    let mut ask = http("ask", d.url("/api/accepted"));
+    ask["type"] = json!("ASYNC");
+    ask["answerTimeout"] = json!("PT1S");
+    ask["retry"] = json!({"maxAttempts": 1});
+    s.create_workflow(&json!({"name": "race", "steps": [ask, http("after", d.url("/api/echo"))]}))
+        .await;
+    let mut ids = Vec::new();
+    for n in 0..40 {
+        ids.push(create_request(&s, "race", &json!({"n": n})).await);
+    }
+    for id in &ids {
+        wait_status(&s, id, &["PAUSED"], WAIT).await;
+    }
+    // Answers from just before to just after the deadlines and the look that fires them.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let answers = ids.iter().enumerate().map(|(i, id)| {
+        let s = &s;
+        async move {
+            tokio::time::sleep(Duration::from_millis(40 * i as u64)).await;
+            s.post_json(
+                "/stepResponse",
+                &json!({"serviceRequestId": id, "stepId": 1, "response": {"i": i}}),
+            )
+            .await
+        }
+    });
+    futures_util::future::join_all(answers).await;
+    let (mut completed, mut failed) = (0, 0);
+    for id in &ids {
+        let v = wait_status(&s, id, &["COMPLETED", "FAILED"], WAIT).await;
+        let finals: Vec<&Value> = v["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["id"] == 1 && e["status"] != "STARTED")
+            .collect();
+        assert_eq!(finals.len(), 1, "one outcome of the step: {v}");
+        match v["status"].as_str().unwrap() {
+            "COMPLETED" => {
+                completed += 1;
+                assert_eq!(finals[0]["status"], "COMPLETED", "{v}");
+                assert_eq!(d.calls_for_key(&format!("{id}:2")), 1);
+            }
+            _ => {
+                failed += 1;
+                assert!(
+                    v["reason"].as_str().unwrap().contains("no answer within"),
+                    "{v}"
+                );
+                assert_eq!(d.calls_for_key(&format!("{id}:2")), 0);
+            }
+        }
+    }
+    assert_eq!(completed + failed, ids.len());
 }

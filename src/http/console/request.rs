@@ -140,7 +140,12 @@ fn facts(id: Uuid, d: &Details) -> Markup {
                 @if h.retries > 0 {
                     dt { "Retried" } dd { (h.retries) @if h.retries == 1 { " time" } @else { " times" } }
                 }
-                @if h.step_attempts > 0 && !h.status.is_finished() && h.last_error.is_none() {
+                @if h.status == RequestStatus::Paused {
+                    @if let Some(by) = &h.retry_at {
+                        dt { "Answer due" }
+                        dd { "step " (h.current_step_id) " times out at " span.mono { (layout::when(by)) } }
+                    }
+                } @else if h.step_attempts > 0 && !h.status.is_finished() && h.last_error.is_none() {
                     @if let Some(at) = &h.retry_at {
                         dt { "Waiting" }
                         dd { "step " (h.current_step_id) " sleeps until " span.mono { (layout::when(at)) } }

@@ -1,0 +1,97 @@
+//! Answer timeouts of ASYNC steps (beyond Clamp): every sweeper looks, once a second, for
+//! paused requests whose step has waited past its `answerTimeout` (`store::deadlines`),
+//! and times each out with one statement: the step's attempt is recorded FAILED ("no
+//! answer within …"), and the request goes on as a call that timed out would: the step
+//! is sent again when its retry policy allows another attempt (a timeout is retryable,
+//! at once, as a call's is), else its onFailure steps run, else it fails. The statement
+//! applies only while the request still waits at that step past its deadline, so an
+//! answer racing the timeout, a cancel, or a second instance's look leaves one outcome.
+
+use std::sync::Arc;
+
+use super::call::{CallError, CallErrorKind};
+use super::doc::Doc;
+use super::Executor;
+use crate::store::deadlines::{self, Expire, Overdue};
+
+/// Most overdue requests timed out per look.
+const BATCH: i64 = 100;
+
+impl Executor {
+    /// Times out the answers that are overdue.
+    pub async fn expire_answers(self: &Arc<Self>) {
+        let due = async {
+            let conn = self.pool.get().await?;
+            deadlines::due(&conn, BATCH).await
+        }
+        .await;
+        let mut woke = false;
+        for o in due.unwrap_or_default() {
+            if let Ok(true) = self.expire(&o).await {
+                self.app.metrics.answer_timeouts.inc();
+                self.app.changes.notify(&o.id);
+                woke = true;
+            }
+        }
+        if woke {
+            self.wake();
+        }
+    }
+
+    /// Times out one overdue answer; true when this look did (not an answer or another
+    /// instance first).
+    async fn expire(self: &Arc<Self>, o: &Overdue) -> crate::store::Result<bool> {
+        let wf = match self
+            .app
+            .workflows
+            .get_or_load_version(&self.pool, &o.workflow_name, o.workflow_version)
+            .await
+        {
+            Ok(Some(wf)) => wf,
+            // Its workflow is gone: nothing here can say what its timeout does.
+            _ => return Ok(false),
+        };
+        let Some(step) = wf.step(o.step_id) else {
+            return Ok(false);
+        };
+        let within = step
+            .answer_timeout
+            .map_or_else(String::new, crate::workflow::wait::iso);
+        let message = format!("no answer within {within}");
+        let e = CallError::new(CallErrorKind::Timeout, message.clone());
+        let policy = super::job::policy(self, step);
+        let attempts = o.attempts.max(1);
+        let again = e.retryable(&policy) && attempts < policy.max_attempts;
+        let response = Doc::error(504, &message);
+        let reason = format!("step '{}' failed: {message}", step.name);
+        let last_error = format!("attempt {attempts} failed: {message}");
+        let expire = if again {
+            Expire {
+                id: o.id,
+                step_id: o.step_id,
+                next_step: o.step_id,
+                retry: Some((attempts, &last_error, 0.0)),
+                failed_step: None,
+                reason: None,
+                step_response: response.as_str(),
+                step_reason: &message,
+            }
+        } else {
+            Expire {
+                id: o.id,
+                step_id: o.step_id,
+                next_step: step.on_failure.first().copied().unwrap_or(0),
+                retry: None,
+                failed_step: Some(o.step_id),
+                reason: Some(&reason),
+                step_response: response.as_str(),
+                step_reason: &message,
+            }
+        };
+        if again {
+            self.app.metrics.count_retry(e.cause());
+        }
+        let conn = self.pool.get().await?;
+        deadlines::expire(&conn, &expire).await
+    }
+}
