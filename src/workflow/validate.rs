@@ -796,7 +796,7 @@ mod tests {
         );
         bad(
             json!({"name": "w", "steps": [{"name": "a", "mode": "FTP", "val": {}}]}),
-            "must be HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL or MAP",
+            "must be HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP or WAIT",
         );
         bad(
             json!({"name": "w", "steps": [{"name": "a", "mode": "HTTP"}]}),
