@@ -37,6 +37,7 @@ pub enum Route {
     SearchServiceRequests,
     CountServiceRequests,
     StepResponse,
+    DeliverEvent,
     CreateSchedule,
     ListSchedules,
     GetSchedule,
@@ -54,7 +55,7 @@ pub enum Route {
 }
 
 impl Route {
-    pub const ALL: [Route; 30] = [
+    pub const ALL: [Route; 31] = [
         Route::CreateWorkflow,
         Route::GetWorkflow,
         Route::PutWorkflow,
@@ -71,6 +72,7 @@ impl Route {
         Route::SearchServiceRequests,
         Route::CountServiceRequests,
         Route::StepResponse,
+        Route::DeliverEvent,
         Route::CreateSchedule,
         Route::ListSchedules,
         Route::GetSchedule,
@@ -106,6 +108,7 @@ impl Route {
             Route::SearchServiceRequests => "clamp_search_service_requests_handler",
             Route::CountServiceRequests => "clamp_count_service_requests_handler",
             Route::StepResponse => "resume_async_service_request_handler",
+            Route::DeliverEvent => "clamp_deliver_event_handler",
             Route::CreateSchedule => "clamp_create_schedule_handler",
             Route::ListSchedules => "clamp_list_schedules_handler",
             Route::GetSchedule => "clamp_get_schedule_handler",
@@ -285,6 +288,15 @@ pub struct Metrics {
     pub leases_lost: Counter,
     /// ASYNC steps whose answer did not come within their `answerTimeout`.
     pub answer_timeouts: Counter,
+    /// Events delivered (`POST /events/{event}`), new ones (a redelivery is `events_duplicate`).
+    pub events_received: Counter,
+    pub events_duplicate: Counter,
+    /// Requests resumed by a delivered event.
+    pub events_resumed: Counter,
+    /// Events that found no request waiting when delivered (kept for later ones).
+    pub events_unmatched: Counter,
+    /// Kept events taken by a request that reached its EVENT step after them.
+    pub events_kept_taken: Counter,
     /// Finished service requests deleted by the retention policy.
     pub retention_deleted: Counter,
     /// Step responses consumed from brokers, by outcome.
@@ -387,6 +399,11 @@ impl Metrics {
             leases_claimed: Counter::default(),
             leases_lost: Counter::default(),
             answer_timeouts: Counter::default(),
+            events_received: Counter::default(),
+            events_duplicate: Counter::default(),
+            events_resumed: Counter::default(),
+            events_unmatched: Counter::default(),
+            events_kept_taken: Counter::default(),
             retention_deleted: Counter::default(),
             broker_replies: Family::default(),
             broker_published: Family::default(),
@@ -501,6 +518,35 @@ impl Metrics {
             "ASYNC steps timed out: no answer within their answerTimeout",
             self.answer_timeouts.clone(),
         );
+        for (name, help, c) in [
+            (
+                "clamp_events_received",
+                "Events delivered, counted once by their id",
+                &self.events_received,
+            ),
+            (
+                "clamp_events_duplicate",
+                "Event deliveries whose id was delivered before",
+                &self.events_duplicate,
+            ),
+            (
+                "clamp_events_resumed",
+                "Requests resumed by a delivered event",
+                &self.events_resumed,
+            ),
+            (
+                "clamp_events_unmatched",
+                "Events that found no request waiting when delivered (kept)",
+                &self.events_unmatched,
+            ),
+            (
+                "clamp_events_kept_taken",
+                "Kept events taken by a request reaching its EVENT step later",
+                &self.events_kept_taken,
+            ),
+        ] {
+            registry.register(name, help, c.clone());
+        }
         registry.register(
             "clamp_retention_deleted",
             "Finished service requests deleted by the retention policy",

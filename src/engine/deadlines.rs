@@ -16,6 +16,8 @@ use crate::store::deadlines::{self, Expire, Overdue};
 
 /// Most overdue requests timed out per look.
 const BATCH: i64 = 100;
+/// Most expired events deleted per look.
+const FORGET_BATCH: i64 = 1000;
 
 impl Executor {
     /// Times out the answers that are overdue.
@@ -35,6 +37,10 @@ impl Executor {
         }
         if woke {
             self.wake();
+        }
+        // Events kept past their window by more than a day: no longer deduplicated.
+        if let Ok(conn) = self.pool.get().await {
+            let _ = crate::store::events::forget(&conn, FORGET_BATCH).await;
         }
     }
 
@@ -61,7 +67,10 @@ impl Executor {
         let e = CallError::new(CallErrorKind::Timeout, message.clone());
         let policy = super::job::policy(self, step);
         let attempts = o.attempts.max(1);
-        let again = e.retryable(&policy) && attempts < policy.max_attempts;
+        // An EVENT step's timeout is its end: waiting again would only wait longer.
+        let again = step.mode != crate::workflow::Mode::Event
+            && e.retryable(&policy)
+            && attempts < policy.max_attempts;
         let response = Doc::error(504, &message);
         let reason = format!("step '{}' failed: {message}", step.name);
         let last_error = format!("attempt {attempts} failed: {message}");

@@ -111,6 +111,8 @@ enum Outcome {
     Sent,
     /// A WAIT step sleeps until this time (ms since the Unix epoch).
     Wait(f64),
+    /// The request paused at an EVENT step (written already).
+    Paused,
 }
 
 /// How long to wait before retrying a write the database did not take, at first and at most.
@@ -310,6 +312,10 @@ async fn run_step(exec: &Arc<Executor>, job: &mut Job, step: &CompiledStep) -> F
             sent(exec, job, step, &body, &attempt).await;
             Flow::Stop
         }
+        Outcome::Paused => {
+            end(trace, Ended::Paused);
+            Flow::Stop
+        }
         Outcome::Wait(due) => {
             end(trace, Ended::Paused);
             sleep(exec, job, step, &body, &attempt, due).await;
@@ -495,6 +501,55 @@ fn wait_outcome(job: &Job, step: &CompiledStep, wait: &WaitVal, body: &Doc) -> O
     }
 }
 
+/// An EVENT step: its key from the context, then an event kept for it answers it now,
+/// or the request pauses waiting for one (`store::events::wait`, under the event's lock,
+/// fenced on the lease). A database away is retried as a step write is; a lost lease
+/// ends the job (its next holder runs the step again).
+async fn await_event(
+    exec: &Executor,
+    job: &Job,
+    step: &CompiledStep,
+    ev: &crate::workflow::model::EventVal,
+    body: &Doc,
+) -> Outcome {
+    let key = match ev.key.eval(&job.context_for(step, body)) {
+        Ok(k) => k,
+        Err(e) => return Outcome::Failed(CallError::new(CallErrorKind::Other, e.0)),
+    };
+    let w = crate::store::events::Waiting {
+        id: job.id,
+        step_id: step.id,
+        step_name: &step.name,
+        owner: exec.app.instance_id,
+        event: &ev.event,
+        key: &key,
+        request: body.as_str(),
+        started_ms: now_ms(),
+        timeout: step.answer_timeout,
+    };
+    let mut backoff = crate::backoff::Backoff::new(WRITE_RETRY, MAX_WRITE_RETRY);
+    loop {
+        let r = async {
+            let mut conn = exec.pool.get().await?;
+            crate::store::events::wait(&mut conn, &w).await
+        }
+        .await;
+        match r {
+            Ok(crate::store::events::AtStep::Kept(payload)) => {
+                exec.app.metrics.events_kept_taken.inc();
+                return Outcome::Done(Doc::trusted(payload));
+            }
+            Ok(crate::store::events::AtStep::Paused) => {
+                exec.app.changes.notify(&job.id);
+                return Outcome::Paused;
+            }
+            Ok(crate::store::events::AtStep::Lost) => return Outcome::Paused,
+            Err(e) if e.is_transient() && !exec.is_stopping() => backoff.wait().await,
+            Err(e) => return Outcome::Failed(CallError::new(CallErrorKind::Other, e.to_string())),
+        }
+    }
+}
+
 /// `step` answered: on to the next step with its response (or, among onFailure steps,
 /// with the failed step's request).
 async fn completed(
@@ -646,6 +701,11 @@ async fn execute(
             }
         }
         (Val::Wait(w), Mode::Wait) => wait_outcome(job, step, w, body),
+        (Val::Event(ev), Mode::Event) if is_async => await_event(exec, job, step, ev, body).await,
+        (Val::Event(_), Mode::Event) => Outcome::Failed(CallError::new(
+            CallErrorKind::Other,
+            "an EVENT step cannot run as an onFailure step".to_string(),
+        )),
         (_, mode) => Outcome::Failed(CallError::new(
             CallErrorKind::Other,
             format!(

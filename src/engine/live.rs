@@ -76,6 +76,8 @@ pub fn committed(app: &App, t: &Transition) {
             rerun_of: None,
             parent_id: None,
             fan_index: None,
+            wait_event: None,
+            wait_key: None,
         };
         app.finals.insert_parts(t.id, head, live.steps);
     }

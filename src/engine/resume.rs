@@ -248,6 +248,12 @@ fn answered_step<'w>(
             state.workflow_name, a.step_id
         )));
     };
+    if step.mode == crate::workflow::Mode::Event {
+        return Err(Applied::NotWaiting(format!(
+            "step {} of workflow {} waits for an event (POST /events/{{event}}), not for a step response",
+            a.step_id, state.workflow_name
+        )));
+    }
     if step.mode.has_children() != a.from_child {
         return Err(Applied::NotWaiting(format!(
             "step {} of workflow {} {}",

@@ -179,6 +179,10 @@ fn describe(step: &CompiledStep, attributes: &mut Vec<KeyValue>) -> (SpanKind, S
             attributes.push(KeyValue::new("clamp.fan.items", m.items.clone()));
             (SpanKind::Internal, format!("map {}", m.items))
         }
+        Val::Event(e) => {
+            attributes.push(KeyValue::new("clamp.event.name", e.event.clone()));
+            (SpanKind::Internal, format!("await event {}", e.event))
+        }
         Val::Wait(w) => match w {
             crate::workflow::model::WaitVal::Duration(d) => {
                 attributes.push(KeyValue::new("clamp.wait.ms", d.as_millis() as i64));

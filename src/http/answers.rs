@@ -104,8 +104,18 @@ pub fn status(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
     if let Some((k, v)) = fan_place(&head.workflow_name, head.fan_index) {
         out.insert(k.into(), v);
     }
+    // Beyond Clamp: an EVENT step's event and key (and its timeout, if any).
+    if let (RequestStatus::Paused, Some(event), Some(key)) =
+        (head.status, &head.wait_event, &head.wait_key)
+    {
+        let mut w = json!({"step_id": head.current_step_id, "event": event, "key": key});
+        if let Some(by) = &head.retry_at {
+            w["timesOutAt"] = Value::String(by.clone());
+        }
+        out.insert("awaitingEvent".into(), w);
+    }
     // Beyond Clamp: a paused ASYNC step's answer deadline (its `answerTimeout`).
-    if head.status == RequestStatus::Paused {
+    else if head.status == RequestStatus::Paused {
         if let Some(by) = &head.retry_at {
             out.insert(
                 "answerDue".into(),

@@ -12,6 +12,7 @@ pub(crate) mod conn;
 pub(crate) mod console;
 pub(crate) mod counts;
 pub(crate) mod delayed;
+pub(crate) mod events;
 pub(crate) mod outage;
 pub(crate) mod rerun;
 pub(crate) mod response;
@@ -137,6 +138,7 @@ const ROUTES: &[RouteDef] = &[
     ),
     route(Method::GET, &[Lit("workflows")], Route::ListWorkflows),
     route(Method::POST, &[Lit("stepResponse")], Route::StepResponse),
+    route(Method::POST, &[Lit("events"), Arg], Route::DeliverEvent),
     route(Method::POST, &[Lit("schedules")], Route::CreateSchedule),
     route(Method::GET, &[Lit("schedules")], Route::ListSchedules),
     route(Method::GET, &[Lit("schedules"), Arg], Route::GetSchedule),
@@ -280,6 +282,7 @@ fn template(route: Route) -> &'static str {
         Route::RetryServiceRequests => "/serviceRequests/retry",
         Route::CountServiceRequests => "/serviceRequestCounts",
         Route::StepResponse => "/stepResponse",
+        Route::DeliverEvent => "/events/{event}",
         Route::CreateSchedule | Route::ListSchedules => "/schedules",
         Route::GetSchedule | Route::PutSchedule | Route::DeleteSchedule => "/schedules/{name}",
         Route::TriggerSchedule => "/schedules/{name}/trigger",
@@ -352,6 +355,7 @@ async fn dispatch(
         Route::WorkflowVersions => Box::pin(workflows::versions(core, &decode(arg))).await,
         Route::ListWorkflows => Box::pin(workflows::list(core, query)).await,
         Route::StepResponse => step_response::post(core, parts, body).await,
+        Route::DeliverEvent => Box::pin(events::post(core, parts, &decode(arg), body)).await,
         Route::CreateSchedule => Box::pin(schedules::create(core, parts, body)).await,
         Route::ListSchedules => Box::pin(schedules::list(core)).await,
         Route::GetSchedule => Box::pin(schedules::get(core, &decode(arg))).await,

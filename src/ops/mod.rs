@@ -9,11 +9,13 @@
 //! - `lists`: Clamp's list by workflow, search, counts;
 //! - `control`: cancel, retry, bulk retry, rerun;
 //! - `respond`: a paused step's answer (`POST /stepResponse`);
+//! - `events`: an event delivered to the requests waiting for it (`POST /events/{event}`);
 //! - `workflows`: define, replace, read, versions, list;
 //! - `schedules`: define, replace, read, list, delete, trigger, pause, resume.
 
 pub mod control;
 pub mod create;
+pub mod events;
 pub mod lists;
 pub mod read;
 pub mod respond;

@@ -28,6 +28,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (16, include_str!("migrations/0016_index_room.sql")),
     (17, include_str!("migrations/0017_fan_out.sql")),
     (18, include_str!("migrations/0018_answer_due.sql")),
+    (19, include_str!("migrations/0019_events.sql")),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.

@@ -13,6 +13,7 @@ pub mod connect;
 pub(crate) mod dead_letters;
 pub(crate) mod deadlines;
 pub(crate) mod delayed;
+pub(crate) mod events;
 pub(crate) mod fan;
 mod flights;
 pub(crate) mod idempotency;

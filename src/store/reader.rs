@@ -148,6 +148,8 @@ fn collect(rows: &[tokio_postgres::Row], want: Want, out: &mut HashMap<Uuid, Fou
                 rerun_of: r.get("rerun_of"),
                 parent_id: r.get("parent_id"),
                 fan_index: r.get("fan_index"),
+                wait_event: r.get("wait_event"),
+                wait_key: r.get("wait_key"),
             },
             steps: Vec::new(),
             finished_ms: r.get("request_finished_ms"),

@@ -18,6 +18,21 @@ CREATE TABLE dead_letters (
 ALTER TABLE dead_letters ADD CONSTRAINT dead_letters_pkey PRIMARY KEY (id);
 CREATE UNIQUE INDEX dead_letters_pkey ON public.dead_letters USING btree (id);
 
+CREATE TABLE events (
+    event text NOT NULL,
+    id text NOT NULL,
+    key text NOT NULL,
+    payload text NOT NULL,
+    traceparent text,
+    received_at timestamp with time zone NOT NULL DEFAULT now(),
+    keep_until timestamp with time zone NOT NULL,
+    matched integer NOT NULL DEFAULT 0
+);
+ALTER TABLE events ADD CONSTRAINT events_pkey PRIMARY KEY (event, id);
+CREATE INDEX events_by_key ON public.events USING btree (event, key, received_at);
+CREATE INDEX events_keep_until ON public.events USING btree (keep_until);
+CREATE UNIQUE INDEX events_pkey ON public.events USING btree (event, id);
+
 CREATE TABLE fan_joins (
     parent_id uuid NOT NULL,
     step_id integer NOT NULL,
@@ -106,13 +121,16 @@ CREATE TABLE service_requests (
     parent_step_id integer,
     parent_told boolean,
     start_at timestamp with time zone,
-    fan_index integer
+    fan_index integer,
+    wait_event text,
+    wait_key text
 ) WITH (fillfactor=50);
 ALTER TABLE service_requests ADD CONSTRAINT service_requests_pkey PRIMARY KEY (id);
 CREATE INDEX service_requests_answer_due ON public.service_requests USING btree (lease_until) WHERE ((status = 'PAUSED'::text) AND (lease_until > '-infinity'::timestamp with time zone));
 CREATE INDEX service_requests_by_workflow ON public.service_requests USING btree (workflow_name, id) WITH (fillfactor='50');
 CREATE INDEX service_requests_children ON public.service_requests USING btree (parent_id, id) WHERE (parent_id IS NOT NULL);
 CREATE INDEX service_requests_claimable ON public.service_requests USING btree (lease_until) WHERE (status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'RESUMED'::text]));
+CREATE INDEX service_requests_event_waits ON public.service_requests USING btree (wait_event, wait_key) WHERE ((status = 'PAUSED'::text) AND (wait_event IS NOT NULL));
 CREATE INDEX service_requests_failed_or_cancelled ON public.service_requests USING btree (id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
 CREATE INDEX service_requests_failed_or_cancelled_by_workflow ON public.service_requests USING btree (workflow_name, id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
 CREATE INDEX service_requests_fan_held ON public.service_requests USING btree (parent_id, parent_step_id, fan_index) WHERE (lease_until = 'infinity'::timestamp with time zone);

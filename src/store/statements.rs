@@ -9,7 +9,7 @@
 //! not here: `src/store/schema.sql` holds the schema they build.
 
 use super::{
-    buffer, cancel, children, connect, dead_letters, deadlines, delayed, fan, idempotency,
+    buffer, cancel, children, connect, dead_letters, deadlines, delayed, events, fan, idempotency,
     kafka_offsets, leases, migrate, pool, queries, rerun, retention, retry, schedules, search,
     stats, status, step_responses, transitions,
 };
@@ -72,6 +72,15 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("fan::CHILDREN", fan::CHILDREN),
         ("deadlines::DUE", deadlines::DUE),
         ("deadlines::EXPIRE", deadlines::EXPIRE),
+        ("events::LOCK", events::LOCK),
+        ("events::KEPT", events::KEPT),
+        ("events::PAUSE", events::PAUSE),
+        ("events::INSERT", events::INSERT),
+        ("events::WAITERS", events::WAITERS),
+        ("events::RESUME", events::RESUME),
+        ("events::MATCHED", events::MATCHED),
+        ("events::FORGET", events::FORGET),
+        ("events::WAITER_WORKFLOWS", events::WAITER_WORKFLOWS),
         ("schedules::INSERT", schedules::INSERT),
         ("schedules::NOW", schedules::NOW),
         ("schedules::GET", schedules::GET),

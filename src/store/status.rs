@@ -22,7 +22,7 @@ macro_rules! head_columns {
              r.step_attempts, r.last_error, r.retries, r.rerun_of, r.parent_id, r.fan_index, \
              CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() \
                   THEN to_json(r.lease_until) #>> '{}' END AS retry_at, \
-             to_json(r.start_at) #>> '{}' AS start_at"
+             to_json(r.start_at) #>> '{}' AS start_at, r.wait_event, r.wait_key"
         )
     };
 }
@@ -84,6 +84,9 @@ pub struct Head {
     pub parent_id: Option<Uuid>,
     /// Its branch or item index, when a fan-out step started it (beyond Clamp).
     pub fan_index: Option<i32>,
+    /// The event and key it waits for, paused at an EVENT step (beyond Clamp).
+    pub wait_event: Option<String>,
+    pub wait_key: Option<String>,
 }
 
 /// One step attempt's row, as the answer shows it.

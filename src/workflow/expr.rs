@@ -105,6 +105,93 @@ impl Condition {
     }
 }
 
+/// An EVENT step's correlation key: a CEL expression over the context (as a `when`
+/// reads it) whose value, a string or a number, names the event instance the step waits
+/// for (`"claim.request.id"`, `"'order-' + string(order.response.id)"`).
+pub struct KeyExpr {
+    source: String,
+    program: cel::Program,
+    variables: Vec<String>,
+}
+
+impl KeyExpr {
+    /// Compiles `source`; every name it reads must be a step context name (or `context`).
+    pub fn compile(source: &str, known: &[String]) -> Result<KeyExpr, ConditionError> {
+        let program = cel::Program::compile(source.trim()).map_err(|e| {
+            ConditionError(format!("does not compile: {}", one_line(&e.to_string())))
+        })?;
+        let mut variables: Vec<String> = program
+            .references()
+            .variables()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        variables.sort();
+        for v in &variables {
+            if v != "context" && !known.iter().any(|k| k == v) {
+                return Err(ConditionError(format!(
+                    "refers to {v:?}, which is not a step of this workflow"
+                )));
+            }
+        }
+        Ok(KeyExpr {
+            source: source.to_string(),
+            program,
+            variables,
+        })
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The key for `context`: a string as it is, a number as written; anything else (or
+    /// data that is not there) is an error naming the expression.
+    pub fn eval(&self, context: &Map<String, Value>) -> Result<String, ConditionError> {
+        let mut ctx = cel::Context::default();
+        for v in &self.variables {
+            let value = if v == "context" {
+                Value::Object(context.clone())
+            } else {
+                context.get(v).cloned().unwrap_or(Value::Null)
+            };
+            ctx.add_variable(v.as_str(), value).map_err(|e| {
+                ConditionError(format!("key {:?}: cannot read {v}: {e}", self.source))
+            })?;
+        }
+        match self.program.execute(&ctx) {
+            Ok(cel::Value::String(s)) => Ok(s.to_string()),
+            Ok(cel::Value::Int(i)) => Ok(i.to_string()),
+            Ok(cel::Value::UInt(u)) => Ok(u.to_string()),
+            Ok(cel::Value::Float(f)) => Ok(f.to_string()),
+            Ok(other) => Err(ConditionError(format!(
+                "key {:?} evaluated to {}, not a string or a number",
+                self.source,
+                type_name(&other)
+            ))),
+            Err(e) => Err(ConditionError(format!(
+                "key {:?} cannot be evaluated: {}",
+                self.source,
+                one_line(&e.to_string())
+            ))),
+        }
+    }
+}
+
+impl fmt::Debug for KeyExpr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeyExpr({:?})", self.source)
+    }
+}
+
+impl PartialEq for KeyExpr {
+    fn eq(&self, other: &KeyExpr) -> bool {
+        self.source == other.source
+    }
+}
+
+impl Eq for KeyExpr {}
+
 /// Errors that mean "the data has no such field": such a condition is false.
 fn is_missing_data(e: &cel::ExecutionError) -> bool {
     use cel::ExecutionError as E;

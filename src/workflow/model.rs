@@ -108,6 +108,8 @@ pub enum Mode {
     Map,
     /// Beyond Clamp: the request sleeps (in Postgres) for a duration or until a time.
     Wait,
+    /// Beyond Clamp: the request waits for an event delivered with its key.
+    Event,
 }
 
 impl Mode {
@@ -120,6 +122,7 @@ impl Mode {
             Mode::Parallel => "PARALLEL",
             Mode::Map => "MAP",
             Mode::Wait => "WAIT",
+            Mode::Event => "EVENT",
         }
     }
 
@@ -252,6 +255,13 @@ pub enum WaitVal {
     Until(String),
 }
 
+/// An EVENT step: the event it waits for, and its key's expression.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventVal {
+    pub event: String,
+    pub key: Arc<super::expr::KeyExpr>,
+}
+
 /// A validated `val`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Val {
@@ -262,6 +272,7 @@ pub enum Val {
     Parallel(ParallelVal),
     Map(MapVal),
     Wait(WaitVal),
+    Event(EventVal),
 }
 
 /// The branch name of a MAP's per-item steps in their workflow's name (`order/4/item`).

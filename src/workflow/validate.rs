@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::expr::{context_name, Condition};
+use super::expr::{context_name, Condition, KeyExpr};
 use super::model::*;
 use super::transform::compile_spec;
 
@@ -130,7 +130,10 @@ fn compile_in(mut def: WorkflowDef, scope: &Scope) -> Result<Workflow, Validatio
         s.when.is_some()
             || s.transform.is_some()
             || s.mode == Mode::Map
-            || matches!(s.val, Val::Wait(super::model::WaitVal::Until(_)))
+            || matches!(
+                s.val,
+                Val::Wait(super::model::WaitVal::Until(_)) | Val::Event(_)
+            )
     });
     Ok(Workflow {
         name: def.name.as_str().into(),
@@ -172,6 +175,8 @@ fn compile_step(
     s.step_type = step_type.as_str().to_string();
     let val = if mode.fans_out() {
         fan_val(mode, &mut s.val, id, at, known, here)?
+    } else if mode == Mode::Event {
+        event_val(&s.val, at, known)?
     } else {
         compile_val(mode, &s.val, at)?
     };
@@ -186,7 +191,11 @@ fn compile_step(
     if let Some(r) = &s.retry {
         r.check(at)?;
     }
-    let answer_timeout = answer_timeout(s, mode, step_type, at)?;
+    let answer_timeout = match mode {
+        // An EVENT step's own `timeout` is its answer's.
+        Mode::Event => event_timeout(&s.val, at)?,
+        _ => answer_timeout(s, mode, step_type, at)?,
+    };
     Ok(CompiledStep {
         id,
         retry: s.retry.clone(),
@@ -200,6 +209,54 @@ fn compile_step(
         transform,
         on_failure: Vec::new(),
     })
+}
+
+/// An EVENT step's `val`: `{"event": "<name>", "key": "<CEL over the context>",
+/// "timeout"?: "<ISO 8601>"}`; the key's expression reads the names a `when` may.
+fn event_val(val: &Value, at: &str, known: &[String]) -> Result<Val, ValidationError> {
+    let Some(o) = val.as_object() else {
+        return err(format!("{at}.val is required and must be an object"));
+    };
+    if let Some(k) = o
+        .keys()
+        .find(|k| !matches!(k.as_str(), "event" | "key" | "timeout"))
+    {
+        return err(format!(
+            "{at}.val.{k} is not a field of an EVENT step (event, key, timeout)"
+        ));
+    }
+    let event = match str_field(val, "event") {
+        Some(e) if e.len() <= 200 && !e.contains('/') => e.to_string(),
+        _ => {
+            return err(format!(
+                "{at}.val.event is required: the event's name (at most 200 characters, no '/')"
+            ))
+        }
+    };
+    let Some(source) = str_field(val, "key") else {
+        return err(format!(
+            "{at}.val.key is required: an expression over the context giving the event's key"
+        ));
+    };
+    let key = KeyExpr::compile(source, known)
+        .map_err(|e| ValidationError(format!("{at}.val.key {source:?} {}", e.0)))?;
+    Ok(Val::Event(EventVal {
+        event,
+        key: Arc::new(key),
+    }))
+}
+
+/// An EVENT step's `timeout`: how long it waits for its event (ISO 8601), if it says.
+fn event_timeout(val: &Value, at: &str) -> Result<Option<std::time::Duration>, ValidationError> {
+    match val.get("timeout") {
+        None => Ok(None),
+        Some(t) => {
+            let text = t.as_str().unwrap_or_default();
+            super::wait::duration(text)
+                .map(Some)
+                .map_err(|why| ValidationError(format!("{at}.val.timeout {t} {why}")))
+        }
+    }
 }
 
 /// How long a sent ASYNC step waits for its answer: an ISO 8601 duration, on a step
@@ -233,11 +290,12 @@ fn step_mode(s: &Step, at: &str) -> Result<Mode, ValidationError> {
         "PARALLEL" => Ok(Mode::Parallel),
         "MAP" => Ok(Mode::Map),
         "WAIT" => Ok(Mode::Wait),
+        "EVENT" => Ok(Mode::Event),
         "" => err(format!(
-            "{at}.mode is required (HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP or WAIT)"
+            "{at}.mode is required (HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP, WAIT or EVENT)"
         )),
         other => err(format!(
-            "{at}.mode {other:?} must be HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP or WAIT"
+            "{at}.mode {other:?} must be HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP, WAIT or EVENT"
         )),
     }
 }
@@ -313,6 +371,9 @@ fn compile_val(mode: Mode, val: &Value, at: &str) -> Result<Val, ValidationError
         Mode::Kafka => kafka_val(val, at).map(Val::Kafka),
         Mode::Workflow => workflow_val(val, at).map(Val::Workflow),
         Mode::Wait => super::wait::wait_val(val, at).map(Val::Wait),
+        Mode::Event => err(format!(
+            "{at}.val: an EVENT step is compiled with its names"
+        )),
         Mode::Parallel | Mode::Map => err(format!("{at}.val: a fan-out step is compiled whole")),
     }
 }
@@ -796,7 +857,7 @@ mod tests {
         );
         bad(
             json!({"name": "w", "steps": [{"name": "a", "mode": "FTP", "val": {}}]}),
-            "must be HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP or WAIT",
+            "must be HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP, WAIT or EVENT",
         );
         bad(
             json!({"name": "w", "steps": [{"name": "a", "mode": "HTTP"}]}),

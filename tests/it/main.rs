@@ -12,6 +12,7 @@ mod downstream;
 mod durability;
 mod engine;
 mod engine_recovery;
+mod events;
 mod failover;
 mod fanout;
 mod faults;

@@ -1,0 +1,171 @@
+//! Delivering an event (`POST /events/{event}`, beyond Clamp): stored once by its id,
+//! every request paused at an EVENT step on that event and key resumed with its payload
+//! (`store::events::deliver`, one transaction under the event's lock), and kept for a
+//! window so a request that reaches its EVENT step later takes it there.
+
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use super::{OpError, Result};
+use crate::state::Core;
+use crate::store::events::{self, Delivered, Delivery};
+use crate::workflow::wait::MAX_WAIT;
+
+/// How long an event is kept when its delivery does not say.
+pub const DEFAULT_KEEP: Duration = Duration::from_secs(3600);
+
+/// An event as its delivery names it.
+pub struct Event<'a> {
+    pub event: &'a str,
+    pub key: &'a str,
+    /// Its id (a redelivery with the same id counts once); None: a new one.
+    pub id: Option<&'a str>,
+    /// The payload, as JSON text.
+    pub payload: &'a str,
+    pub traceparent: Option<&'a str>,
+    /// How long to keep it for requests that reach their step later (None: the default).
+    pub keep_for: Option<Duration>,
+}
+
+/// What a delivery did.
+#[derive(Debug)]
+pub struct Outcome {
+    pub id: String,
+    /// Requests it resumed.
+    pub resumed: Vec<Uuid>,
+    /// Until when it is kept (None: a duplicate, nothing done).
+    pub keep_until: Option<String>,
+}
+
+/// Checks and delivers `e`. 400 for a name, key, id or window out of bounds.
+pub async fn deliver(core: &Core, e: &Event<'_>) -> Result<Outcome> {
+    if e.event.is_empty() || e.event.chars().count() > 200 {
+        return Err(OpError::BadRequest(
+            "the event's name must have 1 to 200 characters".into(),
+        ));
+    }
+    if e.key.is_empty() || e.key.chars().count() > 1000 {
+        return Err(OpError::BadRequest(
+            "key is required: a string of 1 to 1000 characters".into(),
+        ));
+    }
+    let keep_for = e.keep_for.unwrap_or(DEFAULT_KEEP);
+    if keep_for > MAX_WAIT {
+        return Err(OpError::BadRequest(format!(
+            "keepFor is longer than {} days",
+            MAX_WAIT.as_secs() / 86_400
+        )));
+    }
+    let fresh;
+    let id = match e.id {
+        Some(id) if !id.is_empty() && id.chars().count() <= 200 => id,
+        Some(_) => {
+            return Err(OpError::BadRequest(
+                "the event's id must have 1 to 200 characters".into(),
+            ))
+        }
+        None => {
+            fresh = crate::ids::new_v7().to_string();
+            &fresh
+        }
+    };
+    let d = Delivery {
+        event: e.event,
+        id,
+        key: e.key,
+        payload: e.payload,
+        traceparent: e.traceparent,
+        keep_for,
+    };
+    let doing = "event delivery";
+    let app = &core.app;
+    let mut conn = core.pool.get().await.map_err(OpError::pool(doing))?;
+    // The waiters' workflows, loaded before the delivery's transaction (which holds the
+    // event's lock): the next step of each is read from them inside it.
+    let mut known = std::collections::HashMap::new();
+    for (name, version) in events::waiter_workflows(&conn, e.event, e.key)
+        .await
+        .map_err(OpError::store(doing))?
+    {
+        if let Ok(Some(wf)) = app
+            .workflows
+            .get_or_load_version(&core.pool, &name, version)
+            .await
+        {
+            known.insert((name, version), wf);
+        }
+    }
+    let next = |w: &events::Waiter| {
+        let wf = known.get(&(w.workflow_name.clone(), w.workflow_version))?;
+        next_step(wf, w.step_id)
+    };
+    let mut delivered = events::deliver(&mut conn, &d, next)
+        .await
+        .map_err(OpError::store(doing))?;
+    // Waiters that paused between the look and the lock, on a workflow not loaded then.
+    if let Delivered::New {
+        resumed, skipped, ..
+    } = &mut delivered
+    {
+        let mut late = Vec::new();
+        for w in skipped.iter() {
+            if let Ok(Some(wf)) = app
+                .workflows
+                .get_or_load_version(&core.pool, &w.workflow_name, w.workflow_version)
+                .await
+            {
+                if let Some(n) = next_step(&wf, w.step_id) {
+                    late.push((w.id, w.step_id, n));
+                }
+            }
+        }
+        if !late.is_empty() {
+            resumed.extend(
+                events::resume(&conn, &late, e.payload)
+                    .await
+                    .map_err(OpError::store(doing))?,
+            );
+        }
+    }
+    drop(conn);
+    let m = &app.metrics;
+    Ok(match delivered {
+        Delivered::Duplicate => {
+            m.events_duplicate.inc();
+            Outcome {
+                id: id.to_string(),
+                resumed: Vec::new(),
+                keep_until: None,
+            }
+        }
+        Delivered::New {
+            resumed,
+            keep_until,
+            ..
+        } => {
+            m.events_received.inc();
+            if resumed.is_empty() {
+                m.events_unmatched.inc();
+            } else {
+                m.events_resumed.inc_by(resumed.len() as u64);
+                for r in &resumed {
+                    app.changes.notify(r);
+                }
+                core.executor.wake();
+            }
+            Outcome {
+                id: id.to_string(),
+                resumed,
+                keep_until: Some(keep_until),
+            }
+        }
+    })
+}
+
+/// The step after a request's EVENT step `step` (0: none left), or None when its
+/// workflow has no such step.
+fn next_step(wf: &crate::workflow::Workflow, step: u32) -> Option<u32> {
+    wf.step(step)?;
+    Some(wf.next_main(step).unwrap_or(0))
+}

@@ -1,0 +1,238 @@
+//! EVENT steps and `POST /events/{event}` (beyond Clamp): a request waits for an event
+//! matched by a key from its context; a delivery resumes every request waiting on that
+//! event and key, counts once by its id, and is kept for requests that reach their step
+//! later; a timeout ends the wait; two instances deliver one event once.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::downstream::Downstream;
+use crate::support::*;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn http(name: &str, url: String) -> Value {
+    json!({"name": name, "mode": "HTTP", "val": {"method": "POST", "url": url}})
+}
+
+fn approval(timeout: Option<&str>) -> Value {
+    let mut val = json!({"event": "claim.approved", "key": "approval.request.claim"});
+    if let Some(t) = timeout {
+        val["timeout"] = json!(t);
+    }
+    json!({"name": "approval", "mode": "EVENT", "val": val})
+}
+
+async fn deliver(s: &TestServer, key: &str, payload: Value, extra: Value) -> Value {
+    let mut body = json!({"key": key, "payload": payload});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    let r = s.post_json("/events/claim.approved", &body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_resumes_every_request_waiting_on_its_key_and_is_kept_for_later_ones() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&json!({"name": "claim", "steps": [
+        approval(None), http("after", d.url("/api/echo"))]}))
+        .await;
+    let a1 = create_request(&s, "claim", &json!({"claim": "A"})).await;
+    let a2 = create_request(&s, "claim", &json!({"claim": "A"})).await;
+    let b = create_request(&s, "claim", &json!({"claim": "B"})).await;
+    for id in [&a1, &a2, &b] {
+        let v = wait_status(&s, id, &["PAUSED"], WAIT).await;
+        assert_eq!(
+            v["awaitingEvent"],
+            json!({"step_id": 1, "event": "claim.approved",
+                   "key": if id == &b { "B" } else { "A" }}),
+            "{v}"
+        );
+    }
+    // A step response does not answer an EVENT step.
+    let r = s
+        .post_json(
+            "/stepResponse",
+            &json!({"serviceRequestId": b, "stepId": 1, "response": {}}),
+        )
+        .await;
+    assert_eq!(r.status, 409, "{}", r.text());
+
+    let got = deliver(&s, "A", json!({"ok": true}), json!({"id": "e1"})).await;
+    assert_eq!(got["matched"], 2, "{got}");
+    for id in [&a1, &a2] {
+        let v = wait_status(&s, id, &["COMPLETED", "FAILED"], WAIT).await;
+        assert_eq!(v["status"], "COMPLETED", "{v}");
+        assert_eq!(
+            v["steps"][1]["payload"]["response"],
+            json!({"ok": true}),
+            "{v}"
+        );
+        assert_eq!(d.calls_for_key(&format!("{id}:2")), 1);
+    }
+    assert_eq!(d.received("/api/echo")[0].body, json!({"ok": true}));
+    // The same event again (its id): counted once, nothing more runs.
+    let dup = deliver(&s, "A", json!({"ok": "again"}), json!({"id": "e1"})).await;
+    assert_eq!(dup["duplicate"], true, "{dup}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(d.received("/api/echo").len(), 2);
+    let v = s.get(&format!("/serviceRequest/{b}")).await.json();
+    assert_eq!(
+        v["status"], "PAUSED",
+        "another key's request still waits: {v}"
+    );
+
+    // Delivered before the wait: kept, and taken when the request reaches its step.
+    let early = deliver(&s, "C", json!({"early": 1}), json!({})).await;
+    assert_eq!(early["matched"], 0, "{early}");
+    assert!(early["keptUntil"].is_string(), "{early}");
+    let c = create_request(&s, "claim", &json!({"claim": "C"})).await;
+    let v = wait_status(&s, &c, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    assert_eq!(d.received("/api/echo")[2].body, json!({"early": 1}));
+    // Not kept (a window of zero): a request that comes later waits.
+    deliver(&s, "D", json!({"gone": 1}), json!({"keepFor": "PT0S"})).await;
+    let late = create_request(&s, "claim", &json!({"claim": "D"})).await;
+    let v = wait_status(&s, &late, &["PAUSED"], WAIT).await;
+    assert_eq!(v["awaitingEvent"]["key"], "D", "{v}");
+
+    // Malformed deliveries are 400s.
+    for bad in [
+        json!({"payload": 1}),
+        json!({"key": ""}),
+        json!({"key": "A", "keepFor": "soon"}),
+    ] {
+        let r = s.post_json("/events/claim.approved", &bad).await;
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+    }
+    let m = s.get("/metrics").await.text();
+    for (name, n) in [
+        ("clamp_events_received_total", 3),
+        ("clamp_events_duplicate_total", 1),
+        ("clamp_events_resumed_total", 2),
+        ("clamp_events_unmatched_total", 2),
+        ("clamp_events_kept_taken_total", 1),
+    ] {
+        assert!(m.contains(&format!("{name} {n}")), "{name}: {m}");
+    }
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_step_past_its_timeout_fails_and_runs_its_on_failure_steps() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    let mut step = approval(Some("PT1S"));
+    step["onFailure"] = json!([http("escalate", d.url("/api/echo"))]);
+    s.create_workflow(
+        &json!({"name": "claim", "steps": [step, http("after", d.url("/api/step1"))]}),
+    )
+    .await;
+    let id = create_request(&s, "claim", &json!({"claim": "T"})).await;
+    let v = wait_status(&s, &id, &["PAUSED"], WAIT).await;
+    assert!(v["awaitingEvent"]["timesOutAt"].is_string(), "{v}");
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "FAILED", "{v}");
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no answer within PT1S"),
+        "{v}"
+    );
+    assert_eq!(d.received("/api/echo").len(), 1, "escalated once");
+    assert_eq!(d.received("/api/step1").len(), 0);
+    // An event after the timeout finds no one (and is kept, harmlessly).
+    let late = deliver(&s, "T", json!({}), json!({})).await;
+    assert_eq!(late["matched"], 0, "{late}");
+    s.shutdown().await;
+}
+
+/// Two instances share the database; the same event (one id) is delivered to both at
+/// once: each waiting request resumes once, and its next step is called once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_deliver_one_event_once() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let a = TestServer::start(config(&db.url)).await;
+    let b = TestServer::start(config(&db.url)).await;
+    a.create_workflow(&json!({"name": "claim", "steps": [
+        approval(None), http("after", d.url("/api/echo"))]}))
+        .await;
+    let mut ids = Vec::new();
+    for n in 0..20 {
+        let s = if n % 2 == 0 { &a } else { &b };
+        ids.push(create_request(s, "claim", &json!({"claim": "shared"})).await);
+    }
+    for id in &ids {
+        wait_status(&a, id, &["PAUSED"], WAIT).await;
+    }
+    let body = json!({"key": "shared", "payload": {"go": true}, "id": "once"});
+    let (ra, rb) = tokio::join!(
+        a.post_json("/events/claim.approved", &body),
+        b.post_json("/events/claim.approved", &body)
+    );
+    let (ja, jb) = (ra.json(), rb.json());
+    let matched = ja["matched"].as_i64().unwrap() + jb["matched"].as_i64().unwrap();
+    assert_eq!(matched, 20, "{ja} {jb}");
+    assert!(
+        ja["duplicate"] == true || jb["duplicate"] == true,
+        "{ja} {jb}"
+    );
+    for id in &ids {
+        let v = wait_status(&a, id, &["COMPLETED", "FAILED"], WAIT).await;
+        assert_eq!(v["status"], "COMPLETED", "{v}");
+        assert_eq!(d.calls_for_key(&format!("{id}:2")), 1);
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_definitions_are_checked() {
+    let db = TestDb::new();
+    let s = TestServer::start(config(&db.url)).await;
+    for (val, needle) in [
+        (json!({"key": "e.request.k"}), "val.event is required"),
+        (json!({"event": "x"}), "val.key is required"),
+        (
+            json!({"event": "x", "key": "nope.request.k"}),
+            "not a step of this workflow",
+        ),
+        (
+            json!({"event": "x", "key": "e.request.k +"}),
+            "does not compile",
+        ),
+        (
+            json!({"event": "x", "key": "e.request.k", "timeout": "3 days"}),
+            "not an ISO 8601 duration",
+        ),
+        (
+            json!({"event": "x", "key": "e.request.k", "match": 1}),
+            "not a field",
+        ),
+    ] {
+        let r = s
+            .post_json(
+                "/workflow",
+                &json!({"name": "w", "steps": [{"name": "e", "mode": "EVENT", "val": val.clone()}]}),
+            )
+            .await;
+        assert_eq!(r.status, 400, "{val}: {}", r.text());
+        assert!(r.text().contains(needle), "{val}: {}", r.text());
+    }
+    let ok = s
+        .create_workflow(
+            &json!({"name": "w", "steps": [{"name": "e", "mode": "EVENT",
+            "val": {"event": "x", "key": "'k-' + e.request.k", "timeout": "P3D"}}]}),
+        )
+        .await;
+    assert_eq!(ok["steps"][0]["type"], "ASYNC", "{ok}");
+    s.shutdown().await;
+}
