@@ -526,6 +526,7 @@ async fn await_event(
         request: body.as_str(),
         started_ms: now_ms(),
         timeout: step.answer_timeout,
+        next_step: job.wf.next_main(step.id).unwrap_or(0),
     };
     let mut backoff = crate::backoff::Backoff::new(WRITE_RETRY, MAX_WRITE_RETRY);
     loop {

@@ -81,53 +81,9 @@ pub async fn deliver(core: &Core, e: &Event<'_>) -> Result<Outcome> {
     let doing = "event delivery";
     let app = &core.app;
     let mut conn = core.pool.get().await.map_err(OpError::pool(doing))?;
-    // The waiters' workflows, loaded before the delivery's transaction (which holds the
-    // event's lock): the next step of each is read from them inside it.
-    let mut known = std::collections::HashMap::new();
-    for (name, version) in events::waiter_workflows(&conn, e.event, e.key)
-        .await
-        .map_err(OpError::store(doing))?
-    {
-        if let Ok(Some(wf)) = app
-            .workflows
-            .get_or_load_version(&core.pool, &name, version)
-            .await
-        {
-            known.insert((name, version), wf);
-        }
-    }
-    let next = |w: &events::Waiter| {
-        let wf = known.get(&(w.workflow_name.clone(), w.workflow_version))?;
-        next_step(wf, w.step_id)
-    };
-    let mut delivered = events::deliver(&mut conn, &d, next)
+    let delivered = events::deliver(&mut conn, &d)
         .await
         .map_err(OpError::store(doing))?;
-    // Waiters that paused between the look and the lock, on a workflow not loaded then.
-    if let Delivered::New {
-        resumed, skipped, ..
-    } = &mut delivered
-    {
-        let mut late = Vec::new();
-        for w in skipped.iter() {
-            if let Ok(Some(wf)) = app
-                .workflows
-                .get_or_load_version(&core.pool, &w.workflow_name, w.workflow_version)
-                .await
-            {
-                if let Some(n) = next_step(&wf, w.step_id) {
-                    late.push((w.id, w.step_id, n));
-                }
-            }
-        }
-        if !late.is_empty() {
-            resumed.extend(
-                events::resume(&conn, &late, e.payload)
-                    .await
-                    .map_err(OpError::store(doing))?,
-            );
-        }
-    }
     drop(conn);
     let m = &app.metrics;
     Ok(match delivered {
@@ -142,7 +98,6 @@ pub async fn deliver(core: &Core, e: &Event<'_>) -> Result<Outcome> {
         Delivered::New {
             resumed,
             keep_until,
-            ..
         } => {
             m.events_received.inc();
             if resumed.is_empty() {
@@ -161,11 +116,4 @@ pub async fn deliver(core: &Core, e: &Event<'_>) -> Result<Outcome> {
             }
         }
     })
-}
-
-/// The step after a request's EVENT step `step` (0: none left), or None when its
-/// workflow has no such step.
-fn next_step(wf: &crate::workflow::Workflow, step: u32) -> Option<u32> {
-    wf.step(step)?;
-    Some(wf.next_main(step).unwrap_or(0))
 }

@@ -82,7 +82,7 @@ WITH expired AS (
             (SELECT NULLIF(request, '') FROM steps_status
              WHERE service_request_id = $1 AND step_id = $2 ORDER BY id DESC LIMIT 1) END,
         failed_step_id = $7, reason = $8, updated_at = now(),
-        step_attempts = $4, last_error = $5, wait_event = NULL, wait_key = NULL,
+        step_attempts = $4, last_error = $5, wait_event = NULL, wait_key = NULL, wait_next = NULL,
         lease_owner = NULL,
         lease_until = CASE WHEN $6::float8 IS NULL THEN '-infinity'::timestamptz ELSE ",
     crate::store::sql::now_plus_ms!("$6"),

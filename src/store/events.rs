@@ -27,7 +27,8 @@ pub(super) const KEPT: &str = "SELECT payload FROM events \
      WHERE event = $1 AND key = $2 AND keep_until > now() ORDER BY received_at DESC LIMIT 1";
 
 /// `$1` id, `$2` step, `$3` owner, `$4` event, `$5` key, `$6` step name, `$7` the step's
-/// request, `$8` started (ms), `$9` timeout (ms, NULL: none). Fenced on the lease: the
+/// request, `$8` started (ms), `$9` timeout (ms, NULL: none), `$10` the step after it (0:
+/// none). Fenced on the lease: the
 /// request pauses at the step naming its event and key (its deadline, if any, as
 /// `lease_until`, the attempt it is as `step_attempts`, as `deadlines` reads them) and
 /// the step's record is written STARTED, or nothing is.
@@ -37,7 +38,7 @@ WITH fenced AS (
     UPDATE service_requests s SET status = ",
     crate::status::status_sql!(Paused),
     ", current_step_id = $2,
-        wait_event = $4, wait_key = $5, lease_owner = NULL,
+        wait_event = $4, wait_key = $5, wait_next = $10, lease_owner = NULL,
         lease_until = CASE WHEN $9::float8 IS NULL THEN '-infinity'::timestamptz ELSE ",
     crate::store::sql::now_plus_ms!("$9"),
     " END,
@@ -64,6 +65,8 @@ pub struct Waiting<'a> {
     pub request: &'a str,
     pub started_ms: f64,
     pub timeout: Option<Duration>,
+    /// The step it goes on to once answered (0: none left).
+    pub next_step: u32,
 }
 
 /// What a request found at its EVENT step.
@@ -102,6 +105,7 @@ pub async fn wait(conn: &mut PgConn, w: &Waiting<'_>) -> Result<AtStep> {
                 &w.request,
                 &w.started_ms,
                 &timeout_ms,
+                &(w.next_step as i32),
             ],
         )
         .await?
@@ -110,67 +114,53 @@ pub async fn wait(conn: &mut PgConn, w: &Waiting<'_>) -> Result<AtStep> {
     Ok(if paused { AtStep::Paused } else { AtStep::Lost })
 }
 
-/// `$1` event, `$2` id, `$3` key, `$4` payload, `$5` traceparent, `$6` kept for (ms):
-/// the event stored, unless one with its id was (then no row).
-pub(super) const INSERT: &str = concat!(
-    "INSERT INTO events (event, id, key, payload, traceparent, keep_until) \
-     VALUES ($1, $2, $3, $4, $5, ",
-    crate::store::sql::now_plus_ms!("$6"),
-    ") ON CONFLICT (event, id) DO NOTHING RETURNING to_json(keep_until) #>> '{}'"
-);
-
-/// `$1` event, `$2` key: the requests paused waiting for it, locked.
-pub(super) const WAITERS: &str = concat!(
-    "SELECT id, current_step_id, workflow_name, coalesce(workflow_version, 1) \
-     FROM service_requests WHERE status = ",
-    crate::status::status_sql!(Paused),
-    " AND wait_event = $1 AND wait_key = $2 ORDER BY id FOR UPDATE"
-);
-
-/// `$1` ids, `$2` their EVENT steps, `$3` their next steps (0: none), `$4` the payload:
-/// each resumed at its next step with the payload as its request (unleased, for any
-/// sweeper), the step's record COMPLETED with the payload as its response.
-pub(super) const RESUME: &str = concat!(
+/// `$1` event, `$2` id, `$3` key, `$4` payload, `$5` traceparent, `$6` kept for (ms). One
+/// statement, run after the (event, key) lock in the same transaction (so it sees every
+/// pause committed before the lock): the event stored unless its id was (then nothing
+/// else happens), and every request paused on the event and key resumed at the step its
+/// pause named, unleased for any sweeper, with the payload as that step's request and as
+/// the EVENT step's response. Returns until when the event is kept (NULL: a duplicate)
+/// and the requests resumed.
+pub(super) const DELIVER: &str = concat!(
     "\
-WITH r AS (SELECT * FROM unnest($1::uuid[], $2::int[], $3::int[]) AS r(id, step, next)),
-resumed AS (
+WITH fresh AS (
+    INSERT INTO events (event, id, key, payload, traceparent, keep_until)
+    VALUES ($1, $2, $3, $4, $5, ",
+    crate::store::sql::now_plus_ms!("$6"),
+    ")
+    ON CONFLICT (event, id) DO NOTHING
+    RETURNING to_json(keep_until) #>> '{}' AS keep_until
+), waiting AS (
+    SELECT w.id, w.current_step_id AS step FROM service_requests w
+    WHERE w.status = ",
+    crate::status::status_sql!(Paused),
+    " AND w.wait_event = $1 AND w.wait_key = $3
+      AND EXISTS (SELECT 1 FROM fresh)
+    FOR UPDATE
+), resumed AS (
     UPDATE service_requests s SET status = ",
     crate::status::status_sql!(Resumed),
-    ", current_step_id = r.next, step_request = $4,
-        wait_event = NULL, wait_key = NULL, step_attempts = 0, last_error = NULL,
-        lease_owner = NULL, lease_until = '-infinity', updated_at = now()
-    FROM r WHERE s.id = r.id AND s.status = ",
-    crate::status::status_sql!(Paused),
-    " AND s.current_step_id = r.step
-    RETURNING s.id, r.step
+    ", current_step_id = coalesce(s.wait_next, 0), step_request = $4,
+        wait_event = NULL, wait_key = NULL, wait_next = NULL, step_attempts = 0,
+        last_error = NULL, lease_owner = NULL, lease_until = '-infinity', updated_at = now()
+    FROM waiting w WHERE s.id = w.id
+    RETURNING s.id, w.step
 ), answered AS (
     UPDATE steps_status st SET status = ",
     crate::status::status_sql!(Completed),
     ", response = $4, finished_at = now(),
         time_taken_ms = round(extract(epoch FROM now() - st.started_at) * 1000)::bigint
-    FROM resumed
-    WHERE st.service_request_id = resumed.id AND st.step_id = resumed.step AND st.status = ",
+    FROM resumed r
+    WHERE st.service_request_id = r.id AND st.step_id = r.step AND st.status = ",
     crate::status::status_sql!(Started),
     "
 )
-SELECT id FROM resumed"
+SELECT (SELECT keep_until FROM fresh), coalesce((SELECT array_agg(id) FROM resumed), '{}')"
 );
-
-/// `$1` event, `$2` id, `$3` requests it resumed.
-pub(super) const MATCHED: &str = "UPDATE events SET matched = $3 WHERE event = $1 AND id = $2";
 
 /// `$1` how many: events kept until more than a day ago (their ids no longer deduplicated).
 pub(super) const FORGET: &str = "DELETE FROM events WHERE ctid IN (SELECT ctid FROM events \
      WHERE keep_until < now() - interval '1 day' LIMIT $1)";
-
-/// A request paused on an event, as delivery finds it.
-#[derive(Debug)]
-pub struct Waiter {
-    pub id: Uuid,
-    pub step_id: u32,
-    pub workflow_name: String,
-    pub workflow_version: u32,
-}
 
 /// An event to deliver.
 pub struct Delivery<'a> {
@@ -186,132 +176,45 @@ pub struct Delivery<'a> {
 /// What a delivery did.
 #[derive(Debug)]
 pub enum Delivered {
-    /// Stored; the requests it resumed, those whose workflow the caller did not know
-    /// (still paused), and until when it is kept.
+    /// Stored; the requests it resumed, and until when it is kept.
     New {
         resumed: Vec<Uuid>,
-        skipped: Vec<Waiter>,
         keep_until: String,
     },
     /// An event with this id was delivered before: nothing done.
     Duplicate,
 }
 
-/// Delivers `d` in one transaction under its (event, key) lock: the event stored once by
-/// its id, every request paused on it resumed at the step `next` names for it.
-pub async fn deliver(
-    conn: &mut PgConn,
-    d: &Delivery<'_>,
-    next: impl Fn(&Waiter) -> Option<u32>,
-) -> Result<Delivered> {
+/// Delivers `d`: the (event, key) lock, then `DELIVER`, in one transaction (its three
+/// messages sent without waiting for each other's answers).
+pub async fn deliver(conn: &mut PgConn, d: &Delivery<'_>) -> Result<Delivered> {
     let lock = conn.stmt(LOCK).await?;
-    let insert = conn.stmt(INSERT).await?;
-    let waiters = conn.stmt(WAITERS).await?;
-    let resume = conn.stmt(RESUME).await?;
-    let matched = conn.stmt(MATCHED).await?;
+    let deliver = conn.stmt(DELIVER).await?;
     let tx = conn.client.transaction().await?;
-    tx.query_one(&lock, &[&d.event, &d.key]).await?;
     let keep_ms = d.keep_for.as_secs_f64() * 1000.0;
-    let Some(row) = tx
-        .query_opt(
-            &insert,
-            &[
-                &d.event,
-                &d.id,
-                &d.key,
-                &d.payload,
-                &d.traceparent,
-                &keep_ms,
-            ],
-        )
-        .await?
-    else {
-        tx.commit().await?;
-        return Ok(Delivered::Duplicate);
-    };
-    let keep_until: String = row.get(0);
-    let found: Vec<Waiter> = tx
-        .query(&waiters, &[&d.event, &d.key])
-        .await?
-        .iter()
-        .map(|r| Waiter {
-            id: r.get(0),
-            step_id: r.get::<_, i32>(1).max(0) as u32,
-            workflow_name: r.get(2),
-            workflow_version: r.get::<_, i32>(3).max(1) as u32,
-        })
-        .collect();
-    let (mut ids, mut steps, mut nexts, mut skipped) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for w in found {
-        // A waiter whose workflow `next` does not know is left to the caller (`resume`).
-        match next(&w) {
-            Some(n) => {
-                ids.push(w.id);
-                steps.push(w.step_id as i32);
-                nexts.push(n as i32);
-            }
-            None => skipped.push(w),
-        }
-    }
-    let resumed: Vec<Uuid> = if ids.is_empty() {
-        Vec::new()
-    } else {
-        tx.query(&resume, &[&ids, &steps, &nexts, &d.payload])
-            .await?
-            .iter()
-            .map(|r| r.get(0))
-            .collect()
-    };
-    tx.execute(&matched, &[&d.event, &d.id, &(resumed.len() as i32)])
-        .await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+        &d.event,
+        &d.id,
+        &d.key,
+        &d.payload,
+        &d.traceparent,
+        &keep_ms,
+    ];
+    let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&d.event, &d.key];
+    // Pipelined: Postgres runs them in order, the lock first.
+    let (_, row) = futures_util::try_join!(
+        tx.query_one(&lock, &lock_params),
+        tx.query_one(&deliver, &params)
+    )?;
     tx.commit().await?;
-    Ok(Delivered::New {
-        resumed,
-        skipped,
-        keep_until,
+    let keep_until: Option<String> = row.get(0);
+    Ok(match keep_until {
+        None => Delivered::Duplicate,
+        Some(keep_until) => Delivered::New {
+            resumed: row.get(1),
+            keep_until,
+        },
     })
-}
-
-/// `$1` event, `$2` key: the workflows (name, version) of the requests waiting for it.
-pub(super) const WAITER_WORKFLOWS: &str = concat!(
-    "SELECT DISTINCT workflow_name, coalesce(workflow_version, 1) FROM service_requests \
-     WHERE status = ",
-    crate::status::status_sql!(Paused),
-    " AND wait_event = $1 AND wait_key = $2"
-);
-
-/// The workflows of the requests waiting for `event` and `key` now (read before a
-/// delivery, so that it finds them loaded).
-pub async fn waiter_workflows(conn: &PgConn, event: &str, key: &str) -> Result<Vec<(String, u32)>> {
-    let stmt = conn.stmt(WAITER_WORKFLOWS).await?;
-    Ok(conn
-        .client
-        .query(&stmt, &[&event, &key])
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get::<_, i32>(1).max(1) as u32))
-        .collect())
-}
-
-/// Resumes requests a delivery left (`Delivered::New::skipped`) at the steps `nexts`,
-/// with `payload`, each only if it still waits at its EVENT step.
-pub async fn resume(
-    conn: &PgConn,
-    waiters: &[(Uuid, u32, u32)],
-    payload: &str,
-) -> Result<Vec<Uuid>> {
-    let stmt = conn.stmt(RESUME).await?;
-    let ids: Vec<Uuid> = waiters.iter().map(|w| w.0).collect();
-    let steps: Vec<i32> = waiters.iter().map(|w| w.1 as i32).collect();
-    let nexts: Vec<i32> = waiters.iter().map(|w| w.2 as i32).collect();
-    Ok(conn
-        .client
-        .query(&stmt, &[&ids, &steps, &nexts, &payload])
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect())
 }
 
 /// Deletes up to `limit` events kept until more than a day ago.

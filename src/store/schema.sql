@@ -25,8 +25,7 @@ CREATE TABLE events (
     payload text NOT NULL,
     traceparent text,
     received_at timestamp with time zone NOT NULL DEFAULT now(),
-    keep_until timestamp with time zone NOT NULL,
-    matched integer NOT NULL DEFAULT 0
+    keep_until timestamp with time zone NOT NULL
 );
 ALTER TABLE events ADD CONSTRAINT events_pkey PRIMARY KEY (event, id);
 CREATE INDEX events_by_key ON public.events USING btree (event, key, received_at);
@@ -123,7 +122,8 @@ CREATE TABLE service_requests (
     start_at timestamp with time zone,
     fan_index integer,
     wait_event text,
-    wait_key text
+    wait_key text,
+    wait_next integer
 ) WITH (fillfactor=50);
 ALTER TABLE service_requests ADD CONSTRAINT service_requests_pkey PRIMARY KEY (id);
 CREATE INDEX service_requests_answer_due ON public.service_requests USING btree (lease_until) WHERE ((status = 'PAUSED'::text) AND (lease_until > '-infinity'::timestamp with time zone));

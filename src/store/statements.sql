@@ -540,7 +540,7 @@ WITH expired AS (
             (SELECT NULLIF(request, '') FROM steps_status
              WHERE service_request_id = $1 AND step_id = $2 ORDER BY id DESC LIMIT 1) END,
         failed_step_id = $7, reason = $8, updated_at = now(),
-        step_attempts = $4, last_error = $5, wait_event = NULL, wait_key = NULL,
+        step_attempts = $4, last_error = $5, wait_event = NULL, wait_key = NULL, wait_next = NULL,
         lease_owner = NULL,
         lease_until = CASE WHEN $6::float8 IS NULL THEN '-infinity'::timestamptz ELSE now() + $6::float8 * interval '1 millisecond' END
     WHERE id = $1 AND status = 'PAUSED' AND current_step_id = $2
@@ -567,7 +567,7 @@ SELECT payload
 -- events::PAUSE
 WITH fenced AS (
     UPDATE service_requests s SET status = 'PAUSED', current_step_id = $2,
-        wait_event = $4, wait_key = $5, lease_owner = NULL,
+        wait_event = $4, wait_key = $5, wait_next = $10, lease_owner = NULL,
         lease_until = CASE WHEN $9::float8 IS NULL THEN '-infinity'::timestamptz ELSE now() + $9::float8 * interval '1 millisecond' END,
         step_attempts = CASE WHEN $9::float8 IS NULL THEN 0 ELSE 1 END, last_error = NULL,
         updated_at = now()
@@ -579,46 +579,36 @@ INSERT INTO steps_status (service_request_id, step_id, step_name, status, reques
 SELECT id, $2, $6, 'STARTED', $7, to_timestamp($8::float8 / 1000.0), 1 FROM fenced
 RETURNING 1;
 
--- events::INSERT
-INSERT INTO events (event, id, key, payload, traceparent, keep_until)
+-- events::DELIVER
+WITH fresh AS (
+    INSERT INTO events (event, id, key, payload, traceparent, keep_until)
     VALUES ($1, $2, $3, $4, $5, now() + $6::float8 * interval '1 millisecond')
     ON CONFLICT (event, id) DO NOTHING
-    RETURNING to_json(keep_until) #>> '{}';
-
--- events::WAITERS
-SELECT id, current_step_id, workflow_name, coalesce(workflow_version, 1)
-    FROM service_requests
-    WHERE status = 'PAUSED' AND wait_event = $1 AND wait_key = $2
-    ORDER BY id FOR UPDATE;
-
--- events::RESUME
-WITH r AS (SELECT * FROM unnest($1::uuid[], $2::int[], $3::int[]) AS r(id, step, next)),
-resumed AS (
-    UPDATE service_requests s SET status = 'RESUMED', current_step_id = r.next, step_request = $4,
-        wait_event = NULL, wait_key = NULL, step_attempts = 0, last_error = NULL,
-        lease_owner = NULL, lease_until = '-infinity', updated_at = now()
-    FROM r WHERE s.id = r.id AND s.status = 'PAUSED' AND s.current_step_id = r.step
-    RETURNING s.id, r.step
+    RETURNING to_json(keep_until) #>> '{}' AS keep_until
+), waiting AS (
+    SELECT w.id, w.current_step_id AS step FROM service_requests w
+    WHERE w.status = 'PAUSED' AND w.wait_event = $1 AND w.wait_key = $3
+      AND EXISTS (SELECT 1 FROM fresh)
+    FOR UPDATE
+), resumed AS (
+    UPDATE service_requests s SET status = 'RESUMED', current_step_id = coalesce(s.wait_next, 0),
+        step_request = $4,
+        wait_event = NULL, wait_key = NULL, wait_next = NULL, step_attempts = 0,
+        last_error = NULL, lease_owner = NULL, lease_until = '-infinity', updated_at = now()
+    FROM waiting w WHERE s.id = w.id
+    RETURNING s.id, w.step
 ), answered AS (
     UPDATE steps_status st SET status = 'COMPLETED', response = $4, finished_at = now(),
         time_taken_ms = round(extract(epoch FROM now() - st.started_at) * 1000)::bigint
-    FROM resumed
-    WHERE st.service_request_id = resumed.id AND st.step_id = resumed.step AND st.status = 'STARTED'
+    FROM resumed r
+    WHERE st.service_request_id = r.id AND st.step_id = r.step AND st.status = 'STARTED'
 )
-SELECT id FROM resumed;
-
--- events::MATCHED
-UPDATE events SET matched = $3 WHERE event = $1 AND id = $2;
+SELECT (SELECT keep_until FROM fresh), coalesce((SELECT array_agg(id) FROM resumed), '{}');
 
 -- events::FORGET
 DELETE
     FROM events
     WHERE ctid IN (SELECT ctid FROM events WHERE keep_until < now() - interval '1 day' LIMIT $1);
-
--- events::WAITER_WORKFLOWS
-SELECT DISTINCT workflow_name, coalesce(workflow_version, 1)
-    FROM service_requests
-    WHERE status = 'PAUSED' AND wait_event = $1 AND wait_key = $2;
 
 -- schedules::INSERT
 INSERT INTO schedules (name, definition, paused, next_fire_at)
