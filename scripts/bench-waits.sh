@@ -185,7 +185,7 @@ EOF
     echo
     echo "- created in $(bm elapsed "$t0" "$t_created" --fmt .1f) s by \`wrk -t1 -c$CONNS\`, due uniformly over $SPREAD s from $LEAD s after the first create"
     echo "- fire lateness (the WAIT step's COMPLETED record minus its time), ms: **p50 $p50, p99 $p99, max $pmax**; min $pmin; fired early: $early"
-    echo "- steps still STARTED at the end: $sleeping_max (their COMPLETED record is the same row's update)"
+    echo "- WAIT records STARTED (one per sleep, kept beside the COMPLETED record of its end): $sleeping_max"
     echo
   } >> "$report"
   echo "timers: p50 $p50 ms, p99 $p99 ms, max $pmax ms, min $pmin ms, early $early"
