@@ -185,12 +185,14 @@ pub enum Delivered {
     Duplicate,
 }
 
-/// Delivers `d`: the (event, key) lock, then `DELIVER`, in one transaction (its three
-/// messages sent without waiting for each other's answers).
+/// Delivers `d`: the (event, key) lock, then `DELIVER`, in one transaction whose four
+/// messages (BEGIN, the lock, the statement, COMMIT) go out together and come back in one
+/// round trip: Postgres runs them in order, so the statement's snapshot is taken once the
+/// lock is held. Should the statement fail, the transaction is aborted and the COMMIT
+/// already sent ends it as a rollback; the connection is left outside a transaction.
 pub async fn deliver(conn: &mut PgConn, d: &Delivery<'_>) -> Result<Delivered> {
     let lock = conn.stmt(LOCK).await?;
     let deliver = conn.stmt(DELIVER).await?;
-    let tx = conn.client.transaction().await?;
     let keep_ms = d.keep_for.as_secs_f64() * 1000.0;
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
         &d.event,
@@ -201,12 +203,13 @@ pub async fn deliver(conn: &mut PgConn, d: &Delivery<'_>) -> Result<Delivered> {
         &keep_ms,
     ];
     let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&d.event, &d.key];
-    // Pipelined: Postgres runs them in order, the lock first.
-    let (_, row) = futures_util::try_join!(
-        tx.query_one(&lock, &lock_params),
-        tx.query_one(&deliver, &params)
+    let c = &conn.client;
+    let (_, _, row, _) = futures_util::try_join!(
+        c.batch_execute("BEGIN"),
+        c.query_one(&lock, &lock_params),
+        c.query_one(&deliver, &params),
+        c.batch_execute("COMMIT"),
     )?;
-    tx.commit().await?;
     let keep_until: Option<String> = row.get(0);
     Ok(match keep_until {
         None => Delivered::Duplicate,
