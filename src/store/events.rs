@@ -185,6 +185,10 @@ pub enum Delivered {
     Duplicate,
 }
 
+/// The delivery's transaction, sent with its statements (`deliver`).
+pub(super) const BEGIN: &str = "BEGIN";
+pub(super) const COMMIT: &str = "COMMIT";
+
 /// Delivers `d`: the (event, key) lock, then `DELIVER`, in one transaction whose four
 /// messages (BEGIN, the lock, the statement, COMMIT) go out together and come back in one
 /// round trip: Postgres runs them in order, so the statement's snapshot is taken once the
@@ -205,10 +209,10 @@ pub async fn deliver(conn: &mut PgConn, d: &Delivery<'_>) -> Result<Delivered> {
     let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&d.event, &d.key];
     let c = &conn.client;
     let (_, _, row, _) = futures_util::try_join!(
-        c.batch_execute("BEGIN"),
+        c.batch_execute(BEGIN),
         c.query_one(&lock, &lock_params),
         c.query_one(&deliver, &params),
-        c.batch_execute("COMMIT"),
+        c.batch_execute(COMMIT),
     )?;
     let keep_until: Option<String> = row.get(0);
     Ok(match keep_until {

@@ -76,6 +76,8 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("events::KEPT", events::KEPT),
         ("events::PAUSE", events::PAUSE),
         ("events::DELIVER", events::DELIVER),
+        ("events::BEGIN", events::BEGIN),
+        ("events::COMMIT", events::COMMIT),
         ("events::FORGET", events::FORGET),
         ("schedules::INSERT", schedules::INSERT),
         ("schedules::NOW", schedules::NOW),

@@ -605,6 +605,12 @@ WITH fresh AS (
 )
 SELECT (SELECT keep_until FROM fresh), coalesce((SELECT array_agg(id) FROM resumed), '{}');
 
+-- events::BEGIN
+BEGIN;
+
+-- events::COMMIT
+COMMIT;
+
 -- events::FORGET
 DELETE
     FROM events
