@@ -101,6 +101,50 @@ async fn an_event_resumes_every_request_waiting_on_its_key_and_is_kept_for_later
     let v = wait_status(&s, &late, &["PAUSED"], WAIT).await;
     assert_eq!(v["awaitingEvent"]["key"], "D", "{v}");
 
+    // The console shows what `b` waits for and delivers its event from a form.
+    let page = send(
+        s.addr,
+        hyper::Method::GET,
+        &format!("/console/serviceRequests/{b}"),
+        None,
+        &[],
+    )
+    .await;
+    let html = page.text();
+    assert!(
+        html.contains("Awaiting event") && html.contains("Deliver the event"),
+        "{html}"
+    );
+    let csrf = page
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("clamp_csrf="))
+        .map(|v| v.split(';').next().unwrap().to_string())
+        .expect("a csrf cookie");
+    let value = csrf.split('=').nth(1).unwrap().to_string();
+    let body = format!("csrf={value}&payload=%7B%22byHand%22%3Atrue%7D");
+    let r = send(
+        s.addr,
+        hyper::Method::POST,
+        &format!("/console/serviceRequests/{b}/event"),
+        Some(body.into_bytes()),
+        &[
+            ("cookie", csrf.as_str()),
+            ("content-type", "application/x-www-form-urlencoded"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, 303, "{}", r.text());
+    let v = wait_status(&s, &b, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    assert_eq!(
+        v["steps"][1]["payload"]["response"],
+        json!({"byHand": true}),
+        "{v}"
+    );
+
     // Malformed deliveries are 400s.
     for bad in [
         json!({"payload": 1}),
@@ -112,9 +156,9 @@ async fn an_event_resumes_every_request_waiting_on_its_key_and_is_kept_for_later
     }
     let m = s.get("/metrics").await.text();
     for (name, n) in [
-        ("clamp_events_received_total", 3),
+        ("clamp_events_received_total", 4),
         ("clamp_events_duplicate_total", 1),
-        ("clamp_events_resumed_total", 2),
+        ("clamp_events_resumed_total", 3),
         ("clamp_events_unmatched_total", 2),
         ("clamp_events_kept_taken_total", 1),
     ] {

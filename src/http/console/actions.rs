@@ -1,4 +1,5 @@
-//! The console's actions: retry, rerun and cancel, posted by its forms. Each is checked
+//! The console's actions: retry, rerun, cancel and delivering the event a request waits
+//! for, posted by its forms. Each is checked
 //! against forgery (`session::forged`), then done by its operation (`ops::control`), and
 //! answered with a redirect to the request's page (a rerun: the new request's) carrying
 //! the code of what happened; an action that failed answers that page at once with its
@@ -120,6 +121,35 @@ pub async fn post(
             control::cancel(core, id, reason)
                 .await
                 .map(|_| (back.clone(), Done::Cancelled))
+        }
+        "event" => {
+            let payload = match json_field(&form, "payload") {
+                Ok(p) => p.unwrap_or_else(|| "null".into()),
+                Err(why) => return failed(why, StatusCode::BAD_REQUEST).await,
+            };
+            // The event and key this request waits for, as its page showed them.
+            let waiting = match crate::ops::read::details(core, id).await {
+                Ok(d) => d.found.head.wait_event.zip(d.found.head.wait_key),
+                Err(e) => return failed(e.message(), super::op_status(&e)).await,
+            };
+            let Some((event, key)) = waiting else {
+                return failed(
+                    "this request does not wait for an event".into(),
+                    StatusCode::CONFLICT,
+                )
+                .await;
+            };
+            let e = crate::ops::events::Event {
+                event: &event,
+                key: &key,
+                id: None,
+                payload: &payload,
+                traceparent: None,
+                keep_for: None,
+            };
+            crate::ops::events::deliver(core, &e)
+                .await
+                .map(|_| (back.clone(), Done::Delivered))
         }
         _ => return layout::problem(StatusCode::NOT_FOUND, ctx, "no such action"),
     };

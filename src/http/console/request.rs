@@ -33,6 +33,7 @@ pub enum Done {
     Retried,
     Rerun,
     Cancelled,
+    Delivered,
 }
 
 impl Done {
@@ -41,11 +42,12 @@ impl Done {
             Done::Retried => "retried",
             Done::Rerun => "rerun",
             Done::Cancelled => "cancelled",
+            Done::Delivered => "delivered",
         }
     }
 
     fn read(code: &str) -> Option<Done> {
-        [Done::Retried, Done::Rerun, Done::Cancelled]
+        [Done::Retried, Done::Rerun, Done::Cancelled, Done::Delivered]
             .into_iter()
             .find(|d| d.code() == code)
     }
@@ -62,6 +64,7 @@ impl Done {
                 None => "Rerun created.".into(),
             },
             Done::Cancelled => "Cancelled.".into(),
+            Done::Delivered => "Event delivered to the requests waiting for it.".into(),
         }
     }
 }
@@ -140,7 +143,13 @@ fn facts(id: Uuid, d: &Details) -> Markup {
                 @if h.retries > 0 {
                     dt { "Retried" } dd { (h.retries) @if h.retries == 1 { " time" } @else { " times" } }
                 }
-                @if h.status == RequestStatus::Paused {
+                @if let (RequestStatus::Paused, Some(event), Some(key)) = (h.status, &h.wait_event, &h.wait_key) {
+                    dt { "Awaiting event" }
+                    dd {
+                        "step " (h.current_step_id) " waits for " span.mono { (event) } " with key " span.mono { (key) }
+                        @if let Some(by) = &h.retry_at { ", until " span.mono { (layout::when(by)) } }
+                    }
+                } @else if h.status == RequestStatus::Paused {
                     @if let Some(by) = &h.retry_at {
                         dt { "Answer due" }
                         dd { "step " (h.current_step_id) " times out at " span.mono { (layout::when(by)) } }
@@ -341,6 +350,17 @@ fn actions(ctx: &Ctx, id: Uuid, f: &Found, wf: Option<&Arc<Workflow>>) -> Markup
                         textarea name="payload" placeholder="leave empty for the request it received" {}
                     }
                     button type="submit" name="action" value="rerun" { "Rerun" }
+                }
+            }
+            @if let (RequestStatus::Paused, Some(event), Some(key)) = (f.head.status, &f.head.wait_event, &f.head.wait_key) {
+                form.card method="post" action={ "/console/serviceRequests/" (id) "/event" } {
+                    strong { "Deliver the event" }
+                    span.muted { "Delivers " span.mono { (event) } " with key " span.mono { (key) } ": every request waiting for it goes on, with the payload as the step's answer." }
+                    input type="hidden" name="csrf" value=(ctx.csrf);
+                    label { "Payload (JSON, optional)"
+                        textarea name="payload" placeholder="{\"approved\": true}" {}
+                    }
+                    button type="submit" name="action" value="event" { "Deliver" }
                 }
             }
             @if cancellable {
