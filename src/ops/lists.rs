@@ -156,10 +156,13 @@ pub fn search_filter(pairs: &Pairs<'_>) -> std::result::Result<Filter, String> {
                         .map_err(|_| "rerunOf: not a service request id".to_string())?,
                 )
             }
+            "awaitingEvent" if value.is_empty() => return Err("awaitingEvent: empty".into()),
+            "awaitingEvent" => f.awaiting_event = Some(value.to_string()),
+            "eventKey" => f.event_key = Some(value.to_string()),
             other => {
                 return Err(format!(
                     "{other}: unknown parameter (the filters are status, workflow, createdAfter, \
-                     createdBefore, rerunOf, limit and cursor)"
+                     createdBefore, rerunOf, awaitingEvent, eventKey, limit and cursor)"
                 ))
             }
         }

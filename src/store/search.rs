@@ -31,6 +31,9 @@ pub struct Filter {
     pub cursor: Option<Uuid>,
     /// Reruns of this request only.
     pub rerun_of: Option<Uuid>,
+    /// Requests paused at an EVENT step waiting for this event (and this key, if given).
+    pub awaiting_event: Option<String>,
+    pub event_key: Option<String>,
     pub limit: i64,
 }
 
@@ -102,6 +105,19 @@ pub(super) const SEARCH_RERUNS: &str = search_sql!(
     "s.id DESC"
 );
 
+/// Requests waiting for event `$8` (and key `$9`, NULL: any), of any or one workflow: a
+/// range scan of the partial index of such requests (migration 19), which holds only
+/// requests paused at an EVENT step.
+pub(super) const SEARCH_AWAITING: &str = search_sql!(
+    concat!(
+        "s.status = ",
+        crate::status::status_sql!(Paused),
+        " AND s.wait_event = $8 AND ($9::text IS NULL OR s.wait_key = $9) \
+         AND ($7::text IS NULL OR s.workflow_name = $7) AND "
+    ),
+    "s.id DESC"
+);
+
 /// A page of matches, newest first, and the cursor of the next page (None: no more).
 pub async fn search(conn: &PgConn, f: &Filter) -> Result<(Vec<RequestRow>, Option<Uuid>)> {
     let (lower, time_upper) = id_bounds(f.created_after, f.created_before);
@@ -118,9 +134,15 @@ pub async fn search(conn: &PgConn, f: &Filter) -> Result<(Vec<RequestRow>, Optio
         read: f.limit + 1,
         workflow: f.workflow.as_deref(),
         rerun_of: f.rerun_of,
+        awaiting_event: f.awaiting_event.as_deref(),
+        event_key: f.event_key.as_deref(),
     };
     let badly = !f.statuses.is_empty() && f.statuses.iter().all(|s| s.is_retryable());
     let rows = match (f.rerun_of, &f.workflow) {
+        _ if f.awaiting_event.is_some() => {
+            let stmt = conn.stmt(SEARCH_AWAITING).await?;
+            conn.client.query(&stmt, &p.awaiting()).await?
+        }
         (Some(_), _) => conn.client.query(SEARCH_RERUNS, &p.reruns()).await?,
         (None, Some(_)) => {
             let sql = if badly {
@@ -169,6 +191,9 @@ struct Params<'a> {
     workflow: Option<&'a str>,
     /// `$8`: the request whose reruns are looked for.
     rerun_of: Option<Uuid>,
+    /// `$8`, `$9`: the event waited for, and its key.
+    awaiting_event: Option<&'a str>,
+    event_key: Option<&'a str>,
 }
 
 impl Params<'_> {
@@ -194,6 +219,21 @@ impl Params<'_> {
             &self.created_before,
             &self.read,
             &self.workflow,
+        ]
+    }
+
+    /// `SEARCH_AWAITING`: `$1..$9` (`$7` and `$9` may be NULL).
+    fn awaiting(&self) -> [Param<'_>; 9] {
+        [
+            &self.lower,
+            &self.upper,
+            &self.statuses,
+            &self.created_after,
+            &self.created_before,
+            &self.read,
+            &self.workflow,
+            &self.awaiting_event,
+            &self.event_key,
         ]
     }
 

@@ -116,6 +116,7 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
             search::SEARCH_SETTLED_BADLY_WORKFLOW,
         ),
         ("search::SEARCH_RERUNS", search::SEARCH_RERUNS),
+        ("search::SEARCH_AWAITING", search::SEARCH_AWAITING),
         ("stats::COUNTS", stats::COUNTS),
         // Brokers' state.
         ("kafka_offsets::GET", kafka_offsets::GET),

@@ -874,6 +874,16 @@ SELECT s.id, s.workflow_name,
     ORDER BY s.id DESC
     LIMIT $6;
 
+-- search::SEARCH_AWAITING
+SELECT s.id, s.workflow_name,
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END AS status,
+        to_json(s.created_at) #>> '{}' AS created_at,
+    s.payload, s.current_step_id, s.reason
+    FROM service_requests s
+    WHERE s.status = 'PAUSED' AND s.wait_event = $8 AND ($9::text IS NULL OR s.wait_key = $9) AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
+    ORDER BY s.id DESC
+    LIMIT $6;
+
 -- stats::COUNTS
 SELECT extract(epoch
     FROM date_trunc('minute', s.created_at))::bigint AS minute,

@@ -54,6 +54,35 @@ async fn an_event_resumes_every_request_waiting_on_its_key_and_is_kept_for_later
             "{v}"
         );
     }
+    // Search finds the requests waiting for an event, and for one key of it.
+    let ids_of = |v: Value| -> Vec<String> {
+        v["serviceRequests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                r["serviceRequestId"]
+                    .as_str()
+                    .or(r["id"].as_str())
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    let all = s
+        .get("/serviceRequests?awaitingEvent=claim.approved")
+        .await
+        .json();
+    let mut found = ids_of(all);
+    found.sort();
+    let mut want = vec![a1.clone(), a2.clone(), b.clone()];
+    want.sort();
+    assert_eq!(found, want);
+    let one = s
+        .get("/serviceRequests?awaitingEvent=claim.approved&eventKey=B")
+        .await
+        .json();
+    assert_eq!(ids_of(one), vec![b.clone()]);
     // A step response does not answer an EVENT step.
     let r = s
         .post_json(
