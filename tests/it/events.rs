@@ -1,7 +1,8 @@
 //! EVENT steps and `POST /events/{event}` (beyond Clamp): a request waits for an event
 //! matched by a key from its context; a delivery resumes every request waiting on that
 //! event and key, counts once by its id, and is kept for requests that reach their step
-//! later; a timeout ends the wait; two instances deliver one event once.
+//! later; a timeout ends the wait; two instances deliver one event once; waits survive a
+//! kill -9.
 
 use std::time::Duration;
 
@@ -308,4 +309,93 @@ async fn event_definitions_are_checked() {
         .await;
     assert_eq!(ok["steps"][0]["type"], "ASYNC", "{ok}");
     s.shutdown().await;
+}
+
+/// A kill -9 of the instance that paused them loses no wait: requests paused at an EVENT
+/// step are resumed by an event delivered to a new instance, and an ASYNC step's answer
+/// deadline, set before the kill, fires on the new instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_survive_a_kill_of_the_instance_that_paused_them() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let port = free_port();
+    let mut server = spawn_binary(&db.url, port);
+    wait_healthy(port).await;
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut ask = http("ask", d.url("/api/accepted"));
+    ask["type"] = json!("ASYNC");
+    ask["answerTimeout"] = json!("PT3S");
+    ask["retry"] = json!({"maxAttempts": 1});
+    for def in [
+        json!({"name": "claim", "steps": [approval(None), http("after", d.url("/api/echo"))]}),
+        json!({"name": "ask", "steps": [ask]}),
+    ] {
+        let r = send(
+            addr,
+            hyper::Method::POST,
+            "/workflow",
+            Some(def.to_string().into_bytes()),
+            &[],
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let create = |workflow: &'static str, body: Value| async move {
+        let r = send(
+            addr,
+            hyper::Method::POST,
+            &format!("/serviceRequest/{workflow}"),
+            Some(body.to_string().into_bytes()),
+            &[],
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["serviceRequestId"].as_str().unwrap().to_string()
+    };
+    let mut waiting = Vec::new();
+    for _ in 0..10 {
+        waiting.push(create("claim", json!({"claim": "K"})).await);
+    }
+    let asked = create("ask", json!({"n": 1})).await;
+    for id in waiting.iter().chain([&asked]) {
+        wait_status_at(addr, id, &["PAUSED"], WAIT, &[]).await;
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let port2 = free_port();
+    let _again = spawn_binary(&db.url, port2);
+    wait_healthy(port2).await;
+    let addr2: std::net::SocketAddr = format!("127.0.0.1:{port2}").parse().unwrap();
+    let r = send(
+        addr2,
+        hyper::Method::POST,
+        "/events/claim.approved",
+        Some(
+            json!({"key": "K", "payload": {"ok": 1}})
+                .to_string()
+                .into_bytes(),
+        ),
+        &[],
+    )
+    .await;
+    assert_eq!(r.json()["matched"], 10, "{}", r.text());
+    for id in &waiting {
+        let v = wait_status_at(addr2, id, &["COMPLETED", "FAILED"], WAIT, &[]).await;
+        assert_eq!(v["status"], "COMPLETED", "{v}");
+        assert_eq!(d.calls_for_key(&format!("{id}:2")), 1);
+    }
+    let v = wait_status_at(addr2, &asked, &["COMPLETED", "FAILED"], WAIT, &[]).await;
+    assert_eq!(v["status"], "FAILED", "{v}");
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no answer within PT3S"),
+        "{v}"
+    );
+    assert_eq!(
+        d.calls_for_key(&format!("{asked}:1")),
+        1,
+        "sent once, before the kill"
+    );
 }
