@@ -153,3 +153,50 @@ fn tempdir(tag: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+/// Definitions with the steps beyond Clamp (PARALLEL with a WORKFLOW branch, MAP over a
+/// child workflow, WAIT, EVENT, an ASYNC step's answerTimeout) apply from files, re-apply
+/// as unchanged, and export to files that apply as unchanged too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_with_fan_outs_waits_and_events_apply_and_reapply_unchanged() {
+    let db = TestDb::new();
+    let s = TestServer::start(config(&db.url)).await;
+    let url = format!("http://{}", s.addr);
+    let dir = tempdir("beyond");
+    write(&dir, "leaf.json", &def("leaf", "http://127.0.0.1:9/leaf"));
+    let http = |name: &str| json!({"name": name, "mode": "HTTP", "val": {"method": "POST", "url": "http://127.0.0.1:9/x"}});
+    let mut ask = http("ask");
+    ask["type"] = json!("ASYNC");
+    ask["answerTimeout"] = json!("PT30M");
+    write(
+        &dir,
+        "orders.json",
+        &json!({"name": "orders", "description": "beyond Clamp", "steps": [
+            ask,
+            {"name": "both", "mode": "PARALLEL", "val": {"branches": [
+                {"name": "a", "steps": [http("a1")]},
+                {"name": "b", "steps": [{"name": "child", "mode": "WORKFLOW", "val": {"workflow": "leaf"}}]}]}},
+            {"name": "lines", "mode": "MAP", "val": {"items": "ask.response.lines", "workflow": "leaf", "maxConcurrency": 4}},
+            {"name": "cool", "mode": "WAIT", "val": {"duration": "PT10M"}},
+            {"name": "approval", "mode": "EVENT", "val": {"event": "order.approved", "key": "ask.request.id", "timeout": "P3D"}}]}),
+    );
+    let d = dir.to_str().unwrap();
+    let (code, out, err) = clamp(&["apply", "--url", &url, d]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("orders.json: created (version 1)"), "{out}");
+    let (code, out, err) = clamp(&["apply", "--url", &url, d]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out.matches("unchanged (version 1)").count(), 2, "{out}");
+    let served = s.get("/workflow/orders").await.json();
+    assert_eq!(served["steps"][0]["answerTimeout"], "PT30M", "{served}");
+    assert_eq!(served["steps"][4]["type"], "ASYNC", "{served}");
+
+    let exported = tempdir("beyond-export");
+    let e = exported.to_str().unwrap();
+    let (code, out, err) = clamp(&["export", "--url", &url, e]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = clamp(&["apply", "--url", &url, e]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out.matches("unchanged (version 1)").count(), 2, "{out}");
+    s.shutdown().await;
+}
