@@ -519,3 +519,50 @@ async fn a_kafka_step_carries_the_trace_context_as_record_headers() {
     assert_eq!(r.headers["traceparent"], caller.as_bytes());
     s.shutdown().await;
 }
+
+/// A KAFKA step in a PARALLEL branch (beyond Clamp): its record is keyed by the branch's
+/// own request, pauses that branch only (the other completes), and the reply naming the
+/// branch's request resumes it; the step joins both answers by branch name.
+#[tokio::test]
+async fn a_kafka_step_in_a_branch_is_resumed_by_its_reply_while_the_other_completes() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let (k, steps, responses) = Kafka::with_step_topic().await;
+    let s = TestServer::start(kafka_config(&db, &responses)).await;
+    s.create_workflow(&json!({"name": "split", "steps": [
+        {"name": "both", "mode": "PARALLEL", "val": {"branches": [
+            {"name": "broker", "steps": [
+                {"name": "ask", "mode": "KAFKA", "val": {"connection_url": broker().to_string(), "topic_name": steps}}]},
+            {"name": "web", "steps": [
+                {"name": "call", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]}]}}]}))
+    .await;
+    let id = create_request(&s, "split", &json!({"claim": 3})).await;
+    let r = k.records(&steps, 1).await.remove(0);
+    let branch = String::from_utf8(r.key.clone().unwrap()).unwrap();
+    assert_ne!(branch, id, "keyed by the branch's own request");
+    assert_eq!(
+        r.headers["Idempotency-Key"],
+        format!("{branch}:1").as_bytes()
+    );
+    d.wait_for("/api/echo").await;
+    let v = s.get(&format!("/serviceRequest/{id}")).await.json();
+    assert_eq!(v["status"], "PAUSED", "{v}");
+    k.produce(&responses, &step_reply(&branch, json!({"approved": true})))
+        .await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(15)).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let both = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|e| e["name"] == "both")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        both["payload"]["response"],
+        json!({"broker": {"approved": true}, "web": {"echo": {"claim": 3}}}),
+        "{v}"
+    );
+    s.shutdown().await;
+}
