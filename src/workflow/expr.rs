@@ -9,18 +9,75 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-/// A compiled `when` condition.
-pub struct Condition {
+/// A compiled CEL expression over the context, and the names it reads: what a `when`
+/// condition and an EVENT step's key share.
+struct Compiled {
     source: String,
     program: cel::Program,
     /// Top-level names the expression reads (step context names, or `context`).
     variables: Vec<String>,
 }
 
+impl Compiled {
+    fn parse(source: &str) -> Result<Compiled, ConditionError> {
+        let program = cel::Program::compile(source.trim()).map_err(|e| {
+            ConditionError(format!("does not compile: {}", one_line(&e.to_string())))
+        })?;
+        let mut variables: Vec<String> = program
+            .references()
+            .variables()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        variables.sort();
+        Ok(Compiled {
+            source: source.to_string(),
+            program,
+            variables,
+        })
+    }
+
+    /// Every name it reads must be one of `known` step context names (or `context`).
+    fn check_names(self, known: &[String]) -> Result<Compiled, ConditionError> {
+        for v in &self.variables {
+            if v != "context" && !known.iter().any(|k| k == v) {
+                return Err(ConditionError(format!(
+                    "refers to {v:?}, which is not a step of this workflow"
+                )));
+            }
+        }
+        Ok(self)
+    }
+
+    /// Runs it over `context`; the outer error (naming it as `what`) is a name that could
+    /// not be bound, the inner one CEL's.
+    fn execute(
+        &self,
+        context: &Map<String, Value>,
+        what: &str,
+    ) -> Result<Result<cel::Value, cel::ExecutionError>, ConditionError> {
+        let mut ctx = cel::Context::default();
+        for v in &self.variables {
+            let value = if v == "context" {
+                Value::Object(context.clone())
+            } else {
+                context.get(v).cloned().unwrap_or(Value::Null)
+            };
+            ctx.add_variable(v.as_str(), value).map_err(|e| {
+                ConditionError(format!("{what} {:?}: cannot read {v}: {e}", self.source))
+            })?;
+        }
+        Ok(self.program.execute(&ctx))
+    }
+}
+
+/// A compiled `when` condition.
+pub struct Condition(Compiled);
+
 impl fmt::Debug for Condition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Condition")
-            .field("source", &self.source)
+            .field("source", &self.0.source)
             .finish()
     }
 }
@@ -35,38 +92,18 @@ impl Condition {
     /// Compiles `source`, checking that every name it reads is one of `known` step
     /// context names (or `context`, which holds them all).
     pub fn compile(source: &str, known: &[String]) -> Result<Condition, ConditionError> {
-        let program = cel::Program::compile(source.trim()).map_err(|e| {
-            ConditionError(format!("does not compile: {}", one_line(&e.to_string())))
-        })?;
-        let mut variables: Vec<String> = program
-            .references()
-            .variables()
-            .into_iter()
-            .map(str::to_string)
-            .collect();
-        variables.sort();
-        if let Some(kind) = non_boolean(program.expression()) {
+        let c = Compiled::parse(source)?;
+        if let Some(kind) = non_boolean(c.program.expression()) {
             return Err(ConditionError(format!(
                 "is {kind}, not a boolean expression"
             )));
         }
-        for v in &variables {
-            if v != "context" && !known.iter().any(|k| k == v) {
-                return Err(ConditionError(format!(
-                    "refers to {v:?}, which is not a step of this workflow"
-                )));
-            }
-        }
-        Ok(Condition {
-            source: source.to_string(),
-            program,
-            variables,
-        })
+        c.check_names(known).map(Condition)
     }
 
     /// The expression as written.
     pub fn source(&self) -> &str {
-        &self.source
+        &self.0.source
     }
 
     /// Evaluates against `context` (`{step_context_name: {request, response}}`).
@@ -77,28 +114,16 @@ impl Condition {
     /// over the data it got (e.g. a string compared with a number), is an error: the step
     /// fails with the reason rather than being skipped silently.
     pub fn eval(&self, context: &Map<String, Value>) -> Result<bool, ConditionError> {
-        let mut ctx = cel::Context::default();
-        for v in &self.variables {
-            let value = if v == "context" {
-                Value::Object(context.clone())
-            } else {
-                context.get(v).cloned().unwrap_or(Value::Null)
-            };
-            ctx.add_variable(v.as_str(), value).map_err(|e| {
-                ConditionError(format!("condition {:?}: cannot read {v}: {e}", self.source))
-            })?;
-        }
-        match self.program.execute(&ctx) {
+        let source = &self.0.source;
+        match self.0.execute(context, "condition")? {
             Ok(cel::Value::Bool(b)) => Ok(b),
             Ok(other) => Err(ConditionError(format!(
-                "condition {:?} evaluated to {}, not a boolean",
-                self.source,
+                "condition {source:?} evaluated to {}, not a boolean",
                 type_name(&other)
             ))),
             Err(e) if is_missing_data(&e) => Ok(false),
             Err(e) => Err(ConditionError(format!(
-                "condition {:?} cannot be evaluated: {}",
-                self.source,
+                "condition {source:?} cannot be evaluated: {}",
                 one_line(&e.to_string())
             ))),
         }
@@ -108,70 +133,29 @@ impl Condition {
 /// An EVENT step's correlation key: a CEL expression over the context (as a `when`
 /// reads it) whose value, a string or a number, names the event instance the step waits
 /// for (`"claim.request.id"`, `"'order-' + string(order.response.id)"`).
-pub struct KeyExpr {
-    source: String,
-    program: cel::Program,
-    variables: Vec<String>,
-}
+pub struct KeyExpr(Compiled);
 
 impl KeyExpr {
     /// Compiles `source`; every name it reads must be a step context name (or `context`).
     pub fn compile(source: &str, known: &[String]) -> Result<KeyExpr, ConditionError> {
-        let program = cel::Program::compile(source.trim()).map_err(|e| {
-            ConditionError(format!("does not compile: {}", one_line(&e.to_string())))
-        })?;
-        let mut variables: Vec<String> = program
-            .references()
-            .variables()
-            .into_iter()
-            .map(str::to_string)
-            .collect();
-        variables.sort();
-        for v in &variables {
-            if v != "context" && !known.iter().any(|k| k == v) {
-                return Err(ConditionError(format!(
-                    "refers to {v:?}, which is not a step of this workflow"
-                )));
-            }
-        }
-        Ok(KeyExpr {
-            source: source.to_string(),
-            program,
-            variables,
-        })
-    }
-
-    pub fn source(&self) -> &str {
-        &self.source
+        Compiled::parse(source)?.check_names(known).map(KeyExpr)
     }
 
     /// The key for `context`: a string as it is, a number as written; anything else (or
     /// data that is not there) is an error naming the expression.
     pub fn eval(&self, context: &Map<String, Value>) -> Result<String, ConditionError> {
-        let mut ctx = cel::Context::default();
-        for v in &self.variables {
-            let value = if v == "context" {
-                Value::Object(context.clone())
-            } else {
-                context.get(v).cloned().unwrap_or(Value::Null)
-            };
-            ctx.add_variable(v.as_str(), value).map_err(|e| {
-                ConditionError(format!("key {:?}: cannot read {v}: {e}", self.source))
-            })?;
-        }
-        match self.program.execute(&ctx) {
+        let source = &self.0.source;
+        match self.0.execute(context, "key")? {
             Ok(cel::Value::String(s)) => Ok(s.to_string()),
             Ok(cel::Value::Int(i)) => Ok(i.to_string()),
             Ok(cel::Value::UInt(u)) => Ok(u.to_string()),
             Ok(cel::Value::Float(f)) => Ok(f.to_string()),
             Ok(other) => Err(ConditionError(format!(
-                "key {:?} evaluated to {}, not a string or a number",
-                self.source,
+                "key {source:?} evaluated to {}, not a string or a number",
                 type_name(&other)
             ))),
             Err(e) => Err(ConditionError(format!(
-                "key {:?} cannot be evaluated: {}",
-                self.source,
+                "key {source:?} cannot be evaluated: {}",
                 one_line(&e.to_string())
             ))),
         }
@@ -180,13 +164,13 @@ impl KeyExpr {
 
 impl fmt::Debug for KeyExpr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "KeyExpr({:?})", self.source)
+        write!(f, "KeyExpr({:?})", self.0.source)
     }
 }
 
 impl PartialEq for KeyExpr {
     fn eq(&self, other: &KeyExpr) -> bool {
-        self.source == other.source
+        self.0.source == other.0.source
     }
 }
 
