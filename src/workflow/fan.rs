@@ -136,17 +136,7 @@ pub fn items<'a>(
     context: &'a serde_json::Map<String, Value>,
     path: &str,
 ) -> Result<&'a [Value], String> {
-    let mut parts = path.split('.');
-    let first = parts.next().unwrap_or_default();
-    let mut at = context.get(first);
-    for p in parts {
-        at = at.and_then(|v| match v {
-            Value::Object(o) => o.get(p),
-            Value::Array(a) => p.parse::<usize>().ok().and_then(|i| a.get(i)),
-            _ => None,
-        });
-    }
-    let list = at
+    let list = super::transform::lookup_in(context, path)
         .and_then(Value::as_array)
         .ok_or_else(|| format!("MAP items {path:?} is not a list in the context"))?;
     if list.len() > MAX_ITEMS {

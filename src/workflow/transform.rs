@@ -84,7 +84,20 @@ fn parse_path(path: &str) -> Result<Vec<Seg<'_>>, SpecError> {
 
 /// Looks a path up in `root`; None when any segment is missing.
 pub fn lookup<'v>(root: &'v Value, path: &str) -> Option<&'v Value> {
-    let segs = parse_path(path).ok()?;
+    walk(root, parse_path(path).ok()?)
+}
+
+/// Looks a path up in a context map (its first segment names an entry of it), as
+/// `lookup` does in a value: a MAP's list and a WAIT's time are found this way.
+pub fn lookup_in<'v>(context: &'v Map<String, Value>, path: &str) -> Option<&'v Value> {
+    let mut segs = parse_path(path).ok()?.into_iter();
+    let Some(Seg::Key(first)) = segs.next() else {
+        return None;
+    };
+    walk(context.get(first)?, segs)
+}
+
+fn walk<'v, 'p>(root: &'v Value, segs: impl IntoIterator<Item = Seg<'p>>) -> Option<&'v Value> {
     let mut cur = root;
     for s in segs {
         cur = match (s, cur) {

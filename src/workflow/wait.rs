@@ -104,16 +104,7 @@ pub fn due_ms(wait: &WaitVal, context: &Map<String, Value>, now_ms: f64) -> Resu
     match wait {
         WaitVal::Duration(d) => Ok(now_ms + d.as_secs_f64() * 1000.0),
         WaitVal::Until(path) => {
-            let mut parts = path.split('.');
-            let mut at = context.get(parts.next().unwrap_or_default());
-            for p in parts {
-                at = at.and_then(|v| match v {
-                    Value::Object(o) => o.get(p),
-                    Value::Array(a) => p.parse::<usize>().ok().and_then(|i| a.get(i)),
-                    _ => None,
-                });
-            }
-            let text = at
+            let text = super::transform::lookup_in(context, path)
                 .and_then(Value::as_str)
                 .ok_or_else(|| format!("WAIT until {path:?} is not a time in the context"))?;
             let t = chrono::DateTime::parse_from_rfc3339(text)
