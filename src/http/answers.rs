@@ -6,9 +6,9 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
-use crate::status::{RequestStatus, StepStatus};
+use crate::status::StepStatus;
 use crate::store::queries::RequestRow;
-use crate::store::status::{Head, StepRow};
+use crate::store::status::{Head, StepRow, Waits};
 
 /// Stored JSON text as a value (validated before it was written); text that does not
 /// parse is shown as a string rather than failing the answer.
@@ -104,45 +104,31 @@ pub fn status(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
     if let Some((k, v)) = fan_place(&head.workflow_name, head.fan_index) {
         out.insert(k.into(), v);
     }
-    // Beyond Clamp: an EVENT step's event and key (and its timeout, if any).
-    if let (RequestStatus::Paused, Some(event), Some(key)) =
-        (head.status, &head.wait_event, &head.wait_key)
-    {
-        let mut w = json!({"step_id": head.current_step_id, "event": event, "key": key});
-        if let Some(by) = &head.retry_at {
-            w["timesOutAt"] = Value::String(by.clone());
+    // Beyond Clamp: what a request that is not running waits for.
+    let step_id = head.current_step_id;
+    let waits = match head.waits() {
+        Waits::Event { event, key, until } => {
+            let mut w = json!({"step_id": step_id, "event": event, "key": key});
+            if let Some(by) = until {
+                w["timesOutAt"] = Value::String(by.to_string());
+            }
+            Some(("awaitingEvent", w))
         }
-        out.insert("awaitingEvent".into(), w);
-    }
-    // Beyond Clamp: a paused ASYNC step's answer deadline (its `answerTimeout`).
-    else if head.status == RequestStatus::Paused {
-        if let Some(by) = &head.retry_at {
-            out.insert(
-                "answerDue".into(),
-                json!({"step_id": head.current_step_id, "by": by}),
-            );
-        }
-    }
-    // Beyond Clamp: a WAIT step sleeping (its attempts mark the sleep, with no error).
-    else if head.step_attempts > 0 && !head.status.is_finished() && head.last_error.is_none() {
-        if let Some(until) = &head.retry_at {
-            out.insert(
-                "waiting".into(),
-                json!({"step_id": head.current_step_id, "until": until}),
-            );
-        }
-    }
-    // Beyond Clamp: a step whose call failed and is to be tried again.
-    else if head.step_attempts > 0 && !head.status.is_finished() {
-        out.insert(
-            "retrying".into(),
+        Waits::Answer { by } => Some(("answerDue", json!({"step_id": step_id, "by": by}))),
+        Waits::Sleep { until } => Some(("waiting", json!({"step_id": step_id, "until": until}))),
+        Waits::Retry => Some((
+            "retrying",
             json!({
-                "step_id": head.current_step_id,
+                "step_id": step_id,
                 "attempts": head.step_attempts,
                 "last_error": head.last_error.as_deref().unwrap_or(""),
                 "next_attempt_at": head.retry_at,
             }),
-        );
+        )),
+        Waits::Nothing => None,
+    };
+    if let Some((k, v)) = waits {
+        out.insert(k.into(), v);
     }
     Bytes::from(serde_json::to_vec(&Value::Object(out)).expect("values serialize"))
 }

@@ -89,6 +89,49 @@ pub struct Head {
     pub wait_key: Option<String>,
 }
 
+/// What a request that is not running waits for, as its row says (beyond Clamp).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Waits<'a> {
+    /// Paused at an EVENT step: its event and key, and when it times out, if it does.
+    Event {
+        event: &'a str,
+        key: &'a str,
+        until: Option<&'a str>,
+    },
+    /// Paused at an ASYNC step with an `answerTimeout`: when it times out.
+    Answer {
+        by: &'a str,
+    },
+    /// Sleeping at a WAIT step (its attempts mark the sleep, with no error): until when.
+    Sleep {
+        until: &'a str,
+    },
+    /// A step whose call failed, to be tried again (`retry_at`: when).
+    Retry,
+    Nothing,
+}
+
+impl Head {
+    /// What the request waits for, one of the cases above, decided once for every reader.
+    pub fn waits(&self) -> Waits<'_> {
+        let at = self.retry_at.as_deref();
+        let pending = self.step_attempts > 0 && !self.status.is_finished();
+        match (self.status, &self.wait_event, &self.wait_key) {
+            (RequestStatus::Paused, Some(event), Some(key)) => Waits::Event {
+                event,
+                key,
+                until: at,
+            },
+            (RequestStatus::Paused, _, _) => at.map_or(Waits::Nothing, |by| Waits::Answer { by }),
+            _ if pending && self.last_error.is_none() => {
+                at.map_or(Waits::Nothing, |until| Waits::Sleep { until })
+            }
+            _ if pending => Waits::Retry,
+            _ => Waits::Nothing,
+        }
+    }
+}
+
 /// One step attempt's row, as the answer shows it.
 #[derive(Debug, Clone)]
 pub struct StepRow {

@@ -17,7 +17,7 @@ use crate::state::Core;
 use crate::status::{RequestStatus, StepStatus};
 use crate::store::fan::Child;
 use crate::store::reader::Found;
-use crate::store::status::StepRow;
+use crate::store::status::{StepRow, Waits};
 use crate::workflow::Workflow;
 
 /// What a page shows at its top after an action: a success by its code in the URL (a
@@ -143,30 +143,32 @@ fn facts(id: Uuid, d: &Details) -> Markup {
                 @if h.retries > 0 {
                     dt { "Retried" } dd { (h.retries) @if h.retries == 1 { " time" } @else { " times" } }
                 }
-                @if let (RequestStatus::Paused, Some(event), Some(key)) = (h.status, &h.wait_event, &h.wait_key) {
-                    dt { "Awaiting event" }
-                    dd {
-                        "step " (h.current_step_id) " waits for " span.mono { (event) } " with key " span.mono { (key) }
-                        @if let Some(by) = &h.retry_at { ", until " span.mono { (layout::when(by)) } }
+                @match h.waits() {
+                    Waits::Event { event, key, until } => {
+                        dt { "Awaiting event" }
+                        dd {
+                            "step " (h.current_step_id) " waits for " span.mono { (event) } " with key " span.mono { (key) }
+                            @if let Some(by) = until { ", until " span.mono { (layout::when(by)) } }
+                        }
                     }
-                } @else if h.status == RequestStatus::Paused {
-                    @if let Some(by) = &h.retry_at {
+                    Waits::Answer { by } => {
                         dt { "Answer due" }
                         dd { "step " (h.current_step_id) " times out at " span.mono { (layout::when(by)) } }
                     }
-                } @else if h.step_attempts > 0 && !h.status.is_finished() && h.last_error.is_none() {
-                    @if let Some(at) = &h.retry_at {
+                    Waits::Sleep { until } => {
                         dt { "Waiting" }
-                        dd { "step " (h.current_step_id) " sleeps until " span.mono { (layout::when(at)) } }
+                        dd { "step " (h.current_step_id) " sleeps until " span.mono { (layout::when(until)) } }
                     }
-                } @else if h.step_attempts > 0 && !h.status.is_finished() {
-                    dt { "Pending retry" }
-                    dd {
-                        "step " (h.current_step_id) " after " (h.step_attempts)
-                        @if h.step_attempts == 1 { " attempt" } @else { " attempts" }
-                        @if let Some(at) = &h.retry_at { ", next at " span.mono { (layout::when(at)) } }
-                        @if let Some(e) = &h.last_error { br; span.muted { "last error: " (e) } }
+                    Waits::Retry => {
+                        dt { "Pending retry" }
+                        dd {
+                            "step " (h.current_step_id) " after " (h.step_attempts)
+                            @if h.step_attempts == 1 { " attempt" } @else { " attempts" }
+                            @if let Some(at) = &h.retry_at { ", next at " span.mono { (layout::when(at)) } }
+                            @if let Some(e) = &h.last_error { br; span.muted { "last error: " (e) } }
+                        }
                     }
+                    Waits::Nothing => {}
                 }
                 @if let Some(p) = h.parent_id {
                     dt { "Parent" } dd.mono { a href={ "/console/serviceRequests/" (p) } { (p) } }
@@ -352,7 +354,7 @@ fn actions(ctx: &Ctx, id: Uuid, f: &Found, wf: Option<&Arc<Workflow>>) -> Markup
                     button type="submit" name="action" value="rerun" { "Rerun" }
                 }
             }
-            @if let (RequestStatus::Paused, Some(event), Some(key)) = (f.head.status, &f.head.wait_event, &f.head.wait_key) {
+            @if let Waits::Event { event, key, .. } = f.head.waits() {
                 form.card method="post" action={ "/console/serviceRequests/" (id) "/event" } {
                     strong { "Deliver the event" }
                     span.muted { "Delivers " span.mono { (event) } " with key " span.mono { (key) } ": every request waiting for it goes on, with the payload as the step's answer." }
