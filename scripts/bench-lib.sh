@@ -174,3 +174,30 @@ warm_memory() {
   echo "$boot" > "$marker"
 }
 warm_memory
+
+# start_nginx DIR SERVERS: the downstream: nginx with one worker, no access log and
+# connections kept open, serving the `server { ... }` blocks SERVERS, its files under DIR;
+# sets nginx_pid (stop it with `stop`).
+start_nginx() {
+  local dir=$1
+  mkdir -p "$dir/logs"
+  cat > "$dir/nginx.conf" <<NGINX
+worker_processes 1;
+daemon off;
+pid $dir/nginx.pid;
+error_log $dir/logs/error.log;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_temp_path $dir/body;
+  proxy_temp_path $dir/proxy;
+  fastcgi_temp_path $dir/fastcgi;
+  uwsgi_temp_path $dir/uwsgi;
+  scgi_temp_path $dir/scgi;
+  $2
+}
+NGINX
+  nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/logs/error.log" &
+  nginx_pid=$!
+}

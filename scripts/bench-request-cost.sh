@@ -104,25 +104,7 @@ nginx_answer="location / { default_type application/json; return 200 '{\"ok\":tr
 nginx_server="server { listen 127.0.0.1:$nginx_port; $nginx_answer }
   server { listen 127.0.0.1:$nginx_tls_port ssl; ssl_certificate $tmp/nginx/server.pem;
     ssl_certificate_key $tmp/nginx/server.key; ssl_session_cache shared:tls:10m; $nginx_answer }"
-cat > "$tmp/nginx/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $tmp/nginx/nginx.pid;
-error_log $tmp/nginx/logs/error.log;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  client_body_temp_path $tmp/nginx/body;
-  proxy_temp_path $tmp/nginx/proxy;
-  fastcgi_temp_path $tmp/nginx/fastcgi;
-  uwsgi_temp_path $tmp/nginx/uwsgi;
-  scgi_temp_path $tmp/nginx/scgi;
-  $nginx_server
-}
-EOF
-nginx -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" -e "$tmp/nginx/logs/error.log" &
-nginx_pid=$!
+start_nginx "$tmp/nginx" "$nginx_server"
 for _ in $(seq 1 50); do curl -sf -o /dev/null -X POST -d x "http://127.0.0.1:$nginx_port/a" && break; sleep 0.1; done
 curl -sf -o /dev/null -X POST -d x "http://127.0.0.1:$nginx_port/a" \
   || { echo "bench-request-cost: nginx did not answer on 127.0.0.1:$nginx_port" >&2; cat "$tmp/nginx/logs/error.log" >&2; exit 1; }

@@ -55,26 +55,8 @@ dbsql() { PGOPTIONS='-c client_min_messages=warning' psql "$base/$1" -qAtX -F ' 
 pg_set=$(pg_settings "$base")
 
 nginx_port=$(free_port)
-mkdir -p "$tmp/nginx/logs"
-cat > "$tmp/nginx/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $tmp/nginx/nginx.pid;
-error_log $tmp/nginx/logs/error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  client_body_temp_path $tmp/nginx/body;
-  proxy_temp_path $tmp/nginx/proxy;
-  fastcgi_temp_path $tmp/nginx/fastcgi;
-  uwsgi_temp_path $tmp/nginx/uwsgi;
-  scgi_temp_path $tmp/nginx/scgi;
-  server { listen 127.0.0.1:$nginx_port; location / { default_type application/json; return 200 '{"accepted":true}'; } }
-}
-EOF
-nginx -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" -e "$tmp/nginx/logs/error.log" &
-nginx_pid=$!
+nginx_server="server { listen 127.0.0.1:$nginx_port; location / { default_type application/json; return 200 '{\"accepted\":true}'; } }"
+start_nginx "$tmp/nginx" "$nginx_server"
 for _ in $(seq 1 50); do curl -sf -o /dev/null -X POST -d x "http://127.0.0.1:$nginx_port/a" && break; sleep 0.1; done
 
 port=$(free_port)
