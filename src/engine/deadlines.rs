@@ -74,28 +74,21 @@ impl Executor {
         let response = Doc::error(504, &message);
         let reason = format!("step '{}' failed: {message}", step.name);
         let last_error = format!("attempt {attempts} failed: {message}");
-        let expire = if again {
-            Expire {
-                id: o.id,
-                step_id: o.step_id,
-                next_step: o.step_id,
-                retry: Some((attempts, &last_error, 0.0)),
-                failed_step: None,
-                reason: None,
-                step_response: response.as_str(),
-                step_reason: &message,
-            }
-        } else {
-            Expire {
-                id: o.id,
-                step_id: o.step_id,
-                next_step: step.on_failure.first().copied().unwrap_or(0),
-                retry: None,
-                failed_step: Some(o.step_id),
-                reason: Some(&reason),
-                step_response: response.as_str(),
-                step_reason: &message,
-            }
+        // Sent again at once (a timeout already waited), or failed: its onFailure steps,
+        // else the end of the request.
+        let expire = Expire {
+            id: o.id,
+            step_id: o.step_id,
+            next_step: if again {
+                o.step_id
+            } else {
+                step.on_failure.first().copied().unwrap_or(0)
+            },
+            retry: again.then_some((attempts, last_error.as_str(), 0.0)),
+            failed_step: (!again).then_some(o.step_id),
+            reason: (!again).then_some(reason.as_str()),
+            step_response: response.as_str(),
+            step_reason: &message,
         };
         if again {
             self.app.metrics.count_retry(e.cause());

@@ -80,8 +80,8 @@ pub async fn deliver(core: &Core, e: &Event<'_>) -> Result<Outcome> {
     };
     let doing = "event delivery";
     let app = &core.app;
-    let mut conn = core.pool.get().await.map_err(OpError::pool(doing))?;
-    let delivered = events::deliver(&mut conn, &d)
+    let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
+    let delivered = events::deliver(&conn, &d)
         .await
         .map_err(OpError::store(doing))?;
     drop(conn);

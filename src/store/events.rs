@@ -194,7 +194,7 @@ pub(super) const COMMIT: &str = "COMMIT";
 /// round trip: Postgres runs them in order, so the statement's snapshot is taken once the
 /// lock is held. Should the statement fail, the transaction is aborted and the COMMIT
 /// already sent ends it as a rollback; the connection is left outside a transaction.
-pub async fn deliver(conn: &mut PgConn, d: &Delivery<'_>) -> Result<Delivered> {
+pub async fn deliver(conn: &PgConn, d: &Delivery<'_>) -> Result<Delivered> {
     let lock = conn.stmt(LOCK).await?;
     let deliver = conn.stmt(DELIVER).await?;
     let keep_ms = d.keep_for.as_secs_f64() * 1000.0;
