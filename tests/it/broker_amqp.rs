@@ -692,15 +692,8 @@ async fn an_amqp_step_in_each_map_item_is_resumed_by_its_broker_reply() {
     assert_eq!(seen, [json!(10), json!(11), json!(12)]);
     let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(15)).await;
     assert_eq!(v["status"], "COMPLETED", "{v}");
-    let each = v["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|e| e["name"] == "each")
-        .unwrap();
     assert_eq!(
-        each["payload"]["response"],
+        response_of(&v, "each"),
         json!([
             {"echo": {"approved": 10}},
             {"echo": {"approved": 11}},

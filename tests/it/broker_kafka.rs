@@ -551,16 +551,8 @@ async fn a_kafka_step_in_a_branch_is_resumed_by_its_reply_while_the_other_comple
         .await;
     let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(15)).await;
     assert_eq!(v["status"], "COMPLETED", "{v}");
-    let both = v["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|e| e["name"] == "both")
-        .unwrap()
-        .clone();
     assert_eq!(
-        both["payload"]["response"],
+        response_of(&v, "both"),
         json!({"broker": {"approved": true}, "web": {"echo": {"claim": 3}}}),
         "{v}"
     );

@@ -37,18 +37,6 @@ fn map(name: &str, items: &str, steps: Value, max: u32) -> Value {
            "val": {"items": items, "steps": steps, "maxConcurrency": max}})
 }
 
-/// The response a step's last record of `name` holds.
-fn response_of(v: &Value, name: &str) -> Value {
-    v["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|e| e["name"] == name && e["status"] == "COMPLETED")
-        .map(|e| e["payload"]["response"].clone())
-        .unwrap_or_else(|| panic!("no completed step {name}: {v}"))
-}
-
 /// The children of request `id`'s fan-out step, in branch or item order.
 async fn children(db: &TestDb, id: &str) -> Vec<(Uuid, String)> {
     let c = db.client().await;

@@ -55,13 +55,7 @@ async fn a_wait_sleeps_for_its_duration_shows_it_and_passes_its_request_on() {
         t0.elapsed()
     );
     // Its response is its request, which the next step receives.
-    let cool = v["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["name"] == "cool" && e["status"] == "COMPLETED")
-        .unwrap()
-        .clone();
+    let cool = step_entry(&v, "cool", "COMPLETED");
     assert_eq!(cool["payload"]["response"], json!({"order": 7}), "{v}");
     assert_eq!(cool["attempts"], 1, "{v}");
     let got = d.received("/api/echo");
@@ -364,13 +358,7 @@ async fn an_async_step_not_answered_in_time_fails_and_runs_its_on_failure_steps(
             .contains("no answer within PT1S"),
         "{v}"
     );
-    let ask = v["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["name"] == "ask" && e["status"] == "FAILED")
-        .unwrap_or_else(|| panic!("no failed attempt: {v}"))
-        .clone();
+    let ask = step_entry(&v, "ask", "FAILED");
     assert_eq!(ask["payload"]["response"]["errors"]["code"], 504, "{v}");
     assert_eq!(d.received("/api/echo").len(), 1, "cleanup ran once");
     assert_eq!(d.received("/api/step1").len(), 0);

@@ -127,3 +127,21 @@ pub fn step_reply(id: &str, response: Value) -> Vec<u8> {
         .to_string()
         .into_bytes()
 }
+
+/// The last entry of step `name` with `status` in a status answer (panics naming the
+/// answer when there is none).
+pub fn step_entry(v: &Value, name: &str, status: &str) -> Value {
+    v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|e| e["name"] == name && e["status"] == status)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {status} entry of step {name}: {v}"))
+}
+
+/// The response a step's last COMPLETED entry holds.
+pub fn response_of(v: &Value, name: &str) -> Value {
+    step_entry(v, name, "COMPLETED")["payload"]["response"].clone()
+}
