@@ -288,6 +288,8 @@ pub struct Metrics {
     pub leases_lost: Counter,
     /// ASYNC steps whose answer did not come within their `answerTimeout`.
     pub answer_timeouts: Counter,
+    /// Requests whose deadline passed before they finished.
+    pub deadlines_passed: Counter,
     /// Events delivered (`POST /events/{event}`), new ones (a redelivery is `events_duplicate`).
     pub events_received: Counter,
     pub events_duplicate: Counter,
@@ -399,6 +401,7 @@ impl Metrics {
             leases_claimed: Counter::default(),
             leases_lost: Counter::default(),
             answer_timeouts: Counter::default(),
+            deadlines_passed: Counter::default(),
             events_received: Counter::default(),
             events_duplicate: Counter::default(),
             events_resumed: Counter::default(),
@@ -517,6 +520,11 @@ impl Metrics {
             "clamp_answer_timeouts",
             "ASYNC steps timed out: no answer within their answerTimeout",
             self.answer_timeouts.clone(),
+        );
+        registry.register(
+            "clamp_request_deadlines_passed",
+            "Requests ended by their deadline: the step they were at failed, its onFailure steps ran",
+            self.deadlines_passed.clone(),
         );
         for (name, help, c) in [
             (

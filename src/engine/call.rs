@@ -25,6 +25,8 @@ pub enum CallErrorKind {
     /// The TLS handshake failed a check (a certificate not trusted, for another host,
     /// expired; a client certificate wanted or refused): permanent, as a 4xx is.
     Tls,
+    /// The request's deadline passed (beyond Clamp): never tried again.
+    Deadline,
     /// Anything else trying again cannot fix (a response too large or not HTTP).
     Other,
 }
@@ -58,7 +60,10 @@ impl CallError {
             | CallErrorKind::Queued
             | CallErrorKind::BrokerAway => true,
             CallErrorKind::Status(s) => policy.retries_status(s),
-            CallErrorKind::Refused | CallErrorKind::Tls | CallErrorKind::Other => false,
+            CallErrorKind::Refused
+            | CallErrorKind::Tls
+            | CallErrorKind::Deadline
+            | CallErrorKind::Other => false,
         }
     }
 
@@ -79,6 +84,7 @@ impl CallError {
             CallErrorKind::Status(_) => "status",
             CallErrorKind::BrokerAway | CallErrorKind::Refused => "broker",
             CallErrorKind::Tls => "tls",
+            CallErrorKind::Deadline => "deadline",
             CallErrorKind::Other => "other",
         }
     }

@@ -6,13 +6,19 @@
 //! at once, as a call's is), else its onFailure steps run, else it fails. The statement
 //! applies only while the request still waits at that step past its deadline, so an
 //! answer racing the timeout, a cancel, or a second instance's look leaves one outcome.
+//!
+//! Request deadlines (beyond Clamp) are ended here too, for the requests no executor
+//! holds (paused, asleep, or waiting out a back-off): the step each is at fails with the
+//! deadline as its reason, its children are cancelled, and the request goes on to the
+//! step's onFailure steps, or fails. An executor ends the requests it holds itself
+//! (`job`), dropping the call in flight.
 
 use std::sync::Arc;
 
 use super::call::{CallError, CallErrorKind};
 use super::doc::Doc;
 use super::Executor;
-use crate::store::deadlines::{self, Expire, Overdue};
+use crate::store::deadlines::{self, End, Expire, Overdue, PastDeadline};
 
 /// Most overdue requests timed out per look.
 const BATCH: i64 = 100;
@@ -35,6 +41,18 @@ impl Executor {
                 woke = true;
             }
         }
+        let past = async {
+            let conn = self.pool.get().await?;
+            deadlines::past_deadline(&conn, BATCH).await
+        }
+        .await;
+        for p in past.unwrap_or_default() {
+            if let Ok(true) = self.end_at_deadline(&p).await {
+                self.app.metrics.deadlines_passed.inc();
+                self.app.changes.notify(&p.id);
+                woke = true;
+            }
+        }
         if woke {
             self.wake();
         }
@@ -42,6 +60,37 @@ impl Executor {
         if let Ok(conn) = self.pool.get().await {
             let _ = crate::store::events::forget(&conn, FORGET_BATCH).await;
         }
+    }
+
+    /// Ends one request at its deadline; true when this look did (not another instance, an
+    /// answer or a claim first).
+    async fn end_at_deadline(self: &Arc<Self>, p: &PastDeadline) -> crate::store::Result<bool> {
+        let wf = match self
+            .app
+            .workflows
+            .get_or_load_version(&self.pool, &p.workflow_name, p.workflow_version)
+            .await
+        {
+            Ok(Some(wf)) => wf,
+            _ => return Ok(false),
+        };
+        let step = wf.step(p.step_id);
+        let name = step.map_or("", |s| &s.name);
+        let reason = format!("step '{name}' failed: {}", super::job::DEADLINE_PASSED);
+        let response = Doc::error(504, super::job::DEADLINE_PASSED);
+        let end = End {
+            id: p.id,
+            step_id: p.step_id,
+            step_name: name,
+            next_step: step
+                .and_then(|s| s.on_failure.first().copied())
+                .unwrap_or(0),
+            reason: &reason,
+            step_response: response.as_str(),
+            step_reason: super::job::DEADLINE_PASSED,
+        };
+        let conn = self.pool.get().await?;
+        deadlines::end(&conn, &end).await
     }
 
     /// Times out one overdue answer; true when this look did (not an answer or another

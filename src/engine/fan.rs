@@ -221,6 +221,8 @@ async fn run_own(exec: &Arc<Executor>, s: &Starting<'_>, start: &fan::Start<'_>,
             workflow_version: s.version,
             parent_id: Some(s.id),
             retries: 0,
+            // Its steps run within the request's deadline, which the parent keeps.
+            deadline_in_ms: None,
         };
         exec.run_claimed(claimed).await;
     }

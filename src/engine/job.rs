@@ -51,6 +51,21 @@ pub struct Job {
     pub trace: Option<RequestTrace>,
     /// Times it was retried (`POST /serviceRequest/{id}/retry`): names its span.
     pub retries: i32,
+    /// When its deadline passes (beyond Clamp): the step then running is abandoned and
+    /// fails, and none starts after it but its onFailure steps. None: it has none, or its
+    /// onFailure steps are running (they run to their end).
+    pub deadline: Option<tokio::time::Instant>,
+    /// The same in microseconds since the Unix epoch, for a fresh job's status memory.
+    pub deadline_us: Option<i64>,
+}
+
+/// The failure of the step a request is at when its deadline passes (the same words
+/// whichever instance, executor or sweeper, ends it).
+pub const DEADLINE_PASSED: &str = "the request's deadline passed";
+
+/// A deadline `ms` from now (None: none).
+pub fn deadline_in(ms: Option<f64>) -> Option<tokio::time::Instant> {
+    ms.map(|ms| tokio::time::Instant::now() + Duration::from_micros((ms.max(0.0) * 1000.0) as u64))
 }
 
 /// Milliseconds since the Unix epoch.
@@ -254,10 +269,21 @@ async fn run_step(exec: &Arc<Executor>, job: &mut Job, step: &CompiledStep) -> F
     };
     let is_async = step.step_type == StepType::Async && job.failing.is_none();
     let mut trace = StepTrace::begin(exec.app.tracing.as_ref(), job.trace.as_ref());
-    let outcome = match condition_error {
-        Some(e) => Outcome::Failed(e),
-        None => {
-            let outcome = execute(exec, job, step, &body, is_async, trace.as_mut()).await;
+    // Past the request's deadline the step fails unstarted; reached while it runs, the
+    // call is dropped (its connection closed), and it fails the same way.
+    let deadline = job.deadline.filter(|_| job.failing.is_none());
+    let outcome = match (condition_error, deadline) {
+        (Some(e), _) => Outcome::Failed(e),
+        (None, Some(at)) if at <= tokio::time::Instant::now() => Outcome::Failed(passed()),
+        (None, deadline) => {
+            let call = execute(exec, job, step, &body, is_async, trace.as_mut());
+            let outcome = match deadline {
+                None => call.await,
+                Some(at) => tokio::select! {
+                    o = call => o,
+                    _ = tokio::time::sleep_until(at) => Outcome::Failed(passed()),
+                },
+            };
             exec.app.metrics.steps_executed.inc();
             outcome
         }
@@ -340,6 +366,11 @@ async fn run_step(exec: &Arc<Executor>, job: &mut Job, step: &CompiledStep) -> F
     }
 }
 
+/// The failure of a step the request's deadline ended.
+fn passed() -> CallError {
+    CallError::new(CallErrorKind::Deadline, DEADLINE_PASSED)
+}
+
 /// A request's forwarded headers as its fan-out step's children get them: the step's
 /// `traceparent` (its span, so each branch hangs under it) and the request's `tracestate`.
 fn children_headers(job: &Job, traceparent: &str) -> String {
@@ -395,6 +426,23 @@ async fn start_child(exec: &Executor, job: &Job, step: &CompiledStep, body: &Doc
         return;
     };
     let request = String::from_utf8_lossy(body.as_bytes()).into_owned();
+    // The child runs within its own workflow's deadline, from now (the parent's, if it
+    // has one, ends the child with the step).
+    let version = val.version.unwrap_or(0);
+    let workflows = &exec.app.workflows;
+    let child_wf = match version {
+        0 => workflows.get_or_load(&exec.pool, &val.workflow).await,
+        v => {
+            workflows
+                .get_or_load_version(&exec.pool, &val.workflow, v)
+                .await
+        }
+    };
+    let deadline_ms = child_wf
+        .ok()
+        .flatten()
+        .and_then(|wf| wf.deadline)
+        .map(|d| d.as_millis() as f64);
     let start = crate::store::children::Start {
         parent: job.id,
         owner: exec.app.instance_id,
@@ -405,7 +453,8 @@ async fn start_child(exec: &Executor, job: &Job, step: &CompiledStep, body: &Doc
         attempts: a.n,
         child: crate::ids::new_v7(),
         workflow: &val.workflow,
-        version: val.version.unwrap_or(0),
+        version,
+        deadline_ms,
     };
     let mut backoff = Backoff::new(WRITE_RETRY, MAX_WRITE_RETRY);
     loop {
@@ -601,6 +650,9 @@ async fn failed(
 ) -> Flow {
     if a.n > 1 {
         exec.app.metrics.step_retries_exhausted.inc();
+    }
+    if e.kind == CallErrorKind::Deadline {
+        exec.app.metrics.deadlines_passed.inc();
     }
     let reason = if a.n > 1 {
         format!("after {} attempts: {}", a.n, e.message)

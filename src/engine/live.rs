@@ -18,12 +18,13 @@ use crate::store::status::{self, Head, Live, StepRow};
 use crate::workflow::Workflow;
 
 /// Starts keeping the step rows of a request this process runs from its first step.
-pub fn start(app: &App, id: &uuid::Uuid, wf: &Workflow, created_us: i64) {
+pub fn start(app: &App, id: &uuid::Uuid, wf: &Workflow, created_us: i64, deadline_us: Option<i64>) {
     app.running.with_live(id, |live| {
         *live = Some(Arc::new(Live {
             workflow_name: wf.name.clone(),
             workflow_version: wf.def.version as i32,
             created_us,
+            deadline_us,
             // Room for the main steps (the common run), so pushing them never reallocates.
             steps: Vec::with_capacity(wf.main.len()),
             current_step_id: 0,
@@ -78,6 +79,7 @@ pub fn committed(app: &App, t: &Transition) {
             fan_index: None,
             wait_event: None,
             wait_key: None,
+            deadline: live.deadline_us.map(status::pg_json_timestamp),
         };
         app.finals.insert_parts(t.id, head, live.steps);
     }

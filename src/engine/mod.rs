@@ -173,7 +173,11 @@ impl Executor {
         let id = job.id;
         let fresh = job.fresh;
         // Only a fresh job keeps a status memory, which needs its workflow.
-        let (wf, created_us) = (fresh.then(|| job.wf.clone()), job.created_us);
+        let (wf, created_us, deadline_us) = (
+            fresh.then(|| job.wf.clone()),
+            job.created_us,
+            job.deadline_us,
+        );
         let has_parent = job.has_parent;
         // A branch or item of inline steps (`order/3/acme`) counts its own finish; other
         // children have their parents told by the reporter's look.
@@ -202,7 +206,7 @@ impl Executor {
         );
         self.app.running.insert(id);
         if let Some(wf) = wf {
-            live::start(&self.app, &id, &wf, created_us);
+            live::start(&self.app, &id, &wf, created_us, deadline_us);
         }
     }
 
@@ -263,6 +267,8 @@ impl Executor {
                 has_parent: c.parent_id.is_some(),
                 trace,
                 retries: c.retries,
+                deadline: job::deadline_in(c.deadline_in_ms),
+                deadline_us: None,
             });
         }
         let context = if wf.uses_context {
@@ -309,6 +315,8 @@ impl Executor {
             has_parent: c.parent_id.is_some(),
             trace,
             retries: c.retries,
+            deadline: job::deadline_in(c.deadline_in_ms),
+            deadline_us: None,
         })
     }
 
@@ -619,5 +627,15 @@ fn fresh_job(r: Inserted, wf: Arc<Workflow>) -> Job {
         fresh: true,
         created_us: r.created_us,
         has_parent: false,
+        // From its creation, as the row has it: the executor starts it just after commit.
+        deadline: r.deadline_ms.map(|ms| {
+            let at =
+                crate::store::buffer::system_time(r.created_us) + Duration::from_millis(ms as u64);
+            let left = at
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or_default();
+            tokio::time::Instant::now() + left
+        }),
+        deadline_us: r.deadline_ms.map(|ms| r.created_us + ms as i64 * 1000),
     }
 }

@@ -104,6 +104,10 @@ pub fn status(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
     if let Some((k, v)) = fan_place(&head.workflow_name, head.fan_index) {
         out.insert(k.into(), v);
     }
+    // Beyond Clamp: when it must have finished by.
+    if let Some(d) = &head.deadline {
+        out.insert("deadline".into(), Value::String(d.clone()));
+    }
     // Beyond Clamp: what a request that is not running waits for.
     let step_id = head.current_step_id;
     let waits = match head.waits() {

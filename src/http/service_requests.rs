@@ -69,8 +69,9 @@ static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 /// (200) instead of creating another, or 422 when its payload differs; a keyed create is
 /// answered after its commit whatever the `ack` mode.
 ///
-/// Beyond Clamp, `?version=N` runs version N of the workflow, and `?startAt=` or
-/// `?delayMs=` starts it later (`http::delayed`).
+/// Beyond Clamp, `?version=N` runs version N of the workflow, `?startAt=` or
+/// `?delayMs=` starts it later (`http::delayed`), and `?deadline=` (ISO 8601) bounds how
+/// long it may run, over its workflow's `deadline`.
 pub async fn create(
     core: &Core,
     name: &str,
@@ -103,6 +104,18 @@ pub async fn create(
             Err(resp) => return resp,
         },
     };
+    // Beyond Clamp: a deadline of this request's own, over its workflow's.
+    let deadline = match parts
+        .uri
+        .query()
+        .map(|q| super::query_param(Some(q), "deadline"))
+    {
+        None | Some(None) => None,
+        Some(Some(text)) => match crate::ops::create::deadline(&text) {
+            Ok(d) => Some(d),
+            Err(e) => return op_error(e),
+        },
+    };
     let workflow = match crate::ops::create::workflow(core, name, pinned).await {
         Ok(wf) => wf,
         Err(e) => return op_error(e),
@@ -130,6 +143,7 @@ pub async fn create(
         headers,
         body,
         start,
+        deadline,
     };
     match crate::ops::create::create(core, r).await {
         Ok(Outcome::New(id)) => json_bytes(

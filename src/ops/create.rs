@@ -128,6 +128,19 @@ pub struct NewRequest {
     pub body: Bytes,
     /// A start later than now (beyond Clamp); None: at once.
     pub start: Option<SystemTime>,
+    /// Its own deadline, over its workflow's (beyond Clamp).
+    pub deadline: Option<std::time::Duration>,
+}
+
+/// A create's `deadline`: an ISO 8601 duration, more than nothing, at most a year.
+pub fn deadline(text: &str) -> Result<std::time::Duration> {
+    match crate::workflow::wait::duration(text) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err(OpError::BadRequest(format!(
+            "deadline {text:?} must be longer than nothing"
+        ))),
+        Err(why) => Err(OpError::BadRequest(format!("deadline {text:?} {why}"))),
+    }
 }
 
 /// What a create became.
@@ -155,6 +168,11 @@ pub async fn create(core: &Core, r: NewRequest) -> Result<Outcome> {
         validate_payload(&r.body).map_err(|msg| OpError::BadRequest(msg.into()))?;
         r.body
     };
+    // Whole milliseconds, so that the time Postgres stores is the one this process knows.
+    let deadline_ms = r
+        .deadline
+        .or(r.workflow.deadline)
+        .map(|d| d.as_millis() as f64);
     if let Some(start) = r.start {
         if r.key.is_some() {
             return Err(OpError::BadRequest(
@@ -169,6 +187,7 @@ pub async fn create(core: &Core, r: NewRequest) -> Result<Outcome> {
             &payload,
             &r.headers,
             start,
+            deadline_ms,
         ))
         .await;
     }
@@ -191,6 +210,7 @@ pub async fn create(core: &Core, r: NewRequest) -> Result<Outcome> {
         headers: r.headers,
         key: r.key,
         created_us,
+        deadline_ms,
         ack,
     };
     match core.buffer.push(row, app.config.enqueue_wait).await {
@@ -232,6 +252,7 @@ async fn delayed(
     payload: &[u8],
     headers: &[u8],
     start: SystemTime,
+    deadline_ms: Option<f64>,
 ) -> Result<Outcome> {
     let id = crate::ids::new_v7();
     let conn = core
@@ -247,6 +268,7 @@ async fn delayed(
         headers,
         created: SystemTime::now(),
         start,
+        deadline_ms,
     };
     crate::store::delayed::insert(&conn, &row)
         .await

@@ -77,6 +77,8 @@ pub struct PendingRow {
     pub key: Option<Uuid>,
     /// When it was created, in microseconds since the Unix epoch (the server's clock).
     pub created_us: i64,
+    /// Its deadline, in whole milliseconds from its creation (beyond Clamp; None: none).
+    pub deadline_ms: Option<f64>,
     /// Answered after the commit in `ack=commit` mode, and for keyed rows always; None
     /// otherwise in `ack=accept` mode.
     pub ack: Option<oneshot::Sender<Result<Created, AckError>>>,
@@ -111,6 +113,7 @@ pub struct Inserted {
     pub payload: Bytes,
     pub headers: Bytes,
     pub created_us: i64,
+    pub deadline_ms: Option<f64>,
 }
 
 /// Lets the flusher insert rows already leased to the local executor, and hand them over
@@ -412,6 +415,7 @@ impl Shared {
                     payload: r.payload.clone(),
                     headers: r.headers.clone(),
                     created_us: r.created_us,
+                    deadline_ms: r.deadline_ms,
                 })
                 .collect();
             h.release(n_leased - rows.len());
@@ -714,8 +718,8 @@ struct KeyedRequests<'a> {
 }
 
 impl KeyedRequests<'_> {
-    /// `INSERT_KEYED`'s `$1..$10`.
-    fn insert_keyed(&self) -> [Param<'_>; 10] {
+    /// `INSERT_KEYED`'s `$1..$11`.
+    fn insert_keyed(&self) -> [Param<'_>; 11] {
         let c = &self.c;
         [
             &c.ids,
@@ -728,11 +732,12 @@ impl KeyedRequests<'_> {
             &self.keys,
             &c.created,
             &c.versions,
+            &c.deadlines,
         ]
     }
 
-    /// `INSERT_KEYED_CONFLICTS`' `$1..$11`: the window before the versions.
-    fn insert_keyed_conflicts(&self) -> [Param<'_>; 11] {
+    /// `INSERT_KEYED_CONFLICTS`' `$1..$12`: the window before the versions.
+    fn insert_keyed_conflicts(&self) -> [Param<'_>; 12] {
         let c = &self.c;
         [
             &c.ids,
@@ -746,6 +751,7 @@ impl KeyedRequests<'_> {
             &c.created,
             &self.window_s,
             &c.versions,
+            &c.deadlines,
         ]
     }
 }
@@ -794,6 +800,8 @@ pub(super) struct Columns<'a> {
     pub created: Vec<SystemTime>,
     /// The version a row names (0: the latest).
     pub versions: Vec<i32>,
+    /// Its deadline in ms from its creation (None: none).
+    pub deadlines: Vec<Option<f64>>,
 }
 
 impl<'a> Columns<'a> {
@@ -807,6 +815,7 @@ impl<'a> Columns<'a> {
             leased: Vec::with_capacity(n),
             created: Vec::with_capacity(n),
             versions: Vec::with_capacity(n),
+            deadlines: Vec::with_capacity(n),
         };
         for r in rows {
             c.ids.push(r.id);
@@ -816,6 +825,7 @@ impl<'a> Columns<'a> {
             c.leased.push(r.leased);
             c.created.push(r.created);
             c.versions.push(r.ver);
+            c.deadlines.push(r.deadline_ms);
         }
         c
     }
@@ -834,6 +844,8 @@ pub(super) struct NewRequest<'a> {
     created: SystemTime,
     /// The version it names (0: the latest).
     ver: i32,
+    /// Its deadline in ms from `created` (None: none; migration 20).
+    deadline_ms: Option<f64>,
 }
 
 impl<'a> NewRequest<'a> {
@@ -846,6 +858,7 @@ impl<'a> NewRequest<'a> {
             leased,
             created: system_time(r.created_us),
             ver: named_version(r),
+            deadline_ms: r.deadline_ms,
         }
     }
 }

@@ -25,6 +25,8 @@ pub struct Start<'a> {
     pub workflow: &'a str,
     /// 0: the latest version when the child is stored.
     pub version: u32,
+    /// The child's own deadline (its workflow's), in ms from now (None: none).
+    pub deadline_ms: Option<f64>,
 }
 
 pub(super) const START: &str = concat!(
@@ -39,10 +41,13 @@ WITH ",
     ", $5, to_timestamp($6::float8 / 1000.0), $7, $8 FROM fenced
 ), child AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
-                                  workflow_version, parent_id, parent_step_id, parent_told)
+                                  workflow_version, parent_id, parent_step_id, parent_told,
+                                  deadline)
     SELECT $8, $9, $5, f.headers, NULL, '-infinity', ",
     crate::store::sql::pinned_version!("$10", "w.version"),
-    ", $1, $2, false
+    ", $1, $2, false, ",
+    crate::store::sql::now_plus_ms!("$11"),
+    "
     FROM fenced f LEFT JOIN workflows w ON w.name = $9
     RETURNING id
 )
@@ -67,6 +72,7 @@ pub async fn start(conn: &PgConn, s: &Start<'_>) -> Result<bool> {
                 &s.child,
                 &s.workflow,
                 &(s.version as i32),
+                &s.deadline_ms,
             ],
         )
         .await?;

@@ -133,3 +133,176 @@ pub async fn expire(conn: &PgConn, e: &Expire<'_>) -> Result<bool> {
         .await?;
     Ok(row.get::<_, i64>(0) == 1)
 }
+
+/// Whether an unfinished request `s` whose deadline passed is for the sweeper to end: not
+/// running its onFailure steps (they run to their end), and held by no executor (one
+/// that holds it ends it itself, `engine::job`): paused, or asleep until a later time (a
+/// WAIT, a retry's back-off) and not a fan-out item held back for its turn. One claimable
+/// now is left to the claim, whose executor ends it.
+macro_rules! deadline_passed {
+    () => {
+        concat!(
+            "s.deadline < now() AND s.failed_step_id IS NULL
+  AND s.status IN (",
+            crate::status::status_sql!(New),
+            ", ",
+            crate::status::status_sql!(InProgress),
+            ", ",
+            crate::status::status_sql!(Paused),
+            ", ",
+            crate::status::status_sql!(Resumed),
+            ")
+  AND (s.status = ",
+            crate::status::status_sql!(Paused),
+            " OR (s.lease_owner IS NULL AND s.lease_until > now() AND s.lease_until < 'infinity'))"
+        )
+    };
+}
+
+/// `$1` how many: requests past their deadline that the sweeper ends, the longest past
+/// first (`service_requests_deadlines`, migration 20).
+pub(super) const PAST_DEADLINE: &str = concat!(
+    "SELECT s.id, s.current_step_id, s.workflow_name, coalesce(s.workflow_version, 1)
+FROM service_requests s
+WHERE ",
+    deadline_passed!(),
+    "
+ORDER BY s.deadline LIMIT $1"
+);
+
+/// A request the sweeper ends at its deadline: the step it is at (0: none started yet).
+#[derive(Debug)]
+pub struct PastDeadline {
+    pub id: Uuid,
+    pub step_id: u32,
+    pub workflow_name: String,
+    pub workflow_version: u32,
+}
+
+pub async fn past_deadline(conn: &PgConn, limit: i64) -> Result<Vec<PastDeadline>> {
+    let stmt = conn.stmt(PAST_DEADLINE).await?;
+    Ok(conn
+        .client
+        .query(&stmt, &[&limit])
+        .await?
+        .iter()
+        .map(|r| PastDeadline {
+            id: r.get(0),
+            step_id: r.get::<_, i32>(1).max(0) as u32,
+            workflow_name: r.get(2),
+            workflow_version: r.get::<_, i32>(3).max(1) as u32,
+        })
+        .collect())
+}
+
+/// How the sweeper ends a request at its deadline.
+pub struct End<'a> {
+    pub id: Uuid,
+    /// The step it is at, which fails, and its name (for a record written here).
+    pub step_id: u32,
+    pub step_name: &'a str,
+    /// Its first onFailure step, or 0: none (the request fails when claimed).
+    pub next_step: u32,
+    /// The request's reason, and the failed step's error document and reason.
+    pub reason: &'a str,
+    pub step_response: &'a str,
+    pub step_reason: &'a str,
+}
+
+/// `$1` id, `$2` step, `$3` next step, `$4` reason, `$5` the step record's response, `$6`
+/// its reason, `$7` the step's name. One statement, only while the request is still as
+/// `deadline_passed!` found it at that step: it is RESUMED at its next step, unleased,
+/// failing (an answer, an event or a timer of the step changes nothing after this); the
+/// step's STARTED record (a pause, a sleep) is marked FAILED, or, with none (a retry's
+/// back-off), a FAILED record is written; the step's unfinished children (WORKFLOW,
+/// PARALLEL, MAP) are cancelled, and theirs, and told (nothing waits for them now).
+pub(super) const END: &str = concat!(
+    "\
+WITH RECURSIVE ended AS (
+    UPDATE service_requests s SET status = ",
+    crate::status::status_sql!(Resumed),
+    ", current_step_id = $3,
+        step_request = CASE
+            WHEN EXISTS (SELECT 1 FROM steps_status x WHERE x.service_request_id = $1
+                         AND x.step_id = $2 AND x.status = ",
+    crate::status::status_sql!(Started),
+    ")
+            THEN (SELECT NULLIF(request, '') FROM steps_status x
+                  WHERE x.service_request_id = $1 AND x.step_id = $2
+                  ORDER BY x.id DESC LIMIT 1)
+            ELSE s.step_request END,
+        failed_step_id = $2, reason = $4, updated_at = now(),
+        step_attempts = 0, last_error = NULL, wait_event = NULL, wait_key = NULL,
+        wait_next = NULL, lease_owner = NULL, lease_until = '-infinity'
+    WHERE s.id = $1 AND s.current_step_id = $2 AND ",
+    deadline_passed!(),
+    "
+    RETURNING s.id
+), recorded AS (
+    UPDATE steps_status SET status = ",
+    crate::status::status_sql!(Failed),
+    ", response = $5, reason = $6, finished_at = now(),
+        time_taken_ms = round(extract(epoch FROM now() - started_at) * 1000)::bigint
+    WHERE service_request_id = $1 AND step_id = $2 AND status = ",
+    crate::status::status_sql!(Started),
+    "
+      AND EXISTS (SELECT 1 FROM ended)
+    RETURNING 1
+), noted AS (
+    INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
+                              started_at, finished_at, time_taken_ms, reason, attempts)
+    SELECT s.id, $2, $7, ",
+    crate::status::status_sql!(Failed),
+    ", coalesce(s.step_request, ''), $5, now(), now(), 0, $6, greatest(s.step_attempts, 1)
+    FROM service_requests s
+    WHERE s.id = $1 AND $2 > 0 AND EXISTS (SELECT 1 FROM ended)
+      AND NOT EXISTS (SELECT 1 FROM recorded)
+), tree AS (
+    SELECT c.id FROM service_requests c
+    WHERE c.parent_id = $1 AND c.parent_step_id = $2 AND EXISTS (SELECT 1 FROM ended)
+    UNION ALL
+    SELECT g.id FROM service_requests g JOIN tree t ON g.parent_id = t.id
+    WHERE g.parent_id IS NOT NULL
+), cancelled AS (
+    UPDATE service_requests c SET status = ",
+    crate::status::status_sql!(Cancelled),
+    ", reason = 'its parent''s deadline passed', finished_at = now(), parent_told = true,
+       lease_owner = NULL, lease_until = '-infinity', updated_at = now()
+    WHERE c.id IN (SELECT id FROM tree) AND c.status NOT IN (",
+    crate::status::status_sql!(Completed),
+    ", ",
+    crate::status::status_sql!(Failed),
+    ", ",
+    crate::status::status_sql!(Cancelled),
+    ")
+    RETURNING 1
+), joined AS (
+    UPDATE fan_joins SET done = true
+    WHERE parent_id = $1 AND step_id = $2 AND NOT done AND EXISTS (SELECT 1 FROM ended)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM ended), (SELECT count(*) FROM cancelled),
+       (SELECT count(*) FROM joined)"
+);
+
+/// Applies `e`; true when the request was still as the look found it (false: it went on,
+/// was answered, claimed, cancelled or ended by another instance first).
+pub async fn end(conn: &PgConn, e: &End<'_>) -> Result<bool> {
+    let stmt = conn.stmt(END).await?;
+    let row = conn
+        .client
+        .query_one(
+            &stmt,
+            &[
+                &e.id,
+                &(e.step_id as i32),
+                &(e.next_step as i32),
+                &e.reason,
+                &e.step_response,
+                &e.step_reason,
+                &e.step_name,
+            ],
+        )
+        .await?;
+    Ok(row.get::<_, i64>(0) == 1)
+}

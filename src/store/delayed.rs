@@ -20,19 +20,22 @@ pub struct Delayed<'a> {
     pub headers: &'a [u8],
     pub created: SystemTime,
     pub start: SystemTime,
+    /// Its deadline, in ms from its start (None: none).
+    pub deadline_ms: Option<f64>,
 }
 
 /// `$1` id, `$2` workflow, `$3` payload, `$4` headers, `$5` created, `$6` start, `$7` the
-/// version named (0: the latest, stored as NULL when it is 1, as `pinned_version!`).
+/// version named (0: the latest, stored as NULL when it is 1, as `pinned_version!`), `$8`
+/// the deadline in ms from the start (NULL: none).
 pub(super) const INSERT: &str = concat!(
     "INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, \
-     lease_until, created_at, workflow_version, start_at) \
+     lease_until, created_at, workflow_version, start_at, deadline) \
      SELECT $1, $2, $3, $4, NULL, $6, $5, ",
     crate::store::sql::pinned_version!(
         "$7::int",
         "(SELECT w.version FROM workflows w WHERE w.name = $2)"
     ),
-    ", $6"
+    ", $6, $6::timestamptz + $8::float8 * interval '1 millisecond'"
 );
 
 /// Stores `d`; answered after its commit.
@@ -49,6 +52,7 @@ pub async fn insert(conn: &PgConn, d: &Delayed<'_>) -> Result<()> {
                 &d.created,
                 &d.start,
                 &d.version,
+                &d.deadline_ms,
             ],
         )
         .await?;

@@ -282,14 +282,14 @@ WITH child AS (
     " END,
            updated_at = now()
     FROM next WHERE s.id = next.id
-    RETURNING s.id, s.workflow_name, s.status, s.payload, s.headers, s.current_step_id,
-              s.step_request, s.failed_step_id, s.reason, s.step_attempts, ",
-    crate::store::sql::created_us!("s"),
-    " AS created_us, coalesce(s.workflow_version, 1) AS version, s.parent_id, s.retries
+    RETURNING ",
+    crate::store::sql::claimed_columns!("s"),
+    "
 )
 SELECT true, parent_id, step_id, total, finished, failed, tolerated,
        NULL::uuid, NULL::text, NULL::text, NULL::text, NULL::text, NULL::int, NULL::text,
-       NULL::int, NULL::text, NULL::int, NULL::bigint, NULL::int, NULL::uuid, NULL::int
+       NULL::int, NULL::text, NULL::int, NULL::bigint, NULL::int, NULL::uuid, NULL::int,
+       NULL::float8
 FROM counted
 UNION ALL
 SELECT false, NULL, NULL, NULL, NULL, NULL, NULL, r.* FROM released r"

@@ -46,14 +46,17 @@ pub const INSERT_KEYED: &str = concat!(
     SELECT h, id FROM UNNEST($8::uuid[], $1::uuid[]) AS k(h, id) WHERE h IS NOT NULL
 ), ins AS (
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until, created_at,
-                              workflow_version)
+                              workflow_version, deadline)
 SELECT t.id, t.wf, t.payload, t.headers, ",
     crate::store::sql::fresh_lease!(),
     ", t.created, ",
     crate::store::sql::pinned_version!(),
+    ", ",
+    crate::store::sql::new_deadline!(),
     "
-FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $9::timestamptz[], $10::int[])
-    AS t(id, wf, payload, headers, leased, created, ver)
+FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $9::timestamptz[], $10::int[],
+            $11::float8[])
+    AS t(id, wf, payload, headers, leased, created, ver, deadline_ms)
 LEFT JOIN v ON v.name = t.wf
 )
 SELECT name, version FROM v"
@@ -61,14 +64,15 @@ SELECT name, version FROM v"
 
 /// The batch again when a key was held, as `$1..$7` of the plain insert plus `$8` the
 /// key digests (NULL for rows without a key; no digest twice in one batch), `$9` the
-/// creation times and `$10` the window in seconds; returns the ids inserted. `ON CONFLICT`
+/// creation times, `$10` the window in seconds, `$11` the versions named and `$12` the
+/// deadlines; returns the ids inserted. `ON CONFLICT`
 /// leaves a live entry be (waiting for a concurrent claim of it to commit) and takes over
 /// an expired one.
 pub const INSERT_KEYED_CONFLICTS: &str = concat!(
     "WITH input AS (
     SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::uuid[],
-                         $9::timestamptz[], $11::int[])
-        AS t(id, wf, payload, headers, leased, h, created, ver)
+                         $9::timestamptz[], $11::int[], $12::float8[])
+        AS t(id, wf, payload, headers, leased, h, created, ver, deadline_ms)
 ), ",
     crate::store::sql::batch_versions!("$2"),
     ", claimed AS (
@@ -80,11 +84,13 @@ pub const INSERT_KEYED_CONFLICTS: &str = concat!(
     RETURNING service_request_id
 ), inserted AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until, created_at,
-                                  workflow_version)
+                                  workflow_version, deadline)
     SELECT t.id, t.wf, t.payload, t.headers, ",
     crate::store::sql::fresh_lease!(),
     ", t.created, ",
     crate::store::sql::pinned_version!(),
+    ", ",
+    crate::store::sql::new_deadline!(),
     "
     FROM input t LEFT JOIN v ON v.name = t.wf
     WHERE t.h IS NULL OR t.id IN (SELECT service_request_id FROM claimed)

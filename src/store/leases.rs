@@ -33,6 +33,9 @@ pub struct Claimed {
     pub parent_id: Option<Uuid>,
     /// Times it was retried.
     pub retries: i32,
+    /// Its deadline, in ms from the claim (negative: passed); None when it has none, or
+    /// none that applies (its onFailure steps are running).
+    pub deadline_in_ms: Option<f64>,
 }
 
 /// Claims up to `limit` runnable requests whose lease is free or expired. One statement:
@@ -55,10 +58,8 @@ WHERE s.id IN (
     ORDER BY lease_until
     LIMIT $3
     FOR UPDATE SKIP LOCKED)
-RETURNING s.id, s.workflow_name, s.status, s.payload, s.headers, s.current_step_id,
-          s.step_request, s.failed_step_id, s.reason, s.step_attempts, ",
-    crate::store::sql::created_us!("s"),
-    ", coalesce(s.workflow_version, 1), s.parent_id, s.retries"
+RETURNING ",
+    crate::store::sql::claimed_columns!("s")
 );
 
 pub async fn claim(
@@ -78,9 +79,7 @@ pub async fn claim(
 }
 
 impl Claimed {
-    /// Reads a row returning `id, workflow_name, status, payload, headers, current_step_id,
-    /// step_request, failed_step_id, reason, step_attempts, created_us, workflow_version,
-    /// parent_id, retries`, in that order.
+    /// Reads a row returning `sql::claimed_columns!`.
     pub fn from_row(r: &tokio_postgres::Row) -> Claimed {
         Claimed::from_row_at(r, 0)
     }
@@ -102,6 +101,7 @@ impl Claimed {
             workflow_version: r.get::<_, i32>(at + 11).max(1) as u32,
             parent_id: r.get(at + 12),
             retries: r.get(at + 13),
+            deadline_in_ms: r.get(at + 14),
         }
     }
 }

@@ -150,6 +150,7 @@ fn collect(rows: &[tokio_postgres::Row], want: Want, out: &mut HashMap<Uuid, Fou
                 fan_index: r.get("fan_index"),
                 wait_event: r.get("wait_event"),
                 wait_key: r.get("wait_key"),
+                deadline: r.get("deadline"),
             },
             steps: Vec::new(),
             finished_ms: r.get("request_finished_ms"),

@@ -31,7 +31,7 @@ pub enum Retried {
 /// What a retry sets on a FAILED or CANCELLED row `s`: runnable again from the step that
 /// failed (a request that failed at no step and ran none: from its first step, 1), or for
 /// a cancelled one the step that was next, with `$2` (or NULL: the recorded request) as
-/// that step's request.
+/// that step's request. A deadline is renewed: as long again, from now.
 macro_rules! retry_set {
     () => {
         concat!(
@@ -57,7 +57,8 @@ macro_rules! retry_set {
         ELSE s.step_request END,
     failed_step_id = NULL, reason = NULL, finished_at = NULL, step_attempts = 0,
     last_error = NULL, retries = s.retries + 1, updated_at = now(),
-    lease_owner = NULL, lease_until = '-infinity'"
+    lease_owner = NULL, lease_until = '-infinity',
+    deadline = now() + (s.deadline - coalesce(s.start_at, s.created_at))"
         )
     };
 }

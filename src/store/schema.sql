@@ -123,13 +123,15 @@ CREATE TABLE service_requests (
     fan_index integer,
     wait_event text,
     wait_key text,
-    wait_next integer
+    wait_next integer,
+    deadline timestamp with time zone
 ) WITH (fillfactor=50);
 ALTER TABLE service_requests ADD CONSTRAINT service_requests_pkey PRIMARY KEY (id);
 CREATE INDEX service_requests_answer_due ON public.service_requests USING btree (lease_until) WHERE ((status = 'PAUSED'::text) AND (lease_until > '-infinity'::timestamp with time zone));
 CREATE INDEX service_requests_by_workflow ON public.service_requests USING btree (workflow_name, id) WITH (fillfactor='50');
 CREATE INDEX service_requests_children ON public.service_requests USING btree (parent_id, id) WHERE (parent_id IS NOT NULL);
 CREATE INDEX service_requests_claimable ON public.service_requests USING btree (lease_until) WHERE (status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'RESUMED'::text]));
+CREATE INDEX service_requests_deadlines ON public.service_requests USING btree (deadline) WHERE ((deadline IS NOT NULL) AND (status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])));
 CREATE INDEX service_requests_event_waits ON public.service_requests USING btree (wait_event, wait_key) WHERE ((status = 'PAUSED'::text) AND (wait_event IS NOT NULL));
 CREATE INDEX service_requests_failed_or_cancelled ON public.service_requests USING btree (id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
 CREATE INDEX service_requests_failed_or_cancelled_by_workflow ON public.service_requests USING btree (workflow_name, id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
@@ -188,7 +190,8 @@ CREATE TYPE new_request AS (
     headers text,
     leased boolean,
     created timestamp with time zone,
-    ver integer
+    ver integer,
+    deadline_ms double precision
 );
 
 CREATE TYPE step_transition AS (

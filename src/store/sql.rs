@@ -47,6 +47,14 @@ macro_rules! created_us {
     };
 }
 
+/// A new batch row `t`'s deadline (beyond Clamp): `deadline_ms` after its creation, or
+/// NULL (none).
+macro_rules! new_deadline {
+    () => {
+        "t.created + t.deadline_ms * interval '1 millisecond'"
+    };
+}
+
 /// A new request row's `lease_owner, lease_until`: leased to `$6` for `$7` ms (or the
 /// two parameters given) when the input column `leased` says so (the local executor
 /// takes it after commit), else free.
@@ -139,7 +147,49 @@ macro_rules! pause_for_children {
     };
 }
 
+/// What a claimed row returns, of row `$t`, for `leases::Claimed::from_row`: the columns
+/// a job continues from, ending with its deadline in ms from now (NULL: none, or none
+/// that applies while its onFailure steps run).
+macro_rules! claimed_columns {
+    ($t:literal) => {
+        concat!(
+            $t,
+            ".id, ",
+            $t,
+            ".workflow_name, ",
+            $t,
+            ".status, ",
+            $t,
+            ".payload, ",
+            $t,
+            ".headers, ",
+            $t,
+            ".current_step_id, ",
+            $t,
+            ".step_request, ",
+            $t,
+            ".failed_step_id, ",
+            $t,
+            ".reason, ",
+            $t,
+            ".step_attempts, ",
+            crate::store::sql::created_us!($t),
+            " AS created_us, coalesce(",
+            $t,
+            ".workflow_version, 1) AS version, ",
+            $t,
+            ".parent_id, ",
+            $t,
+            ".retries, CASE WHEN ",
+            $t,
+            ".failed_step_id IS NULL THEN extract(epoch FROM ",
+            $t,
+            ".deadline - now())::float8 * 1000 END AS deadline_in_ms"
+        )
+    };
+}
+
 pub(crate) use {
-    batch_versions, created_us, derived_status, fresh_lease, now_plus_ms, pause_for_children,
-    pinned_version, step_request,
+    batch_versions, claimed_columns, created_us, derived_status, fresh_lease, new_deadline,
+    now_plus_ms, pause_for_children, pinned_version, step_request,
 };

@@ -72,6 +72,8 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("fan::CHILDREN", fan::CHILDREN),
         ("deadlines::DUE", deadlines::DUE),
         ("deadlines::EXPIRE", deadlines::EXPIRE),
+        ("deadlines::PAST_DEADLINE", deadlines::PAST_DEADLINE),
+        ("deadlines::END", deadlines::END),
         ("events::LOCK", events::LOCK),
         ("events::KEPT", events::KEPT),
         ("events::PAUSE", events::PAUSE),

@@ -9,11 +9,12 @@ WITH v AS (SELECT w.name, w.version
     FROM workflows w
     WHERE w.name = ANY($2::text[])),
         ins AS (INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner,
-            lease_until, created_at, workflow_version) SELECT t.id,
+            lease_until, created_at, workflow_version, deadline) SELECT t.id,
             t.wf, t.payload, t.headers, CASE WHEN leased THEN $3::uuid END,
             CASE WHEN leased THEN now() + $4::float8 * interval '1 millisecond' ELSE '-infinity' END,
                 t.created,
-            NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END, 1)
+            NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END, 1),
+            t.created + t.deadline_ms * interval '1 millisecond'
     FROM UNNEST($1::new_request[]) AS t
     LEFT JOIN v ON v.name = t.wf) SELECT name, version
     FROM v;
@@ -25,13 +26,15 @@ WITH v AS (SELECT w.name, w.version FROM workflows w WHERE w.name = ANY($2::text
 ), ins AS (
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
     created_at,
-                              workflow_version)
+                              workflow_version, deadline)
 SELECT t.id, t.wf, t.payload, t.headers, CASE WHEN leased THEN $6::uuid END,
     CASE WHEN leased THEN now() + $7::float8 * interval '1 millisecond' ELSE '-infinity' END,
-    t.created, NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END, 1)
+    t.created, NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END, 1),
+    t.created + t.deadline_ms * interval '1 millisecond'
 FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $9::timestamptz[],
-    $10::int[])
-    AS t(id, wf, payload, headers, leased, created, ver)
+    $10::int[],
+            $11::float8[])
+    AS t(id, wf, payload, headers, leased, created, ver, deadline_ms)
 LEFT JOIN v ON v.name = t.wf
 )
 SELECT name, version FROM v;
@@ -39,8 +42,8 @@ SELECT name, version FROM v;
 -- idempotency::INSERT_KEYED_CONFLICTS
 WITH input AS (
     SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::uuid[],
-                         $9::timestamptz[], $11::int[])
-        AS t(id, wf, payload, headers, leased, h, created, ver)
+                         $9::timestamptz[], $11::int[], $12::float8[])
+        AS t(id, wf, payload, headers, leased, h, created, ver, deadline_ms)
 ), v AS (SELECT w.name, w.version FROM workflows w WHERE w.name = ANY($2::text[])), claimed AS (
     INSERT INTO idempotency_keys AS k (key_hash, service_request_id)
     SELECT h, id FROM input WHERE h IS NOT NULL
@@ -51,10 +54,11 @@ WITH input AS (
 ), inserted AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
         created_at,
-                                  workflow_version)
+                                  workflow_version, deadline)
     SELECT t.id, t.wf, t.payload, t.headers, CASE WHEN leased THEN $6::uuid END,
         CASE WHEN leased THEN now() + $7::float8 * interval '1 millisecond' ELSE '-infinity' END,
-        t.created, NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END, 1)
+        t.created, NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END, 1),
+        t.created + t.deadline_ms * interval '1 millisecond'
     FROM input t LEFT JOIN v ON v.name = t.wf
     WHERE t.h IS NULL OR t.id IN (SELECT service_request_id FROM claimed)
     RETURNING id, coalesce(workflow_version, 1) AS workflow_version
@@ -81,11 +85,11 @@ RESET statement_timeout;
 
 -- delayed::INSERT
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
-    created_at, workflow_version, start_at) SELECT $1,
+    created_at, workflow_version, start_at, deadline) SELECT $1,
     $2, $3, $4, NULL, $6, $5,
     NULLIF(CASE WHEN $7::int > 0 THEN $7::int ELSE coalesce((SELECT w.version
     FROM workflows w
-    WHERE w.name = $2), 1) END, 1), $6;
+    WHERE w.name = $2), 1) END, 1), $6, $6::timestamptz + $8::float8 * interval '1 millisecond';
 
 -- leases::CLAIM
 UPDATE service_requests s SET lease_owner = $1,
@@ -96,10 +100,11 @@ WHERE s.id IN (
     ORDER BY lease_until
     LIMIT $3
     FOR UPDATE SKIP LOCKED)
-RETURNING s.id, s.workflow_name, s.status, s.payload, s.headers, s.current_step_id,
-          s.step_request, s.failed_step_id, s.reason, s.step_attempts, (extract(epoch
-              FROM s.created_at) * 1000000)::bigint, coalesce(s.workflow_version, 1), s.parent_id,
-                  s.retries;
+RETURNING s.id, s.workflow_name, s.status, s.payload, s.headers, s.current_step_id, s.step_request,
+    s.failed_step_id, s.reason, s.step_attempts, (extract(epoch
+    FROM s.created_at) * 1000000)::bigint AS created_us, coalesce(s.workflow_version, 1) AS version,
+        s.parent_id, s.retries, CASE WHEN s.failed_step_id IS NULL THEN extract(epoch
+    FROM s.deadline - now())::float8 * 1000 END AS deadline_in_ms;
 
 -- leases::RENEW
 WITH ids AS (SELECT unnest($3::uuid[]) AS id),
@@ -184,10 +189,15 @@ WITH resumed AS (
         lease_until = CASE WHEN $10::uuid IS NULL THEN '-infinity'::timestamptz
                            ELSE now() + $11::float8 * interval '1 millisecond' END
     WHERE id = $1 AND status = 'PAUSED' AND current_step_id = $2
-    RETURNING id, workflow_name, status, payload, headers, current_step_id, step_request,
-              failed_step_id, reason, step_attempts, (extract(epoch
-                  FROM service_requests.created_at) * 1000000)::bigint,
-                      coalesce(workflow_version, 1), parent_id, retries
+    RETURNING service_requests.id, service_requests.workflow_name, service_requests.status,
+        service_requests.payload, service_requests.headers, service_requests.current_step_id,
+        service_requests.step_request, service_requests.failed_step_id, service_requests.reason,
+        service_requests.step_attempts, (extract(epoch
+        FROM service_requests.created_at) * 1000000)::bigint AS created_us,
+            coalesce(service_requests.workflow_version, 1) AS version, service_requests.parent_id,
+            service_requests.retries,
+            CASE WHEN service_requests.failed_step_id IS NULL THEN extract(epoch
+        FROM service_requests.deadline - now())::float8 * 1000 END AS deadline_in_ms
 ), answered AS (
     UPDATE steps_status SET status = $7, response = $8, reason = $9, finished_at = now(),
         time_taken_ms = round(extract(epoch FROM now() - started_at) * 1000)::bigint
@@ -236,7 +246,8 @@ UPDATE service_requests s SET status = 'NEW',
         ELSE s.step_request END,
     failed_step_id = NULL, reason = NULL, finished_at = NULL, step_attempts = 0,
     last_error = NULL, retries = s.retries + 1, updated_at = now(),
-    lease_owner = NULL, lease_until = '-infinity'
+    lease_owner = NULL, lease_until = '-infinity',
+    deadline = now() + (s.deadline - coalesce(s.start_at, s.created_at))
         WHERE s.id = $1 AND s.status IN ('FAILED', 'CANCELLED')
   AND (s.status = 'CANCELLED' OR s.failed_step_id IS NOT NULL
        OR NOT EXISTS (SELECT 1 FROM steps_status x WHERE x.service_request_id = s.id))
@@ -274,7 +285,8 @@ WITH candidates AS (
         ELSE s.step_request END,
     failed_step_id = NULL, reason = NULL, finished_at = NULL, step_attempts = 0,
     last_error = NULL, retries = s.retries + 1, updated_at = now(),
-    lease_owner = NULL, lease_until = '-infinity'
+    lease_owner = NULL, lease_until = '-infinity',
+    deadline = now() + (s.deadline - coalesce(s.start_at, s.created_at))
         FROM taken t
         WHERE s.id = t.id AND s.status IN ('FAILED', 'CANCELLED')
   AND (s.status = 'CANCELLED' OR s.failed_step_id IS NOT NULL
@@ -298,8 +310,11 @@ SELECT DISTINCT ON (step_id) id, step_id, status, response
 WITH run AS (
     INSERT INTO service_requests (id, workflow_name, status, payload, headers,
                                   current_step_id, step_request, rerun_of,
-                                  lease_owner, lease_until, workflow_version)
-    VALUES ($1, $3, 'NEW', $4, $5, $6, $7, $2, NULL, '-infinity', NULLIF($10, 1))
+                                  lease_owner, lease_until, workflow_version, deadline)
+    VALUES ($1, $3, 'NEW', $4, $5, $6, $7, $2, NULL, '-infinity', NULLIF($10, 1),
+            -- The original's deadline, as long again from now.
+            (SELECT now() + (o.deadline - coalesce(o.start_at, o.created_at))
+             FROM service_requests o WHERE o.id = $2))
     RETURNING id)
 INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
                           started_at, finished_at, time_taken_ms, reason, attempts)
@@ -324,9 +339,11 @@ WITH fenced AS (
     SELECT id, $2, $4, 'STARTED', $5, to_timestamp($6::float8 / 1000.0), $7, $8 FROM fenced
 ), child AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
-                                  workflow_version, parent_id, parent_step_id, parent_told)
+                                  workflow_version, parent_id, parent_step_id, parent_told,
+                                  deadline)
     SELECT $8, $9, $5, f.headers, NULL, '-infinity',
-        NULLIF(CASE WHEN $10 > 0 THEN $10 ELSE coalesce(w.version, 1) END, 1), $1, $2, false
+        NULLIF(CASE WHEN $10 > 0 THEN $10 ELSE coalesce(w.version, 1) END, 1), $1, $2, false,
+        now() + $11::float8 * interval '1 millisecond'
     FROM fenced f LEFT JOIN workflows w ON w.name = $9
     RETURNING id
 )
@@ -399,7 +416,8 @@ UPDATE service_requests s SET status = 'NEW',
         ELSE s.step_request END,
     failed_step_id = NULL, reason = NULL, finished_at = NULL, step_attempts = 0,
     last_error = NULL, retries = s.retries + 1, updated_at = now(),
-    lease_owner = NULL, lease_until = '-infinity', parent_told = false
+    lease_owner = NULL, lease_until = '-infinity',
+    deadline = now() + (s.deadline - coalesce(s.start_at, s.created_at)), parent_told = false
 WHERE s.parent_id = $1 AND s.parent_step_id = $3 AND s.fan_index IS NOT NULL AND s.status IN ('FAILED',
     'CANCELLED')
   AND (s.status = 'CANCELLED' OR s.failed_step_id IS NOT NULL
@@ -456,13 +474,16 @@ WITH child AS (
            updated_at = now()
     FROM next WHERE s.id = next.id
     RETURNING s.id, s.workflow_name, s.status, s.payload, s.headers, s.current_step_id,
-              s.step_request, s.failed_step_id, s.reason, s.step_attempts, (extract(epoch
-                  FROM s.created_at) * 1000000)::bigint AS created_us,
-                      coalesce(s.workflow_version, 1) AS version, s.parent_id, s.retries
+        s.step_request, s.failed_step_id, s.reason, s.step_attempts, (extract(epoch
+        FROM s.created_at) * 1000000)::bigint AS created_us,
+            coalesce(s.workflow_version, 1) AS version, s.parent_id, s.retries,
+            CASE WHEN s.failed_step_id IS NULL THEN extract(epoch
+        FROM s.deadline - now())::float8 * 1000 END AS deadline_in_ms
 )
 SELECT true, parent_id, step_id, total, finished, failed, tolerated,
        NULL::uuid, NULL::text, NULL::text, NULL::text, NULL::text, NULL::int, NULL::text,
-       NULL::int, NULL::text, NULL::int, NULL::bigint, NULL::int, NULL::uuid, NULL::int
+       NULL::int, NULL::text, NULL::int, NULL::bigint, NULL::int, NULL::uuid, NULL::int,
+       NULL::float8
 FROM counted
 UNION ALL
 SELECT false, NULL, NULL, NULL, NULL, NULL, NULL, r.* FROM released r;
@@ -553,6 +574,65 @@ WITH expired AS (
       AND EXISTS (SELECT 1 FROM expired)
 )
 SELECT count(*) FROM expired;
+
+-- deadlines::PAST_DEADLINE
+SELECT s.id, s.current_step_id, s.workflow_name, coalesce(s.workflow_version, 1)
+FROM service_requests s
+WHERE s.deadline < now() AND s.failed_step_id IS NULL
+  AND s.status IN ('NEW', 'IN_PROGRESS', 'PAUSED', 'RESUMED')
+  AND (s.status = 'PAUSED' OR (s.lease_owner IS NULL AND s.lease_until > now() AND s.lease_until < 'infinity'))
+ORDER BY s.deadline LIMIT $1;
+
+-- deadlines::END
+WITH RECURSIVE ended AS (
+    UPDATE service_requests s SET status = 'RESUMED', current_step_id = $3,
+        step_request = CASE
+            WHEN EXISTS (SELECT 1 FROM steps_status x WHERE x.service_request_id = $1
+                         AND x.step_id = $2 AND x.status = 'STARTED')
+            THEN (SELECT NULLIF(request, '') FROM steps_status x
+                  WHERE x.service_request_id = $1 AND x.step_id = $2
+                  ORDER BY x.id DESC LIMIT 1)
+            ELSE s.step_request END,
+        failed_step_id = $2, reason = $4, updated_at = now(),
+        step_attempts = 0, last_error = NULL, wait_event = NULL, wait_key = NULL,
+        wait_next = NULL, lease_owner = NULL, lease_until = '-infinity'
+    WHERE s.id = $1 AND s.current_step_id = $2 AND s.deadline < now() AND s.failed_step_id IS NULL
+  AND s.status IN ('NEW', 'IN_PROGRESS', 'PAUSED', 'RESUMED')
+  AND (s.status = 'PAUSED' OR (s.lease_owner IS NULL AND s.lease_until > now() AND s.lease_until < 'infinity'))
+    RETURNING s.id
+), recorded AS (
+    UPDATE steps_status SET status = 'FAILED', response = $5, reason = $6, finished_at = now(),
+        time_taken_ms = round(extract(epoch FROM now() - started_at) * 1000)::bigint
+    WHERE service_request_id = $1 AND step_id = $2 AND status = 'STARTED'
+      AND EXISTS (SELECT 1 FROM ended)
+    RETURNING 1
+), noted AS (
+    INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
+                              started_at, finished_at, time_taken_ms, reason, attempts)
+    SELECT s.id, $2, $7, 'FAILED', coalesce(s.step_request, ''), $5, now(), now(), 0, $6,
+        greatest(s.step_attempts, 1)
+    FROM service_requests s
+    WHERE s.id = $1 AND $2 > 0 AND EXISTS (SELECT 1 FROM ended)
+      AND NOT EXISTS (SELECT 1 FROM recorded)
+), tree AS (
+    SELECT c.id FROM service_requests c
+    WHERE c.parent_id = $1 AND c.parent_step_id = $2 AND EXISTS (SELECT 1 FROM ended)
+    UNION ALL
+    SELECT g.id FROM service_requests g JOIN tree t ON g.parent_id = t.id
+    WHERE g.parent_id IS NOT NULL
+), cancelled AS (
+    UPDATE service_requests c SET status = 'CANCELLED', reason = 'its parent''s deadline passed',
+        finished_at = now(), parent_told = true,
+       lease_owner = NULL, lease_until = '-infinity', updated_at = now()
+    WHERE c.id IN (SELECT id FROM tree) AND c.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
+    RETURNING 1
+), joined AS (
+    UPDATE fan_joins SET done = true
+    WHERE parent_id = $1 AND step_id = $2 AND NOT done AND EXISTS (SELECT 1 FROM ended)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM ended), (SELECT count(*) FROM cancelled),
+       (SELECT count(*) FROM joined);
 
 -- events::LOCK
 SELECT pg_advisory_xact_lock(hashtext($1::text), hashtext($2::text));
@@ -739,7 +819,7 @@ SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_versio
         r.retries, r.rerun_of, r.parent_id, r.fan_index,
         CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() THEN to_json(r.lease_until) #>> '{}' END AS retry_at,
             to_json(r.start_at) #>> '{}' AS start_at,
-        r.wait_event, r.wait_key
+        r.wait_event, r.wait_key, to_json(r.deadline) #>> '{}' AS deadline
     FROM service_requests r
     WHERE r.id = ANY($1);
 
@@ -752,7 +832,8 @@ SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_versio
         r.retries, r.rerun_of, r.parent_id, r.fan_index,
         CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() THEN to_json(r.lease_until) #>> '{}' END AS retry_at,
             to_json(r.start_at) #>> '{}' AS start_at,
-        r.wait_event, r.wait_key, st.step_id, st.step_name, st.status AS step_status,
+        r.wait_event, r.wait_key, to_json(r.deadline) #>> '{}' AS deadline, st.step_id,
+        st.step_name, st.status AS step_status,
         CASE WHEN st.request = '' THEN r.payload ELSE st.request END AS request, st.response,
         st.time_taken_ms, st.attempts, st.reason AS step_reason, st.child_id, extract(epoch
     FROM st.started_at)::float8 * 1000 AS started_ms, extract(epoch

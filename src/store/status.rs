@@ -22,7 +22,8 @@ macro_rules! head_columns {
              r.step_attempts, r.last_error, r.retries, r.rerun_of, r.parent_id, r.fan_index, \
              CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() \
                   THEN to_json(r.lease_until) #>> '{}' END AS retry_at, \
-             to_json(r.start_at) #>> '{}' AS start_at, r.wait_event, r.wait_key"
+             to_json(r.start_at) #>> '{}' AS start_at, r.wait_event, r.wait_key, \
+             to_json(r.deadline) #>> '{}' AS deadline"
         )
     };
 }
@@ -87,6 +88,8 @@ pub struct Head {
     /// The event and key it waits for, paused at an EVENT step (beyond Clamp).
     pub wait_event: Option<String>,
     pub wait_key: Option<String>,
+    /// When it must have finished by (beyond Clamp).
+    pub deadline: Option<String>,
 }
 
 /// What a request that is not running waits for, as its row says (beyond Clamp).
@@ -163,6 +166,8 @@ pub struct Live {
     pub workflow_version: i32,
     /// When the request was created, in microseconds since the Unix epoch.
     pub created_us: i64,
+    /// Its deadline, likewise (None: none).
+    pub deadline_us: Option<i64>,
     pub steps: Vec<StepRow>,
     pub current_step_id: i32,
     pub step_attempts: i32,

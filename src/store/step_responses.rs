@@ -72,10 +72,9 @@ WITH resumed AS (
         lease_until = CASE WHEN $10::uuid IS NULL THEN '-infinity'::timestamptz
                            ELSE ", crate::store::sql::now_plus_ms!("$11"), " END
     WHERE id = $1 AND status = ", crate::status::status_sql!(Paused), " AND current_step_id = $2
-    RETURNING id, workflow_name, status, payload, headers, current_step_id, step_request,
-              failed_step_id, reason, step_attempts, ",
-    crate::store::sql::created_us!("service_requests"),
-    ", coalesce(workflow_version, 1), parent_id, retries
+    RETURNING ",
+    crate::store::sql::claimed_columns!("service_requests"),
+    "
 ), answered AS (
     UPDATE steps_status SET status = $7, response = $8, reason = $9, finished_at = now(),
         time_taken_ms = round(extract(epoch FROM now() - started_at) * 1000)::bigint

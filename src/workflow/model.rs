@@ -31,6 +31,11 @@ pub struct WorkflowDef {
     pub updated_at: String,
     #[serde(default)]
     pub steps: Vec<Step>,
+    /// Beyond Clamp: how long a request may run, from its start (ISO 8601); past it, the
+    /// step it is at fails, its onFailure steps run, and no further step starts. A create
+    /// may set its own (`?deadline=`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<String>,
 }
 
 fn yes() -> bool {
@@ -315,6 +320,8 @@ pub struct Workflow {
     /// Whether any step reads earlier steps (a `when` or a transform); if none does, a
     /// request continuing after a pause or a crash need not reload what they did.
     pub uses_context: bool,
+    /// How long its requests may run, from their start (`def.deadline`).
+    pub deadline: Option<std::time::Duration>,
 }
 
 impl Workflow {

@@ -79,6 +79,21 @@ fn compile_in(mut def: WorkflowDef, scope: &Scope) -> Result<Workflow, Validatio
             known.push(o.clone());
         }
     }
+    // A branch's or item's steps have none of their own: they run within their request's.
+    let deadline = match &def.deadline {
+        None => None,
+        Some(text) => Some(
+            super::wait::duration(text)
+                .and_then(|d| {
+                    if d.is_zero() {
+                        Err("must be longer than nothing".into())
+                    } else {
+                        Ok(d)
+                    }
+                })
+                .map_err(|why| ValidationError(format!("deadline {text:?} {why}")))?,
+        ),
+    };
     let name = def.name.clone();
     let version = def.version;
     let mut steps = Vec::new();
@@ -142,6 +157,7 @@ fn compile_in(mut def: WorkflowDef, scope: &Scope) -> Result<Workflow, Validatio
         steps,
         main,
         uses_context,
+        deadline,
     })
 }
 

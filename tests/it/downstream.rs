@@ -42,6 +42,25 @@ pub struct Log {
     pub fixed: bool,
     /// `/held` answers (as `/api/echo` does) only once `Downstream::release` was called.
     pub released: bool,
+    /// Calls whose caller went away before they were answered (their connection closed).
+    pub abandoned: usize,
+}
+
+/// One call being answered: counted out when it ends, answered or abandoned (dropped
+/// with its connection).
+struct Flight {
+    log: Arc<Mutex<Log>>,
+    answered: bool,
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        let mut l = self.log.lock();
+        l.in_flight -= 1;
+        if !self.answered {
+            l.abandoned += 1;
+        }
+    }
 }
 
 pub struct Downstream {
@@ -166,6 +185,11 @@ impl Downstream {
     pub fn in_flight(&self) -> usize {
         self.log.lock().in_flight
     }
+
+    /// Calls whose caller closed the connection before the answer.
+    pub fn abandoned(&self) -> usize {
+        self.log.lock().abandoned
+    }
 }
 
 async fn handle(
@@ -212,6 +236,10 @@ async fn handle(
             client_cert,
         });
     }
+    let mut flight = Flight {
+        log: log.clone(),
+        answered: false,
+    };
     let mut retry_after = None;
     let (status, out) = match path.as_str() {
         // The first call of each key answers this status; later ones succeed.
@@ -259,7 +287,8 @@ async fn handle(
         }
         _ => (404, json!({"error": "no such path"})),
     };
-    log.lock().in_flight -= 1;
+    flight.answered = true;
+    drop(flight);
     let mut r = Response::new(Full::new(Bytes::from(out.to_string())));
     *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
     if path == "/traced" {

@@ -7,6 +7,7 @@ mod broker_amqp;
 mod broker_kafka;
 mod children;
 mod console;
+mod deadlines;
 mod delayed;
 mod downstream;
 mod durability;

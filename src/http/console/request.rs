@@ -140,6 +140,9 @@ fn facts(id: Uuid, d: &Details) -> Markup {
                 }
                 dt { "Current step" } dd { (h.current_step_id) }
                 dt { "Reason" } dd { @if let Some(r) = h.reason.as_deref().filter(|r| !r.is_empty()) { (r) } @else { span.muted { "none" } } }
+                @if let Some(by) = &h.deadline {
+                    dt { "Deadline (UTC)" } dd.mono { (layout::when(by)) }
+                }
                 @if h.retries > 0 {
                     dt { "Retried" } dd { (h.retries) @if h.retries == 1 { " time" } @else { " times" } }
                 }
