@@ -21,6 +21,7 @@ pub(crate) mod status;
 pub mod store;
 pub mod telemetry;
 pub mod tls;
+pub mod tokens;
 pub(crate) mod workflow;
 pub mod workflow_files;
 
@@ -92,6 +93,26 @@ impl Server {
 
 /// Prepares the database (creating it and applying migrations), loads the workflows and
 /// starts serving. Returns once every listener is bound.
+/// Reads the tokens file again on every SIGHUP; a file that does not parse leaves the
+/// tokens in force, and says why.
+fn reload_tokens_on_hangup(tokens: Arc<tokens::ApiTokens>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::error!("no SIGHUP handler: the tokens file is read at start only");
+        return;
+    };
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            match tokens.reload() {
+                Ok(n) => tracing::info!(tokens = n, "tokens file read again"),
+                Err(e) => {
+                    tracing::error!(error = %e, "tokens file not read again; the tokens in force stay")
+                }
+            }
+        }
+    });
+}
+
 pub async fn start(config: Config) -> Result<Server, StartError> {
     tls::install_default_provider();
     let url = config.database.redacted();
@@ -185,6 +206,17 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         database = %url,
         "listening"
     );
+    if !app.config.api_tokens.is_on() {
+        tracing::warn!(
+            addr = %local_addr,
+            "no API tokens are set: anyone who can reach this address may do anything; \
+             set CLAMP_API_TOKENS or CLAMP_TOKENS_FILE (other hosts are refused unless \
+             CLAMP_ALLOW_UNAUTHENTICATED=true)"
+        );
+    }
+    if app.config.api_tokens.file().is_some() {
+        reload_tokens_on_hangup(app.config.api_tokens.clone());
+    }
     Ok(Server {
         local_addr,
         app,

@@ -63,9 +63,15 @@ pub struct Args {
     #[arg(long, env = env::APP_PORT, default_value_t = 8080)]
     pub port: u16,
 
-    /// Address to bind.
-    #[arg(long, env = "CLAMP_BIND", default_value_t = IpAddr::V4(Ipv4Addr::UNSPECIFIED))]
-    pub bind: IpAddr,
+    /// Address to bind. Default: every interface when API tokens are set (or
+    /// --allow-unauthenticated), else 127.0.0.1 only. An address other hosts can reach,
+    /// with no tokens, needs --allow-unauthenticated.
+    #[arg(long, env = "CLAMP_BIND")]
+    pub bind: Option<IpAddr>,
+
+    /// Serve other hosts with no API tokens: anyone who reaches the port may do anything.
+    #[arg(long, env = "CLAMP_ALLOW_UNAUTHENTICATED", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    pub allow_unauthenticated: bool,
 
     /// Postgres URL. Wins over CLAMP_DB_CONNECTION_STR when both are set.
     #[arg(long, env = env::DATABASE_URL)]
@@ -138,6 +144,12 @@ pub struct Args {
         hide_env_values = true
     )]
     pub api_tokens: Vec<String>,
+
+    /// A file of tokens with names and roles: `name:role:token` or
+    /// `name:role:sha256:<hex digest>` per line, role one of read, operate, admin; read
+    /// again on SIGHUP. Its tokens are accepted beside --api-tokens (which are admin).
+    #[arg(long, env = "CLAMP_TOKENS_FILE")]
+    pub tokens_file: Option<std::path::PathBuf>,
 
     /// Serve /metrics without a token when tokens are on.
     #[arg(long, env = "CLAMP_METRICS_OPEN", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
@@ -424,36 +436,6 @@ pub struct HttpSettings {
     pub max_response_bytes: usize,
     pub max_idle_per_host: usize,
 }
-/// The accepted bearer tokens (none: authentication is off). Kept as bytes for the
-/// constant-time comparison in `http::auth`; never printed.
-#[derive(Clone, Default)]
-pub struct ApiTokens(Vec<Box<[u8]>>);
-
-impl std::fmt::Debug for ApiTokens {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Tokens({} configured)", self.0.len())
-    }
-}
-
-impl ApiTokens {
-    pub fn new<S: AsRef<str>>(tokens: &[S]) -> ApiTokens {
-        ApiTokens(
-            tokens
-                .iter()
-                .map(|t| t.as_ref().as_bytes().into())
-                .collect(),
-        )
-    }
-
-    pub fn is_on(&self) -> bool {
-        !self.0.is_empty()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
-        self.0.iter().map(|t| &t[..])
-    }
-}
-
 /// Headers that are never persisted with a service request nor forwarded to steps:
 /// hop-by-hop headers, framing, and credentials (unless configured otherwise).
 pub const DEFAULT_HEADER_DENYLIST: &[&str] = &[
@@ -497,8 +479,9 @@ pub struct Config {
     pub max_headers: usize,
     pub header_timeout: Duration,
     pub keep_alive_timeout: Duration,
-    /// Accepted bearer tokens (none: authentication off). Never printed.
-    pub api_tokens: ApiTokens,
+    /// Accepted bearer tokens and their roles (none: authentication off), reloadable.
+    /// Never printed.
+    pub api_tokens: std::sync::Arc<crate::tokens::ApiTokens>,
     pub metrics_open: bool,
     pub idempotency_window: Duration,
     pub status_cache_entries: usize,
@@ -531,9 +514,6 @@ pub struct Config {
     pub trace: Option<crate::telemetry::TraceSettings>,
 }
 
-/// Shortest bearer token accepted: a guessable token is no protection.
-pub const MIN_TOKEN_LEN: usize = 16;
-
 /// The default database when nothing is configured.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/clamp";
 
@@ -555,7 +535,8 @@ impl Config {
         check_sizes(&a)?;
         check_timeouts(&a)?;
         check_brokers(&a)?;
-        let tokens = api_tokens(&a.api_tokens)?;
+        let tokens = api_tokens(&a)?;
+        let listen = SocketAddr::new(bind(&a, tokens.is_on())?, a.port);
         let retry = default_retry(&a)?;
         let trace = a.trace.settings().map_err(ConfigError)?;
         let threads = if a.threads == 0 {
@@ -564,7 +545,7 @@ impl Config {
             a.threads
         };
         Ok(Config {
-            listen: SocketAddr::new(a.bind, a.port),
+            listen,
             database,
             tls: TlsFiles {
                 server: a.tls_cert.clone().zip(a.tls_key.clone()),
@@ -591,7 +572,7 @@ impl Config {
             max_headers: a.max_headers,
             header_timeout: Duration::from_millis(a.header_timeout_ms),
             keep_alive_timeout: Duration::from_millis(a.keep_alive_timeout_ms),
-            api_tokens: ApiTokens::new(&tokens),
+            api_tokens: std::sync::Arc::new(tokens),
             metrics_open: a.metrics_open,
             idempotency_window: Duration::from_secs_f64(a.idempotency_window_hours * 3600.0),
             status_cache_entries: a.status_cache_entries,
@@ -639,7 +620,7 @@ impl Config {
     pub fn for_tests(database_url: &str) -> Config {
         let mut args = Args::parse_from(["clamp"]);
         args.port = 0;
-        args.bind = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        args.bind = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
         args.database_url = Some(database_url.to_string());
         args.threads = 2;
         // Tests run many servers side by side on one Postgres.
@@ -775,27 +756,39 @@ fn check_brokers(a: &Args) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// The bearer tokens, trimmed, each long enough and printable.
-fn api_tokens(raw: &[String]) -> Result<Vec<&str>, ConfigError> {
-    let tokens: Vec<&str> = raw
+/// The bearer tokens of `--api-tokens` (trimmed, each long enough and printable) and
+/// of `--tokens-file`.
+fn api_tokens(a: &Args) -> Result<crate::tokens::ApiTokens, ConfigError> {
+    let list: Vec<&str> = a
+        .api_tokens
         .iter()
         .map(|t| t.trim())
         .filter(|t| !t.is_empty())
         .collect();
-    if tokens.iter().any(|t| t.len() < MIN_TOKEN_LEN) {
-        return Err(ConfigError(format!(
-            "CLAMP_API_TOKENS: every token must be at least {MIN_TOKEN_LEN} characters"
-        )));
+    for t in &list {
+        crate::tokens::check_token(t)
+            .map_err(|why| ConfigError(format!("CLAMP_API_TOKENS: {why}")))?;
     }
-    if tokens
-        .iter()
-        .any(|t| t.bytes().any(|b| !b.is_ascii_graphic()))
-    {
-        return Err(ConfigError(
-            "CLAMP_API_TOKENS: tokens are printable ASCII without spaces".into(),
-        ));
+    crate::tokens::ApiTokens::new(
+        crate::tokens::Tokens::from_list(&list),
+        a.tokens_file.clone(),
+    )
+    .map_err(|why| ConfigError(format!("CLAMP_TOKENS_FILE {why}")))
+}
+
+/// The address to listen on: what `--bind` says, if that is safe; by default every
+/// interface with tokens (or when serving without them was asked for), else loopback.
+fn bind(a: &Args, tokens_on: bool) -> Result<IpAddr, ConfigError> {
+    let open = tokens_on || a.allow_unauthenticated;
+    match a.bind {
+        None if open => Ok(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+        None => Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        Some(ip) if open || ip.is_loopback() => Ok(ip),
+        Some(ip) => Err(ConfigError(format!(
+            "--bind {ip} would let other hosts in with no API tokens: set CLAMP_API_TOKENS or \
+             CLAMP_TOKENS_FILE, or CLAMP_ALLOW_UNAUTHENTICATED=true to serve them without"
+        ))),
     }
-    Ok(tokens)
 }
 
 /// The step retry policy of steps that set none, checked by the workflow's own rules.
@@ -911,6 +904,26 @@ mod tests {
         assert_eq!(c.retry, crate::workflow::RetryPolicy::default());
         assert!(c.downstream_limit <= 1024);
         assert!(c.threads >= 1);
+    }
+
+    #[test]
+    fn with_no_tokens_only_loopback_unless_told() {
+        let cfg = |args: &[&str]| {
+            let mut all = vec!["clamp"];
+            all.extend_from_slice(args);
+            Config::from_args(Args::parse_from(all))
+        };
+        let ip = |args: &[&str]| cfg(args).unwrap().listen.ip().to_string();
+        assert_eq!(ip(&[]), "127.0.0.1");
+        assert_eq!(ip(&["--bind", "::1"]), "::1");
+        assert_eq!(ip(&["--api-tokens", "0123456789abcdef"]), "0.0.0.0");
+        assert_eq!(ip(&["--allow-unauthenticated", "true"]), "0.0.0.0");
+        assert_eq!(
+            ip(&["--bind", "10.1.2.3", "--allow-unauthenticated", "true"]),
+            "10.1.2.3"
+        );
+        let e = cfg(&["--bind", "0.0.0.0"]).unwrap_err().0;
+        assert!(e.contains("CLAMP_ALLOW_UNAUTHENTICATED=true"), "{e}");
     }
 
     #[test]

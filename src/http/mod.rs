@@ -264,6 +264,43 @@ pub async fn handle(core: Arc<Core>, conn: Arc<ConnState>, req: Request<Incoming
     resp
 }
 
+/// The operation a route carries, for the role it needs (`ops::access`).
+fn op(route: Route) -> crate::ops::access::Op {
+    use crate::ops::access::Op;
+    match route {
+        Route::CreateServiceRequest => Op::Create,
+        Route::CancelServiceRequest => Op::Cancel,
+        Route::RetryServiceRequest => Op::Retry,
+        Route::RetryServiceRequests => Op::BulkRetry,
+        Route::RerunServiceRequest => Op::Rerun,
+        Route::StepResponse => Op::StepResponse,
+        Route::DeliverEvent => Op::DeliverEvent,
+        Route::CreateWorkflow | Route::PutWorkflow => Op::DefineWorkflow,
+        Route::CreateSchedule
+        | Route::PutSchedule
+        | Route::DeleteSchedule
+        | Route::TriggerSchedule
+        | Route::PauseSchedule
+        | Route::ResumeSchedule => Op::ChangeSchedule,
+        Route::GetServiceRequest
+        | Route::ServiceRequestChildren
+        | Route::ListServiceRequests
+        | Route::SearchServiceRequests
+        | Route::CountServiceRequests
+        | Route::GetWorkflow
+        | Route::WorkflowVersions
+        | Route::ListWorkflows
+        | Route::ListSchedules
+        | Route::GetSchedule
+        | Route::Health
+        | Route::Ready
+        | Route::Metrics
+        | Route::OpenApi
+        | Route::Console
+        | Route::NotFound => Op::Read,
+    }
+}
+
 /// The route as a template, for span names and `http.route`.
 fn template(route: Route) -> &'static str {
     match route {
@@ -323,8 +360,13 @@ async fn dispatch(
     let route = def.route;
     let open = def.open || (route == Route::Metrics && core.app.config.metrics_open);
     if !open {
-        if let Err(resp) = auth::check(&core.app.config.api_tokens, &parts.headers) {
-            return (route, resp);
+        let tokens = core.app.config.api_tokens.current();
+        let caller = match auth::caller(&tokens, &parts.headers) {
+            Ok(c) => c,
+            Err(resp) => return (route, resp),
+        };
+        if let Err(e) = crate::ops::access::allow(&caller, op(route)) {
+            return (route, response::op_error(e));
         }
     }
     let query = parts.uri.query();

@@ -64,6 +64,7 @@ pub fn op_error(e: OpError) -> Resp {
     let message = e.message();
     match e {
         OpError::BadRequest(_) => error(StatusCode::BAD_REQUEST, &message),
+        OpError::Forbidden(_) => error(StatusCode::FORBIDDEN, &message),
         OpError::NotFound(_) => error(StatusCode::NOT_FOUND, &message),
         OpError::Conflict(_) => error(StatusCode::CONFLICT, &message),
         OpError::Unprocessable(_) => error(StatusCode::UNPROCESSABLE_ENTITY, &message),

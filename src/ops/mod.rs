@@ -4,6 +4,7 @@
 //! console parse, call and render what comes back; the store below returns rows; nothing
 //! here builds an answer's JSON or markup.
 //!
+//! - `access`: which role each operation needs;
 //! - `create`: create, delayed create, and the workflow a create runs;
 //! - `read`: a request's status answer, and the long poll;
 //! - `lists`: Clamp's list by workflow, search, counts;
@@ -13,6 +14,7 @@
 //! - `workflows`: define, replace, read, versions, list;
 //! - `schedules`: define, replace, read, list, delete, trigger, pause, resume.
 
+pub mod access;
 pub mod control;
 pub mod create;
 pub mod events;
@@ -31,6 +33,8 @@ use crate::store::StoreError;
 pub enum OpError {
     /// The input is wrong (HTTP 400).
     BadRequest(String),
+    /// The caller's role does not allow it (403).
+    Forbidden(String),
     /// What it names does not exist (404).
     NotFound(String),
     /// It cannot happen in the state things are in (409).
@@ -85,6 +89,7 @@ impl OpError {
     pub fn message(&self) -> String {
         match self {
             OpError::BadRequest(m)
+            | OpError::Forbidden(m)
             | OpError::NotFound(m)
             | OpError::Conflict(m)
             | OpError::Unprocessable(m) => m.clone(),

@@ -84,7 +84,7 @@ fn workflows(d: &Downstream) -> Vec<Value> {
 /// A server with tokens on, its workflows, and the requests the browser looks at.
 async fn scene(d: &Downstream, db: &TestDb) -> (TestServer, Value) {
     let mut cfg = config(&db.url);
-    cfg.api_tokens = clamp::config::ApiTokens::new(&[TOKEN]);
+    cfg.api_tokens = clamp::tokens::ApiTokens::from_list(&[TOKEN]);
     let s = TestServer::start(cfg).await;
     for w in workflows(d) {
         let r = call(&s, Method::POST, "/workflow", Some(&w.to_string())).await;

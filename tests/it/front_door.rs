@@ -195,7 +195,7 @@ async fn tokens_guard_every_route_but_health_and_ready() {
     let d = Downstream::start().await;
     let (a, b) = ("token-a-0123456789abcdef", "token-b-0123456789abcdef");
     let mut cfg = config(&db.url);
-    cfg.api_tokens = clamp::config::ApiTokens::new(&[a, b]);
+    cfg.api_tokens = clamp::tokens::ApiTokens::from_list(&[a, b]);
     let s = TestServer::start(cfg).await;
     let call = |method: hyper::Method, path: String, body: Option<Value>, token: Option<&str>| {
         let auth = token.map(|t| format!("Bearer {t}"));
@@ -328,7 +328,7 @@ async fn tokens_guard_every_route_but_health_and_ready() {
 async fn metrics_can_be_left_open_when_tokens_are_on() {
     let db = TestDb::new();
     let mut cfg = config(&db.url);
-    cfg.api_tokens = clamp::config::ApiTokens::new(&["token-a-0123456789abcdef"]);
+    cfg.api_tokens = clamp::tokens::ApiTokens::from_list(&["token-a-0123456789abcdef"]);
     cfg.metrics_open = true;
     let s = TestServer::start(cfg).await;
     assert_eq!(s.get("/metrics").await.status, 200);

@@ -1,6 +1,7 @@
 //! The one integration-test binary: a real Postgres, real servers on port 0, each test in
 //! a database of its own that it creates and drops.
 
+mod access;
 mod api_service_requests;
 mod api_workflows;
 mod broker_amqp;

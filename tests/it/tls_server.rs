@@ -72,7 +72,7 @@ async fn the_api_and_the_console_are_served_over_https() {
     let db = TestDb::new();
     let mut cfg = config(&db.url);
     cfg.tls.server = Some((pair.cert.clone(), pair.key.clone()));
-    cfg.api_tokens = clamp::config::ApiTokens::new(&[TOKEN]);
+    cfg.api_tokens = clamp::tokens::ApiTokens::from_list(&[TOKEN]);
     let s = TestServer::start(cfg).await;
     let tls = ca.client_config();
     let auth = format!("Bearer {TOKEN}");

@@ -63,6 +63,18 @@ fn json_field(fields: &[(String, String)], key: &str) -> Result<Option<String>, 
     }
 }
 
+/// The operation a request action is (None: no such action), for the role it needs.
+pub fn op(action: &str) -> Option<crate::ops::access::Op> {
+    use crate::ops::access::Op;
+    match action {
+        "retry" => Some(Op::Retry),
+        "rerun" => Some(Op::Rerun),
+        "cancel" => Some(Op::Cancel),
+        "event" => Some(Op::DeliverEvent),
+        _ => None,
+    }
+}
+
 pub async fn post(
     core: &Core,
     ctx: &Ctx,

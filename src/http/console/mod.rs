@@ -35,8 +35,12 @@ pub fn owns(path: &str) -> bool {
 }
 
 pub async fn handle(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
-    let tokens = &core.app.config.api_tokens;
-    let ctx = session::context(tokens, &parts.headers, core.app.config.tls.server.is_some());
+    let tokens = core.app.config.api_tokens.current();
+    let mut ctx = session::context(
+        &tokens,
+        &parts.headers,
+        core.app.config.tls.server.is_some(),
+    );
     let path = parts.uri.path();
     let rest = path.strip_prefix("/console").unwrap_or("");
     let segs: Vec<&str> = rest.split('/').skip(1).collect();
@@ -48,7 +52,7 @@ pub async fn handle(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
         (&Method::POST, ["login"]) => return login(core, &ctx, parts, body).await,
         _ => {}
     }
-    if !session::signed_in(tokens, &parts.headers) {
+    let Some(caller) = session::signed_in(&tokens, &parts.headers) else {
         if method == Method::GET {
             let next = parts
                 .uri
@@ -61,6 +65,19 @@ pub async fn handle(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
             &ctx,
             "sign in first: the console needs a token",
         );
+    };
+    ctx.caller = caller;
+    // An action the signed-in role may not take is refused as the API refuses it (the
+    // pages do not offer it either).
+    let wants = match (method, segs.as_slice()) {
+        (&Method::POST, ["serviceRequests", _, action]) => actions::op(action),
+        (&Method::POST, ["schedules", _, _]) => Some(crate::ops::access::Op::ChangeSchedule),
+        _ => None,
+    };
+    if let Some(op) = wants {
+        if let Err(e) = crate::ops::access::allow(&ctx.caller, op) {
+            return op_problem(&ctx, e);
+        }
     }
     let query = parts.uri.query();
     match (method, segs.as_slice()) {
@@ -99,6 +116,7 @@ fn asset(body: &'static str, content_type: &'static str) -> Resp {
 fn op_status(e: &OpError) -> StatusCode {
     match e {
         OpError::BadRequest(_) => StatusCode::BAD_REQUEST,
+        OpError::Forbidden(_) => StatusCode::FORBIDDEN,
         OpError::NotFound(_) => StatusCode::NOT_FOUND,
         OpError::Conflict(_) => StatusCode::CONFLICT,
         OpError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
@@ -144,7 +162,7 @@ fn login_page(ctx: &Ctx, query: Option<&str>, problem: Option<&str>) -> Resp {
         h1 { "Sign in" }
         form.card method="post" action={ "/console/login?next=" (layout::q(&next)) } {
             @if let Some(p) = problem { p.flash.bad { (p) } }
-            p.muted { "This server asks for an API token (one of --api-tokens). It is kept for this browser session." }
+            p.muted { "This server asks for an API token (one of --api-tokens or --tokens-file). It is kept for this browser session; its role decides which actions the pages offer." }
             input type="hidden" name="csrf" value=(ctx.csrf);
             label { "Token " input type="password" name="token" autocomplete="current-password" autofocus; }
             " "
@@ -160,7 +178,7 @@ fn login_page(ctx: &Ctx, query: Option<&str>, problem: Option<&str>) -> Resp {
 }
 
 async fn login(core: &Core, ctx: &Ctx, parts: &Parts, body: &mut Body) -> Resp {
-    let tokens = &core.app.config.api_tokens;
+    let tokens = core.app.config.api_tokens.current();
     let form = match actions::checked_form(core, ctx, parts, body).await {
         Ok(f) => f,
         Err(r) => return r,
@@ -169,7 +187,7 @@ async fn login(core: &Core, ctx: &Ctx, parts: &Parts, body: &mut Body) -> Resp {
         return layout::see_other("/console", ctx);
     }
     let token = actions::field(&form, "token").unwrap_or("").trim();
-    if !session::token_ok(tokens, token.as_bytes()) {
+    if tokens.find(token.as_bytes()).is_none() {
         return login_page(ctx, parts.uri.query(), Some("That token is not accepted."));
     }
     let mut r = layout::see_other(&next_page(parts.uri.query()), ctx);

@@ -322,9 +322,13 @@ fn steps(steps: &[StepRow]) -> Markup {
     }
 }
 
+/// The actions the request's state allows and the signed-in role may take.
 fn actions(ctx: &Ctx, id: Uuid, f: &Found, wf: Option<&Arc<Workflow>>) -> Markup {
-    let retryable = f.head.status.is_retryable();
-    let cancellable = !f.head.status.is_finished();
+    use crate::ops::access::Op;
+    let retryable = f.head.status.is_retryable() && ctx.may(Op::Retry);
+    let cancellable = !f.head.status.is_finished() && ctx.may(Op::Cancel);
+    let wf = wf.filter(|_| ctx.may(Op::Rerun));
+    let deliverable = ctx.may(Op::DeliverEvent);
     html! {
         div.actions {
             @if retryable {
@@ -357,7 +361,7 @@ fn actions(ctx: &Ctx, id: Uuid, f: &Found, wf: Option<&Arc<Workflow>>) -> Markup
                     button type="submit" name="action" value="rerun" { "Rerun" }
                 }
             }
-            @if let Waits::Event { event, key, .. } = f.head.waits() {
+            @if let (true, Waits::Event { event, key, .. }) = (deliverable, f.head.waits()) {
                 form.card method="post" action={ "/console/serviceRequests/" (id) "/event" } {
                     strong { "Deliver the event" }
                     span.muted { "Delivers " span.mono { (event) } " with key " span.mono { (key) } ": every request waiting for it goes on, with the payload as the step's answer." }

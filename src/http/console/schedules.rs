@@ -126,7 +126,7 @@ fn schedule(ctx: &Ctx, sched: &Schedule) -> Markup {
                     }
                 } }
             }
-            div.buttons {
+            @if ctx.may(crate::ops::access::Op::ChangeSchedule) { div.buttons {
                 form method="post" action=(action("trigger")) {
                     input type="hidden" name="csrf" value=(ctx.csrf);
                     button type="submit" { "Run now" }
@@ -136,7 +136,7 @@ fn schedule(ctx: &Ctx, sched: &Schedule) -> Markup {
                     input type="hidden" name="csrf" value=(ctx.csrf);
                     button type="submit" { (label) }
                 }
-            }
+            } }
         }
     }
 }

@@ -1,9 +1,10 @@
 //! Who may use the console, and proof that an action came from its own pages.
 //!
-//! With `--api-tokens` set, the console asks for a token once per browser session: the
-//! login form checks it as the API checks a bearer token, and sets a session cookie (no
+//! With tokens set, the console asks for a token once per browser session: the login
+//! form checks it as the API checks a bearer token, and sets a session cookie (no
 //! expiry: it ends with the browser session) holding a digest of the token, never the
-//! token. Every page and action then needs that cookie (or a bearer token). Every
+//! token. Every page and action then needs that cookie (or a bearer token), and the
+//! token's role decides which actions the pages offer and accept (`ops::access`). Every
 //! instance accepts it, since it depends on the token alone; rotating a token out ends
 //! its sessions.
 //!
@@ -14,11 +15,11 @@
 //! server speaks HTTPS.
 
 use hyper::header::{HeaderMap, HeaderValue, COOKIE, HOST, ORIGIN, SET_COOKIE};
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::config::ApiTokens;
 use crate::http::response::Resp;
+use crate::ops::access::{self, Op};
+use crate::tokens::{Caller, Tokens};
 
 pub const SESSION_COOKIE: &str = "clamp_console";
 pub const CSRF_COOKIE: &str = "clamp_csrf";
@@ -34,6 +35,8 @@ pub struct Ctx {
     pub tokens_on: bool,
     /// Served over HTTPS: cookies are `Secure` (never sent over plain HTTP).
     pub secure: bool,
+    /// Who is signed in (anyone, with tokens off): the actions offered are theirs.
+    pub caller: Caller,
 }
 
 /// The attributes every console cookie has.
@@ -46,6 +49,11 @@ fn attributes(secure: bool) -> &'static str {
 }
 
 impl Ctx {
+    /// Whether the signed-in caller may do `op` (the pages offer only those actions).
+    pub fn may(&self, op: Op) -> bool {
+        access::may(&self.caller, op)
+    }
+
     /// Sets the cookies this answer owes the browser.
     pub fn finish(&self, resp: &mut Resp) {
         if self.new_csrf {
@@ -69,44 +77,17 @@ pub fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
         .map(|(_, v)| v.trim())
 }
 
-/// The session cookie's value for a token: a digest, so the cookie never holds the token.
-pub fn session_value(token: &[u8]) -> String {
-    let mut h = Sha256::new();
-    h.update(b"clamp console session\0");
-    h.update(token);
-    hex(&h.finalize())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Whether one of the accepted tokens is `presented`, compared with all of them in
-/// constant time.
-pub fn token_ok(tokens: &ApiTokens, presented: &[u8]) -> bool {
-    let mut ok = subtle::Choice::from(0);
-    for t in tokens.iter() {
-        ok |= t.ct_eq(presented);
-    }
-    bool::from(ok)
-}
-
-/// Whether the browser may use the console: tokens off, a session cookie of an accepted
-/// token, or an accepted bearer token.
-pub fn signed_in(tokens: &ApiTokens, headers: &HeaderMap) -> bool {
+/// Who the browser is signed in as: anyone with tokens off, else the holder of the token
+/// its session cookie or bearer token names.
+pub fn signed_in(tokens: &Tokens, headers: &HeaderMap) -> Option<Caller> {
     if !tokens.is_on() {
-        return true;
+        return Some(Caller::anonymous());
     }
-    if let Some(v) = cookie(headers, SESSION_COOKIE) {
-        let mut ok = subtle::Choice::from(0);
-        for t in tokens.iter() {
-            ok |= session_value(t).as_bytes().ct_eq(v.as_bytes());
-        }
-        if bool::from(ok) {
-            return true;
-        }
+    if let Some(c) = cookie(headers, SESSION_COOKIE).and_then(|v| tokens.find_session(v.as_bytes()))
+    {
+        return Some(c.clone());
     }
-    crate::http::auth::check(tokens, headers).is_ok()
+    crate::http::auth::caller(tokens, headers).ok()
 }
 
 /// The `Set-Cookie` of a session for `token` (or, None, one that ends it).
@@ -114,7 +95,7 @@ pub fn session_cookie(token: Option<&[u8]>, secure: bool) -> HeaderValue {
     let c = match token {
         Some(t) => format!(
             "{SESSION_COOKIE}={}; {}",
-            session_value(t),
+            Tokens::session_value(t),
             attributes(secure)
         ),
         None => format!("{SESSION_COOKIE}=; {}; Max-Age=0", attributes(secure)),
@@ -123,7 +104,7 @@ pub fn session_cookie(token: Option<&[u8]>, secure: bool) -> HeaderValue {
 }
 
 /// The page context: the browser's forgery cookie, or a new one.
-pub fn context(tokens: &ApiTokens, headers: &HeaderMap, secure: bool) -> Ctx {
+pub fn context(tokens: &Tokens, headers: &HeaderMap, secure: bool) -> Ctx {
     let known = cookie(headers, CSRF_COOKIE)
         .filter(|v| v.len() == 32 && v.bytes().all(|b| b.is_ascii_hexdigit()));
     Ctx {
@@ -131,6 +112,7 @@ pub fn context(tokens: &ApiTokens, headers: &HeaderMap, secure: bool) -> Ctx {
         new_csrf: known.is_none(),
         tokens_on: tokens.is_on(),
         secure,
+        caller: Caller::anonymous(),
     }
 }
 
@@ -180,19 +162,30 @@ mod tests {
     }
 
     #[test]
-    fn a_session_is_a_digest_of_an_accepted_token() {
-        let tokens = ApiTokens::new(&["s3cret", "other"]);
-        assert!(!session_value(b"s3cret").contains("s3cret"));
-        let good = format!("{SESSION_COOKIE}={}", session_value(b"other"));
-        assert!(signed_in(&tokens, &headers(&[("cookie", &good)])));
-        let bad = format!("{SESSION_COOKIE}={}", session_value(b"guess"));
-        assert!(!signed_in(&tokens, &headers(&[("cookie", &bad)])));
-        assert!(!signed_in(&tokens, &headers(&[])));
-        assert!(signed_in(
+    fn a_session_is_a_digest_of_an_accepted_token_and_names_its_holder() {
+        let tokens =
+            Tokens::parse_file("admin:admin:s3cret-0123456789ab\ndash:read:other-0123456789abcd\n")
+                .unwrap();
+        let session = Tokens::session_value(b"other-0123456789abcd");
+        assert!(!session.contains("other"));
+        let good = format!("{SESSION_COOKIE}={session}");
+        let who = signed_in(&tokens, &headers(&[("cookie", &good)])).unwrap();
+        assert_eq!(who.role, crate::tokens::Role::Read);
+        let bad = format!(
+            "{SESSION_COOKIE}={}",
+            Tokens::session_value(b"guess-0123456789abcd")
+        );
+        assert!(signed_in(&tokens, &headers(&[("cookie", &bad)])).is_none());
+        assert!(signed_in(&tokens, &headers(&[])).is_none());
+        let bearer = signed_in(
             &tokens,
-            &headers(&[("authorization", "Bearer s3cret")])
-        ));
-        assert!(signed_in(&ApiTokens::new::<&str>(&[]), &headers(&[])));
+            &headers(&[("authorization", "Bearer s3cret-0123456789ab")]),
+        );
+        assert_eq!(bearer.unwrap().role, crate::tokens::Role::Admin);
+        assert_eq!(
+            signed_in(&Tokens::default(), &headers(&[])),
+            Some(Caller::anonymous())
+        );
     }
 
     #[test]
