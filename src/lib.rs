@@ -9,6 +9,7 @@ pub(crate) mod backoff;
 pub(crate) mod batches;
 pub(crate) mod broker;
 pub mod config;
+pub mod destinations;
 pub(crate) mod engine;
 pub(crate) mod error_chain;
 pub(crate) mod http;

@@ -151,6 +151,17 @@ pub struct Args {
     #[arg(long, env = "CLAMP_TOKENS_FILE")]
     pub tokens_file: Option<std::path::PathBuf>,
 
+    /// Where steps may call, beyond the built-in refusal of link-local and cloud metadata
+    /// addresses: when set, only these networks (10.0.0.0/8), addresses, host names and
+    /// domains (.internal), comma-separated.
+    #[arg(long, env = "CLAMP_ALLOW_DESTINATIONS", value_delimiter = ',')]
+    pub allow_destinations: Vec<String>,
+
+    /// Networks, addresses, host names and domains steps may not call, comma-separated
+    /// (besides link-local and cloud metadata, always refused).
+    #[arg(long, env = "CLAMP_DENY_DESTINATIONS", value_delimiter = ',')]
+    pub deny_destinations: Vec<String>,
+
     /// Serve /metrics without a token when tokens are on.
     #[arg(long, env = "CLAMP_METRICS_OPEN", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub metrics_open: bool,
@@ -483,6 +494,8 @@ pub struct Config {
     /// Never printed.
     pub api_tokens: std::sync::Arc<crate::tokens::ApiTokens>,
     pub metrics_open: bool,
+    /// Where steps may call (beyond Clamp).
+    pub destinations: std::sync::Arc<crate::destinations::Destinations>,
     pub idempotency_window: Duration,
     pub status_cache_entries: usize,
     pub max_wait: Duration,
@@ -573,6 +586,14 @@ impl Config {
             header_timeout: Duration::from_millis(a.header_timeout_ms),
             keep_alive_timeout: Duration::from_millis(a.keep_alive_timeout_ms),
             api_tokens: std::sync::Arc::new(tokens),
+            destinations: std::sync::Arc::new(
+                crate::destinations::Destinations::new(&a.allow_destinations, &a.deny_destinations)
+                    .map_err(|why| {
+                        ConfigError(format!(
+                            "CLAMP_ALLOW_DESTINATIONS / CLAMP_DENY_DESTINATIONS: {why}"
+                        ))
+                    })?,
+            ),
             metrics_open: a.metrics_open,
             idempotency_window: Duration::from_secs_f64(a.idempotency_window_hours * 3600.0),
             status_cache_entries: a.status_cache_entries,

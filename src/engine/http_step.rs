@@ -16,12 +16,15 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::call::{parse_retry_after, CallError, CallErrorKind};
 use super::doc::Doc;
+use crate::destinations::{Destinations, Refused, Resolver};
 use crate::workflow::HttpVal;
 
 /// The pooled client a runtime's steps share.
 #[derive(Clone)]
 pub struct HttpClient {
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector<Resolver>>, Full<Bytes>>,
+    /// Where steps may call: names are checked by the resolver, literal addresses here.
+    policy: Arc<Destinations>,
     timeout: Duration,
     max_response: usize,
 }
@@ -29,8 +32,12 @@ pub struct HttpClient {
 impl HttpClient {
     /// `tls` checks `https://` servers (`engine::tls`: chain and host name, always); its
     /// session cache is shared by every runtime's client.
-    pub fn new(s: &crate::config::HttpSettings, tls: Arc<rustls::ClientConfig>) -> HttpClient {
-        let mut http = HttpConnector::new();
+    pub fn new(
+        s: &crate::config::HttpSettings,
+        tls: Arc<rustls::ClientConfig>,
+        policy: Arc<Destinations>,
+    ) -> HttpClient {
+        let mut http = HttpConnector::new_with_resolver(Resolver::new(policy.clone()));
         http.set_connect_timeout(Some(s.connect_timeout));
         http.set_nodelay(true);
         // The TLS layer hands `https://` URIs down to this connector.
@@ -48,6 +55,7 @@ impl HttpClient {
             .build(connector);
         HttpClient {
             client,
+            policy,
             timeout: s.timeout,
             max_response: s.max_response_bytes,
         }
@@ -64,6 +72,17 @@ impl HttpClient {
         idempotency_key: HeaderValue,
         mut trace: Option<&mut super::step_trace::StepTrace>,
     ) -> Result<Doc, CallError> {
+        // A literal address is never resolved, so the policy sees it here (a name, in
+        // the resolver, by the addresses it resolves to).
+        if let Some(ip) = val
+            .url
+            .host()
+            .and_then(|h| h.trim_matches(['[', ']']).parse::<std::net::IpAddr>().ok())
+        {
+            self.policy
+                .check_addr(None, ip)
+                .map_err(|e| CallError::new(CallErrorKind::Other, e.to_string()))?;
+        }
         let mut req = Request::builder()
             .method(val.method.clone())
             .uri(val.url.clone());
@@ -190,6 +209,10 @@ fn describe(e: &hyper_util::client::legacy::Error, host: &str) -> CallError {
         CallErrorKind::Broken
     };
     for c in crate::error_chain::sources(e).skip(1) {
+        // Refused before any connection: permanent, and said as the policy says it.
+        if let Some(r) = c.downcast_ref::<Refused>() {
+            return CallError::new(CallErrorKind::Other, r.to_string());
+        }
         if let Some(h) = c.downcast_ref::<hyper::Error>() {
             if h.is_parse() || h.is_parse_status() || h.is_parse_too_large() {
                 kind = CallErrorKind::Other;

@@ -85,7 +85,11 @@ impl Executor {
     /// Creates the executor and starts its writer; call inside the runtime it serves.
     pub fn new(app: Arc<App>, pool: Pool) -> Arc<Executor> {
         let cfg = &app.config;
-        let http = HttpClient::new(&cfg.http, app.outbound.https.clone());
+        let http = HttpClient::new(
+            &cfg.http,
+            app.outbound.https.clone(),
+            cfg.destinations.clone(),
+        );
         let committed: writer::OnCommit = {
             let app = app.clone();
             Arc::new(move |t: &writer::Transition| live::committed(&app, t))

@@ -9,11 +9,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::{OpError, Result};
+use crate::destinations::Destinations;
 use crate::state::Core;
 use crate::store::queries::{self, Versioned, WorkflowSort};
 use crate::store::{LoadError, StoreError};
+use crate::workflow::model::{MapBody, MapVal};
 use crate::workflow::validate::includes;
-use crate::workflow::{compile, set_default_reply_to, Workflow, WorkflowDef};
+use crate::workflow::{compile, set_default_reply_to, Val, Workflow, WorkflowDef};
 
 /// A definition as posted, validated and compiled (its version left to the store): the
 /// steps' broker replies default to the server's response queue and topic.
@@ -35,7 +37,39 @@ pub fn compile_posted(core: &Core, body: &[u8]) -> Result<Workflow> {
     def.version = 1;
     let b = &core.app.config.brokers;
     set_default_reply_to(&mut def, &b.amqp_response_queue, &b.kafka_response_topic);
-    compile(def).map_err(|e| OpError::BadRequest(e.0))
+    let wf = compile(def).map_err(|e| OpError::BadRequest(e.0))?;
+    check_destinations(&core.app.config.destinations, &wf)?;
+    Ok(wf)
+}
+
+/// Every HTTP, AMQP and Kafka step of `wf` (its branches' and items' too) against the
+/// destination policy: a literal address or a name it refuses is 400, naming the step.
+fn check_destinations(policy: &Destinations, wf: &Workflow) -> Result<()> {
+    for s in &wf.steps {
+        let refused = match &s.val {
+            Val::Http(h) => h.url.host().map_or(Ok(()), |host| policy.check_host(host)),
+            Val::Amqp(a) if !a.connection_url.is_empty() => policy.check_brokers(&a.connection_url),
+            Val::Kafka(k) if !k.connection_url.is_empty() => {
+                policy.check_brokers(&k.connection_url)
+            }
+            Val::Parallel(p) => {
+                for b in &p.branches {
+                    check_destinations(policy, &b.sub.0)?;
+                }
+                Ok(())
+            }
+            Val::Map(MapVal {
+                body: MapBody::Steps(sub),
+                ..
+            }) => {
+                check_destinations(policy, &sub.0)?;
+                Ok(())
+            }
+            _ => Ok(()),
+        };
+        refused.map_err(|e| OpError::BadRequest(format!("step '{}': {e}", s.name)))?;
+    }
+    Ok(())
 }
 
 /// A workflow still to look at while checking includes: the path to it, its name and

@@ -10,6 +10,7 @@ mod children;
 mod console;
 mod deadlines;
 mod delayed;
+mod destinations;
 mod downstream;
 mod durability;
 mod engine;
