@@ -17,7 +17,8 @@
 #   A=/tmp/oldtree/target/release/clamp B=target/release/clamp ROUNDS=2 scripts/bench-request-cost.sh
 #   ROUNDS=3 DURATION=20 POLL=0 TAG=request-cost-x A=… B=… scripts/bench-request-cost.sh
 #
-# Settings: ROUNDS (2), DURATION (15, seconds of wrk), CONNS (64), SERVER_FLAGS (both
+# Settings: ROUNDS (2), DURATION (15, seconds of wrk), CONNS (64), TOKEN (a bearer token
+# every call carries), SERVER_FLAGS (both
 # binaries), A_FLAGS and B_FLAGS (one binary's own; `@NGINX@` in them becomes nginx's
 # base URL, e.g. B_FLAGS='--otlp-endpoint @NGINX@' exports spans to nginx's fixed 200), DEADLINE (120, seconds to wait for completion after wrk), POLL (1; 0 skips
 # the polling runs), POLL_ROUNDS (1), POLL_CONNS (512), POLL_INTERVAL (20ms),
@@ -115,10 +116,15 @@ workflow_for() {  # workflow_for A|B: the two-step workflow, over that side's sc
   [ "${!scheme_var:-http}" = https ] && base_url="https://localhost:$nginx_tls_port"
   echo "{\"name\":\"two\",\"description\":\"bench\",\"steps\":[{\"name\":\"a\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"$base_url/a\"}},{\"name\":\"b\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"$base_url/b\"}}]}"
 }
+# TOKEN: every call to the server carries it (servers started with tokens, e.g.
+# SERVER_FLAGS="--api-tokens $TOKEN"); wrk reads it as BENCH_TOKEN (perf/wrk/create.lua).
+auth=()
+[ -z "${TOKEN:-}" ] || auth=(-H "Authorization: Bearer $TOKEN")
+export BENCH_TOKEN="${TOKEN:-}"
 wrk_cmd="wrk -t1 -c$CONNS -d${DURATION}s -s perf/wrk/create.lua http://127.0.0.1:$port -- two"
 # finished: completed + failed requests, by the server's counters (one /metrics read).
 finished() {
-  curl -s "http://127.0.0.1:$port/metrics" | awk '$1 == "completed_service_request_handler_counter_total" {c = $2}
+  curl -s "${auth[@]}" "http://127.0.0.1:$port/metrics" | awk '$1 == "completed_service_request_handler_counter_total" {c = $2}
     $1 == "failed_service_request_handler_counter_total" {f = $2} END {printf "%d %d\n", c, f}'
 }
 
@@ -144,7 +150,7 @@ for round in $(seq 1 "$ROUNDS"); do
     db=clamp_reqcost_${round}_${which,,}
     sql "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
     start_server "$bin" "$db" "$tmp/server-$round-$which.log" "$which"
-    code=$(curl -s -o "$tmp/workflow.json" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+    code=$(curl -s "${auth[@]}" -o "$tmp/workflow.json" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
       -d "$(workflow_for "$which")" "http://127.0.0.1:$port/workflow")
     case "$code" in 2??) ;; *) echo "bench-request-cost: POST /workflow answered $code: $(cat "$tmp/workflow.json")" >&2; exit 1 ;; esac
     sleep 1

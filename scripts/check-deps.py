@@ -47,7 +47,7 @@ LAYER = {
     "lib": 9,
     "main": 9,
 }
-LEAVES = {"metrics", "ids", "backoff", "error_chain", "batches", "tls", "status", "tokens", "destinations"}
+LEAVES = {"metrics", "ids", "backoff", "error_chain", "batches", "tls", "status", "tokens", "destinations", "secrets"}
 USE = re.compile(r"\bcrate::([a-z_]+)")
 GROUP = re.compile(r"\buse crate::\{([^}]*)\}", re.S)
 

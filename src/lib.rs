@@ -17,6 +17,7 @@ pub(crate) mod ids;
 pub(crate) mod metrics;
 pub(crate) mod ops;
 pub mod runtime;
+pub mod secrets;
 pub(crate) mod state;
 pub(crate) mod status;
 pub mod store;

@@ -46,6 +46,7 @@ pub enum Route {
     TriggerSchedule,
     PauseSchedule,
     ResumeSchedule,
+    Audit,
     Health,
     Ready,
     Metrics,
@@ -55,7 +56,7 @@ pub enum Route {
 }
 
 impl Route {
-    pub const ALL: [Route; 31] = [
+    pub const ALL: [Route; 32] = [
         Route::CreateWorkflow,
         Route::GetWorkflow,
         Route::PutWorkflow,
@@ -81,6 +82,7 @@ impl Route {
         Route::TriggerSchedule,
         Route::PauseSchedule,
         Route::ResumeSchedule,
+        Route::Audit,
         Route::Health,
         Route::Ready,
         Route::Metrics,
@@ -117,6 +119,7 @@ impl Route {
             Route::TriggerSchedule => "clamp_trigger_schedule_handler",
             Route::PauseSchedule => "clamp_pause_schedule_handler",
             Route::ResumeSchedule => "clamp_resume_schedule_handler",
+            Route::Audit => "clamp_audit_handler",
             Route::Health => "health_handler",
             Route::Ready => "ready_handler",
             Route::Metrics => "metrics_handler",

@@ -11,6 +11,12 @@ wrk.body = '{"claimDetails":{"claimType":"MOTOR","amount":1250.75,"currency":"EU
   '"address":{"street":"1 Main St","city":"Springfield","zip":"12345"}},' ..
   '"policy":{"number":"P-55512","tier":"gold","active":true}}'
 
+-- A server with tokens: BENCH_TOKEN (scripts/bench-request-cost.sh's TOKEN) is sent.
+local token = os.getenv("BENCH_TOKEN")
+if token and token ~= "" then
+  wrk.headers["Authorization"] = "Bearer " .. token
+end
+
 function init(args)
   local workflow = args[1] or "bench"
   wrk.path = "/serviceRequest/" .. workflow

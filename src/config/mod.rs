@@ -162,6 +162,11 @@ pub struct Args {
     #[arg(long, env = "CLAMP_DENY_DESTINATIONS", value_delimiter = ',')]
     pub deny_destinations: Vec<String>,
 
+    /// A directory of secret files (`{{secret:NAME}}` in a step reads the file NAME, at
+    /// each call); without one, or without the file, `CLAMP_SECRET_NAME` is read.
+    #[arg(long, env = "CLAMP_SECRETS_DIR")]
+    pub secrets_dir: Option<std::path::PathBuf>,
+
     /// Serve /metrics without a token when tokens are on.
     #[arg(long, env = "CLAMP_METRICS_OPEN", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub metrics_open: bool,
@@ -496,6 +501,8 @@ pub struct Config {
     pub metrics_open: bool,
     /// Where steps may call (beyond Clamp).
     pub destinations: std::sync::Arc<crate::destinations::Destinations>,
+    /// Where the secrets steps refer to come from (beyond Clamp).
+    pub secrets: std::sync::Arc<crate::secrets::Secrets>,
     pub idempotency_window: Duration,
     pub status_cache_entries: usize,
     pub max_wait: Duration,
@@ -586,6 +593,7 @@ impl Config {
             header_timeout: Duration::from_millis(a.header_timeout_ms),
             keep_alive_timeout: Duration::from_millis(a.keep_alive_timeout_ms),
             api_tokens: std::sync::Arc::new(tokens),
+            secrets: std::sync::Arc::new(crate::secrets::Secrets::new(a.secrets_dir.clone())),
             destinations: std::sync::Arc::new(
                 crate::destinations::Destinations::new(&a.allow_destinations, &a.deny_destinations)
                     .map_err(|why| {

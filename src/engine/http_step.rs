@@ -17,6 +17,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use super::call::{parse_retry_after, CallError, CallErrorKind};
 use super::doc::Doc;
 use crate::destinations::{Destinations, Refused, Resolver};
+use crate::secrets::{self, Secrets};
 use crate::workflow::HttpVal;
 
 /// The pooled client a runtime's steps share.
@@ -25,6 +26,8 @@ pub struct HttpClient {
     client: Client<HttpsConnector<HttpConnector<Resolver>>, Full<Bytes>>,
     /// Where steps may call: names are checked by the resolver, literal addresses here.
     policy: Arc<Destinations>,
+    /// Where the secrets a step refers to come from, read at each call that needs one.
+    secrets: Arc<Secrets>,
     timeout: Duration,
     max_response: usize,
 }
@@ -36,6 +39,7 @@ impl HttpClient {
         s: &crate::config::HttpSettings,
         tls: Arc<rustls::ClientConfig>,
         policy: Arc<Destinations>,
+        secrets: Arc<Secrets>,
     ) -> HttpClient {
         let mut http = HttpConnector::new_with_resolver(Resolver::new(policy.clone()));
         http.set_connect_timeout(Some(s.connect_timeout));
@@ -56,6 +60,7 @@ impl HttpClient {
         HttpClient {
             client,
             policy,
+            secrets,
             timeout: s.timeout,
             max_response: s.max_response_bytes,
         }
@@ -83,14 +88,41 @@ impl HttpClient {
                 .check_addr(None, ip)
                 .map_err(|e| CallError::new(CallErrorKind::Other, e.to_string()))?;
         }
-        let mut req = Request::builder()
-            .method(val.method.clone())
-            .uri(val.url.clone());
+        // A URL whose query names a secret is made for this call only.
+        let uri = match &val.secret_url {
+            None => val.url.clone(),
+            Some(t) => self
+                .with_secrets(t, secrets::for_url)?
+                .parse()
+                .map_err(|_| {
+                    CallError::new(
+                        CallErrorKind::Other,
+                        "the URL is not valid with its secrets filled in",
+                    )
+                })?,
+        };
+        let mut req = Request::builder().method(val.method.clone()).uri(uri);
         let headers = req.headers_mut().expect("builder has no error yet");
         // Forwarded client headers first, so the step's own headers win (both parsed
         // once: a clone here is a reference count).
         for (k, v) in forwarded.iter().chain(val.headers.iter()) {
             headers.insert(k.clone(), v.clone());
+        }
+        if val.secret_headers {
+            for (k, v) in &val.headers {
+                let Some(t) = v.to_str().ok().filter(|t| secrets::refers(t)) else {
+                    continue;
+                };
+                let mut filled = HeaderValue::from_str(&self.with_secrets(t, secrets::as_is)?)
+                    .map_err(|_| {
+                        CallError::new(
+                            CallErrorKind::Other,
+                            format!("header {k} is not valid with its secrets filled in"),
+                        )
+                    })?;
+                filled.set_sensitive(true);
+                headers.insert(k.clone(), filled);
+            }
         }
         // Set here, as the client would, unless a step's header names it; the client
         // would format it again on every call.
@@ -181,6 +213,16 @@ impl HttpClient {
                 retry_after,
             })
         }
+    }
+}
+
+impl HttpClient {
+    /// `text` with its secrets filled in; a secret gone since the workflow was defined
+    /// fails the step, permanently, naming it (never its value).
+    fn with_secrets(&self, text: &str, encode: fn(&str) -> String) -> Result<String, CallError> {
+        self.secrets
+            .resolve(text, encode)
+            .map_err(|e| CallError::new(CallErrorKind::Other, e.to_string()))
     }
 }
 

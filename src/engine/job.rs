@@ -725,14 +725,39 @@ async fn execute(
         }
         (Val::Amqp(val), Mode::Amqp) => {
             let msg = step_message(exec, job, step, body, trace.as_deref());
-            match exec.amqp.publish(val, &msg).await {
+            // A connection string that names a secret is filled in for this call.
+            let filled = match with_secrets(exec, &val.connection_url) {
+                Ok(None) => None,
+                Ok(Some(url)) => Some(crate::workflow::model::AmqpVal {
+                    connection_url: url,
+                    ..val.clone()
+                }),
+                Err(e) => return Outcome::Failed(e),
+            };
+            match exec
+                .amqp
+                .publish(filled.as_ref().unwrap_or(val), &msg)
+                .await
+            {
                 Ok(()) => sent_or_done(is_async),
                 Err(reason) => Outcome::Failed(reason),
             }
         }
         (Val::Kafka(val), Mode::Kafka) => {
             let msg = step_message(exec, job, step, body, trace.as_deref());
-            match exec.kafka.produce(val, &msg).await {
+            let filled = match with_secrets(exec, &val.connection_url) {
+                Ok(None) => None,
+                Ok(Some(url)) => Some(crate::workflow::model::KafkaVal {
+                    connection_url: url,
+                    ..val.clone()
+                }),
+                Err(e) => return Outcome::Failed(e),
+            };
+            match exec
+                .kafka
+                .produce(filled.as_ref().unwrap_or(val), &msg)
+                .await
+            {
                 Ok(()) => sent_or_done(is_async),
                 Err(reason) => Outcome::Failed(reason),
             }
@@ -768,6 +793,20 @@ async fn execute(
             ),
         )),
     }
+}
+
+/// A broker connection string with its secrets filled in (None: it names none); a secret
+/// gone since the workflow was defined fails the step, naming it.
+fn with_secrets(exec: &Executor, text: &str) -> Result<Option<String>, CallError> {
+    if !crate::secrets::refers(text) {
+        return Ok(None);
+    }
+    exec.app
+        .config
+        .secrets
+        .resolve(text, crate::secrets::as_is)
+        .map(Some)
+        .map_err(|e| CallError::new(CallErrorKind::Other, e.to_string()))
 }
 
 fn step_message<'a>(

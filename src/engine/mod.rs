@@ -89,6 +89,7 @@ impl Executor {
             &cfg.http,
             app.outbound.https.clone(),
             cfg.destinations.clone(),
+            cfg.secrets.clone(),
         );
         let committed: writer::OnCommit = {
             let app = app.clone();

@@ -6,7 +6,8 @@
 #![allow(clippy::result_large_err)]
 
 pub(crate) mod answers;
-pub(crate) mod auth;
+pub(crate) mod audit;
+mod auth;
 pub(crate) mod body;
 pub(crate) mod conn;
 pub(crate) mod console;
@@ -163,6 +164,7 @@ const ROUTES: &[RouteDef] = &[
         &[Lit("schedules"), Arg, Lit("resume")],
         Route::ResumeSchedule,
     ),
+    route(Method::GET, &[Lit("audit")], Route::Audit),
     open(Method::GET, &[Lit("health")], Route::Health),
     open(Method::GET, &[Lit("ready")], Route::Ready),
     route(Method::GET, &[Lit("metrics")], Route::Metrics),
@@ -282,6 +284,7 @@ fn op(route: Route) -> crate::ops::access::Op {
         | Route::TriggerSchedule
         | Route::PauseSchedule
         | Route::ResumeSchedule => Op::ChangeSchedule,
+        Route::Audit => Op::ReadAudit,
         Route::GetServiceRequest
         | Route::ServiceRequestChildren
         | Route::ListServiceRequests
@@ -325,6 +328,7 @@ fn template(route: Route) -> &'static str {
         Route::TriggerSchedule => "/schedules/{name}/trigger",
         Route::PauseSchedule => "/schedules/{name}/pause",
         Route::ResumeSchedule => "/schedules/{name}/resume",
+        Route::Audit => "/audit",
         Route::Health => "/health",
         Route::Ready => "/ready",
         Route::Metrics => "/metrics",
@@ -359,15 +363,21 @@ async fn dispatch(
     };
     let route = def.route;
     let open = def.open || (route == Route::Metrics && core.app.config.metrics_open);
+    let mut caller = None;
     if !open {
         let tokens = core.app.config.api_tokens.current();
-        let caller = match auth::caller(&tokens, &parts.headers) {
+        let c = match auth::caller(&tokens, &parts.headers) {
             Ok(c) => c,
             Err(resp) => return (route, resp),
         };
-        if let Err(e) = crate::ops::access::allow(&caller, op(route)) {
-            return (route, response::op_error(e));
+        if let Err(e) = crate::ops::access::allow(&c, op(route)) {
+            let resp = response::op_error(e);
+            return (
+                route,
+                Box::pin(audit::after(core, &c, route, arg, resp)).await,
+            );
         }
+        caller = Some(c);
     }
     let query = parts.uri.query();
     // The handlers of the rare routes are boxed, so that the future every request
@@ -406,6 +416,7 @@ async fn dispatch(
         Route::TriggerSchedule => Box::pin(schedules::trigger(core, &decode(arg))).await,
         Route::PauseSchedule => Box::pin(schedules::pause(core, &decode(arg))).await,
         Route::ResumeSchedule => Box::pin(schedules::resume(core, &decode(arg))).await,
+        Route::Audit => Box::pin(audit::list(core, query)).await,
         Route::Health => system::health(),
         Route::Ready => system::ready(core).await,
         Route::Metrics => system::metrics(core),
@@ -414,7 +425,15 @@ async fn dispatch(
         Route::Console => error(StatusCode::NOT_FOUND, "no such route"),
         Route::NotFound => error(StatusCode::NOT_FOUND, "no such route"),
     };
-    (route, resp)
+    // A change an operator made is recorded, with its outcome (creates and answers are
+    // not: they are the traffic, not changes).
+    match caller {
+        Some(c) if crate::ops::access::audited(op(route)).is_some() => (
+            route,
+            Box::pin(audit::after(core, &c, route, arg, resp)).await,
+        ),
+        _ => (route, resp),
+    }
 }
 
 fn not_allowed(allowed: &[&str]) -> Resp {

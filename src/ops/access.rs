@@ -25,6 +25,8 @@ pub enum Op {
     DefineWorkflow,
     /// Defining, replacing, deleting, triggering, pausing or resuming a schedule.
     ChangeSchedule,
+    /// Reading the audit trail.
+    ReadAudit,
 }
 
 /// The role `op` needs.
@@ -38,7 +40,20 @@ pub fn needs(op: Op) -> Role {
         | Op::Rerun
         | Op::StepResponse
         | Op::DeliverEvent => Role::Operate,
-        Op::DefineWorkflow | Op::ChangeSchedule => Role::Admin,
+        Op::DefineWorkflow | Op::ChangeSchedule | Op::ReadAudit => Role::Admin,
+    }
+}
+
+/// What the audit trail calls `op`, when it records it (None: not a change it records).
+pub fn audited(op: Op) -> Option<&'static str> {
+    match op {
+        Op::Cancel => Some("cancel"),
+        Op::Retry => Some("retry"),
+        Op::BulkRetry => Some("bulk retry"),
+        Op::Rerun => Some("rerun"),
+        Op::DefineWorkflow => Some("define workflow"),
+        Op::ChangeSchedule => Some("change schedule"),
+        Op::Read | Op::Create | Op::StepResponse | Op::DeliverEvent | Op::ReadAudit => None,
     }
 }
 

@@ -5,6 +5,7 @@
 //! here builds an answer's JSON or markup.
 //!
 //! - `access`: which role each operation needs;
+//! - `audit`: the record of every change an operator makes;
 //! - `create`: create, delayed create, and the workflow a create runs;
 //! - `read`: a request's status answer, and the long poll;
 //! - `lists`: Clamp's list by workflow, search, counts;
@@ -15,6 +16,7 @@
 //! - `schedules`: define, replace, read, list, delete, trigger, pause, resume.
 
 pub mod access;
+pub mod audit;
 pub mod control;
 pub mod create;
 pub mod events;

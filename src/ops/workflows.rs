@@ -10,6 +10,7 @@ use bytes::Bytes;
 
 use super::{OpError, Result};
 use crate::destinations::Destinations;
+use crate::secrets::Secrets;
 use crate::state::Core;
 use crate::store::queries::{self, Versioned, WorkflowSort};
 use crate::store::{LoadError, StoreError};
@@ -39,7 +40,45 @@ pub fn compile_posted(core: &Core, body: &[u8]) -> Result<Workflow> {
     set_default_reply_to(&mut def, &b.amqp_response_queue, &b.kafka_response_topic);
     let wf = compile(def).map_err(|e| OpError::BadRequest(e.0))?;
     check_destinations(&core.app.config.destinations, &wf)?;
+    check_secrets(&core.app.config.secrets, &wf)?;
     Ok(wf)
+}
+
+/// Every secret `wf`'s steps name (their branches' and items' too) exists now: one that
+/// does not is 400, naming the step and the secret (never a value).
+fn check_secrets(secrets: &Secrets, wf: &Workflow) -> Result<()> {
+    for s in &wf.steps {
+        let texts: Vec<&str> = match &s.val {
+            Val::Http(h) => h
+                .secret_url
+                .as_deref()
+                .into_iter()
+                .chain(h.headers.iter().filter_map(|(_, v)| v.to_str().ok()))
+                .collect(),
+            Val::Amqp(a) => vec![a.connection_url.as_str()],
+            Val::Kafka(k) => vec![k.connection_url.as_str()],
+            Val::Parallel(p) => {
+                for b in &p.branches {
+                    check_secrets(secrets, &b.sub.0)?;
+                }
+                Vec::new()
+            }
+            Val::Map(MapVal {
+                body: MapBody::Steps(sub),
+                ..
+            }) => {
+                check_secrets(secrets, &sub.0)?;
+                Vec::new()
+            }
+            _ => Vec::new(),
+        };
+        for t in texts {
+            secrets
+                .check(t)
+                .map_err(|why| OpError::BadRequest(format!("step '{}': {why}", s.name)))?;
+        }
+    }
+    Ok(())
 }
 
 /// Every HTTP, AMQP and Kafka step of `wf` (its branches' and items' too) against the

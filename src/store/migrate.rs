@@ -30,6 +30,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (18, include_str!("migrations/0018_answer_due.sql")),
     (19, include_str!("migrations/0019_events.sql")),
     (20, include_str!("migrations/0020_request_deadlines.sql")),
+    (21, include_str!("migrations/0021_audit.sql")),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.

@@ -5,6 +5,7 @@
 //! all, and `statements.sql` holds them expanded (kept current by a unit test), beside
 //! `schema.sql`, the schema the migrations build (kept current by `tests/it/schema.rs`).
 
+pub(crate) mod audit;
 pub(crate) mod budget;
 pub(crate) mod buffer;
 pub(crate) mod cancel;

@@ -5,6 +5,17 @@
 -- migrates a fresh database and fails when this file is stale; regenerate it with
 --     CLAMP_BLESS=1 cargo test --test it schema::
 
+CREATE TABLE audit_log (
+    id bigint NOT NULL DEFAULT nextval('audit_log_id_seq'::regclass),
+    at timestamp with time zone NOT NULL DEFAULT now(),
+    actor text NOT NULL,
+    action text NOT NULL,
+    target text NOT NULL,
+    outcome text NOT NULL
+);
+ALTER TABLE audit_log ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id);
+CREATE UNIQUE INDEX audit_log_pkey ON public.audit_log USING btree (id);
+
 CREATE TABLE dead_letters (
     id bigint NOT NULL DEFAULT nextval('dead_letters_id_seq'::regclass),
     source text NOT NULL,
@@ -217,5 +228,6 @@ CREATE TYPE step_transition AS (
 );
 
 -- sequences
+CREATE SEQUENCE audit_log_id_seq AS bigint;
 CREATE SEQUENCE dead_letters_id_seq AS bigint;
 CREATE SEQUENCE steps_status_id_seq AS bigint;

@@ -9,9 +9,9 @@
 //! not here: `src/store/schema.sql` holds the schema they build.
 
 use super::{
-    buffer, cancel, children, connect, dead_letters, deadlines, delayed, events, fan, idempotency,
-    kafka_offsets, leases, migrate, pool, queries, rerun, retention, retry, schedules, search,
-    stats, status, step_responses, transitions,
+    audit, buffer, cancel, children, connect, dead_letters, deadlines, delayed, events, fan,
+    idempotency, kafka_offsets, leases, migrate, pool, queries, rerun, retention, retry, schedules,
+    search, stats, status, step_responses, transitions,
 };
 
 /// Every fixed statement of the store, expanded: (`file::CONST`, text), grouped by file.
@@ -74,6 +74,8 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("deadlines::EXPIRE", deadlines::EXPIRE),
         ("deadlines::PAST_DEADLINE", deadlines::PAST_DEADLINE),
         ("deadlines::END", deadlines::END),
+        ("audit::RECORD", audit::RECORD),
+        ("audit::LIST", audit::LIST),
         ("events::LOCK", events::LOCK),
         ("events::KEPT", events::KEPT),
         ("events::PAUSE", events::PAUSE),

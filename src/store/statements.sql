@@ -634,6 +634,16 @@ WITH RECURSIVE ended AS (
 SELECT (SELECT count(*) FROM ended), (SELECT count(*) FROM cancelled),
        (SELECT count(*) FROM joined);
 
+-- audit::RECORD
+INSERT INTO audit_log (actor, action, target, outcome) VALUES ($1, $2, $3, $4);
+
+-- audit::LIST
+SELECT id, to_json(at) #>> '{}', actor, action, target, outcome
+    FROM audit_log
+    WHERE $1::bigint = 0 OR id < $1
+    ORDER BY id DESC
+    LIMIT $2;
+
 -- events::LOCK
 SELECT pg_advisory_xact_lock(hashtext($1::text), hashtext($2::text));
 

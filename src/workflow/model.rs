@@ -173,6 +173,11 @@ pub struct HttpVal {
     /// The downstream host as calls to it are limited: `scheme://host:port`, with the
     /// default port filled in, so every step calling one host shares one limit.
     pub host_key: Arc<str>,
+    /// The URL as defined when its query refers to secrets (`{{secret:NAME}}`), resolved
+    /// at each call (beyond Clamp); `url` then holds the references percent-encoded.
+    pub secret_url: Option<Arc<str>>,
+    /// Some header value refers to a secret, resolved at each call.
+    pub secret_headers: bool,
 }
 
 /// An AMQP step's target.

@@ -475,7 +475,27 @@ fn http_val(val: &Value, at: &str) -> Result<HttpVal, ValidationError> {
     let method = http_method(val, at)?;
     let url = str_field(val, "url")
         .ok_or_else(|| ValidationError(format!("{at}.val.url is required")))?;
-    let uri: hyper::Uri = url
+    // A secret may be named in the query only (the host and path are what the policy,
+    // the per-host limit and the traces see); the URL is checked with the references
+    // percent-encoded, as `url` keeps them.
+    let secret_url = match crate::secrets::names(url) {
+        Ok(n) if n.is_empty() => None,
+        Ok(_)
+            if url
+                .find('?')
+                .is_some_and(|q| q < url.find("{{").unwrap_or(0)) =>
+        {
+            Some(Arc::<str>::from(url))
+        }
+        Ok(_) => {
+            return err(format!(
+                "{at}.val.url: a {{{{secret:NAME}}}} may be used in the URL's query only"
+            ))
+        }
+        Err(why) => return err(format!("{at}.val.url: {why}")),
+    };
+    let shown = url.replace("{{", "%7B%7B").replace("}}", "%7D%7D");
+    let uri: hyper::Uri = shown
         .parse()
         .map_err(|_| ValidationError(format!("{at}.val.url {url:?} is not a valid URL")))?;
     if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
@@ -501,6 +521,12 @@ fn http_val(val: &Value, at: &str) -> Result<HttpVal, ValidationError> {
             _ => return err(format!("{at}.val.timeout_ms must be 1..=3600000")),
         },
     };
+    let mut secret_headers = false;
+    for (_, v) in &headers {
+        let refs = crate::secrets::names(v)
+            .map_err(|why| ValidationError(format!("{at}.val.headers: {why}")))?;
+        secret_headers |= !refs.is_empty();
+    }
     let host_key = host_key(&uri);
     let host = host_header(&uri)
         .ok_or_else(|| ValidationError(format!("{at}.val.url {url:?} has no valid host")))?;
@@ -513,6 +539,8 @@ fn http_val(val: &Value, at: &str) -> Result<HttpVal, ValidationError> {
         host,
         timeout_ms,
         host_key,
+        secret_url,
+        secret_headers,
     })
 }
 

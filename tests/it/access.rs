@@ -185,6 +185,7 @@ fn routes(
         ),
         (Method::GET, "/schedules".into(), None, "read", 200),
         (Method::GET, "/metrics".into(), None, "read", 200),
+        (Method::GET, "/audit".into(), None, "admin", 200),
         (Method::GET, "/openapi.json".into(), None, "read", 200),
         (
             Method::POST,
@@ -519,5 +520,103 @@ async fn a_hangup_reads_the_tokens_file_again() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(get(OPERATE).await, 200);
     drop(server);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_trail_lists_changes_with_the_tokens_name() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let dir = scratch();
+    let file = tokens_file(
+        &dir,
+        &format!("dash:read:{READ}\noncall:operate:{OPERATE}\nops:admin:{ADMIN}\n"),
+    );
+    let mut cfg = config(&db.url);
+    cfg.api_tokens = std::sync::Arc::new(
+        clamp::tokens::ApiTokens::new(clamp::tokens::Tokens::default(), Some(file)).unwrap(),
+    );
+    let s = TestServer::start(cfg).await;
+    let def = json!({"name": "pay", "steps": [{"name": "a", "mode": "HTTP",
+        "val": {"method": "POST", "url": d.url("/until-fixed")}}]});
+    let r = as_role(&s, ADMIN, Method::POST, "/workflow", Some(def)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = as_role(
+        &s,
+        OPERATE,
+        Method::POST,
+        "/serviceRequest/pay",
+        Some(json!({})),
+    )
+    .await;
+    let id = r.json()["serviceRequestId"].as_str().unwrap().to_string();
+    let auth = format!("Bearer {ADMIN}");
+    wait_status_at(s.addr, &id, &["FAILED"], WAIT, &[("authorization", &auth)]).await;
+    d.fix();
+    let r = as_role(
+        &s,
+        OPERATE,
+        Method::POST,
+        &format!("/serviceRequest/{id}/retry"),
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = as_role(
+        &s,
+        READ,
+        Method::POST,
+        &format!("/serviceRequest/{id}/cancel"),
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    // Creates and reads are traffic, not changes: not in the trail.
+    let r = as_role(&s, OPERATE, Method::GET, "/audit", None).await;
+    assert_eq!(r.status, 403, "the trail is for admins: {}", r.text());
+    let v = as_role(&s, ADMIN, Method::GET, "/audit", None).await.json();
+    let rows: Vec<(String, String, String, String)> = v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["actor"].as_str().unwrap().to_string(),
+                e["action"].as_str().unwrap().to_string(),
+                e["target"].as_str().unwrap().to_string(),
+                e["outcome"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    // Newest first.
+    assert_eq!(rows[0].0, "dash");
+    assert_eq!(
+        (rows[0].1.as_str(), rows[0].2.as_str()),
+        ("cancel", id.as_str())
+    );
+    assert!(
+        rows[0].3.starts_with("403: this needs the operate role"),
+        "{rows:?}"
+    );
+    assert_eq!(
+        rows[1],
+        ("oncall".into(), "retry".into(), id.clone(), "ok".into())
+    );
+    assert_eq!(
+        rows[2],
+        (
+            "ops".into(),
+            "define workflow".into(),
+            "pay".into(),
+            "ok".into()
+        )
+    );
+    let text = serde_json::to_string(&v).unwrap();
+    for token in [READ, OPERATE, ADMIN] {
+        assert!(!text.contains(token), "a token in the trail: {text}");
+    }
+    assert!(v["entries"][0]["at"].is_string(), "{v}");
+    s.shutdown().await;
     std::fs::remove_dir_all(&dir).unwrap();
 }

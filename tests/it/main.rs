@@ -30,6 +30,7 @@ mod retry;
 mod schedules;
 mod schema;
 mod search;
+mod secrets;
 mod status_reads;
 mod support;
 mod tls_brokers;

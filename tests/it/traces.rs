@@ -567,3 +567,45 @@ async fn each_branch_of_a_fan_out_is_traced_under_the_request() {
     }
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_a_step_names_is_in_no_span() {
+    const VALUE: &str = "sk_span_secret_93c1e0";
+    let db = TestDb::new();
+    let r = Receiver::start();
+    let d = Downstream::start().await;
+    let dir = std::env::temp_dir().join(format!("clamp-secrets-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("SPAN_KEY"), VALUE).unwrap();
+    let mut cfg = traced(&db.url, &r);
+    cfg.secrets = std::sync::Arc::new(clamp::secrets::Secrets::new(Some(dir.clone())));
+    let s = TestServer::start(cfg).await;
+    let mut pay = step(
+        "pay",
+        "POST",
+        format!("{}?key={{{{secret:SPAN_KEY}}}}", d.url("/api/echo")),
+    );
+    pay["val"]["headers"] = json!("Authorization:Bearer {{secret:SPAN_KEY}};");
+    s.create_workflow(&json!({"name": "secretive", "steps": [pay]}))
+        .await;
+    let id = create_traced(&s, "secretive", CALLER).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    assert_eq!(
+        d.received("/api/echo")[0].headers["authorization"],
+        format!("Bearer {VALUE}")
+    );
+    // Every span this server exported (its receiver is its own).
+    let spans = wait_for("the request's and the step's spans", WAIT, || async {
+        let spans = r.spans();
+        (named(&spans, "service request secretive").len() == 1 && named(&spans, "POST").len() == 1)
+            .then_some(spans)
+    })
+    .await;
+    let all = serde_json::to_string(&spans).unwrap();
+    assert!(!all.contains(VALUE), "{all}");
+    // The step's span names the URL with the reference, not the value.
+    assert!(all.contains("secret:SPAN_KEY"), "{all}");
+    s.shutdown().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}

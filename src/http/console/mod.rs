@@ -76,7 +76,8 @@ pub async fn handle(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
     };
     if let Some(op) = wants {
         if let Err(e) = crate::ops::access::allow(&ctx.caller, op) {
-            return op_problem(&ctx, e);
+            let target = segs.get(1).copied().unwrap_or("");
+            return audited(core, &ctx, Some(op), target, op_problem(&ctx, e)).await;
         }
     }
     let query = parts.uri.query();
@@ -84,7 +85,8 @@ pub async fn handle(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
         (&Method::GET, []) | (&Method::GET, [""]) => requests::page(core, &ctx, query).await,
         (&Method::GET, ["serviceRequests", id]) => request::page(core, &ctx, id, query).await,
         (&Method::POST, ["serviceRequests", id, action]) => {
-            actions::post(core, &ctx, id, action, parts, body).await
+            let r = actions::post(core, &ctx, id, action, parts, body).await;
+            audited(core, &ctx, actions::op(action), id, r).await
         }
         (&Method::GET, ["workflows"]) => workflows::list(core, &ctx).await,
         (&Method::GET, ["workflows", name]) => {
@@ -92,11 +94,34 @@ pub async fn handle(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
         }
         (&Method::GET, ["schedules"]) => schedules::page(core, &ctx, query).await,
         (&Method::POST, ["schedules", name, action]) => {
-            schedules::post(core, &ctx, &super::decode(name), action, parts, body).await
+            let name = super::decode(name);
+            let r = schedules::post(core, &ctx, &name, action, parts, body).await;
+            let op = Some(crate::ops::access::Op::ChangeSchedule);
+            audited(core, &ctx, op, &name, r).await
         }
         (&Method::POST, ["logout"]) => logout(core, &ctx, parts, body).await,
         _ => layout::problem(StatusCode::NOT_FOUND, &ctx, "no such page in the console"),
     }
+}
+
+/// Records an action the console took (or refused) in the audit trail: `ok` when it was
+/// done (the console then sends the browser on), else the status it was answered with.
+async fn audited(
+    core: &Core,
+    ctx: &Ctx,
+    op: Option<crate::ops::access::Op>,
+    target: &str,
+    r: Resp,
+) -> Resp {
+    if let Some(action) = op.and_then(crate::ops::access::audited) {
+        let outcome = if r.status() == StatusCode::SEE_OTHER {
+            "ok".to_string()
+        } else {
+            format!("{} (console)", r.status().as_u16())
+        };
+        crate::ops::audit::record(core, &ctx.caller, action, target, &outcome).await;
+    }
+    r
 }
 
 /// A file built into the binary.
@@ -187,9 +212,15 @@ async fn login(core: &Core, ctx: &Ctx, parts: &Parts, body: &mut Body) -> Resp {
         return layout::see_other("/console", ctx);
     }
     let token = actions::field(&form, "token").unwrap_or("").trim();
-    if tokens.find(token.as_bytes()).is_none() {
+    let Some(who) = tokens.find(token.as_bytes()).cloned() else {
+        let nobody = crate::tokens::Caller {
+            name: "(unknown token)".into(),
+            role: crate::tokens::Role::Read,
+        };
+        crate::ops::audit::record(core, &nobody, "console sign-in", "console", "refused").await;
         return login_page(ctx, parts.uri.query(), Some("That token is not accepted."));
-    }
+    };
+    crate::ops::audit::record(core, &who, "console sign-in", "console", "ok").await;
     let mut r = layout::see_other(&next_page(parts.uri.query()), ctx);
     r.headers_mut().append(
         SET_COOKIE,
