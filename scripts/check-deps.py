@@ -8,7 +8,8 @@
 A module may use the layers to its left. `config` uses only `workflow` (the server's
 default step retry policy is a workflow type, checked by the workflow's own rules);
 `state` is one runtime's `Core` (its pool, buffer and executor), which the adapters
-(http, broker) are handed. The leaf modules (metrics, ids, backoff) may be used by any
+(http, broker) are handed. The leaf modules (metrics, ids, backoff, tokens, destinations,
+secrets, …) may be used by any
 layer and use no project module themselves.
 Every `crate::<module>` path in a file under src/<module>/ (or src/<module>.rs), outside
 its tests, is an arrow; the check fails on any arrow against the direction.
