@@ -60,7 +60,13 @@ stop() {
 }
 
 # metric PORT NAME: the sum of a Prometheus sample of the server on PORT (0 if absent).
-metric() { curl -s "localhost:$1/metrics" | awk -v n="$2" '$1 == n {s += $2} END {printf "%d\n", s}'; }
+# metric PORT NAME: a counter's value (summed over its labels); with TOKEN set (a server
+# with tokens), the read carries it.
+metric() {
+  local auth=()
+  [ -z "${TOKEN:-}" ] || auth=(-H "Authorization: Bearer $TOKEN")
+  curl -s "${auth[@]}" "localhost:$1/metrics" | awk -v n="$2" '$1 == n {s += $2} END {printf "%d\n", s}'
+}
 
 # rotation ROUND N: 0 … N-1 rotated by ROUND - 1, the order of N variants in that round, so
 # that each goes first as often as the others and a machine's drift over the run (busier

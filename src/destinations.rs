@@ -221,6 +221,42 @@ impl Destinations {
     }
 }
 
+impl Destinations {
+    /// A broker connection about to be opened: every host of its connection string (an
+    /// AMQP URL's, Kafka's bootstrap list), by name and by every address it resolves to
+    /// now. The broker's client resolves the name again when it connects, so one denied
+    /// address among a name's refuses it (the client might pick that one). A name that
+    /// does not resolve is left to the client's own error.
+    pub async fn check_connection(&self, connection: &str) -> Result<(), Refused> {
+        let (hosts, default_port): (Vec<&str>, u16) = match connection.split_once("://") {
+            Some((scheme, rest)) => {
+                let authority = rest.split(['/', '?']).next().unwrap_or("");
+                let port = if scheme == "amqps" { 5671 } else { 5672 };
+                (vec![authority.rsplit('@').next().unwrap_or("")], port)
+            }
+            None => (connection.split(',').map(str::trim).collect(), 9092),
+        };
+        for hostport in hosts {
+            let host = host_of(hostport);
+            self.check_host(host)?;
+            let bare = host.trim_matches(['[', ']']);
+            if bare.parse::<IpAddr>().is_ok() {
+                continue;
+            }
+            let port = hostport
+                .rsplit_once(':')
+                .and_then(|(_, p)| p.parse().ok())
+                .unwrap_or(default_port);
+            if let Ok(addrs) = tokio::net::lookup_host((bare, port)).await {
+                for a in addrs {
+                    self.check_addr(Some(bare), a.ip())?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The host of `host:port` (an IPv6 address in brackets keeps them).
 fn host_of(hostport: &str) -> &str {
     if hostport.starts_with('[') {

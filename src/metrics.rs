@@ -302,6 +302,8 @@ pub struct Metrics {
     pub events_unmatched: Counter,
     /// Kept events taken by a request that reached its EVENT step after them.
     pub events_kept_taken: Counter,
+    /// Kept events deleted a day after their window passed.
+    pub events_expired: Counter,
     /// Finished service requests deleted by the retention policy.
     pub retention_deleted: Counter,
     /// Step responses consumed from brokers, by outcome.
@@ -410,6 +412,7 @@ impl Metrics {
             events_resumed: Counter::default(),
             events_unmatched: Counter::default(),
             events_kept_taken: Counter::default(),
+            events_expired: Counter::default(),
             retention_deleted: Counter::default(),
             broker_replies: Family::default(),
             broker_published: Family::default(),
@@ -554,6 +557,11 @@ impl Metrics {
                 "clamp_events_kept_taken",
                 "Kept events taken by a request reaching its EVENT step later",
                 &self.events_kept_taken,
+            ),
+            (
+                "clamp_events_expired",
+                "Events deleted a day after their keep window passed (their ids no longer deduplicate)",
+                &self.events_expired,
             ),
         ] {
             registry.register(name, help, c.clone());

@@ -58,7 +58,9 @@ impl Executor {
         }
         // Events kept past their window by more than a day: no longer deduplicated.
         if let Ok(conn) = self.pool.get().await {
-            let _ = crate::store::events::forget(&conn, FORGET_BATCH).await;
+            if let Ok(n) = crate::store::events::forget(&conn, FORGET_BATCH).await {
+                self.app.metrics.events_expired.inc_by(n);
+            }
         }
     }
 

@@ -106,10 +106,15 @@ impl Executor {
         let (fan_told, to_count) = tokio::sync::mpsc::channel(cfg.max_running.max(64));
         let exec = Arc::new(Executor {
             capacity: cfg.max_running,
-            amqp: publish::amqp::AmqpPublisher::new(app.metrics.clone(), app.outbound.amqp.clone()),
+            amqp: publish::amqp::AmqpPublisher::new(
+                app.metrics.clone(),
+                app.outbound.amqp.clone(),
+                cfg.destinations.clone(),
+            ),
             kafka: publish::kafka::KafkaProducer::new(
                 app.metrics.clone(),
                 app.outbound.kafka.clone(),
+                cfg.destinations.clone(),
             ),
             app,
             pool,

@@ -113,3 +113,28 @@ async fn an_allow_list_lets_only_what_it_names_through() {
     assert!(r.expect_error(400).contains("not in --allow-destinations"));
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_whose_name_resolves_to_a_denied_address_is_refused_before_connecting() {
+    let db = TestDb::new();
+    let mut cfg = config(&db.url);
+    cfg.destinations = std::sync::Arc::new(
+        clamp::destinations::Destinations::new(&[] as &[&str], &["127.0.0.0/8", "::1"]).unwrap(),
+    );
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(
+        &json!({"name": "w", "steps": [{"name": "call", "mode": "AMQP",
+        "val": {"connection_url": "amqp://guest:guest@localhost:5672/%2f", "queue_name": "q"}}]}),
+    )
+    .await;
+    let id = create_request(&s, "w", &json!({})).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "FAILED", "{v}");
+    let reason = v["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("refused by the destination policy") && reason.contains("localhost"),
+        "{reason}"
+    );
+    assert_eq!(step_entry(&v, "call", "FAILED")["attempts"], 1, "{v}");
+    s.shutdown().await;
+}

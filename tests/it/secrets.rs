@@ -129,6 +129,22 @@ async fn a_secret_reaches_the_call_and_no_read_and_a_changed_file_is_used_next()
         reads.push(call(Method::GET, path, None).await.text());
     }
     assert!(reads[0].contains("{{secret:PAY_KEY}}"), "{}", reads[0]);
+    // `clamp workflows export` writes the reference too.
+    let out = dir.join("export");
+    let exported = Command::new(env!("CARGO_BIN_EXE_clamp"))
+        .args([
+            "workflows",
+            "export",
+            "--url",
+            &format!("http://127.0.0.1:{port}"),
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(exported.status.success(), "{exported:?}");
+    let file = std::fs::read_to_string(out.join("w.json")).unwrap();
+    assert!(file.contains("{{secret:PAY_KEY}}"), "{file}");
+    reads.push(file);
     let c = db.client().await;
     for r in c
         .query("SELECT coalesce(request, '') || coalesce(response, '') || coalesce(reason, '') FROM steps_status", &[])

@@ -28,6 +28,8 @@ pub struct AmqpPublisher {
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     metrics: Arc<Metrics>,
     tls: OwnedTLSConfig,
+    /// Where steps may call: a new connection's broker is checked before it is opened.
+    policy: Arc<crate::destinations::Destinations>,
 }
 
 /// Connects to `url` (`amqp://`, or `amqps://` with `tls`'s extra CA).
@@ -60,11 +62,16 @@ async fn open_channel(
 }
 
 impl AmqpPublisher {
-    pub fn new(metrics: Arc<Metrics>, tls: OwnedTLSConfig) -> AmqpPublisher {
+    pub fn new(
+        metrics: Arc<Metrics>,
+        tls: OwnedTLSConfig,
+        policy: Arc<crate::destinations::Destinations>,
+    ) -> AmqpPublisher {
         AmqpPublisher {
             slots: Mutex::new(HashMap::new()),
             metrics,
             tls,
+            policy,
         }
     }
 
@@ -107,6 +114,12 @@ impl AmqpPublisher {
             .entry(url.to_string())
             .or_default()
             .clone();
+        if slot.open.get().is_none() {
+            // Refused before connecting: permanent, as a broker's no is.
+            if let Err(e) = self.policy.check_connection(url).await {
+                return Err(Attempt::Refused(e.to_string()));
+            }
+        }
         let ch = match slot
             .open
             .get_or_try_init(|| open_channel(url, &self.tls))

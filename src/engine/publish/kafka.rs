@@ -32,6 +32,9 @@ pub struct KafkaProducer {
     topics: Mutex<HashMap<(String, String), Cell<TopicWriter>>>,
     metrics: Arc<Metrics>,
     transport: KafkaTransport,
+    /// Where steps may call: a new client's bootstrap brokers are checked before it is
+    /// built.
+    policy: Arc<crate::destinations::Destinations>,
 }
 
 /// Builds a client that gives up on an unreachable cluster instead of retrying forever,
@@ -103,11 +106,16 @@ async fn open_topic(
 }
 
 impl KafkaProducer {
-    pub fn new(metrics: Arc<Metrics>, transport: KafkaTransport) -> KafkaProducer {
+    pub fn new(
+        metrics: Arc<Metrics>,
+        transport: KafkaTransport,
+        policy: Arc<crate::destinations::Destinations>,
+    ) -> KafkaProducer {
         KafkaProducer {
             topics: Mutex::new(HashMap::new()),
             metrics,
             transport,
+            policy,
         }
     }
 
@@ -139,6 +147,12 @@ impl KafkaProducer {
             .entry(slot_key.clone())
             .or_default()
             .clone();
+        if slot.get().is_none() {
+            // Refused before connecting: permanent, as a missing topic is.
+            if let Err(e) = self.policy.check_connection(&val.connection_url).await {
+                return Err(Attempt::Refused(e.to_string()));
+            }
+        }
         let writer = match slot
             .get_or_try_init(|| async {
                 open_topic(&val.connection_url, &val.topic_name, &self.transport)
