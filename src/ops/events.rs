@@ -105,15 +105,42 @@ pub async fn deliver(core: &Core, e: &Event<'_>) -> Result<Outcome> {
             } else {
                 m.events_resumed.inc_by(resumed.len() as u64);
                 for r in &resumed {
-                    app.changes.notify(r);
+                    app.changes.notify(&r.id);
+                    mark_resume(core, r, e);
                 }
                 core.executor.wake();
             }
             Outcome {
                 id: id.to_string(),
-                resumed,
+                resumed: resumed.into_iter().map(|r| r.id).collect(),
                 keep_until: Some(keep_until),
             }
         }
     })
+}
+
+/// Marks a traced request's resume on its trace, as a step response's is, linked to the
+/// trace the event was delivered in (its `traceparent`), if it came with one.
+fn mark_resume(core: &Core, r: &crate::store::events::Resumed, e: &Event<'_>) {
+    let Some(headers) = &r.traced else {
+        return;
+    };
+    if let Some((t, trace)) = core.app.traced(headers) {
+        let links = e
+            .traceparent
+            .and_then(|tp| crate::telemetry::TraceParent::parse(tp.as_bytes()))
+            .iter()
+            .map(crate::telemetry::link_to)
+            .collect();
+        t.mark_linked(
+            &trace,
+            &r.id,
+            "resume",
+            links,
+            vec![
+                opentelemetry::KeyValue::new("clamp.step.id", r.step_id as i64),
+                opentelemetry::KeyValue::new("clamp.event.name", e.event.to_string()),
+            ],
+        );
+    }
 }

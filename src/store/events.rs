@@ -120,7 +120,7 @@ pub async fn wait(conn: &mut PgConn, w: &Waiting<'_>) -> Result<AtStep> {
 /// else happens), and every request paused on the event and key resumed at the step its
 /// pause named, unleased for any sweeper, with the payload as that step's request and as
 /// the EVENT step's response. Returns until when the event is kept (NULL: a duplicate)
-/// and the requests resumed.
+/// and the requests resumed: their ids, EVENT steps, and headers when traced.
 pub(super) const DELIVER: &str = concat!(
     "\
 WITH fresh AS (
@@ -144,7 +144,7 @@ WITH fresh AS (
         wait_event = NULL, wait_key = NULL, wait_next = NULL, step_attempts = 0,
         last_error = NULL, lease_owner = NULL, lease_until = '-infinity', updated_at = now()
     FROM waiting w WHERE s.id = w.id
-    RETURNING s.id, w.step
+    RETURNING s.id, w.step, s.headers
 ), answered AS (
     UPDATE steps_status st SET status = ",
     crate::status::status_sql!(Completed),
@@ -155,7 +155,12 @@ WITH fresh AS (
     crate::status::status_sql!(Started),
     "
 )
-SELECT (SELECT keep_until FROM fresh), coalesce((SELECT array_agg(id) FROM resumed), '{}')"
+SELECT (SELECT keep_until FROM fresh), coalesce(r.ids, '{}'), coalesce(r.steps, '{}'),
+       coalesce(r.traced, '{}')
+FROM (SELECT array_agg(id) AS ids, array_agg(step) AS steps,
+             -- Only a traced request's headers: its trace marks the resume.
+             array_agg(CASE WHEN headers LIKE '%\"traceparent\"%' THEN headers END) AS traced
+      FROM resumed) r"
 );
 
 /// `$1` how many: events kept until more than a day ago (their ids no longer deduplicated).
@@ -178,11 +183,21 @@ pub struct Delivery<'a> {
 pub enum Delivered {
     /// Stored; the requests it resumed, and until when it is kept.
     New {
-        resumed: Vec<Uuid>,
+        resumed: Vec<Resumed>,
         keep_until: String,
     },
     /// An event with this id was delivered before: nothing done.
     Duplicate,
+}
+
+/// A request a delivery resumed.
+#[derive(Debug)]
+pub struct Resumed {
+    pub id: Uuid,
+    /// Its EVENT step.
+    pub step_id: u32,
+    /// Its stored headers, when they carry a trace context (None: untraced).
+    pub traced: Option<String>,
 }
 
 /// The delivery's transaction, sent with its statements (`deliver`).
@@ -217,10 +232,23 @@ pub async fn deliver(conn: &PgConn, d: &Delivery<'_>) -> Result<Delivered> {
     let keep_until: Option<String> = row.get(0);
     Ok(match keep_until {
         None => Delivered::Duplicate,
-        Some(keep_until) => Delivered::New {
-            resumed: row.get(1),
-            keep_until,
-        },
+        Some(keep_until) => {
+            let (ids, steps, traced): (Vec<Uuid>, Vec<i32>, Vec<Option<String>>) =
+                (row.get(1), row.get(2), row.get(3));
+            Delivered::New {
+                resumed: ids
+                    .into_iter()
+                    .zip(steps)
+                    .zip(traced)
+                    .map(|((id, step), traced)| Resumed {
+                        id,
+                        step_id: step.max(0) as u32,
+                        traced,
+                    })
+                    .collect(),
+                keep_until,
+            }
+        }
     })
 }
 

@@ -609,3 +609,51 @@ async fn a_secret_a_step_names_is_in_no_span() {
     s.shutdown().await;
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivered_events_traceparent_is_linked_from_the_resume() {
+    let (_db, r, d, s) = traced_server().await;
+    let approval = json!({"name": "approval", "mode": "EVENT",
+        "val": {"event": "claim.approved", "key": "approval.request.claim"}});
+    let then = step("use", "POST", d.url("/api/echo"));
+    s.create_workflow(&json!({"name": "approving", "steps": [approval, then]}))
+        .await;
+    let r0 = send(
+        s.addr,
+        hyper::Method::POST,
+        "/serviceRequest/approving",
+        Some(br#"{"claim": "C-9"}"#.to_vec()),
+        &[("content-type", "application/json"), ("traceparent", CALLER)],
+    )
+    .await;
+    let id = r0.json()["serviceRequestId"].as_str().unwrap().to_string();
+    wait_status(&s, &id, &["PAUSED"], WAIT).await;
+    // The event comes from another trace: the resume links to it.
+    let resp = send(
+        s.addr,
+        hyper::Method::POST,
+        "/events/claim.approved",
+        Some(br#"{"key": "C-9", "payload": {"approved": true}}"#.to_vec()),
+        &[
+            ("content-type", "application/json"),
+            ("traceparent", TRACED_ANSWER),
+        ],
+    )
+    .await;
+    assert_eq!(resp.json()["matched"], 1, "{}", resp.text());
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let spans = r
+        .wait_trace(CALLER_TRACE, "the resume and the next step", |s| {
+            !named(s, "resume").is_empty() && named(s, "POST").len() == 1
+        })
+        .await;
+    let resume = named(&spans, "resume")[0];
+    assert_eq!(resume["links"][0]["spanId"], parent_in(TRACED_ANSWER), "{resume}");
+    assert_eq!(resume["links"][0]["traceId"], &TRACED_ANSWER[3..35], "{resume}");
+    assert!(
+        resume.to_string().contains("claim.approved"),
+        "the resume names its event: {resume}"
+    );
+    s.shutdown().await;
+}
