@@ -41,4 +41,5 @@ mod traces;
 mod upgrade;
 mod versions;
 mod waits;
+mod waits_compose;
 mod workflow_files;

@@ -623,7 +623,10 @@ async fn a_delivered_events_traceparent_is_linked_from_the_resume() {
         hyper::Method::POST,
         "/serviceRequest/approving",
         Some(br#"{"claim": "C-9"}"#.to_vec()),
-        &[("content-type", "application/json"), ("traceparent", CALLER)],
+        &[
+            ("content-type", "application/json"),
+            ("traceparent", CALLER),
+        ],
     )
     .await;
     let id = r0.json()["serviceRequestId"].as_str().unwrap().to_string();
@@ -649,8 +652,16 @@ async fn a_delivered_events_traceparent_is_linked_from_the_resume() {
         })
         .await;
     let resume = named(&spans, "resume")[0];
-    assert_eq!(resume["links"][0]["spanId"], parent_in(TRACED_ANSWER), "{resume}");
-    assert_eq!(resume["links"][0]["traceId"], &TRACED_ANSWER[3..35], "{resume}");
+    assert_eq!(
+        resume["links"][0]["spanId"],
+        parent_in(TRACED_ANSWER),
+        "{resume}"
+    );
+    assert_eq!(
+        resume["links"][0]["traceId"],
+        &TRACED_ANSWER[3..35],
+        "{resume}"
+    );
     assert!(
         resume.to_string().contains("claim.approved"),
         "the resume names its event: {resume}"
