@@ -18,7 +18,8 @@
 #   ROUNDS=3 DURATION=20 POLL=0 TAG=request-cost-x A=… B=… scripts/bench-request-cost.sh
 #
 # Settings: ROUNDS (2), DURATION (15, seconds of wrk), CONNS (64), TOKEN (a bearer token
-# every call carries), SERVER_FLAGS (both
+# every call carries), SEED (0; that many requests waiting in the table before each run:
+# asleep at a WAIT, paused at an EVENT, some with deadlines), SERVER_FLAGS (both
 # binaries), A_FLAGS and B_FLAGS (one binary's own; `@NGINX@` in them becomes nginx's
 # base URL, e.g. B_FLAGS='--otlp-endpoint @NGINX@' exports spans to nginx's fixed 200), DEADLINE (120, seconds to wait for completion after wrk), POLL (1; 0 skips
 # the polling runs), POLL_ROUNDS (1), POLL_CONNS (512), POLL_INTERVAL (20ms),
@@ -35,6 +36,7 @@ DURATION=${DURATION:-15}
 CONNS=${CONNS:-64}
 DEADLINE=${DEADLINE:-120}
 POLL=${POLL:-1}
+SEED=${SEED:-0}
 POLL_ROUNDS=${POLL_ROUNDS:-1}
 POLL_CONNS=${POLL_CONNS:-512}
 POLL_INTERVAL=${POLL_INTERVAL:-20ms}
@@ -153,6 +155,25 @@ for round in $(seq 1 "$ROUNDS"); do
     code=$(curl -s "${auth[@]}" -o "$tmp/workflow.json" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
       -d "$(workflow_for "$which")" "http://127.0.0.1:$port/workflow")
     case "$code" in 2??) ;; *) echo "bench-request-cost: POST /workflow answered $code: $(cat "$tmp/workflow.json")" >&2; exit 1 ;; esac
+    if [ "$SEED" -gt 0 ]; then
+      # SEED requests waiting in the table: half asleep at a WAIT (due in a day), half
+      # paused at an EVENT, a quarter with a deadline a day ahead; then analyzed.
+      # (A binary from before deadlines has no such column: its rows get none.)
+      dl_col= dl_val=
+      if [ -n "$(psql "$base/$db" -qAt -c "SELECT 1 FROM information_schema.columns
+          WHERE table_name = 'service_requests' AND column_name = 'deadline'")" ]; then
+        dl_col=", deadline" dl_val=", CASE WHEN g % 4 < 2 THEN now() + interval '1 day' END"
+      fi
+      psql "$base/$db" -qAt -v ON_ERROR_STOP=1 -c "INSERT INTO service_requests
+          (id, workflow_name, payload, headers, status, current_step_id, step_attempts,
+           lease_until, wait_event, wait_key $dl_col)
+        SELECT gen_random_uuid(), 'two', '{}', '[]',
+               CASE WHEN g % 2 = 0 THEN 'NEW' ELSE 'PAUSED' END, 1, g % 2,
+               CASE WHEN g % 2 = 0 THEN now() + interval '1 day' ELSE '-infinity' END,
+               CASE WHEN g % 2 = 1 THEN 'seed.approved' END, CASE WHEN g % 2 = 1 THEN g::text END
+               $dl_val
+        FROM generate_series(1, $SEED) g" -c "VACUUM ANALYZE service_requests" >/dev/null
+    fi
     sleep 1
     [ "$pgss" = 0 ] || sql "SELECT pg_stat_statements_reset()" >/dev/null
     commits0=$(sql "SELECT xact_commit FROM pg_stat_database WHERE datname = '$db'")
@@ -266,7 +287,7 @@ git_head="$(git rev-parse --short HEAD 2>/dev/null || echo none)"
 export RC_AFLAGS="$(side_flags A | xargs)" RC_BFLAGS="$(side_flags B | xargs)"
 export RC_A=$A RC_B=$B RC_GIT=$git_head RC_PG="$pg_set" RC_PGCMD="$pg_cmd" RC_SERVER="$server_cmd" \
   RC_WRK="$wrk_cmd" RC_WORKFLOW="A: $(workflow_for A); B: $(workflow_for B)" RC_NGINX="$nginx_server" RC_POLLNOTE="$poll_note" \
-  RC_PGSS=$pgss RC_TMP=$tmp RC_ROUNDS=$ROUNDS RC_DURATION=$DURATION RC_DEADLINE=$DEADLINE \
+  RC_PGSS=$pgss RC_TMP=$tmp RC_ROUNDS=$ROUNDS RC_SEED=$SEED RC_DURATION=$DURATION RC_DEADLINE=$DEADLINE \
   RC_POLLDUR=$POLL_DURATION RC_POLLCONNS=$POLL_CONNS RC_POLLINT=$POLL_INTERVAL
 python3 - "$out/$tag.md" <<'PY'
 import datetime, hashlib, json, os, socket, sys
@@ -335,6 +356,9 @@ w(f"- load: `{E['RC_WRK']}`, then a wait (up to {E['RC_DEADLINE']} s) until the 
   "(`create_service_request_handler_counter_total{status=\"2xx\"}`)")
 w(f"- rounds: {E['RC_ROUNDS']}, A then B in odd rounds, B then A in even ones, each run on a fresh database; "
   "server, Postgres, nginx and wrk share the machine")
+if E['RC_SEED'] != '0':
+    w(f"- waiting: {int(E['RC_SEED']):,} requests inserted before each run (half asleep at a WAIT due in a day, "
+      "half paused at an EVENT, half of all with a deadline a day ahead where the binary has deadlines), then `VACUUM ANALYZE service_requests`")
 w('- per completed request, from wrk\'s start to the moment the last request completed: server CPU '
   '(`/proc/<pid>/stat`), Postgres CPU (the postmaster with its children, live and reaped: this cluster only), '
   'nginx CPU likewise, WAL (`pg_wal_lsn_diff`), commits (`pg_stat_database.xact_commit` of the database, '
