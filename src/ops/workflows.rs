@@ -39,76 +39,55 @@ pub fn compile_posted(core: &Core, body: &[u8]) -> Result<Workflow> {
     let b = &core.app.config.brokers;
     set_default_reply_to(&mut def, &b.amqp_response_queue, &b.kafka_response_topic);
     let wf = compile(def).map_err(|e| OpError::BadRequest(e.0))?;
-    check_destinations(&core.app.config.destinations, &wf)?;
-    check_secrets(&core.app.config.secrets, &wf)?;
+    let cfg = &core.app.config;
+    check_calls(&cfg.secrets, &cfg.destinations, &wf)?;
     Ok(wf)
 }
 
-/// Every secret `wf`'s steps name (their branches' and items' too) exists now: one that
-/// does not is 400, naming the step and the secret (never a value).
-fn check_secrets(secrets: &Secrets, wf: &Workflow) -> Result<()> {
+/// Every step of `wf` that calls out (HTTP, AMQP, Kafka), its branches' and items' too,
+/// checked by `check`; the first refusal is 400, naming the step.
+fn each_call<E: std::fmt::Display>(
+    wf: &Workflow,
+    check: &impl Fn(&Val) -> std::result::Result<(), E>,
+) -> Result<()> {
     for s in &wf.steps {
-        let texts: Vec<&str> = match &s.val {
-            Val::Http(h) => h
-                .secret_url
-                .as_deref()
-                .into_iter()
-                .chain(h.headers.iter().filter_map(|(_, v)| v.to_str().ok()))
-                .collect(),
-            Val::Amqp(a) => vec![a.connection_url.as_str()],
-            Val::Kafka(k) => vec![k.connection_url.as_str()],
+        match &s.val {
             Val::Parallel(p) => {
                 for b in &p.branches {
-                    check_secrets(secrets, &b.sub.0)?;
+                    each_call(&b.sub.0, check)?;
                 }
-                Vec::new()
             }
             Val::Map(MapVal {
                 body: MapBody::Steps(sub),
                 ..
-            }) => {
-                check_secrets(secrets, &sub.0)?;
-                Vec::new()
-            }
-            _ => Vec::new(),
-        };
-        for t in texts {
-            secrets
-                .check(t)
-                .map_err(|why| OpError::BadRequest(format!("step '{}': {why}", s.name)))?;
+            }) => each_call(&sub.0, check)?,
+            v => check(v).map_err(|e| OpError::BadRequest(format!("step '{}': {e}", s.name)))?,
         }
     }
     Ok(())
 }
 
-/// Every HTTP, AMQP and Kafka step of `wf` (its branches' and items' too) against the
-/// destination policy: a literal address or a name it refuses is 400, naming the step.
-fn check_destinations(policy: &Destinations, wf: &Workflow) -> Result<()> {
-    for s in &wf.steps {
-        let refused = match &s.val {
-            Val::Http(h) => h.url.host().map_or(Ok(()), |host| policy.check_host(host)),
-            Val::Amqp(a) if !a.connection_url.is_empty() => policy.check_brokers(&a.connection_url),
-            Val::Kafka(k) if !k.connection_url.is_empty() => {
-                policy.check_brokers(&k.connection_url)
-            }
-            Val::Parallel(p) => {
-                for b in &p.branches {
-                    check_destinations(policy, &b.sub.0)?;
-                }
-                Ok(())
-            }
-            Val::Map(MapVal {
-                body: MapBody::Steps(sub),
-                ..
-            }) => {
-                check_destinations(policy, &sub.0)?;
-                Ok(())
-            }
-            _ => Ok(()),
-        };
-        refused.map_err(|e| OpError::BadRequest(format!("step '{}': {e}", s.name)))?;
-    }
-    Ok(())
+/// Every secret a step names exists now (never showing a value), and every destination a
+/// step calls is one the policy allows, as far as the definition tells (a literal
+/// address, a name it denies).
+fn check_calls(secrets: &Secrets, policy: &Destinations, wf: &Workflow) -> Result<()> {
+    each_call(wf, &|v: &Val| match v {
+        Val::Http(h) => h
+            .secret_url
+            .as_deref()
+            .into_iter()
+            .chain(h.headers.iter().filter_map(|(_, v)| v.to_str().ok()))
+            .try_for_each(|t| secrets.check(t)),
+        Val::Amqp(a) => secrets.check(&a.connection_url),
+        Val::Kafka(k) => secrets.check(&k.connection_url),
+        _ => Ok(()),
+    })?;
+    each_call(wf, &|v: &Val| match v {
+        Val::Http(h) => h.url.host().map_or(Ok(()), |host| policy.check_host(host)),
+        Val::Amqp(a) if !a.connection_url.is_empty() => policy.check_brokers(&a.connection_url),
+        Val::Kafka(k) if !k.connection_url.is_empty() => policy.check_brokers(&k.connection_url),
+        _ => Ok(()),
+    })
 }
 
 /// A workflow still to look at while checking includes: the path to it, its name and

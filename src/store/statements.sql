@@ -686,14 +686,19 @@ WITH fresh AS (
         wait_event = NULL, wait_key = NULL, wait_next = NULL, step_attempts = 0,
         last_error = NULL, lease_owner = NULL, lease_until = '-infinity', updated_at = now()
     FROM waiting w WHERE s.id = w.id
-    RETURNING s.id, w.step
+    RETURNING s.id, w.step, s.headers
 ), answered AS (
     UPDATE steps_status st SET status = 'COMPLETED', response = $4, finished_at = now(),
         time_taken_ms = round(extract(epoch FROM now() - st.started_at) * 1000)::bigint
     FROM resumed r
     WHERE st.service_request_id = r.id AND st.step_id = r.step AND st.status = 'STARTED'
 )
-SELECT (SELECT keep_until FROM fresh), coalesce((SELECT array_agg(id) FROM resumed), '{}');
+SELECT (SELECT keep_until FROM fresh), coalesce(r.ids, '{}'), coalesce(r.steps, '{}'),
+       coalesce(r.traced, '{}')
+FROM (SELECT array_agg(id) AS ids, array_agg(step) AS steps,
+             -- Only a traced request's headers: its trace marks the resume.
+             array_agg(CASE WHEN headers LIKE '%"traceparent"%' THEN headers END) AS traced
+      FROM resumed) r;
 
 -- events::BEGIN
 BEGIN;

@@ -23,6 +23,18 @@ fn tokens_file(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
     p
 }
 
+/// A server whose tokens come from a file of `text` (in a scratch directory, returned for
+/// the test to remove).
+async fn with_tokens_file(db: &TestDb, text: &str) -> (TestServer, std::path::PathBuf) {
+    let dir = scratch();
+    let file = tokens_file(&dir, text);
+    let mut cfg = config(&db.url);
+    cfg.api_tokens = std::sync::Arc::new(
+        clamp::tokens::ApiTokens::new(clamp::tokens::Tokens::default(), Some(file)).unwrap(),
+    );
+    (TestServer::start(cfg).await, dir)
+}
+
 fn scratch() -> std::path::PathBuf {
     std::env::temp_dir().join(format!("clamp-access-{}", uuid::Uuid::new_v4()))
 }
@@ -287,16 +299,11 @@ fn routes(
 async fn each_role_against_every_route() {
     let db = TestDb::new();
     let d = Downstream::start().await;
-    let dir = scratch();
-    let file = tokens_file(
-        &dir,
+    let (s, dir) = with_tokens_file(
+        &db,
         &format!("# roles\ndash:read:{READ}\noncall:operate:{OPERATE}\nops:admin:{ADMIN}\n"),
-    );
-    let mut cfg = config(&db.url);
-    cfg.api_tokens = std::sync::Arc::new(
-        clamp::tokens::ApiTokens::new(clamp::tokens::Tokens::default(), Some(file)).unwrap(),
-    );
-    let s = TestServer::start(cfg).await;
+    )
+    .await;
     let step = |path: &str| json!({"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": d.url(path)}});
     let r = as_role(
         &s,
@@ -401,13 +408,7 @@ async fn each_role_against_every_route() {
 async fn the_console_offers_a_read_token_no_action_and_refuses_its_posts() {
     let db = TestDb::new();
     let d = Downstream::start().await;
-    let dir = scratch();
-    let file = tokens_file(&dir, &format!("dash:read:{READ}\nops:admin:{ADMIN}\n"));
-    let mut cfg = config(&db.url);
-    cfg.api_tokens = std::sync::Arc::new(
-        clamp::tokens::ApiTokens::new(clamp::tokens::Tokens::default(), Some(file)).unwrap(),
-    );
-    let s = TestServer::start(cfg).await;
+    let (s, dir) = with_tokens_file(&db, &format!("dash:read:{READ}\nops:admin:{ADMIN}\n")).await;
     let mut wait = json!({"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/accepted")}});
     wait["type"] = json!("ASYNC");
     let r = as_role(
@@ -527,16 +528,11 @@ async fn a_hangup_reads_the_tokens_file_again() {
 async fn the_audit_trail_lists_changes_with_the_tokens_name() {
     let db = TestDb::new();
     let d = Downstream::start().await;
-    let dir = scratch();
-    let file = tokens_file(
-        &dir,
+    let (s, dir) = with_tokens_file(
+        &db,
         &format!("dash:read:{READ}\noncall:operate:{OPERATE}\nops:admin:{ADMIN}\n"),
-    );
-    let mut cfg = config(&db.url);
-    cfg.api_tokens = std::sync::Arc::new(
-        clamp::tokens::ApiTokens::new(clamp::tokens::Tokens::default(), Some(file)).unwrap(),
-    );
-    let s = TestServer::start(cfg).await;
+    )
+    .await;
     let def = json!({"name": "pay", "steps": [{"name": "a", "mode": "HTTP",
         "val": {"method": "POST", "url": d.url("/until-fixed")}}]});
     let r = as_role(&s, ADMIN, Method::POST, "/workflow", Some(def)).await;

@@ -16,6 +16,14 @@ fn http(url: &str) -> Value {
     json!({"name": "call", "mode": "HTTP", "val": {"method": "POST", "url": url}})
 }
 
+/// A server with this destination policy.
+async fn with_policy(db: &TestDb, allow: &[&str], deny: &[&str]) -> TestServer {
+    let mut cfg = config(&db.url);
+    cfg.destinations =
+        std::sync::Arc::new(clamp::destinations::Destinations::new(allow, deny).unwrap());
+    TestServer::start(cfg).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metadata_and_link_local_steps_are_refused_at_definition() {
     let db = TestDb::new();
@@ -56,12 +64,8 @@ async fn metadata_and_link_local_steps_are_refused_at_definition() {
 async fn a_name_resolving_to_a_denied_address_is_refused_at_call_time() {
     let db = TestDb::new();
     let d = Downstream::start().await;
-    let mut cfg = config(&db.url);
     // `localhost` resolves to loopback on every machine: denied here, for this server.
-    cfg.destinations = std::sync::Arc::new(
-        clamp::destinations::Destinations::new(&[] as &[&str], &["127.0.0.0/8", "::1"]).unwrap(),
-    );
-    let s = TestServer::start(cfg).await;
+    let s = with_policy(&db, &[], &["127.0.0.0/8", "::1"]).await;
     let url = format!("http://localhost:{}/api/echo", d.addr.port());
     // A name is not refused at definition: only its addresses can say.
     s.create_workflow(&json!({"name": "w", "steps": [http(&url)]}))
@@ -94,11 +98,7 @@ async fn a_name_resolving_to_a_denied_address_is_refused_at_call_time() {
 async fn an_allow_list_lets_only_what_it_names_through() {
     let db = TestDb::new();
     let d = Downstream::start().await;
-    let mut cfg = config(&db.url);
-    cfg.destinations = std::sync::Arc::new(
-        clamp::destinations::Destinations::new(&["127.0.0.1"], &[] as &[&str]).unwrap(),
-    );
-    let s = TestServer::start(cfg).await;
+    let s = with_policy(&db, &["127.0.0.1"], &[]).await;
     s.create_workflow(&json!({"name": "w", "steps": [http(&d.url("/api/echo"))]}))
         .await;
     let id = create_request(&s, "w", &json!({"n": 1})).await;
@@ -117,11 +117,7 @@ async fn an_allow_list_lets_only_what_it_names_through() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_whose_name_resolves_to_a_denied_address_is_refused_before_connecting() {
     let db = TestDb::new();
-    let mut cfg = config(&db.url);
-    cfg.destinations = std::sync::Arc::new(
-        clamp::destinations::Destinations::new(&[] as &[&str], &["127.0.0.0/8", "::1"]).unwrap(),
-    );
-    let s = TestServer::start(cfg).await;
+    let s = with_policy(&db, &[], &["127.0.0.0/8", "::1"]).await;
     s.create_workflow(
         &json!({"name": "w", "steps": [{"name": "call", "mode": "AMQP",
         "val": {"connection_url": "amqp://guest:guest@localhost:5672/%2f", "queue_name": "q"}}]}),
