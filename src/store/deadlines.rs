@@ -307,13 +307,10 @@ pub async fn end(conn: &PgConn, e: &End<'_>) -> Result<bool> {
     Ok(row.get::<_, i64>(0) == 1)
 }
 
-/// The timers: how many requests wait on a clock (asleep or backing off, due later: the
-/// claimable index's range after now; paused with an answer's or event's deadline: the
-/// answer-due index), and how long the most overdue one has been due (ms, 0: none),
-/// whichever index holds it. Counted from the indexes alone (index-only scans): a filter
-/// on a column they do not hold would read every sleeping request's row, which with a
-/// million of them evicts the cache every look (measured: 0.95 of the rate). So requests
-/// running now, whose lease also ends later, count too: at most `--max-running` each.
+/// The timers: how many requests wait on a clock (asleep or backing off, unleased, due
+/// later: the claimable index's range after now; paused with an answer's or event's
+/// deadline: the answer-due index), and how long the most overdue one has been due (ms,
+/// 0: none), whichever index holds it.
 pub(super) const TIMERS: &str = concat!(
     "WITH due AS (
     SELECT min(lease_until) AS at FROM service_requests
@@ -337,7 +334,7 @@ SELECT (SELECT count(*) FROM service_requests
     crate::status::status_sql!(InProgress),
     ", ",
     crate::status::status_sql!(Resumed),
-    ") AND lease_until > now() AND lease_until < 'infinity')
+    ") AND lease_until > now() AND lease_until < 'infinity' AND lease_owner IS NULL)
      + (SELECT count(*) FROM service_requests
         WHERE status = ",
     crate::status::status_sql!(Paused),

@@ -645,7 +645,7 @@ WITH due AS (
 )
 SELECT (SELECT count(*) FROM service_requests
         WHERE status IN ('NEW', 'IN_PROGRESS',
-            'RESUMED') AND lease_until > now() AND lease_until < 'infinity')
+            'RESUMED') AND lease_until > now() AND lease_until < 'infinity' AND lease_owner IS NULL)
      + (SELECT count(*) FROM service_requests
         WHERE status = 'PAUSED' AND lease_until > '-infinity'),
        coalesce(extract(epoch FROM now() - (SELECT min(at) FROM due)) * 1000, 0)::float8;
