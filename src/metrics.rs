@@ -321,11 +321,6 @@ pub struct Metrics {
     pub downstream_waiting: Gauge,
     /// Step calls in flight to downstream hosts.
     pub downstream_in_flight: Gauge,
-    /// Requests waiting on a clock (a WAIT, a retry's back-off, a delayed start, an
-    /// answer's or event's timeout), counted every `TIMERS_PERIOD`.
-    pub timers_pending: Gauge,
-    /// How long the most overdue of them has been due without being taken, in ms.
-    pub timers_overdue_ms: Gauge,
     /// Status reads answered from memory (0), from Postgres (1), or from the request row
     /// in Postgres and the step rows in memory (2).
     pub status_reads: [Counter; 3],
@@ -426,8 +421,6 @@ impl Metrics {
             requests_released: Counter::default(),
             downstream_waiting: Gauge::default(),
             downstream_in_flight: Gauge::default(),
-            timers_pending: Gauge::default(),
-            timers_overdue_ms: Gauge::default(),
             status_reads,
             trace_spans: TraceCounters {
                 dropped: Counter::default(),
@@ -614,16 +607,6 @@ impl Metrics {
             "clamp_downstream_in_flight",
             "Step calls in flight to downstream hosts",
             self.downstream_in_flight.clone(),
-        );
-        registry.register(
-            "clamp_timers_pending",
-            "Requests waiting on a clock: WAIT steps, retries' back-offs, delayed starts, answer and event timeouts (counted every 15 s)",
-            self.timers_pending.clone(),
-        );
-        registry.register(
-            "clamp_timers_overdue_milliseconds",
-            "How long the most overdue timer has been due without being taken (0: none)",
-            self.timers_overdue_ms.clone(),
         );
     }
 

@@ -30,9 +30,6 @@ pub struct App {
     pub changes: super::watch::Changes,
     /// Spans exported over OTLP; None when tracing is off.
     pub tracing: Option<crate::telemetry::Tracing>,
-    /// When the timers were last counted (seconds since the Unix epoch), so that the
-    /// runtimes of one process count them once per period (`deadlines`).
-    pub timers_counted: std::sync::atomic::AtomicU64,
 }
 
 impl App {
@@ -64,7 +61,6 @@ impl App {
         App {
             finals,
             changes: Default::default(),
-            timers_counted: Default::default(),
             config,
             db,
             outbound,

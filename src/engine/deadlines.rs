@@ -22,8 +22,6 @@ use crate::store::deadlines::{self, End, Expire, Overdue, PastDeadline};
 
 /// Most overdue requests timed out per look.
 const BATCH: i64 = 100;
-/// How often the timers are counted, in seconds.
-const TIMERS_PERIOD_S: u64 = 15;
 /// Most expired events deleted per look.
 const FORGET_BATCH: i64 = 1000;
 
@@ -58,40 +56,11 @@ impl Executor {
         if woke {
             self.wake();
         }
-        self.count_timers().await;
         // Events kept past their window by more than a day: no longer deduplicated.
         if let Ok(conn) = self.pool.get().await {
             if let Ok(n) = crate::store::events::forget(&conn, FORGET_BATCH).await {
                 self.app.metrics.events_expired.inc_by(n);
             }
-        }
-    }
-
-    /// Counts the timers for their gauges, once per `TIMERS_PERIOD` per process (the
-    /// count reads every sleeping request's index entry: too much to do every second).
-    async fn count_timers(&self) {
-        use std::sync::atomic::Ordering;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let last = self.app.timers_counted.load(Ordering::Relaxed);
-        if now < last + TIMERS_PERIOD_S
-            || self
-                .app
-                .timers_counted
-                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
-                .is_err()
-        {
-            return;
-        }
-        let counted = async {
-            let conn = self.pool.get().await?;
-            deadlines::timers(&conn).await
-        }
-        .await;
-        if let Ok((pending, overdue_ms)) = counted {
-            self.app.metrics.timers_pending.set(pending);
-            self.app.metrics.timers_overdue_ms.set(overdue_ms as i64);
         }
     }
 

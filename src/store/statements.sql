@@ -634,22 +634,6 @@ WITH RECURSIVE ended AS (
 SELECT (SELECT count(*) FROM ended), (SELECT count(*) FROM cancelled),
        (SELECT count(*) FROM joined);
 
--- deadlines::TIMERS
-WITH due AS (
-    SELECT min(lease_until) AS at FROM service_requests
-    WHERE status IN ('NEW', 'IN_PROGRESS',
-        'RESUMED') AND lease_until > '-infinity' AND lease_until <= now()
-    UNION ALL
-    SELECT min(lease_until) FROM service_requests
-    WHERE status = 'PAUSED' AND lease_until > '-infinity' AND lease_until <= now()
-)
-SELECT (SELECT count(*) FROM service_requests
-        WHERE status IN ('NEW', 'IN_PROGRESS',
-            'RESUMED') AND lease_until > now() AND lease_until < 'infinity' AND lease_owner IS NULL)
-     + (SELECT count(*) FROM service_requests
-        WHERE status = 'PAUSED' AND lease_until > '-infinity'),
-       coalesce(extract(epoch FROM now() - (SELECT min(at) FROM due)) * 1000, 0)::float8;
-
 -- audit::RECORD
 INSERT INTO audit_log (actor, action, target, outcome) VALUES ($1, $2, $3, $4);
 

@@ -492,29 +492,3 @@ async fn an_answer_racing_its_timeout_resolves_once() {
     }
     assert_eq!(completed + failed, ids.len());
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sleeping_requests_are_counted_as_pending_timers() {
-    let db = TestDb::new();
-    let s = TestServer::start(config(&db.url)).await;
-    s.create_workflow(&json!({"name": "later", "steps": [
-        wait("nap", json!({"duration": "PT1H"}))]}))
-        .await;
-    for n in 0..3 {
-        create_request(&s, "later", &json!({"n": n})).await;
-    }
-    // Counted at most every 15 s per process.
-    wait_for_seen("three pending timers", Duration::from_secs(40), || async {
-        let m = s.get("/metrics").await.text();
-        let n = metric(&m, "clamp_timers_pending");
-        (n == 3.0).then_some(()).ok_or(n)
-    })
-    .await;
-    let m = s.get("/metrics").await.text();
-    assert_eq!(
-        metric(&m, "clamp_timers_overdue_milliseconds"),
-        0.0,
-        "nothing is overdue"
-    );
-    s.shutdown().await;
-}
