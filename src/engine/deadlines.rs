@@ -18,7 +18,7 @@ use std::sync::Arc;
 use super::call::{CallError, CallErrorKind};
 use super::doc::Doc;
 use super::Executor;
-use crate::store::deadlines::{self, End, Expire, Overdue, PastDeadline};
+use crate::store::deadlines::{self, End, Expire, Overdue};
 
 /// Most overdue requests timed out per look.
 const BATCH: i64 = 100;
@@ -66,7 +66,7 @@ impl Executor {
 
     /// Ends one request at its deadline; true when this look did (not another instance, an
     /// answer or a claim first).
-    async fn end_at_deadline(self: &Arc<Self>, p: &PastDeadline) -> crate::store::Result<bool> {
+    async fn end_at_deadline(self: &Arc<Self>, p: &Overdue) -> crate::store::Result<bool> {
         let wf = match self
             .app
             .workflows

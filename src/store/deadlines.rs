@@ -22,7 +22,7 @@ WHERE status = ",
 ORDER BY lease_until LIMIT $1"
 );
 
-/// A paused request whose answer is overdue.
+/// A paused request whose answer is overdue, or a request past its deadline.
 #[derive(Debug)]
 pub struct Overdue {
     pub id: Uuid,
@@ -34,7 +34,13 @@ pub struct Overdue {
 }
 
 pub async fn due(conn: &PgConn, limit: i64) -> Result<Vec<Overdue>> {
-    let stmt = conn.stmt(DUE).await?;
+    overdue(conn, DUE, limit).await
+}
+
+/// The rows of `sql` (`$1` how many), each `id, current_step_id, step_attempts,
+/// workflow_name, workflow_version`.
+async fn overdue(conn: &PgConn, sql: &'static str, limit: i64) -> Result<Vec<Overdue>> {
+    let stmt = conn.stmt(sql).await?;
     Ok(conn
         .client
         .query(&stmt, &[&limit])
@@ -160,9 +166,10 @@ macro_rules! deadline_passed {
 }
 
 /// `$1` how many: requests past their deadline that the sweeper ends, the longest past
-/// first (`service_requests_deadlines`, migration 20).
+/// first (`service_requests_deadlines`, migration 20), as `DUE` returns its rows.
 pub(super) const PAST_DEADLINE: &str = concat!(
-    "SELECT s.id, s.current_step_id, s.workflow_name, coalesce(s.workflow_version, 1)
+    "SELECT s.id, s.current_step_id, s.step_attempts, s.workflow_name,
+       coalesce(s.workflow_version, 1)
 FROM service_requests s
 WHERE ",
     deadline_passed!(),
@@ -170,29 +177,10 @@ WHERE ",
 ORDER BY s.deadline LIMIT $1"
 );
 
-/// A request the sweeper ends at its deadline: the step it is at (0: none started yet).
-#[derive(Debug)]
-pub struct PastDeadline {
-    pub id: Uuid,
-    pub step_id: u32,
-    pub workflow_name: String,
-    pub workflow_version: u32,
-}
-
-pub async fn past_deadline(conn: &PgConn, limit: i64) -> Result<Vec<PastDeadline>> {
-    let stmt = conn.stmt(PAST_DEADLINE).await?;
-    Ok(conn
-        .client
-        .query(&stmt, &[&limit])
-        .await?
-        .iter()
-        .map(|r| PastDeadline {
-            id: r.get(0),
-            step_id: r.get::<_, i32>(1).max(0) as u32,
-            workflow_name: r.get(2),
-            workflow_version: r.get::<_, i32>(3).max(1) as u32,
-        })
-        .collect())
+/// Requests past their deadline that no executor holds (the step each is at: 0, none
+/// started yet).
+pub async fn past_deadline(conn: &PgConn, limit: i64) -> Result<Vec<Overdue>> {
+    overdue(conn, PAST_DEADLINE, limit).await
 }
 
 /// How the sweeper ends a request at its deadline.

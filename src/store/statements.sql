@@ -576,7 +576,8 @@ WITH expired AS (
 SELECT count(*) FROM expired;
 
 -- deadlines::PAST_DEADLINE
-SELECT s.id, s.current_step_id, s.workflow_name, coalesce(s.workflow_version, 1)
+SELECT s.id, s.current_step_id, s.step_attempts, s.workflow_name,
+       coalesce(s.workflow_version, 1)
 FROM service_requests s
 WHERE s.deadline < now() AND s.failed_step_id IS NULL
   AND s.status IN ('NEW', 'IN_PROGRESS', 'PAUSED', 'RESUMED')

@@ -305,33 +305,15 @@ async fn each_role_against_every_route() {
     )
     .await;
     let step = |path: &str| json!({"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": d.url(path)}});
-    let r = as_role(
-        &s,
-        ADMIN,
-        Method::POST,
-        "/workflow",
-        Some(json!({"name": "w", "steps": [step("/api/echo")]})),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.text());
-    let r = as_role(
-        &s,
-        ADMIN,
-        Method::POST,
-        "/workflow",
-        Some(json!({"name": "bad", "steps": [step("/status/500")]})),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.text());
-    let r = as_role(
-        &s,
-        ADMIN,
-        Method::POST,
-        "/workflow",
-        Some(json!({"name": "slow", "steps": [step("/held")]})),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.text());
+    for (name, path) in [
+        ("w", "/api/echo"),
+        ("bad", "/status/500"),
+        ("slow", "/held"),
+    ] {
+        let def = json!({"name": name, "steps": [step(path)]});
+        let r = as_role(&s, ADMIN, Method::POST, "/workflow", Some(def)).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
     let create = |wf: &'static str| {
         let s = &s;
         async move {
