@@ -18,7 +18,9 @@
 #   BIN=/tmp/head/target/release/clamp scripts/bench-waits.sh
 #
 # Settings: BIN (target/release/clamp), TIMERS, LEAD, SPREAD, EVENTS, ROUNDS, CONNS (32),
-# PARTS ("timers events"), TAG (waits).
+# PARTS ("timers events"), TAG (waits), PGSS (1: load pg_stat_statements and report, for the
+# last round's events and step responses each, Postgres's time per resumed request and the
+# statements that took most of it; 0: off).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -49,8 +51,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+PGSS=${PGSS:-1}
 pg_port=$(free_port)
-base=$(scripts/dev-postgres.sh start "$pg_dir" "$pg_port"); base=${base%/clamp}
+pg_extra=
+[ "$PGSS" = 0 ] || pg_extra="shared_preload_libraries = 'pg_stat_statements'"
+base=$(PG_EXTRA_CONF=$pg_extra scripts/dev-postgres.sh start "$pg_dir" "$pg_port"); base=${base%/clamp}
 dbsql() { PGOPTIONS='-c client_min_messages=warning' psql "$base/$1" -qAtX -F ' ' -v ON_ERROR_STOP=1 -c "$2"; }
 pg_set=$(pg_settings "$base")
 
@@ -217,7 +222,9 @@ EOF
     run_posts "$tmp/create-ev.lua" "$EVENTS" >/dev/null
     wait_count "$db" "SELECT count(*) FROM service_requests WHERE status = 'PAUSED'" $((2 * EVENTS)) 300
     dbsql "$db" "SELECT id FROM service_requests WHERE workflow_name = 'ask'" > "$tmp/ids"
+    [ "$PGSS" = 0 ] || dbsql "$db" "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"
     for side in $(rotation "$round" 2); do
+      [ "$PGSS" = 0 ] || dbsql "$db" "SELECT pg_stat_statements_reset()" >/dev/null
       if [ "$side" = 0 ]; then
         t0=$(run_posts "$tmp/answer.lua" "$EVENTS" "$tmp/ids")
         wait_count "$db" "SELECT count(*) FROM service_requests WHERE workflow_name = 'ask' AND status = 'COMPLETED'" "$EVENTS" 300
@@ -226,6 +233,17 @@ EOF
         t0=$(run_posts "$tmp/deliver.lua" "$EVENTS")
         wait_count "$db" "SELECT count(*) FROM service_requests WHERE workflow_name = 'ev' AND status = 'COMPLETED'" "$EVENTS" 300
         t1=$(now); ev=$(bm rate 0 "$EVENTS" "$t0" "$t1" --fmt .0f)
+      fi
+      # The last round's statements of this side: ms of Postgres time per resumed request
+      # in all, then the costliest statements (calls and µs per resumed request).
+      if [ "$PGSS" != 0 ] && [ "$round" = "$ROUNDS" ]; then
+        dbsql "$db" "SELECT round(sum(total_exec_time)::numeric * 1000 / $EVENTS, 1) FROM pg_stat_statements
+          WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())" > "$tmp/pg-total-$side"
+        PGOPTIONS='-c client_min_messages=warning' psql "$base/$db" -qAtX -F ' | ' -v ON_ERROR_STOP=1 -c "
+          SELECT round(calls::numeric / $EVENTS, 2), round(total_exec_time::numeric * 1000 / $EVENTS, 1),
+                 left(translate(regexp_replace(query, '\s+', ' ', 'g'), '|', '¦'), 110)
+          FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+          ORDER BY total_exec_time DESC LIMIT 6" | sed 's/^/| /; s/ | \([^|]*\)$/ | `\1…` |/' > "$tmp/pg-top-$side"
       fi
     done
     stop "$server_pid"; server_pid=
@@ -243,6 +261,17 @@ EOF
     echo "| median | $sr_med | $ev_med | $(bm ratio "$ev_med" "$sr_med" --fmt .3f) |"
     echo
     echo "**Events ÷ step responses of the medians: $(bm ratio "$ev_med" "$sr_med" --fmt .3f)** (asked ≥ 0.8)."
+    if [ "$PGSS" != 0 ]; then
+      for side in 0 1; do
+        name=$([ "$side" = 0 ] && echo "Step responses" || echo "Events")
+        echo
+        echo "### $name, round $ROUNDS: Postgres $(cat "$tmp/pg-total-$side") µs of statement time per resumed request"
+        echo
+        echo "| calls per request | µs per request | statement |"
+        echo "|---|---|---|"
+        cat "$tmp/pg-top-$side"
+      done
+    fi
   } >> "$report"
 fi
 echo "bench-waits: $report"

@@ -281,7 +281,9 @@ impl Executor {
                 deadline_us: None,
             });
         }
-        let context = if wf.uses_context {
+        // With no step left (a final ASYNC, EVENT or WAIT step answered), the request only
+        // finishes: nothing reads the context, so it is not read back.
+        let context = if wf.uses_context && c.current_step_id > 0 {
             let conn = self
                 .pool
                 .get()

@@ -12,6 +12,10 @@ use crate::state::Core;
 use crate::store::events::{self, Delivered, Delivery};
 use crate::workflow::wait::MAX_WAIT;
 
+/// How many of the requests one delivery resumes it continues itself (when it has the
+/// slots): most events resume one request; the rest of a broadcast go to the sweepers.
+const LEASE_AT_ONCE: usize = 16;
+
 /// How long an event is kept when its delivery does not say.
 pub const DEFAULT_KEEP: Duration = Duration::from_secs(3600);
 
@@ -70,6 +74,14 @@ pub async fn deliver(core: &Core, e: &Event<'_>) -> Result<Outcome> {
             &fresh
         }
     };
+    let doing = "event delivery";
+    let app = &core.app;
+    let exec = &core.executor;
+    let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
+    // Slots for the requests it resumes, so this instance continues them at once (no
+    // sweep, no claim), as a step response's resume does; any beyond them are left for
+    // the sweepers.
+    let reserved = exec.try_reserve(LEASE_AT_ONCE);
     let d = Delivery {
         event: e.event,
         id,
@@ -77,17 +89,22 @@ pub async fn deliver(core: &Core, e: &Event<'_>) -> Result<Outcome> {
         payload: e.payload,
         traceparent: e.traceparent,
         keep_for,
+        owner: app.instance_id,
+        lease_n: reserved as u32,
+        lease: app.config.lease,
     };
-    let doing = "event delivery";
-    let app = &core.app;
-    let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
-    let delivered = events::deliver(&conn, &d)
-        .await
-        .map_err(OpError::store(doing))?;
+    let delivered = match events::deliver(&conn, &d).await {
+        Ok(d) => d,
+        Err(err) => {
+            exec.unreserve(reserved);
+            return Err(OpError::store(doing)(err));
+        }
+    };
     drop(conn);
     let m = &app.metrics;
     Ok(match delivered {
         Delivered::Duplicate => {
+            exec.unreserve(reserved);
             m.events_duplicate.inc();
             Outcome {
                 id: id.to_string(),
@@ -104,15 +121,28 @@ pub async fn deliver(core: &Core, e: &Event<'_>) -> Result<Outcome> {
                 m.events_unmatched.inc();
             } else {
                 m.events_resumed.inc_by(resumed.len() as u64);
-                for r in &resumed {
-                    app.changes.notify(&r.id);
-                    mark_resume(core, r, e);
+            }
+            let mut ids = Vec::with_capacity(resumed.len());
+            let (mut started, mut left) = (0, false);
+            for mut r in resumed {
+                app.changes.notify(&r.id);
+                mark_resume(core, &r, e);
+                ids.push(r.id);
+                match r.claimed.take() {
+                    Some(c) => {
+                        started += 1;
+                        exec.start_resumed(c);
+                    }
+                    None => left = true,
                 }
-                core.executor.wake();
+            }
+            exec.unreserve(reserved - started);
+            if left {
+                exec.wake();
             }
             Outcome {
                 id: id.to_string(),
-                resumed: resumed.into_iter().map(|r| r.id).collect(),
+                resumed: ids,
                 keep_until: Some(keep_until),
             }
         }

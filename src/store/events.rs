@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
+use super::leases::Claimed;
 use super::PgConn;
 use super::Result;
 
@@ -114,13 +115,19 @@ pub async fn wait(conn: &mut PgConn, w: &Waiting<'_>) -> Result<AtStep> {
     Ok(if paused { AtStep::Paused } else { AtStep::Lost })
 }
 
-/// `$1` event, `$2` id, `$3` key, `$4` payload, `$5` traceparent, `$6` kept for (ms). One
-/// statement, run after the (event, key) lock in the same transaction (so it sees every
-/// pause committed before the lock): the event stored unless its id was (then nothing
-/// else happens), and every request paused on the event and key resumed at the step its
-/// pause named, unleased for any sweeper, with the payload as that step's request and as
-/// the EVENT step's response. Returns until when the event is kept (NULL: a duplicate)
-/// and the requests resumed: their ids, EVENT steps, and headers when traced.
+/// `$1` event, `$2` id, `$3` key, `$4` payload, `$5` traceparent, `$6` kept for (ms),
+/// `$7` the delivering instance, `$8` how many of the resumed requests it leases, `$9`
+/// the lease (ms). One statement, run after the (event, key) lock in the same transaction
+/// (so it sees every pause committed before the lock): the event stored unless its id was
+/// (then nothing else happens, and no row comes back), and every request paused on the
+/// event and key resumed at the step its pause named, with the payload as that step's
+/// request and as the EVENT step's response. The first `$8` are leased to `$7` (it has
+/// slots reserved for them and continues them at once, as a step response's resume
+/// does); the others are left unleased for any sweeper. One row per resumed request (one
+/// with NULLs when none was): until when the event is kept, the EVENT step, whether it
+/// was leased, then the claimed columns (`sql::claimed_columns!`, in its order), of which
+/// an unleased request's payload and step request are NULL and its headers too unless
+/// they carry a trace context (its trace marks the resume).
 pub(super) const DELIVER: &str = concat!(
     "\
 WITH fresh AS (
@@ -130,21 +137,30 @@ WITH fresh AS (
     ")
     ON CONFLICT (event, id) DO NOTHING
     RETURNING to_json(keep_until) #>> '{}' AS keep_until
-), waiting AS (
+), locked AS (
     SELECT w.id, w.current_step_id AS step FROM service_requests w
     WHERE w.status = ",
     crate::status::status_sql!(Paused),
     " AND w.wait_event = $1 AND w.wait_key = $3
       AND EXISTS (SELECT 1 FROM fresh)
     FOR UPDATE
+), waiting AS (
+    -- Numbered apart from the lock: FOR UPDATE takes no window function.
+    SELECT id, step, row_number() OVER (ORDER BY id) <= $8 AS leased FROM locked
 ), resumed AS (
     UPDATE service_requests s SET status = ",
     crate::status::status_sql!(Resumed),
     ", current_step_id = coalesce(s.wait_next, 0), step_request = $4,
         wait_event = NULL, wait_key = NULL, wait_next = NULL, step_attempts = 0,
-        last_error = NULL, lease_owner = NULL, lease_until = '-infinity', updated_at = now()
+        last_error = NULL, updated_at = now(),
+        lease_owner = CASE WHEN w.leased THEN $7::uuid END,
+        lease_until = CASE WHEN w.leased THEN ",
+    crate::store::sql::now_plus_ms!("$9"),
+    " ELSE '-infinity'::timestamptz END
     FROM waiting w WHERE s.id = w.id
-    RETURNING s.id, w.step, s.headers
+    RETURNING w.step, w.leased, ",
+    crate::store::sql::claimed_columns!("s"),
+    "
 ), answered AS (
     UPDATE steps_status st SET status = ",
     crate::status::status_sql!(Completed),
@@ -155,12 +171,13 @@ WITH fresh AS (
     crate::status::status_sql!(Started),
     "
 )
-SELECT (SELECT keep_until FROM fresh), coalesce(r.ids, '{}'), coalesce(r.steps, '{}'),
-       coalesce(r.traced, '{}')
-FROM (SELECT array_agg(id) AS ids, array_agg(step) AS steps,
-             -- Only a traced request's headers: its trace marks the resume.
-             array_agg(CASE WHEN headers LIKE '%\"traceparent\"%' THEN headers END) AS traced
-      FROM resumed) r"
+SELECT f.keep_until, r.step, r.leased, r.id, r.workflow_name, r.status,
+       CASE WHEN r.leased THEN r.payload END,
+       CASE WHEN r.leased OR r.headers LIKE '%\"traceparent\"%' THEN r.headers END,
+       r.current_step_id, CASE WHEN r.leased THEN r.step_request END, r.failed_step_id,
+       r.reason, r.step_attempts, r.created_us, r.version, r.parent_id, r.retries,
+       r.deadline_in_ms
+FROM fresh f LEFT JOIN resumed r ON true"
 );
 
 /// `$1` how many: events kept until more than a day ago (their ids no longer deduplicated).
@@ -176,6 +193,11 @@ pub struct Delivery<'a> {
     pub payload: &'a str,
     pub traceparent: Option<&'a str>,
     pub keep_for: Duration,
+    /// Lease up to `lease_n` resumed requests to this instance (it reserved slots for
+    /// them), for `lease`; the others are left for any sweeper.
+    pub owner: Uuid,
+    pub lease_n: u32,
+    pub lease: Duration,
 }
 
 /// What a delivery did.
@@ -198,6 +220,8 @@ pub struct Resumed {
     pub step_id: u32,
     /// Its stored headers, when they carry a trace context (None: untraced).
     pub traced: Option<String>,
+    /// Leased to this instance, as claimed (None: left for any sweeper).
+    pub claimed: Option<Claimed>,
 }
 
 /// The delivery's transaction, sent with its statements (`deliver`).
@@ -213,42 +237,52 @@ pub async fn deliver(conn: &PgConn, d: &Delivery<'_>) -> Result<Delivered> {
     let lock = conn.stmt(LOCK).await?;
     let deliver = conn.stmt(DELIVER).await?;
     let keep_ms = d.keep_for.as_secs_f64() * 1000.0;
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+    let lease_ms = d.lease.as_secs_f64() * 1000.0;
+    let lease_n = i64::from(d.lease_n);
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
         &d.event,
         &d.id,
         &d.key,
         &d.payload,
         &d.traceparent,
         &keep_ms,
+        &d.owner,
+        &lease_n,
+        &lease_ms,
     ];
     let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&d.event, &d.key];
     let c = &conn.client;
-    let (_, _, row, _) = futures_util::try_join!(
+    let (_, _, rows, _) = futures_util::try_join!(
         c.batch_execute(BEGIN),
         c.query_one(&lock, &lock_params),
-        c.query_one(&deliver, &params),
+        c.query(&deliver, &params),
         c.batch_execute(COMMIT),
     )?;
-    let keep_until: Option<String> = row.get(0);
-    Ok(match keep_until {
-        None => Delivered::Duplicate,
-        Some(keep_until) => {
-            let (ids, steps, traced): (Vec<Uuid>, Vec<i32>, Vec<Option<String>>) =
-                (row.get(1), row.get(2), row.get(3));
-            Delivered::New {
-                resumed: ids
-                    .into_iter()
-                    .zip(steps)
-                    .zip(traced)
-                    .map(|((id, step), traced)| Resumed {
-                        id,
-                        step_id: step.max(0) as u32,
-                        traced,
-                    })
-                    .collect(),
-                keep_until,
-            }
-        }
+    let Some(first) = rows.first() else {
+        return Ok(Delivered::Duplicate);
+    };
+    let keep_until: String = first.get(0);
+    let mut resumed = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let Some(step) = row.get::<_, Option<i32>>(1) else {
+            continue; // The one row of a delivery that resumed no one.
+        };
+        let leased: bool = row.get(2);
+        resumed.push(Resumed {
+            id: row.get(3),
+            step_id: step.max(0) as u32,
+            traced: if leased {
+                let h: String = row.get(7);
+                h.contains("\"traceparent\"").then_some(h)
+            } else {
+                row.get(7)
+            },
+            claimed: leased.then(|| Claimed::from_row_at(row, 3)),
+        });
+    }
+    Ok(Delivered::New {
+        resumed,
+        keep_until,
     })
 }
 

@@ -168,7 +168,8 @@ pub(super) const LOAD_CONTEXT: &str = concat!(
 /// The records of a request's finished steps, in the order they ran, for its step
 /// context when it continues after a pause or a restart.
 pub async fn load_context(conn: &PgConn, id: Uuid) -> Result<Vec<StepContext>> {
-    let rows = conn.client.query(LOAD_CONTEXT, &[&id]).await?;
+    let stmt = conn.stmt(LOAD_CONTEXT).await?;
+    let rows = conn.client.query(&stmt, &[&id]).await?;
     Ok(rows
         .iter()
         .map(|r| StepContext {

@@ -676,30 +676,42 @@ WITH fresh AS (
     VALUES ($1, $2, $3, $4, $5, now() + $6::float8 * interval '1 millisecond')
     ON CONFLICT (event, id) DO NOTHING
     RETURNING to_json(keep_until) #>> '{}' AS keep_until
-), waiting AS (
+), locked AS (
     SELECT w.id, w.current_step_id AS step FROM service_requests w
     WHERE w.status = 'PAUSED' AND w.wait_event = $1 AND w.wait_key = $3
       AND EXISTS (SELECT 1 FROM fresh)
     FOR UPDATE
+), waiting AS (
+    -- Numbered apart from the lock: FOR UPDATE takes no window function.
+    SELECT id, step, row_number() OVER (ORDER BY id) <= $8 AS leased FROM locked
 ), resumed AS (
     UPDATE service_requests s SET status = 'RESUMED', current_step_id = coalesce(s.wait_next, 0),
         step_request = $4,
         wait_event = NULL, wait_key = NULL, wait_next = NULL, step_attempts = 0,
-        last_error = NULL, lease_owner = NULL, lease_until = '-infinity', updated_at = now()
+        last_error = NULL, updated_at = now(),
+        lease_owner = CASE WHEN w.leased THEN $7::uuid END,
+        lease_until = CASE WHEN w.leased THEN now() + $9::float8 * interval '1 millisecond' ELSE '-infinity'::timestamptz END
     FROM waiting w WHERE s.id = w.id
-    RETURNING s.id, w.step, s.headers
+    RETURNING w.step, w.leased, s.id, s.workflow_name, s.status, s.payload, s.headers,
+        s.current_step_id, s.step_request, s.failed_step_id, s.reason, s.step_attempts,
+        (extract(epoch
+        FROM s.created_at) * 1000000)::bigint AS created_us,
+            coalesce(s.workflow_version, 1) AS version, s.parent_id, s.retries,
+            CASE WHEN s.failed_step_id IS NULL THEN extract(epoch
+        FROM s.deadline - now())::float8 * 1000 END AS deadline_in_ms
 ), answered AS (
     UPDATE steps_status st SET status = 'COMPLETED', response = $4, finished_at = now(),
         time_taken_ms = round(extract(epoch FROM now() - st.started_at) * 1000)::bigint
     FROM resumed r
     WHERE st.service_request_id = r.id AND st.step_id = r.step AND st.status = 'STARTED'
 )
-SELECT (SELECT keep_until FROM fresh), coalesce(r.ids, '{}'), coalesce(r.steps, '{}'),
-       coalesce(r.traced, '{}')
-FROM (SELECT array_agg(id) AS ids, array_agg(step) AS steps,
-             -- Only a traced request's headers: its trace marks the resume.
-             array_agg(CASE WHEN headers LIKE '%"traceparent"%' THEN headers END) AS traced
-      FROM resumed) r;
+SELECT f.keep_until, r.step, r.leased, r.id, r.workflow_name, r.status,
+       CASE WHEN r.leased THEN r.payload END,
+       CASE WHEN r.leased OR r.headers LIKE '%"traceparent"%' THEN r.headers END,
+       r.current_step_id, CASE WHEN r.leased THEN r.step_request END, r.failed_step_id,
+       r.reason, r.step_attempts, r.created_us, r.version, r.parent_id, r.retries,
+       r.deadline_in_ms
+FROM fresh f LEFT JOIN resumed r ON true;
 
 -- events::BEGIN
 BEGIN;

@@ -230,6 +230,43 @@ async fn an_event_step_past_its_timeout_fails_and_runs_its_on_failure_steps() {
 
 /// Two instances share the database; the same event (one id) is delivered to both at
 /// once: each waiting request resumes once, and its next step is called once.
+/// A delivery continues the requests it resumes itself while it has free slots, and
+/// leaves the rest to the sweepers: with two slots a thread, twelve resumed requests all
+/// complete, each step called once, never more at once than the slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_beyond_the_free_slots_leaves_the_rest_to_the_sweepers() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let mut cfg = config(&db.url);
+    cfg.max_running = 2;
+    let threads = cfg.threads;
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&json!({"name": "claim", "steps": [
+        approval(None), http("after", d.url("/slow/100"))]}))
+        .await;
+    let mut ids = Vec::new();
+    for _ in 0..12 {
+        ids.push(create_request(&s, "claim", &json!({"claim": "many"})).await);
+    }
+    for id in &ids {
+        wait_status(&s, id, &["PAUSED"], WAIT).await;
+    }
+    let got = deliver(&s, "many", json!({"go": 1}), json!({})).await;
+    assert_eq!(got["matched"], 12, "{got}");
+    for id in &ids {
+        let v = wait_status(&s, id, &["COMPLETED", "FAILED"], WAIT).await;
+        assert_eq!(v["status"], "COMPLETED", "{v}");
+        assert_eq!(d.calls_for_key(&format!("{id}:2")), 1, "{id}");
+    }
+    // Two slots on each of the server's threads (each runs its own executor).
+    assert!(
+        d.peak_in_flight() <= 2 * threads,
+        "{threads} threads of two slots, yet {} calls at once",
+        d.peak_in_flight()
+    );
+    s.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_deliver_one_event_once() {
     let db = TestDb::new();
