@@ -331,6 +331,13 @@ pub struct Metrics {
     pub schedule_fires: [Counter; 2],
     /// Seconds from a schedule's fire time to the pass that started its request.
     pub schedule_lateness: Arc<AtomicHistogram>,
+    /// Seconds from a timer's time to the claim that took it (a WAIT's end, a retry's
+    /// back-off, a delayed start).
+    pub timer_lateness: Arc<AtomicHistogram>,
+    /// Requests waiting on a clock, and how long the most overdue of them has been due
+    /// (ms), counted when /metrics is read (`http::system`), at most once per period.
+    pub timers_pending: Gauge,
+    pub timers_overdue_ms: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -386,9 +393,19 @@ impl Metrics {
             "Seconds from a schedule's fire time to the pass that started its request",
             ArcMetric(schedule_lateness.clone()),
         );
+        let timer_lateness = Arc::new(AtomicHistogram::new(LATENESS_BOUNDS));
+        registry.register(
+            "clamp_timer_fire_lateness_seconds",
+            "Seconds from a timer's time (a WAIT step's end, a retry's back-off, a delayed \
+             start) to the claim that continued its request",
+            ArcMetric(timer_lateness.clone()),
+        );
         let m = Metrics {
             schedule_fires,
             schedule_lateness,
+            timer_lateness,
+            timers_pending: Gauge::default(),
+            timers_overdue_ms: Gauge::default(),
             requests,
             latency,
             batch_rows,
@@ -607,6 +624,18 @@ impl Metrics {
             "clamp_downstream_in_flight",
             "Step calls in flight to downstream hosts",
             self.downstream_in_flight.clone(),
+        );
+        registry.register(
+            "clamp_timers_pending",
+            "Requests waiting on a clock: WAIT steps, retries' back-offs, delayed starts, \
+             answer and event timeouts (counted when scraped, at most every 30 s)",
+            self.timers_pending.clone(),
+        );
+        registry.register(
+            "clamp_timers_overdue_milliseconds",
+            "How long the most overdue timer has been due without being taken (0: none; \
+             counted with clamp_timers_pending)",
+            self.timers_overdue_ms.clone(),
         );
     }
 

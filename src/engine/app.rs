@@ -30,6 +30,9 @@ pub struct App {
     pub changes: super::watch::Changes,
     /// Spans exported over OTLP; None when tracing is off.
     pub tracing: Option<crate::telemetry::Tracing>,
+    /// When the timers were last counted for /metrics (seconds since the Unix epoch), so
+    /// that scrapes count them at most once per period per process (`http::system`).
+    pub timers_counted: std::sync::atomic::AtomicU64,
 }
 
 impl App {
@@ -61,6 +64,7 @@ impl App {
         App {
             finals,
             changes: Default::default(),
+            timers_counted: Default::default(),
             config,
             db,
             outbound,

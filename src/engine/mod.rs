@@ -402,10 +402,14 @@ impl Executor {
         self.unreserve(want - claimed.len());
         let n = claimed.len();
         if n > 0 {
-            tracing::debug!(n, first_service_request_id = %claimed[0].id, status = %claimed[0].status, "claimed");
+            tracing::debug!(n, first_service_request_id = %claimed[0].0.id, status = %claimed[0].0.status, "claimed");
         }
-        self.app.metrics.leases_claimed.inc_by(n as u64);
-        for c in claimed {
+        let m = &self.app.metrics;
+        m.leases_claimed.inc_by(n as u64);
+        for (c, fired_late) in claimed {
+            if let Some(late) = fired_late {
+                m.timer_lateness.observe(late.max(0.0));
+            }
             let id = c.id;
             // This process's lease ran out while one of its runtimes still runs the job
             // (renewals failed for a while): the claim renewed it (same owner), a second

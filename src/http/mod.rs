@@ -419,7 +419,7 @@ async fn dispatch(
         Route::Audit => Box::pin(audit::list(core, query)).await,
         Route::Health => system::health(),
         Route::Ready => system::ready(core).await,
-        Route::Metrics => system::metrics(core),
+        Route::Metrics => system::metrics(core).await,
         Route::OpenApi => system::openapi(),
         // Answered above.
         Route::Console => error(StatusCode::NOT_FOUND, "no such route"),

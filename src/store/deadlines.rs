@@ -294,3 +294,49 @@ pub async fn end(conn: &PgConn, e: &End<'_>) -> Result<bool> {
         .await?;
     Ok(row.get::<_, i64>(0) == 1)
 }
+
+/// The timers: how many requests wait on a clock (asleep or backing off, due later: the
+/// claimable index's range after now; paused with an answer's or event's deadline: the
+/// answer-due index), and how long the most overdue one has been due (ms, 0: none),
+/// whichever index holds it. Counted from the indexes alone (index-only scans): a filter
+/// on a column they do not hold would read every sleeping request's row (with a million
+/// of them, 0.95 of the two-step rate when counted every 15 s). So requests running now,
+/// whose lease also ends later, count too: at most `--max-running` per thread of each
+/// instance. Read only when /metrics is, at most once per `TIMERS_PERIOD`.
+pub(super) const TIMERS: &str = concat!(
+    "WITH due AS (
+    SELECT min(lease_until) AS at FROM service_requests
+    WHERE status IN (",
+    crate::status::status_sql!(New),
+    ", ",
+    crate::status::status_sql!(InProgress),
+    ", ",
+    crate::status::status_sql!(Resumed),
+    ") AND lease_until > '-infinity' AND lease_until <= now()
+    UNION ALL
+    SELECT min(lease_until) FROM service_requests
+    WHERE status = ",
+    crate::status::status_sql!(Paused),
+    " AND lease_until > '-infinity' AND lease_until <= now()
+)
+SELECT (SELECT count(*) FROM service_requests
+        WHERE status IN (",
+    crate::status::status_sql!(New),
+    ", ",
+    crate::status::status_sql!(InProgress),
+    ", ",
+    crate::status::status_sql!(Resumed),
+    ") AND lease_until > now() AND lease_until < 'infinity')
+     + (SELECT count(*) FROM service_requests
+        WHERE status = ",
+    crate::status::status_sql!(Paused),
+    " AND lease_until > '-infinity'),
+       coalesce(extract(epoch FROM now() - (SELECT min(at) FROM due)) * 1000, 0)::float8"
+);
+
+/// Timers pending, and the most overdue one's lateness in ms.
+pub async fn timers(conn: &PgConn) -> Result<(i64, f64)> {
+    let stmt = conn.stmt(TIMERS).await?;
+    let row = conn.client.query_one(&stmt, &[]).await?;
+    Ok((row.get(0), row.get(1)))
+}

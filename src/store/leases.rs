@@ -46,8 +46,8 @@ UPDATE service_requests s SET lease_owner = $1,
        lease_until = ",
     crate::store::sql::now_plus_ms!("$2"),
     ", updated_at = now()
-WHERE s.id IN (
-    SELECT id FROM service_requests
+FROM (
+    SELECT id, lease_until, lease_owner FROM service_requests
     WHERE status IN (",
     crate::status::status_sql!(New),
     ", ",
@@ -57,17 +57,24 @@ WHERE s.id IN (
     ") AND lease_until < now()
     ORDER BY lease_until
     LIMIT $3
-    FOR UPDATE SKIP LOCKED)
+    FOR UPDATE SKIP LOCKED) was
+WHERE s.id = was.id
 RETURNING ",
-    crate::store::sql::claimed_columns!("s")
+    crate::store::sql::claimed_columns!("s"),
+    ",
+    -- A timer fired: the row was left unleased until a time (a WAIT's end, a back-off, a
+    -- delayed start), not leased by an instance that died, nor free since its insert.
+    CASE WHEN was.lease_owner IS NULL AND was.lease_until > '-infinity'
+         THEN extract(epoch FROM now() - was.lease_until)::float8 END AS fired_late_s"
 );
 
+/// Rows claimed: each as claimed, and for a timer's fire, how late it was taken (s).
 pub async fn claim(
     conn: &PgConn,
     owner: Uuid,
     lease: Duration,
     limit: i64,
-) -> Result<Vec<Claimed>> {
+) -> Result<Vec<(Claimed, Option<f64>)>> {
     let stmt = conn.stmt(CLAIM).await?;
     // Pinned to the claim index like every statement (the pool's sessions run with
     // enable_seqscan = off; see `store::connect::session`).
@@ -75,8 +82,14 @@ pub async fn claim(
         .client
         .query(&stmt, &[&owner, &(lease.as_secs_f64() * 1000.0), &limit])
         .await?;
-    Ok(rows.iter().map(Claimed::from_row).collect())
+    Ok(rows
+        .iter()
+        .map(|r| (Claimed::from_row(r), r.get(CLAIMED_COLUMNS)))
+        .collect())
 }
+
+/// How many columns `sql::claimed_columns!` returns.
+const CLAIMED_COLUMNS: usize = 15;
 
 impl Claimed {
     /// Reads a row returning `sql::claimed_columns!`.

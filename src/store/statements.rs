@@ -74,6 +74,7 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("deadlines::EXPIRE", deadlines::EXPIRE),
         ("deadlines::PAST_DEADLINE", deadlines::PAST_DEADLINE),
         ("deadlines::END", deadlines::END),
+        ("deadlines::TIMERS", deadlines::TIMERS),
         ("audit::RECORD", audit::RECORD),
         ("audit::LIST", audit::LIST),
         ("events::LOCK", events::LOCK),

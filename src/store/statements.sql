@@ -94,17 +94,22 @@ INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, 
 -- leases::CLAIM
 UPDATE service_requests s SET lease_owner = $1,
        lease_until = now() + $2::float8 * interval '1 millisecond', updated_at = now()
-WHERE s.id IN (
-    SELECT id FROM service_requests
+FROM (
+    SELECT id, lease_until, lease_owner FROM service_requests
     WHERE status IN ('NEW', 'IN_PROGRESS', 'RESUMED') AND lease_until < now()
     ORDER BY lease_until
     LIMIT $3
-    FOR UPDATE SKIP LOCKED)
+    FOR UPDATE SKIP LOCKED) was
+WHERE s.id = was.id
 RETURNING s.id, s.workflow_name, s.status, s.payload, s.headers, s.current_step_id, s.step_request,
     s.failed_step_id, s.reason, s.step_attempts, (extract(epoch
     FROM s.created_at) * 1000000)::bigint AS created_us, coalesce(s.workflow_version, 1) AS version,
         s.parent_id, s.retries, CASE WHEN s.failed_step_id IS NULL THEN extract(epoch
-    FROM s.deadline - now())::float8 * 1000 END AS deadline_in_ms;
+    FROM s.deadline - now())::float8 * 1000 END AS deadline_in_ms,
+    -- A timer fired: the row was left unleased until a time (a WAIT's end, a back-off, a
+    -- delayed start), not leased by an instance that died, nor free since its insert.
+    CASE WHEN was.lease_owner IS NULL AND was.lease_until > '-infinity'
+         THEN extract(epoch FROM now() - was.lease_until)::float8 END AS fired_late_s;
 
 -- leases::RENEW
 WITH ids AS (SELECT unnest($3::uuid[]) AS id),
@@ -634,6 +639,22 @@ WITH RECURSIVE ended AS (
 )
 SELECT (SELECT count(*) FROM ended), (SELECT count(*) FROM cancelled),
        (SELECT count(*) FROM joined);
+
+-- deadlines::TIMERS
+WITH due AS (
+    SELECT min(lease_until) AS at FROM service_requests
+    WHERE status IN ('NEW', 'IN_PROGRESS',
+        'RESUMED') AND lease_until > '-infinity' AND lease_until <= now()
+    UNION ALL
+    SELECT min(lease_until) FROM service_requests
+    WHERE status = 'PAUSED' AND lease_until > '-infinity' AND lease_until <= now()
+)
+SELECT (SELECT count(*) FROM service_requests
+        WHERE status IN ('NEW', 'IN_PROGRESS',
+            'RESUMED') AND lease_until > now() AND lease_until < 'infinity')
+     + (SELECT count(*) FROM service_requests
+        WHERE status = 'PAUSED' AND lease_until > '-infinity'),
+       coalesce(extract(epoch FROM now() - (SELECT min(at) FROM due)) * 1000, 0)::float8;
 
 -- audit::RECORD
 INSERT INTO audit_log (actor, action, target, outcome) VALUES ($1, $2, $3, $4);

@@ -492,3 +492,54 @@ async fn an_answer_racing_its_timeout_resolves_once() {
     }
     assert_eq!(completed + failed, ids.len());
 }
+
+/// The timer metrics: the gauges count the requests asleep when /metrics is read (a
+/// scrape counts them, at most every 30 s), and each WAIT that ends is observed in the
+/// fire-lateness histogram, late by no more than the sweeps that take it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sleeping_requests_are_counted_and_each_fire_is_timed() {
+    let db = TestDb::new();
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&json!({"name": "later", "steps": [
+        wait("nap", json!({"duration": "PT1H"}))]}))
+        .await;
+    s.create_workflow(&json!({"name": "soon", "steps": [
+        wait("nap", json!({"duration": "PT1S"}))]}))
+        .await;
+    let mut sleeping = Vec::new();
+    for n in 0..3 {
+        sleeping.push(create_request(&s, "later", &json!({"n": n})).await);
+    }
+    for id in &sleeping {
+        wait_for_seen("the request to sleep", WAIT, || async {
+            let v = s.get(&format!("/serviceRequest/{id}")).await.json();
+            v.get("waiting").is_some().then_some(()).ok_or(v)
+        })
+        .await;
+    }
+    // The first scrape counts.
+    let m = s.get("/metrics").await.text();
+    assert_eq!(metric(&m, "clamp_timers_pending "), 3.0, "{m}");
+    assert_eq!(metric(&m, "clamp_timers_overdue_milliseconds "), 0.0);
+    assert_eq!(metric(&m, "clamp_timer_fire_lateness_seconds_count "), 0.0);
+
+    let mut short = Vec::new();
+    for n in 0..4 {
+        short.push(create_request(&s, "soon", &json!({"n": n})).await);
+    }
+    for id in &short {
+        let v = wait_status(&s, id, &["COMPLETED", "FAILED"], WAIT).await;
+        assert_eq!(v["status"], "COMPLETED", "{v}");
+    }
+    let m = s.get("/metrics").await.text();
+    assert_eq!(
+        metric(&m, "clamp_timer_fire_lateness_seconds_count "),
+        4.0,
+        "{m}"
+    );
+    let sum = metric(&m, "clamp_timer_fire_lateness_seconds_sum ");
+    assert!((0.0..8.0).contains(&sum), "four fires, {sum} s late in all");
+    // Within the period, the gauges are the last count's.
+    assert_eq!(metric(&m, "clamp_timers_pending "), 3.0);
+    s.shutdown().await;
+}
