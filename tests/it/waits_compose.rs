@@ -1,7 +1,9 @@
 //! Waits composed with the rest (beyond Clamp): a WAIT in a MAP item sleeps that item
 //! only; an EVENT in a PARALLEL branch holds the join until it is delivered; a request
 //! retried after its EVENT timed out waits again; a cancel ends an answer's deadline (no
-//! timeout after it); a rerun gets its deadline anew.
+//! timeout after it); a rerun gets its deadline anew; a rerun from an EVENT step waits
+//! for a new event, and from the step after it takes the recorded one; a WAIT in a child
+//! workflow sleeps the child while its parent's step waits for it.
 
 use std::time::{Duration, Instant};
 
@@ -169,5 +171,88 @@ async fn a_rerun_gets_its_deadline_anew() {
     let v = wait_status(&s, &again, &["COMPLETED", "FAILED"], WAIT).await;
     assert_eq!(v["status"], "COMPLETED", "{v}");
     assert!(v["deadline"].as_str().unwrap() > first.as_str(), "{v}");
+    s.shutdown().await;
+}
+
+async fn deliver(s: &TestServer, key: &str, payload: Value, keep_for: &str) {
+    let r = s
+        .post_json(
+            "/events/ok",
+            &json!({"key": key, "payload": payload, "keepFor": keep_for}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rerun_from_an_event_step_waits_again_and_from_after_it_takes_the_recorded_event() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&json!({"name": "approved", "steps": [
+        http("ask", d.url("/api/step1")),
+        event("approval", "approval.request.user.id", None),
+        http("after", d.url("/api/echo"))]}))
+        .await;
+    let id = create_request(&s, "approved", &json!({})).await;
+    wait_status(&s, &id, &["PAUSED"], WAIT).await;
+    // Not kept: the rerun must wait for an event of its own.
+    deliver(&s, "7", json!({"v": 1}), "PT0S").await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+
+    let path = format!("/serviceRequest/{id}/rerun");
+    let r = s.post(&path, r#"{"fromStep": 2}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let again = r.json()["serviceRequestId"].as_str().unwrap().to_string();
+    let v = wait_status(&s, &again, &["PAUSED"], WAIT).await;
+    assert_eq!(v["awaitingEvent"]["key"], "7", "{v}");
+    // The step before it is the original's outcome, not called again.
+    assert_eq!(d.received("/api/step1").len(), 1);
+    deliver(&s, "7", json!({"v": 2}), "PT0S").await;
+    let v = wait_status(&s, &again, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let echoed: Vec<Value> = d
+        .received("/api/echo")
+        .into_iter()
+        .map(|r| r.body)
+        .collect();
+    assert_eq!(echoed, vec![json!({"v": 1}), json!({"v": 2})]);
+
+    // From the step after it: the recorded event answers, nothing waits.
+    let r = s.post(&path, r#"{"fromStep": 3}"#).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let third = r.json()["serviceRequestId"].as_str().unwrap().to_string();
+    let v = wait_status(&s, &third, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    assert_eq!(d.received("/api/echo")[2].body, json!({"v": 1}));
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_in_a_child_workflow_sleeps_the_child_and_the_parent_goes_on_after_it() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&json!({"name": "nap", "steps": [
+        {"name": "sleep", "mode": "WAIT", "val": {"duration": "PT2S"}},
+        http("woke", d.url("/api/echo"))]}))
+        .await;
+    s.create_workflow(&json!({"name": "parent", "steps": [
+        {"name": "child", "mode": "WORKFLOW", "val": {"workflow": "nap"}},
+        http("after", d.url("/api/step1"))]}))
+        .await;
+    let t0 = Instant::now();
+    let id = create_request(&s, "parent", &json!({"order": 9})).await;
+    // While the child sleeps, the parent waits at its WORKFLOW step, and neither calls on.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let v = s.get(&format!("/serviceRequest/{id}")).await.json();
+    assert_eq!(v["status"], "PAUSED", "{v}");
+    assert!(d.received("/api/echo").is_empty());
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    assert!(t0.elapsed() >= Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert_eq!(d.received("/api/echo")[0].body, json!({"order": 9}));
+    assert_eq!(d.received("/api/step1").len(), 1);
     s.shutdown().await;
 }
