@@ -705,3 +705,53 @@ async fn an_amqp_step_in_each_map_item_is_resumed_by_its_broker_reply() {
     s.shutdown().await;
     r.cleanup().await;
 }
+
+/// An AMQP step's `answerTimeout`: no reply comes, so the message is published again as
+/// its retry policy allows, then the step fails "no answer within" and its onFailure step
+/// runs; a reply that comes after that changes nothing.
+#[tokio::test]
+async fn an_amqp_step_without_a_reply_in_time_is_sent_again_then_fails() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let (r, steps, responses) = Rabbit::with_queues().await;
+    let s = TestServer::start(amqp_config(&db, &responses)).await;
+    s.create_workflow(&json!({"name": "amqp-timeout", "steps": [
+        {"name": "ask", "mode": "AMQP", "answerTimeout": "PT1S", "retry": {"maxAttempts": 2},
+         "val": {"connection_url": RABBIT, "queue_name": steps},
+         "onFailure": [{"name": "undo", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]}]}))
+    .await;
+    let id = create_request(&s, "amqp-timeout", &json!({"x": 1})).await;
+    // Published, then published again once the first wait ran out.
+    r.paused(&s, &id, &steps).await;
+    let again = r.next(&steps).await;
+    let body: Value = serde_json::from_slice(&again.data).unwrap();
+    assert_eq!(body, json!({"x": 1}));
+    assert!(matches!(
+        header(&again, "stepId"),
+        Some(AMQPValue::LongLongInt(1))
+    ));
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(15)).await;
+    assert_eq!(v["status"], "FAILED", "{v}");
+    assert!(
+        v["reason"].as_str().unwrap().contains("no answer within"),
+        "{v}"
+    );
+    assert_eq!(d.received("/api/echo").len(), 1, "onFailure ran once");
+    // Late: the step has its final record, so the reply is taken as a repeat and
+    // changes nothing.
+    let late = json!({"serviceRequestId": id, "stepId": 1, "response": {"late": true}});
+    r.publish(&responses, late.to_string().as_bytes()).await;
+    wait_for(
+        "the late reply to be taken",
+        Duration::from_secs(10),
+        || async { (r.depth(&responses).await == 0).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let v = s.get(&format!("/serviceRequest/{id}")).await.json();
+    assert_eq!(v["status"], "FAILED", "{v}");
+    assert_eq!(d.received("/api/echo").len(), 1, "onFailure ran once");
+    assert_eq!(r.depth(&steps).await, 0, "sent twice, no more");
+    s.shutdown().await;
+    r.cleanup().await;
+}

@@ -1,8 +1,9 @@
 //! EVENT steps and `POST /events/{event}` (beyond Clamp): a request waits for an event
 //! matched by a key from its context; a delivery resumes every request waiting on that
 //! event and key, counts once by its id, and is kept for requests that reach their step
-//! later; a timeout ends the wait; two instances deliver one event once; waits survive a
-//! kill -9.
+//! later; a timeout ends the wait, and an event racing it resolves once; a delivery
+//! continues what it resumes while it has slots and leaves the rest to the sweepers; two
+//! instances deliver one event once; waits survive a kill -9.
 
 use std::time::Duration;
 
@@ -435,4 +436,65 @@ async fn waits_survive_a_kill_of_the_instance_that_paused_them() {
         1,
         "sent once, before the kill"
     );
+}
+
+/// An event racing its wait's timeout resolves once: events delivered from just before to
+/// just after the timeouts (and the look that fires them), each request either takes its
+/// event (its step after called once) or fails by the timeout (never called), with one
+/// final record of its EVENT step; a delivery that lost says it matched no one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_racing_its_timeout_resolves_once() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&json!({"name": "claim", "steps": [
+        approval(Some("PT1S")), http("after", d.url("/api/echo"))]}))
+        .await;
+    let mut ids = Vec::new();
+    for n in 0..40 {
+        ids.push(create_request(&s, "claim", &json!({"claim": format!("c{n}")})).await);
+    }
+    for id in &ids {
+        wait_status(&s, id, &["PAUSED"], WAIT).await;
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let deliveries = (0..ids.len()).map(|i| {
+        let s = &s;
+        async move {
+            tokio::time::sleep(Duration::from_millis(40 * i as u64)).await;
+            deliver(
+                s,
+                &format!("c{i}"),
+                json!({"i": i}),
+                json!({"keepFor": "PT0S"}),
+            )
+            .await
+        }
+    });
+    let answers = futures_util::future::join_all(deliveries).await;
+    let (mut completed, mut failed) = (0, 0);
+    for (i, id) in ids.iter().enumerate() {
+        let v = wait_status(&s, id, &["COMPLETED", "FAILED"], WAIT).await;
+        let finals: Vec<&Value> = v["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["id"] == 1 && e["status"] != "STARTED")
+            .collect();
+        assert_eq!(finals.len(), 1, "one outcome of the EVENT step: {v}");
+        match v["status"].as_str().unwrap() {
+            "COMPLETED" => {
+                completed += 1;
+                assert_eq!(answers[i]["matched"], 1, "{}", answers[i]);
+                assert_eq!(d.calls_for_key(&format!("{id}:2")), 1);
+            }
+            _ => {
+                failed += 1;
+                assert_eq!(answers[i]["matched"], 0, "{}", answers[i]);
+                assert_eq!(d.calls_for_key(&format!("{id}:2")), 0);
+            }
+        }
+    }
+    eprintln!("event against timeout: {completed} took the event, {failed} timed out");
+    assert_eq!(completed + failed, ids.len());
 }

@@ -2,7 +2,8 @@
 //! process at once) and the standby promoted, while the real binary runs on a two-host URL
 //! with `target_session_attrs=read-write`. Nothing acknowledged is lost, the outage is
 //! answered 503, creates are acknowledged again soon after the promotion, and the work in
-//! flight resumes on the new primary.
+//! flight resumes on the new primary, as do the requests asleep at a WAIT or paused at
+//! an EVENT step.
 
 use std::net::SocketAddr;
 use std::process::Command;
@@ -700,4 +701,107 @@ fn load_first_503(answers: &[Answer], after: Instant) -> Option<Duration> {
         .filter(|a| a.sent >= after && is_503(a))
         .map(|a| a.got - after)
         .min()
+}
+
+/// Timers and event waits outlive the database host: requests asleep at a WAIT step and
+/// paused at an EVENT step when the primary is killed are all on the promoted standby
+/// (their sleeps and pauses were acknowledged there); each WAIT fires once, no earlier
+/// than its time, events delivered after the promotion resume each waiting request
+/// once, and every step after them is called exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timers_and_event_waits_outlive_a_failover() {
+    let pair = Pair::start().await;
+    let d = Downstream::start().await;
+    let port = free_port();
+    let _clamp = spawn_binary(&pair.url(), port);
+    wait_healthy(port).await;
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    create_workflow(
+        addr,
+        &json!({"name": "nap", "steps": [
+            {"name": "sleep", "mode": "WAIT", "val": {"duration": "PT6S"}},
+            http_step("woke", d.url("/api/echo"))]}),
+    )
+    .await;
+    create_workflow(
+        addr,
+        &json!({"name": "approval", "steps": [
+            {"name": "wait", "mode": "EVENT", "val": {"event": "ok", "key": "wait.request.k"}},
+            http_step("approved", d.url("/api/echo"))]}),
+    )
+    .await;
+    let (mut naps, mut waits) = (Vec::new(), Vec::new());
+    let created = Instant::now();
+    for i in 0..10 {
+        let a = create(addr, "nap", &format!("{{\"i\":{i}}}")).await;
+        naps.push(acked(&a).unwrap_or_else(|| panic!("nap {i}: {:?}", a.outcome)));
+        let a = create(addr, "approval", &format!("{{\"k\":\"k{i}\"}}")).await;
+        waits.push(acked(&a).unwrap_or_else(|| panic!("approval {i}: {:?}", a.outcome)));
+    }
+    // Every nap asleep and every approval paused, as the standby knows them.
+    let reader = pair.standby.client("clamp").await;
+    wait_for(
+        "the waits to be written on the standby",
+        Duration::from_secs(20),
+        || async {
+            let n: i64 = reader
+                .query_one(
+                    "SELECT count(*) FROM steps_status WHERE service_request_id = ANY($1) \
+                     AND step_id = 1 AND status = 'STARTED'",
+                    &[&[naps.clone(), waits.clone()].concat()],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            (n == 20).then_some(())
+        },
+    )
+    .await;
+    drop(reader);
+    pair.primary.kill();
+    pair.standby.promote();
+    let back = wait_for(
+        "a create acknowledged after the promotion",
+        Duration::from_secs(30),
+        || async { acked(&create(addr, "nap", "{\"i\":99}").await) },
+    )
+    .await;
+    naps.push(back);
+    for i in 0..10 {
+        // Its id makes a delivery retried after a lost answer count once.
+        let body = format!("{{\"key\":\"k{i}\",\"id\":\"e{i}\",\"payload\":{{\"approved\":{i}}}}}");
+        let r = wait_for("an event delivered", Duration::from_secs(20), || async {
+            try_post(addr, "/events/ok", &body)
+                .await
+                .ok()
+                .filter(|r| r.status == 200)
+        })
+        .await;
+        let v: Value = serde_json::from_str(&r.text()).unwrap();
+        assert!(
+            v["matched"] == 1 || v["duplicate"] == true,
+            "event k{i}: {v}"
+        );
+    }
+    let all = [naps.clone(), waits.clone()].concat();
+    wait_completed(&pair.standby, &all).await;
+    assert!(created.elapsed() >= Duration::from_secs(6));
+    for id in &all {
+        assert_eq!(d.calls_for_key(&format!("{id}:2")), 1, "step 2 of {id}");
+    }
+    // No WAIT ended before its time (its COMPLETED record against its STARTED one).
+    let c = pair.standby.client("clamp").await;
+    let early: i64 = c
+        .query_one(
+            "SELECT count(*) FROM steps_status s JOIN steps_status e \
+               ON e.service_request_id = s.service_request_id AND e.step_id = 1 \
+              AND e.status = 'COMPLETED' \
+             WHERE s.service_request_id = ANY($1) AND s.step_id = 1 AND s.status = 'STARTED' \
+               AND e.finished_at < s.started_at + interval '6 seconds'",
+            &[&naps],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(early, 0, "a WAIT ended before its time");
 }

@@ -668,3 +668,72 @@ async fn a_delivered_events_traceparent_is_linked_from_the_resume() {
     );
     s.shutdown().await;
 }
+
+/// A WAIT's sleep and a deadline's end are on the request's trace: the WAIT step's span
+/// marks its pause and a second span its end, then the next step's; a request that a
+/// deadline ended while it slept ends its span FAILED, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_and_a_deadline_end_are_traced() {
+    let (_db, r, d, s) = traced_server().await;
+    let nap = json!({"name": "nap", "mode": "WAIT", "val": {"duration": "PT1S"}});
+    s.create_workflow(&json!({"name": "napping",
+        "steps": [nap, step("use", "POST", d.url("/api/echo"))]}))
+        .await;
+    let long = json!({"name": "long", "mode": "WAIT", "val": {"duration": "PT1H"}});
+    s.create_workflow(&json!({"name": "bounded", "deadline": "PT1S",
+        "steps": [long, step("use", "POST", d.url("/api/echo"))]}))
+        .await;
+    let id = create_traced(&s, "napping", CALLER).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let spans = r
+        .wait_trace(CALLER_TRACE, "the sleep, its end and the next step", |s| {
+            named(s, "wait 1000 ms").len() == 2
+                && named(s, "POST").len() == 1
+                && !named(s, "service request napping").is_empty()
+        })
+        .await;
+    let waits = named(&spans, "wait 1000 ms");
+    let paused: Vec<_> = waits
+        .iter()
+        .filter(|w| {
+            w["events"]
+                .as_array()
+                .is_some_and(|e| e.iter().any(|e| e["name"] == "pause"))
+        })
+        .collect();
+    assert_eq!(paused.len(), 1, "one span marks the sleep: {waits:?}");
+    assert_eq!(
+        named(&spans, "service request napping")[0]["attributes"]["clamp.service_request.status"],
+        "COMPLETED"
+    );
+
+    const OTHER: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let id = create_traced(&s, "bounded", OTHER).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "FAILED", "{v}");
+    let spans = r
+        .wait_trace(
+            &OTHER[3..35],
+            "the request's span, ended by its deadline",
+            |s| !named(s, "service request bounded").is_empty(),
+        )
+        .await;
+    let request = named(&spans, "service request bounded")[0];
+    assert_eq!(
+        request["attributes"]["clamp.service_request.status"], "FAILED",
+        "{request}"
+    );
+    assert!(
+        request["attributes"]["clamp.service_request.reason"]
+            .as_str()
+            .unwrap()
+            .contains("deadline passed"),
+        "{request}"
+    );
+    assert!(
+        named(&spans, "POST").is_empty(),
+        "nothing ran after the deadline"
+    );
+    s.shutdown().await;
+}
