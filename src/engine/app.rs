@@ -33,6 +33,8 @@ pub struct App {
     /// When the timers were last counted for /metrics (seconds since the Unix epoch), so
     /// that scrapes count them at most once per period per process (`http::system`).
     pub timers_counted: std::sync::atomic::AtomicU64,
+    /// Requests this process paused at a step, with their workflow (`paused`).
+    pub paused: super::paused::PausedHere,
 }
 
 impl App {
@@ -65,6 +67,7 @@ impl App {
             finals,
             changes: Default::default(),
             timers_counted: Default::default(),
+            paused: Default::default(),
             config,
             db,
             outbound,

@@ -508,7 +508,10 @@ async fn sent(exec: &Executor, job: &Job, step: &CompiledStep, body: &Doc, a: &A
         retry_in_ms: step.answer_timeout.map(|d| d.as_secs_f64() * 1000.0),
         last_error: None,
     };
-    write(exec, t).await;
+    if write(exec, t).await && step.step_type == crate::workflow::StepType::Async {
+        // Its answer, when it comes here, needs no read of the row for the workflow.
+        exec.app.paused.insert(job.id, &job.wf);
+    }
 }
 
 /// A WAIT step sleeps: its record STARTED, the request unleased until `due` (a timer

@@ -19,6 +19,7 @@ pub(crate) mod http_step;
 pub(crate) mod job;
 pub(crate) mod limits;
 pub(crate) mod live;
+pub(crate) mod paused;
 pub(crate) mod publish;
 pub(crate) mod resume;
 pub(crate) mod running;

@@ -9,6 +9,11 @@
 //! otherwise it is left unleased and the sweeper is woken. A response for a step already
 //! answered is a harmless duplicate; one for a step the request is not waiting on is
 //! refused; so is one for an unknown request.
+//!
+//! The answer's step and what follows it come from the request's workflow, read with the
+//! request's row; for a request this process paused, the workflow is known from the
+//! pause (`paused`) and the resume statement goes first, alone: only when it applies
+//! nothing is the row read, to say why.
 
 use crate::status::{RequestStatus, StepStatus};
 use std::sync::Arc;
@@ -144,6 +149,18 @@ impl Executor {
     /// resume statement, and, when that statement changed nothing, says why.
     async fn apply_once(self: &Arc<Self>, a: &Answer) -> Result<Applied> {
         let conn = self.pool.get().await.map_err(StoreError::from)?;
+        // Paused here: its workflow is known, and the resume statement alone decides.
+        if let Some(wf) = self.app.paused.take(&a.id) {
+            if let Ok(step) = answered_step(&wf, &wf.name, a) {
+                let outcome = Outcome::of(&wf, step, a);
+                if let Some(applied) = self.resume(&conn, a, &outcome).await? {
+                    return Ok(applied);
+                }
+            }
+            // Not applied as it is (a repeat, too early, another step): the long way says
+            // why, and the hint is kept for an answer still to come.
+            self.app.paused.put_back(a.id, wf);
+        }
         let Some(state) = step_responses::request_state(&conn, a.id).await? else {
             return Ok(Applied::Unknown);
         };
@@ -153,13 +170,29 @@ impl Executor {
             .get_or_load_version(&self.pool, &state.workflow_name, state.workflow_version)
             .await?
             .ok_or_else(|| EngineError::WorkflowMissing(state.workflow_name.clone()))?;
-        let step = match answered_step(&wf, &state, a) {
+        let step = match answered_step(&wf, &state.workflow_name, a) {
             Ok(step) => step,
             Err(refused) => return Ok(refused),
         };
         let outcome = Outcome::of(&wf, step, a);
+        if let Some(applied) = self.resume(&conn, a, &outcome).await? {
+            self.app.paused.take(&a.id);
+            return Ok(applied);
+        }
+        not_applied(&conn, a, step, &state).await
+    }
+
+    /// The resume statement for `outcome`, leased to this executor when it has a slot
+    /// (then continued here at once), else left for any sweeper; None when the request
+    /// was not paused at that step (nothing written).
+    async fn resume(
+        self: &Arc<Self>,
+        conn: &crate::store::PgConn,
+        a: &Answer,
+        outcome: &Outcome,
+    ) -> Result<Option<Applied>> {
         let owner = (self.try_reserve(1) == 1).then_some(self.app.instance_id);
-        let resumed = match self.record(&conn, a, &outcome, owner).await {
+        let resumed = match self.record(conn, a, outcome, owner).await {
             Ok(r) => r,
             Err(e) => {
                 if owner.is_some() {
@@ -171,19 +204,21 @@ impl Executor {
         if let Some(c) = &resumed {
             self.announce(a, c, outcome.step_status);
         }
-        match (resumed, owner) {
+        Ok(match (resumed, owner) {
             (Some(claimed), Some(_)) => {
                 self.start_resumed(claimed);
-                return Ok(Applied::Resumed);
+                Some(Applied::Resumed)
             }
             (Some(_), None) => {
                 self.wake();
-                return Ok(Applied::Resumed);
+                Some(Applied::Resumed)
             }
-            (None, Some(_)) => self.unreserve(1),
-            (None, None) => {}
-        }
-        not_applied(&conn, a, step, &state).await
+            (None, Some(_)) => {
+                self.unreserve(1);
+                None
+            }
+            (None, None) => None,
+        })
     }
 
     /// The resume statement for `outcome`: the request leased to `owner` when given
@@ -239,26 +274,26 @@ impl Executor {
 /// outcome, and no other step takes one).
 fn answered_step<'w>(
     wf: &'w Workflow,
-    state: &RequestState,
+    workflow_name: &str,
     a: &Answer,
 ) -> Result<&'w CompiledStep, Applied> {
     let Some(step) = wf.step(a.step_id) else {
         return Err(Applied::NotWaiting(format!(
             "workflow {} has no step {}",
-            state.workflow_name, a.step_id
+            workflow_name, a.step_id
         )));
     };
     if step.mode == crate::workflow::Mode::Event {
         return Err(Applied::NotWaiting(format!(
             "step {} of workflow {} waits for an event (POST /events/{{event}}), not for a step response",
-            a.step_id, state.workflow_name
+            a.step_id, workflow_name
         )));
     }
     if step.mode.has_children() != a.from_child {
         return Err(Applied::NotWaiting(format!(
             "step {} of workflow {} {}",
             a.step_id,
-            state.workflow_name,
+            workflow_name,
             if a.from_child {
                 "does not start child requests"
             } else {
