@@ -558,3 +558,42 @@ async fn a_kafka_step_in_a_branch_is_resumed_by_its_reply_while_the_other_comple
     );
     s.shutdown().await;
 }
+
+/// A Kafka step's `answerTimeout`: no reply comes, so the record is produced again as
+/// its retry policy allows, then the step fails "no answer within" and its onFailure step
+/// runs; a reply that comes after that changes nothing.
+#[tokio::test]
+async fn a_kafka_step_without_a_reply_in_time_is_sent_again_then_fails() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let (k, steps, responses) = Kafka::with_step_topic().await;
+    let s = TestServer::start(kafka_config(&db, &responses)).await;
+    s.create_workflow(&json!({"name": "kafka-timeout", "steps": [
+        {"name": "ask", "mode": "KAFKA", "answerTimeout": "PT1S", "retry": {"maxAttempts": 2},
+         "val": {"connection_url": broker().to_string(), "topic_name": steps},
+         "onFailure": [{"name": "undo", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]}]}))
+    .await;
+    let id = create_request(&s, "kafka-timeout", &json!({"x": 1})).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(15)).await;
+    assert_eq!(v["status"], "FAILED", "{v}");
+    assert!(
+        v["reason"].as_str().unwrap().contains("no answer within"),
+        "{v}"
+    );
+    assert_eq!(d.received("/api/echo").len(), 1, "onFailure ran once");
+    // Produced twice: the first attempt and the one its timeout sent again.
+    let sent = k.records(&steps, 2).await;
+    assert_eq!(sent.len(), 2, "sent twice, no more");
+    for r in &sent {
+        assert_eq!(r.key.as_deref(), Some(id.as_bytes()));
+        assert_eq!(r.headers["stepId"], b"1");
+    }
+    // Late: the step has its final record, so the reply is a repeat that changes nothing.
+    k.produce(&responses, &step_reply(&id, json!({"late": true})))
+        .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let v = s.get(&format!("/serviceRequest/{id}")).await.json();
+    assert_eq!(v["status"], "FAILED", "{v}");
+    assert_eq!(d.received("/api/echo").len(), 1);
+    s.shutdown().await;
+}
