@@ -7,13 +7,25 @@ use std::time::Duration;
 use super::http::send;
 use super::waiting::wait_for;
 
-/// A port nothing listens on right now.
+/// A port nothing listens on right now, and never handed out before in this test
+/// process. Servers bind with SO_REUSEPORT (a listener per runtime), so two servers given
+/// one port would both start and split its connections between them; a port handed out
+/// once is therefore not handed out again, and in-process servers take theirs from here
+/// too (`TestServer::start`) instead of letting the kernel pick one that a test is about
+/// to give a binary.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if GIVEN.lock().unwrap().insert(port) {
+            return port;
+        }
+    }
 }
 
 /// The real binary as a child process, on `port`, with short leases (1 s) and sweeps.

@@ -23,7 +23,10 @@ pub struct TestServer {
 }
 
 impl TestServer {
-    pub async fn start(config: clamp::config::Config) -> TestServer {
+    pub async fn start(mut config: clamp::config::Config) -> TestServer {
+        if config.listen.port() == 0 {
+            config.listen.set_port(super::binary::free_port());
+        }
         // CLAMP_TEST_LOG=debug shows the servers' logs (off by default: tests print nothing).
         if let Ok(filter) = std::env::var("CLAMP_TEST_LOG") {
             let _ = tracing_subscriber::fmt()
