@@ -45,11 +45,22 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(socket.into())
 }
 
-/// Binds `n` listeners on one port (resolving port 0 once, for tests).
+/// Binds `n` listeners on one port (resolving port 0 once, for tests). A port another
+/// server already listens on is refused (EADDRINUSE), not shared: SO_REUSEPORT would let
+/// any process of the same user bind it too, and the kernel would split the port's
+/// connections between two servers (a second instance started on it by mistake, with
+/// other tokens or another database). A socket without SO_REUSEPORT cannot bind beside a
+/// listener, so one such bind, dropped at once, tells.
 pub fn bind_all(
     addr: SocketAddr,
     n: usize,
 ) -> std::io::Result<(SocketAddr, Vec<std::net::TcpListener>)> {
+    if addr.port() != 0 {
+        let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        // A previous run's connections in TIME_WAIT do not count.
+        probe.set_reuse_address(true)?;
+        probe.bind(&addr.into())?;
+    }
     let first = bind(addr)?;
     let local = first.local_addr()?;
     let mut all = vec![first];

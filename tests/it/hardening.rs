@@ -1,4 +1,5 @@
-//! Malformed, slow and greedy clients; graceful shutdown; startup failures of the binary.
+//! Malformed, slow and greedy clients; graceful shutdown; startup failures of the binary,
+//! and of a second server on a port one already listens on.
 
 use std::time::{Duration, Instant};
 
@@ -231,4 +232,25 @@ fn the_binary_explains_bad_configuration_and_missing_postgres() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("postgres://u:***@127.0.0.1:1/d"), "{err}");
+}
+
+/// A second server on a port another one listens on is refused, not started beside it:
+/// SO_REUSEPORT would let it bind, and the kernel would then split the port's
+/// connections between two servers (other tokens, another database).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_another_server_listens_on_is_refused() {
+    let db = TestDb::new();
+    let first = TestServer::start(config(&db.url)).await;
+    let mut cfg = config(&db.url);
+    cfg.listen = first.addr;
+    let err = match clamp::start(cfg).await {
+        Ok(_) => panic!("a second server started on {}", first.addr),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("cannot listen on") && err.contains(&first.addr.port().to_string()),
+        "{err}"
+    );
+    assert_eq!(first.get("/health").await.status, 200);
+    first.shutdown().await;
 }
