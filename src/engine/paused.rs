@@ -38,19 +38,6 @@ impl PausedHere {
     pub fn take(&self, id: &Uuid) -> Option<Arc<Workflow>> {
         self.ids.lock().remove(id)
     }
-
-    /// Puts back an entry a response took but did not use.
-    pub fn put_back(&self, id: Uuid, wf: Arc<Workflow>) {
-        self.insert(id, &wf);
-    }
-
-    pub fn len(&self) -> usize {
-        self.ids.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 #[cfg(test)]
@@ -74,6 +61,6 @@ mod tests {
         for _ in 0..CAPACITY + 10 {
             p.insert(Uuid::now_v7(), &wf);
         }
-        assert_eq!(p.len(), 10);
+        assert_eq!(p.ids.lock().len(), 10);
     }
 }

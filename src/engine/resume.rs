@@ -159,7 +159,7 @@ impl Executor {
             }
             // Not applied as it is (a repeat, too early, another step): the long way says
             // why, and the hint is kept for an answer still to come.
-            self.app.paused.put_back(a.id, wf);
+            self.app.paused.insert(a.id, &wf);
         }
         let Some(state) = step_responses::request_state(&conn, a.id).await? else {
             return Ok(Applied::Unknown);

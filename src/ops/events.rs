@@ -152,7 +152,7 @@ pub async fn deliver(core: &Core, e: &Event<'_>) -> Result<Outcome> {
 /// Marks a traced request's resume on its trace, as a step response's is, linked to the
 /// trace the event was delivered in (its `traceparent`), if it came with one.
 fn mark_resume(core: &Core, r: &crate::store::events::Resumed, e: &Event<'_>) {
-    let Some(headers) = &r.traced else {
+    let Some(headers) = r.headers() else {
         return;
     };
     if let Some((t, trace)) = core.app.traced(headers) {

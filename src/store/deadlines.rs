@@ -306,13 +306,9 @@ pub async fn end(conn: &PgConn, e: &End<'_>) -> Result<bool> {
 pub(super) const TIMERS: &str = concat!(
     "WITH due AS (
     SELECT min(lease_until) AS at FROM service_requests
-    WHERE status IN (",
-    crate::status::status_sql!(New),
-    ", ",
-    crate::status::status_sql!(InProgress),
-    ", ",
-    crate::status::status_sql!(Resumed),
-    ") AND lease_until > '-infinity' AND lease_until <= now()
+    WHERE status IN ",
+    crate::store::sql::claimable!(),
+    " AND lease_until > '-infinity' AND lease_until <= now()
     UNION ALL
     SELECT min(lease_until) FROM service_requests
     WHERE status = ",
@@ -320,13 +316,9 @@ pub(super) const TIMERS: &str = concat!(
     " AND lease_until > '-infinity' AND lease_until <= now()
 )
 SELECT (SELECT count(*) FROM service_requests
-        WHERE status IN (",
-    crate::status::status_sql!(New),
-    ", ",
-    crate::status::status_sql!(InProgress),
-    ", ",
-    crate::status::status_sql!(Resumed),
-    ") AND lease_until > now() AND lease_until < 'infinity')
+        WHERE status IN ",
+    crate::store::sql::claimable!(),
+    " AND lease_until > now() AND lease_until < 'infinity')
      + (SELECT count(*) FROM service_requests
         WHERE status = ",
     crate::status::status_sql!(Paused),

@@ -218,10 +218,21 @@ pub struct Resumed {
     pub id: Uuid,
     /// Its EVENT step.
     pub step_id: u32,
-    /// Its stored headers, when they carry a trace context (None: untraced).
+    /// Left for any sweeper: its stored headers when they carry a trace context.
     pub traced: Option<String>,
     /// Leased to this instance, as claimed (None: left for any sweeper).
     pub claimed: Option<Claimed>,
+}
+
+impl Resumed {
+    /// Its stored headers, where a trace context would be: a leased request's own, an
+    /// unleased one's when traced.
+    pub fn headers(&self) -> Option<&str> {
+        match &self.claimed {
+            Some(c) => Some(&c.headers),
+            None => self.traced.as_deref(),
+        }
+    }
 }
 
 /// The delivery's transaction, sent with its statements (`deliver`).
@@ -271,12 +282,7 @@ pub async fn deliver(conn: &PgConn, d: &Delivery<'_>) -> Result<Delivered> {
         resumed.push(Resumed {
             id: row.get(3),
             step_id: step.max(0) as u32,
-            traced: if leased {
-                let h: String = row.get(7);
-                h.contains("\"traceparent\"").then_some(h)
-            } else {
-                row.get(7)
-            },
+            traced: if leased { None } else { row.get(7) },
             claimed: leased.then(|| Claimed::from_row_at(row, 3)),
         });
     }

@@ -265,13 +265,9 @@ WITH child AS (
         SELECT h.id FROM service_requests h
         WHERE h.parent_id = j.parent_id AND h.parent_step_id = j.step_id
           AND h.lease_until = 'infinity' AND j.failed <= j.tolerated AND j.finished < j.total
-          AND h.status IN (",
-    crate::status::status_sql!(New),
-    ", ",
-    crate::status::status_sql!(InProgress),
-    ", ",
-    crate::status::status_sql!(Resumed),
-    ")
+          AND h.status IN ",
+    crate::store::sql::claimable!(),
+    "
         ORDER BY h.fan_index LIMIT j.n
         FOR UPDATE OF h
     ) h

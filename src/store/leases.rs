@@ -48,24 +48,19 @@ UPDATE service_requests s SET lease_owner = $1,
     ", updated_at = now()
 FROM (
     SELECT id, lease_until, lease_owner FROM service_requests
-    WHERE status IN (",
-    crate::status::status_sql!(New),
-    ", ",
-    crate::status::status_sql!(InProgress),
-    ", ",
-    crate::status::status_sql!(Resumed),
-    ") AND lease_until < now()
+    WHERE status IN ",
+    crate::store::sql::claimable!(),
+    " AND lease_until < now()
     ORDER BY lease_until
     LIMIT $3
     FOR UPDATE SKIP LOCKED) was
 WHERE s.id = was.id
-RETURNING ",
-    crate::store::sql::claimed_columns!("s"),
-    ",
+RETURNING
     -- A timer fired: the row was left unleased until a time (a WAIT's end, a back-off, a
     -- delayed start), not leased by an instance that died, nor free since its insert.
     CASE WHEN was.lease_owner IS NULL AND was.lease_until > '-infinity'
-         THEN extract(epoch FROM now() - was.lease_until)::float8 END AS fired_late_s"
+         THEN extract(epoch FROM now() - was.lease_until)::float8 END AS fired_late_s, ",
+    crate::store::sql::claimed_columns!("s")
 );
 
 /// Rows claimed: each as claimed, and for a timer's fire, how late it was taken (s).
@@ -84,12 +79,9 @@ pub async fn claim(
         .await?;
     Ok(rows
         .iter()
-        .map(|r| (Claimed::from_row(r), r.get(CLAIMED_COLUMNS)))
+        .map(|r| (Claimed::from_row_at(r, 1), r.get(0)))
         .collect())
 }
-
-/// How many columns `sql::claimed_columns!` returns.
-const CLAIMED_COLUMNS: usize = 15;
 
 impl Claimed {
     /// Reads a row returning `sql::claimed_columns!`.

@@ -147,6 +147,22 @@ macro_rules! pause_for_children {
     };
 }
 
+/// The statuses a claim takes a row in (`service_requests_claimable`'s predicate), as a
+/// parenthesized SQL list: `status IN claimable!()`.
+macro_rules! claimable {
+    () => {
+        concat!(
+            "(",
+            crate::status::status_sql!(New),
+            ", ",
+            crate::status::status_sql!(InProgress),
+            ", ",
+            crate::status::status_sql!(Resumed),
+            ")"
+        )
+    };
+}
+
 /// What a claimed row returns, of row `$t`, for `leases::Claimed::from_row`: the columns
 /// a job continues from, ending with its deadline in ms from now (NULL: none, or none
 /// that applies while its onFailure steps run).
@@ -190,6 +206,6 @@ macro_rules! claimed_columns {
 }
 
 pub(crate) use {
-    batch_versions, claimed_columns, created_us, derived_status, fresh_lease, new_deadline,
-    now_plus_ms, pause_for_children, pinned_version, step_request,
+    batch_versions, claimable, claimed_columns, created_us, derived_status, fresh_lease,
+    new_deadline, now_plus_ms, pause_for_children, pinned_version, step_request,
 };

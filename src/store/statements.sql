@@ -101,15 +101,18 @@ FROM (
     LIMIT $3
     FOR UPDATE SKIP LOCKED) was
 WHERE s.id = was.id
-RETURNING s.id, s.workflow_name, s.status, s.payload, s.headers, s.current_step_id, s.step_request,
-    s.failed_step_id, s.reason, s.step_attempts, (extract(epoch
-    FROM s.created_at) * 1000000)::bigint AS created_us, coalesce(s.workflow_version, 1) AS version,
-        s.parent_id, s.retries, CASE WHEN s.failed_step_id IS NULL THEN extract(epoch
-    FROM s.deadline - now())::float8 * 1000 END AS deadline_in_ms,
+RETURNING
     -- A timer fired: the row was left unleased until a time (a WAIT's end, a back-off, a
     -- delayed start), not leased by an instance that died, nor free since its insert.
     CASE WHEN was.lease_owner IS NULL AND was.lease_until > '-infinity'
-         THEN extract(epoch FROM now() - was.lease_until)::float8 END AS fired_late_s;
+         THEN extract(epoch
+             FROM now() - was.lease_until)::float8 END AS fired_late_s, s.id, s.workflow_name,
+                 s.status, s.payload, s.headers, s.current_step_id, s.step_request,
+                 s.failed_step_id, s.reason, s.step_attempts, (extract(epoch
+                 FROM s.created_at) * 1000000)::bigint AS created_us,
+                     coalesce(s.workflow_version, 1) AS version, s.parent_id, s.retries,
+                     CASE WHEN s.failed_step_id IS NULL THEN extract(epoch
+             FROM s.deadline - now())::float8 * 1000 END AS deadline_in_ms;
 
 -- leases::RENEW
 WITH ids AS (SELECT unnest($3::uuid[]) AS id),

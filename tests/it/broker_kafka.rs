@@ -591,7 +591,16 @@ async fn a_kafka_step_without_a_reply_in_time_is_sent_again_then_fails() {
     // Late: the step has its final record, so the reply is a repeat that changes nothing.
     k.produce(&responses, &step_reply(&id, json!({"late": true})))
         .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Its position is stored once it was taken.
+    let sql = format!(
+        "SELECT coalesce(max(next_offset), 0) FROM kafka_offsets WHERE topic = '{responses}'"
+    );
+    wait_for(
+        "the late reply to be taken",
+        Duration::from_secs(10),
+        || async { (db.count(&sql).await >= 1).then_some(()) },
+    )
+    .await;
     let v = s.get(&format!("/serviceRequest/{id}")).await.json();
     assert_eq!(v["status"], "FAILED", "{v}");
     assert_eq!(d.received("/api/echo").len(), 1);

@@ -475,12 +475,7 @@ async fn an_event_racing_its_timeout_resolves_once() {
     let (mut completed, mut failed) = (0, 0);
     for (i, id) in ids.iter().enumerate() {
         let v = wait_status(&s, id, &["COMPLETED", "FAILED"], WAIT).await;
-        let finals: Vec<&Value> = v["steps"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["id"] == 1 && e["status"] != "STARTED")
-            .collect();
+        let finals = final_entries(&v, 1);
         assert_eq!(finals.len(), 1, "one outcome of the EVENT step: {v}");
         match v["status"].as_str().unwrap() {
             "COMPLETED" => {

@@ -467,12 +467,7 @@ async fn an_answer_racing_its_timeout_resolves_once() {
     let (mut completed, mut failed) = (0, 0);
     for id in &ids {
         let v = wait_status(&s, id, &["COMPLETED", "FAILED"], WAIT).await;
-        let finals: Vec<&Value> = v["steps"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["id"] == 1 && e["status"] != "STARTED")
-            .collect();
+        let finals = final_entries(&v, 1);
         assert_eq!(finals.len(), 1, "one outcome of the step: {v}");
         match v["status"].as_str().unwrap() {
             "COMPLETED" => {

@@ -245,9 +245,7 @@ async fn a_wait_in_a_child_workflow_sleeps_the_child_and_the_parent_goes_on_afte
     let t0 = Instant::now();
     let id = create_request(&s, "parent", &json!({"order": 9})).await;
     // While the child sleeps, the parent waits at its WORKFLOW step, and neither calls on.
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    let v = s.get(&format!("/serviceRequest/{id}")).await.json();
-    assert_eq!(v["status"], "PAUSED", "{v}");
+    wait_status(&s, &id, &["PAUSED"], WAIT).await;
     assert!(d.received("/api/echo").is_empty());
     let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
     assert_eq!(v["status"], "COMPLETED", "{v}");

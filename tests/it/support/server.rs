@@ -144,6 +144,17 @@ pub fn step_entry(v: &Value, name: &str, status: &str) -> Value {
         .unwrap_or_else(|| panic!("no {status} entry of step {name}: {v}"))
 }
 
+/// The entries of step `step_id` in a status answer that record an outcome (not the
+/// STARTED one of its attempt or wait).
+pub fn final_entries(v: &Value, step_id: u32) -> Vec<&Value> {
+    v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["id"] == step_id && e["status"] != "STARTED")
+        .collect()
+}
+
 /// The response a step's last COMPLETED entry holds.
 pub fn response_of(v: &Value, name: &str) -> Value {
     step_entry(v, name, "COMPLETED")["payload"]["response"].clone()
