@@ -128,6 +128,9 @@ enum Outcome {
     Wait(f64),
     /// The request paused at an EVENT step (written already).
     Paused,
+    /// The request is no longer this executor's to run (its lease was lost, or it was
+    /// cancelled) while the step ran: nothing more is written.
+    Lost,
 }
 
 /// How long to wait before retrying a write the database did not take, at first and at most.
@@ -166,7 +169,7 @@ impl Job {
 
     /// The context as a condition or transform of `step` sees it: the steps so far, plus
     /// this step with its request.
-    fn context_for(&self, step: &CompiledStep, request: &Doc) -> Map<String, Value> {
+    pub(super) fn context_for(&self, step: &CompiledStep, request: &Doc) -> Map<String, Value> {
         let mut ctx = self.context.clone();
         ctx.insert(
             step.context_name.clone(),
@@ -342,6 +345,7 @@ async fn run_step(exec: &Arc<Executor>, job: &mut Job, step: &CompiledStep) -> F
             end(trace, Ended::Paused);
             Flow::Stop
         }
+        Outcome::Lost => Flow::Stop,
         Outcome::Wait(due) => {
             end(trace, Ended::Paused);
             sleep(exec, job, step, &body, &attempt, due).await;
@@ -709,60 +713,30 @@ async fn execute(
 ) -> Outcome {
     match (&step.val, step.mode) {
         (Val::Http(val), Mode::Http) => {
-            // The turn at the host is taken before the call and given back after it; the
-            // wait for it does not count against the call's own timeout.
-            let called = match exec.app.downstream.acquire(&val.host_key).await {
-                Ok(_turn) => {
-                    let key = step_key(&job.id, step.id);
-                    exec.http
-                        .call(val, body, &job.http_headers, key, trace)
-                        .await
-                }
-                Err(e) => Err(e),
-            };
-            match called {
+            match call_http(exec, job, val, body, step_key(&job.id, step.id), trace).await {
                 Ok(_) if is_async => Outcome::Sent,
                 Ok(v) => Outcome::Done(v),
                 Err(e) => Outcome::Failed(e),
             }
         }
         (Val::Amqp(val), Mode::Amqp) => {
-            let msg = step_message(exec, job, step, body, trace.as_deref());
-            // A connection string that names a secret is filled in for this call.
-            let filled = match with_secrets(exec, &val.connection_url) {
-                Ok(None) => None,
-                Ok(Some(url)) => Some(crate::workflow::model::AmqpVal {
-                    connection_url: url,
-                    ..val.clone()
-                }),
-                Err(e) => return Outcome::Failed(e),
-            };
-            match exec
-                .amqp
-                .publish(filled.as_ref().unwrap_or(val), &msg)
-                .await
-            {
+            match send_amqp(exec, job, step, val, body, trace.as_deref()).await {
                 Ok(()) => sent_or_done(is_async),
                 Err(reason) => Outcome::Failed(reason),
             }
         }
         (Val::Kafka(val), Mode::Kafka) => {
-            let msg = step_message(exec, job, step, body, trace.as_deref());
-            let filled = match with_secrets(exec, &val.connection_url) {
-                Ok(None) => None,
-                Ok(Some(url)) => Some(crate::workflow::model::KafkaVal {
-                    connection_url: url,
-                    ..val.clone()
-                }),
-                Err(e) => return Outcome::Failed(e),
-            };
-            match exec
-                .kafka
-                .produce(filled.as_ref().unwrap_or(val), &msg)
-                .await
-            {
+            match send_kafka(exec, job, step, val, body, trace.as_deref()).await {
                 Ok(()) => sent_or_done(is_async),
                 Err(reason) => Outcome::Failed(reason),
+            }
+        }
+        // A PARALLEL whose branches only call runs them here, as lanes of this request.
+        (Val::Parallel(p), Mode::Parallel) if is_async && p.lanes => {
+            match super::lanes::run(exec, job, step, p, body).await {
+                super::lanes::Joined::Done(doc) => Outcome::Done(doc),
+                super::lanes::Joined::Failed(e) => Outcome::Failed(e),
+                super::lanes::Joined::Lost => Outcome::Lost,
             }
         }
         // The child is started where the pause is written (`children::start`), in one
@@ -796,6 +770,63 @@ async fn execute(
             ),
         )),
     }
+}
+
+/// An HTTP step's call: the turn at its host taken before the call and given back after
+/// it (the wait for it does not count against the call's own timeout).
+pub(super) async fn call_http(
+    exec: &Executor,
+    job: &Job,
+    val: &crate::workflow::model::HttpVal,
+    body: &Doc,
+    key: hyper::header::HeaderValue,
+    trace: Option<&mut StepTrace>,
+) -> Result<Doc, CallError> {
+    let _turn = exec.app.downstream.acquire(&val.host_key).await?;
+    exec.http
+        .call(val, body, &job.http_headers, key, trace)
+        .await
+}
+
+/// An AMQP step's message, published.
+pub(super) async fn send_amqp(
+    exec: &Executor,
+    job: &Job,
+    step: &CompiledStep,
+    val: &crate::workflow::model::AmqpVal,
+    body: &Doc,
+    trace: Option<&StepTrace>,
+) -> Result<(), CallError> {
+    let msg = step_message(exec, job, step, body, trace);
+    // A connection string that names a secret is filled in for this call.
+    let filled =
+        with_secrets(exec, &val.connection_url)?.map(|url| crate::workflow::model::AmqpVal {
+            connection_url: url,
+            ..val.clone()
+        });
+    exec.amqp
+        .publish(filled.as_ref().unwrap_or(val), &msg)
+        .await
+}
+
+/// A Kafka step's message, produced.
+pub(super) async fn send_kafka(
+    exec: &Executor,
+    job: &Job,
+    step: &CompiledStep,
+    val: &crate::workflow::model::KafkaVal,
+    body: &Doc,
+    trace: Option<&StepTrace>,
+) -> Result<(), CallError> {
+    let msg = step_message(exec, job, step, body, trace);
+    let filled =
+        with_secrets(exec, &val.connection_url)?.map(|url| crate::workflow::model::KafkaVal {
+            connection_url: url,
+            ..val.clone()
+        });
+    exec.kafka
+        .produce(filled.as_ref().unwrap_or(val), &msg)
+        .await
 }
 
 /// A broker connection string with its secrets filled in (None: it names none); a secret
@@ -860,6 +891,7 @@ fn record(
         finished_ms: finished,
         reason: None,
         attempts: 1,
+        lane: None,
     }
 }
 
@@ -988,7 +1020,7 @@ fn ended(exec: &Executor, job: &Job, status: RequestStatus, reason: Option<&str>
 /// (the request is someone else's now, or later: its lease runs out and it is continued
 /// from its last committed step). A transition Postgres refuses outright fails the
 /// request with the reason instead, and is false too.
-async fn write(exec: &Executor, mut t: Transition) -> bool {
+pub(super) async fn write(exec: &Executor, mut t: Transition) -> bool {
     let mut backoff = Backoff::new(WRITE_RETRY, MAX_WRITE_RETRY);
     loop {
         let outcome = exec.writer.write(t.clone()).await;

@@ -89,7 +89,7 @@ pub fn committed(app: &App, t: &Transition) {
 /// them (microseconds, rounded as it rounds).
 fn step_row(rec: &StepRecord) -> StepRow {
     StepRow {
-        step_id: rec.step_id as i32,
+        step_id: rec.stored_id(),
         name: rec.step_name.clone(),
         status: rec.status,
         request: rec.request.as_ref().map(Doc::to_bytes),

@@ -17,6 +17,7 @@ pub(crate) mod fan;
 pub(crate) mod finals;
 pub(crate) mod http_step;
 pub(crate) mod job;
+pub(crate) mod lanes;
 pub(crate) mod limits;
 pub(crate) mod live;
 pub(crate) mod paused;

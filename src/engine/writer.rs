@@ -36,6 +36,26 @@ pub struct StepRecord {
     pub reason: Option<String>,
     /// Attempts the step took (its final one included).
     pub attempts: u32,
+    /// The step is a PARALLEL branch's, run as a lane of the request (`engine::lanes`):
+    /// the fan-out step's id and the branch's index. Its record's id is then
+    /// `workflow::fan::lane_step_id` of these and `step_id` (the step's id in its branch).
+    pub lane: Option<(u32, u32)>,
+}
+
+impl StepRecord {
+    /// The record's `steps_status.step_id`.
+    pub fn stored_id(&self) -> i32 {
+        match self.lane {
+            None => self.step_id as i32,
+            Some((fan, branch)) => {
+                crate::workflow::fan::lane_step_id(crate::workflow::fan::LaneStep {
+                    fan,
+                    branch,
+                    step: self.step_id,
+                })
+            }
+        }
+    }
 }
 
 /// One change to a request row, with the record of the step that caused it.
@@ -218,7 +238,7 @@ fn row(t: &Transition) -> transitions::Row<'_> {
         failed_step: t.failed_step.map(|s| s as i32),
         reason: t.reason.as_deref(),
         release: t.release,
-        step_id: step.map_or(0, |s| s.step_id as i32),
+        step_id: step.map_or(0, StepRecord::stored_id),
         step_name: step.map_or("", |s| &s.step_name),
         step_status: step.map(|s| s.status),
         step_request: step.and_then(|s| {

@@ -21,6 +21,21 @@ fn text(b: &Option<Bytes>) -> Option<&str> {
         .map(|b| std::str::from_utf8(b).unwrap_or("null"))
 }
 
+/// A lane step's record (`engine::lanes`): where it ran, its branch's name and its own
+/// name (stored as `<branch>/<step>`).
+pub fn lane_place(s: &StepRow) -> Option<(crate::workflow::fan::LaneStep, &str, &str)> {
+    let lane = crate::workflow::fan::lane_of(s.step_id)?;
+    let (branch, step) = s.name.split_once('/').unwrap_or(("", &s.name));
+    Some((lane, branch, step))
+}
+
+fn place_in_lane(entry: &mut Value, lane: &Option<(crate::workflow::fan::LaneStep, &str, &str)>) {
+    if let Some((l, branch, _)) = lane {
+        entry["branch"] = Value::String((*branch).to_string());
+        entry["fanStepId"] = json!(l.fan);
+    }
+}
+
 /// `GET /serviceRequest/{id}`'s answer: Clamp's fields, a STARTED and a final entry per
 /// step attempt, and the fields beyond Clamp where they apply. Given to the `App` as its
 /// renderer, so answers from memory and from reads come from here alike.
@@ -34,11 +49,19 @@ pub fn status(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
         let started = s.started_ms;
         first_start = Some(first_start.map_or(started, |f: f64| f.min(started)));
         last_end = Some(last_end.map_or(started, |l: f64| l.max(started)));
+        // Beyond Clamp: a PARALLEL branch's step run as a lane of this request is named
+        // by its id and name within the branch, with the branch and the PARALLEL step.
+        let lane = lane_place(s);
+        let (id, name) = match &lane {
+            Some((l, _, step)) => (l.step as i32, *step),
+            None => (s.step_id, &*s.name),
+        };
         let mut started = json!({
-            "id": s.step_id, "name": &*s.name, "status": StepStatus::Started.as_str(), "time_taken": 0,
+            "id": id, "name": name, "status": StepStatus::Started.as_str(), "time_taken": 0,
             "payload": {"request": request.clone().unwrap_or(Value::Null), "response": Value::Null},
             "attempts": s.attempts,
         });
+        place_in_lane(&mut started, &lane);
         if let Some(c) = s.child_id {
             started["childServiceRequestId"] = Value::String(c.to_string());
         }
@@ -48,11 +71,12 @@ pub fn status(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
                 last_end = Some(last_end.map_or(f, |l: f64| l.max(f)));
             }
             let mut entry = json!({
-                "id": s.step_id, "name": &*s.name, "status": s.status.as_str(),
+                "id": id, "name": name, "status": s.status.as_str(),
                 "time_taken": s.time_taken_ms.unwrap_or(0),
                 "payload": {"request": request.unwrap_or(Value::Null), "response": response.unwrap_or(Value::Null)},
                 "attempts": s.attempts,
             });
+            place_in_lane(&mut entry, &lane);
             if let Some(reason) = &s.reason {
                 entry["reason"] = Value::String(reason.clone());
             }

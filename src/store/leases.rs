@@ -167,11 +167,11 @@ pub(super) const LOAD_CONTEXT: &str = concat!(
     crate::store::sql::step_request!("st", "r.payload"),
     ", st.response FROM steps_status st \
      JOIN service_requests r ON r.id = st.service_request_id \
-     WHERE st.service_request_id = $1 ORDER BY st.id"
+     WHERE st.service_request_id = $1 AND st.step_id > 0 ORDER BY st.id"
 );
 
-/// The records of a request's finished steps, in the order they ran, for its step
-/// context when it continues after a pause or a restart.
+/// The records of a request's finished steps, in the order they ran (its lanes' steps
+/// left out: they are seen within their branch, `lanes`), for its step context when it continues after a pause or a restart.
 pub async fn load_context(conn: &PgConn, id: Uuid) -> Result<Vec<StepContext>> {
     let stmt = conn.stmt(LOAD_CONTEXT).await?;
     let rows = conn.client.query(&stmt, &[&id]).await?;

@@ -19,6 +19,7 @@ pub(crate) mod fan;
 mod flights;
 pub(crate) mod idempotency;
 pub(crate) mod kafka_offsets;
+pub(crate) mod lanes;
 pub(crate) mod leases;
 pub(crate) mod migrate;
 pub(crate) mod pool;

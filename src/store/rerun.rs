@@ -39,10 +39,11 @@ pub(super) const SOURCE: &str =
     "SELECT workflow_name, payload, headers, coalesce(workflow_version, 1) FROM service_requests \
      WHERE id = $1";
 
-/// The last record of each of the original's steps.
+/// The last record of each of the original's steps (a lane's steps are not copied: the
+/// fan-out step's own record holds their joined answer).
 pub(super) const LAST_RECORDS: &str =
     "SELECT DISTINCT ON (step_id) id, step_id, status, response FROM steps_status \
-     WHERE service_request_id = $1 ORDER BY step_id, id DESC";
+     WHERE service_request_id = $1 AND step_id > 0 ORDER BY step_id, id DESC";
 
 pub async fn source(conn: &PgConn, id: Uuid) -> Result<Option<Source>> {
     let stmt = conn.stmt(SOURCE).await?;

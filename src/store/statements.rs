@@ -10,8 +10,8 @@
 
 use super::{
     audit, buffer, cancel, children, connect, dead_letters, deadlines, delayed, events, fan,
-    idempotency, kafka_offsets, leases, migrate, pool, queries, rerun, retention, retry, schedules,
-    search, stats, status, step_responses, transitions,
+    idempotency, kafka_offsets, lanes, leases, migrate, pool, queries, rerun, retention, retry,
+    schedules, search, stats, status, step_responses, transitions,
 };
 
 /// Every fixed statement of the store, expanded: (`file::CONST`, text), grouped by file.
@@ -57,6 +57,7 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("children::START", children::START),
         ("children::UNTOLD", children::UNTOLD),
         ("children::TOLD", children::TOLD),
+        ("lanes::RECORDS", lanes::RECORDS),
         ("fan::START", fan::START),
         ("fan::RESTART", fan::RESTART),
         ("fan::RUNNING", fan::RUNNING),

@@ -132,7 +132,7 @@ UPDATE service_requests SET lease_owner = NULL,
 SELECT st.step_name, CASE WHEN st.request = '' THEN r.payload ELSE st.request END, st.response
     FROM steps_status st
     JOIN service_requests r ON r.id = st.service_request_id
-    WHERE st.service_request_id = $1
+    WHERE st.service_request_id = $1 AND st.step_id > 0
     ORDER BY st.id;
 
 -- transitions::WRITE_TRANSITIONS
@@ -168,7 +168,8 @@ WITH input AS (
     FROM input i LEFT JOIN fenced f ON f.id = i.id
     -- A request cancelled while one of its steps was in flight still gets that step's
     -- outcome as its entry (nothing after it starts); only unfenced rows are looked at.
-    WHERE i.step_id > 0
+    -- (0: no record; below 0: a lane's step, `workflow::fan::lane_step_id`)
+    WHERE i.step_id <> 0
       AND (f.id IS NOT NULL
            OR EXISTS (SELECT 1
                FROM service_requests c
@@ -311,7 +312,7 @@ SELECT workflow_name, payload, headers, coalesce(workflow_version, 1)
 -- rerun::LAST_RECORDS
 SELECT DISTINCT ON (step_id) id, step_id, status, response
     FROM steps_status
-    WHERE service_request_id = $1
+    WHERE service_request_id = $1 AND step_id > 0
     ORDER BY step_id, id DESC;
 
 -- rerun::INSERT
@@ -369,6 +370,14 @@ ORDER BY c.id LIMIT $1;
 
 -- children::TOLD
 UPDATE service_requests SET parent_told = true WHERE id = $1;
+
+-- lanes::RECORDS
+SELECT st.step_id, st.status, CASE WHEN st.request = '' THEN r.payload ELSE st.request END,
+    st.response
+    FROM steps_status st
+    JOIN service_requests r ON r.id = st.service_request_id
+    WHERE st.service_request_id = $1 AND st.step_id BETWEEN $2 AND $3
+    ORDER BY st.id;
 
 -- fan::START
 WITH fenced AS (

@@ -49,7 +49,8 @@ WITH input AS (
     FROM input i LEFT JOIN fenced f ON f.id = i.id
     -- A request cancelled while one of its steps was in flight still gets that step's
     -- outcome as its entry (nothing after it starts); only unfenced rows are looked at.
-    WHERE i.step_id > 0
+    -- (0: no record; below 0: a lane's step, `workflow::fan::lane_step_id`)
+    WHERE i.step_id <> 0
       AND (f.id IS NOT NULL
            OR EXISTS (SELECT 1 FROM service_requests c WHERE c.id = i.id AND c.status = ", crate::status::status_sql!(Cancelled), "))
 )

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::model::{Step, ITEM_BRANCH};
+use super::model::{Branch, Mode, Step, StepType, ITEM_BRANCH};
 
 /// Most branches a PARALLEL step may have.
 pub const MAX_BRANCHES: usize = 64;
@@ -17,6 +17,71 @@ pub const MAX_CONCURRENCY: u32 = 1_000;
 pub const DEFAULT_CONCURRENCY: u32 = 16;
 /// How deep fan-out steps nest (a MAP in a PARALLEL branch is 2).
 pub const MAX_DEPTH: u32 = 3;
+
+/// Bits of a lane record's id (`lane_step_id`) for the branch step, and for the branch.
+const LANE_STEP_BITS: u32 = 10;
+const LANE_BRANCH_BITS: u32 = 6;
+const LANE_LOW_BITS: u32 = LANE_STEP_BITS + LANE_BRANCH_BITS;
+/// Fan-out step ids whose lanes' record ids fit in a positive i32 (negated).
+const LANE_FAN_LIMIT: u32 = 1 << (31 - LANE_LOW_BITS);
+
+/// Where a lane's step record belongs: the PARALLEL step, the branch's index, and the
+/// step's id within the branch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaneStep {
+    pub fan: u32,
+    pub branch: u32,
+    pub step: u32,
+}
+
+/// The `steps_status.step_id` of a lane's step record: negative, so it never meets a
+/// step of the request's own workflow (whose ids are positive), and every reader keyed
+/// on a step id passes it by; `lane_of` reads it back.
+pub fn lane_step_id(l: LaneStep) -> i32 {
+    -(((l.fan << LANE_LOW_BITS) | (l.branch << LANE_STEP_BITS) | l.step) as i32)
+}
+
+/// The lane a record id names (None: a step of the request's own workflow).
+pub fn lane_of(step_id: i32) -> Option<LaneStep> {
+    if step_id >= 0 {
+        return None;
+    }
+    let v = step_id.unsigned_abs();
+    Some(LaneStep {
+        fan: v >> LANE_LOW_BITS,
+        branch: (v >> LANE_STEP_BITS) & ((1 << LANE_BRANCH_BITS) - 1),
+        step: v & ((1 << LANE_STEP_BITS) - 1),
+    })
+}
+
+/// The range of record ids of fan-out step `fan`'s lanes (lowest, highest).
+pub fn lane_range(fan: u32) -> (i32, i32) {
+    let base = fan << LANE_LOW_BITS;
+    (
+        -((base | ((1 << LANE_LOW_BITS) - 1)) as i32),
+        -(base as i32),
+    )
+}
+
+/// Whether a PARALLEL step's branches run as lanes of their request: every step of every
+/// branch is a call answered at once (SYNC HTTP, or an AMQP or Kafka message sent) with
+/// no onFailure steps of its own, and the ids fit `lane_step_id`. Anything that pauses
+/// (ASYNC, WAIT, EVENT, WORKFLOW, a nested fan-out) needs a row of its own to wait in: such
+/// a step's branches run as child requests.
+pub fn fits_lanes(fan: u32, branches: &[Branch]) -> bool {
+    fan > 0
+        && fan < LANE_FAN_LIMIT
+        && branches.len() <= 1 << LANE_BRANCH_BITS
+        && branches.iter().all(|b| {
+            let wf = &b.sub.0;
+            wf.steps.len() < 1 << LANE_STEP_BITS
+                && wf.steps.iter().all(|s| {
+                    matches!(s.mode, Mode::Http | Mode::Amqp | Mode::Kafka)
+                        && s.step_type == StepType::Sync
+                        && s.on_failure.is_empty()
+                })
+        })
+}
 
 /// Why a `val` is refused (the caller wraps it as a validation error).
 pub type Refused = String;
@@ -219,6 +284,42 @@ mod tests {
             let e = map(&bad, "steps[0]").unwrap_err();
             assert!(e.contains(why), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn lane_ids_are_negative_and_read_back() {
+        for l in [
+            LaneStep {
+                fan: 1,
+                branch: 0,
+                step: 1,
+            },
+            LaneStep {
+                fan: 3,
+                branch: 63,
+                step: 1023,
+            },
+            LaneStep {
+                fan: LANE_FAN_LIMIT - 1,
+                branch: 7,
+                step: 2,
+            },
+        ] {
+            let id = lane_step_id(l);
+            assert!(id < 0, "{l:?}");
+            assert_eq!(lane_of(id), Some(l));
+            let (lo, hi) = lane_range(l.fan);
+            assert!((lo..=hi).contains(&id), "{l:?}");
+            for other in [l.fan - 1, l.fan + 1]
+                .into_iter()
+                .filter(|f| (1..LANE_FAN_LIMIT).contains(f))
+            {
+                let (lo, hi) = lane_range(other);
+                assert!(!(lo..=hi).contains(&id), "{l:?} in {other}'s range");
+            }
+        }
+        assert_eq!(lane_of(5), None);
+        assert_eq!(lane_of(0), None);
     }
 
     #[test]

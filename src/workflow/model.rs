@@ -236,6 +236,10 @@ pub struct Branch {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParallelVal {
     pub branches: Vec<Branch>,
+    /// Its branches run as lanes of the request itself (`engine::lanes`), not as child
+    /// requests: every step of every branch is a call answered at once (SYNC HTTP, AMQP
+    /// or Kafka), and its record's id fits the lane encoding (`fan::lane_step_id`).
+    pub lanes: bool,
 }
 
 /// What a MAP step runs per item.

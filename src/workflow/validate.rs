@@ -145,6 +145,8 @@ fn compile_in(mut def: WorkflowDef, scope: &Scope) -> Result<Workflow, Validatio
         s.when.is_some()
             || s.transform.is_some()
             || s.mode == Mode::Map
+            // Lanes see this request's context, which is kept only when something reads it.
+            || matches!(&s.val, Val::Parallel(p) if p.lanes && p.branches.iter().any(|b| b.sub.0.uses_context))
             || matches!(
                 s.val,
                 Val::Wait(super::model::WaitVal::Until(_)) | Val::Event(_)
@@ -448,7 +450,8 @@ fn fan_val(
                 serde_json::to_value(&sub.0.def.steps).expect("steps always serialize");
             branches.push(Branch { name, sub });
         }
-        return Ok(Val::Parallel(ParallelVal { branches }));
+        let lanes = super::fan::fits_lanes(id, &branches);
+        return Ok(Val::Parallel(ParallelVal { branches, lanes }));
     }
     let shape = super::fan::map(val, at).map_err(ValidationError)?;
     let body = match shape.steps {

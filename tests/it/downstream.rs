@@ -172,6 +172,11 @@ impl Downstream {
         self.log.lock().fixed = true;
     }
 
+    /// From now on `/until-fixed` answers 500 again.
+    pub fn break_again(&self) {
+        self.log.lock().fixed = false;
+    }
+
     /// Lets every `/held` call answer, those waiting and those to come.
     pub fn release(&self) {
         self.log.lock().released = true;

@@ -3,8 +3,10 @@
 //! `maxConcurrency` at a time, a failed branch fails the step (onFailure runs) and a retry
 //! runs only what did not complete, fan-outs nest, an ASYNC step in one branch is resumed
 //! while the other completes, a cancel stops every branch, and a kill -9 in the middle of
-//! a MAP loses nothing and calls no item step more than its attempts. Each branch and item
-//! is a child request of the step; the tests find them by their parent in the database.
+//! a MAP loses nothing and calls no item step more than its attempts. Each item, and each
+//! branch with a step that waits, is a child request of the step (the tests find them by
+//! their parent in the database); branches that only call run as lanes of the request,
+//! their steps' records in its own answer.
 
 use std::time::Duration;
 
@@ -51,23 +53,117 @@ async fn children(db: &TestDb, id: &str) -> Vec<(Uuid, String)> {
     .collect()
 }
 
+/// A PARALLEL's branches made to run as child requests: a WAIT of no time at each
+/// branch's end (it passes its request on, so each branch answers the same) needs a row
+/// to sleep in, so the step's branches cannot run as lanes of the request.
+fn in_children(mut branches: Value) -> Value {
+    for b in branches.as_array_mut().unwrap() {
+        b["steps"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "rest", "mode": "WAIT", "val": {"duration": "PT0S"}}));
+    }
+    branches
+}
+
+/// The `Idempotency-Key` of a step of a PARALLEL branch run as a lane of request `id`.
+fn lane_key(id: &str, fan: u32, branch: &str, step: u32) -> String {
+    format!("{id}:{fan}/{branch}/{step}")
+}
+
+/// The final entries of a status answer's lane steps: (branch, PARALLEL step id, step
+/// id in the branch, name, status), sorted.
+fn lane_entries(v: &Value) -> Vec<(String, i64, i64, String, String)> {
+    let mut out: Vec<_> = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["branch"].is_string() && e["status"] != "STARTED")
+        .map(|e| {
+            (
+                e["branch"].as_str().unwrap().to_string(),
+                e["fanStepId"].as_i64().unwrap(),
+                e["id"].as_i64().unwrap(),
+                e["name"].as_str().unwrap().to_string(),
+                e["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn lane_entry(
+    branch: &str,
+    fan: i64,
+    id: i64,
+    name: &str,
+    status: &str,
+) -> (String, i64, i64, String, String) {
+    (branch.into(), fan, id, name.into(), status.into())
+}
+
+/// The same PARALLEL joins alike whether its branches run as lanes of the request (they
+/// only call) or as child requests (one waits), and each branch step is called once,
+/// under a key that names its branch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parallel_step_joins_its_branches_by_name() {
     let db = TestDb::new();
     let d = Downstream::start().await;
     let s = TestServer::start(config(&db.url)).await;
+    let branches = json!([
+        {"name": "acme", "steps": [http("a1", d.url("/api/echo")), http("a2", d.url("/api/echo"))]},
+        {"name": "globex", "steps": [http("g1", d.url("/api/echo"))]}]);
     s.create_workflow(&json!({"name": "quotes", "steps": [
-        parallel("ask", json!([
-            {"name": "acme", "steps": [http("a1", d.url("/api/echo")), http("a2", d.url("/api/echo"))]},
-            {"name": "globex", "steps": [http("g1", d.url("/api/echo"))]}])),
-        http("after", d.url("/api/echo"))]}))
-    .await;
-    let id = create_request(&s, "quotes", &json!({"n": 1})).await;
-    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
-    assert_eq!(v["status"], "COMPLETED", "{v}");
+        parallel("ask", branches.clone()), http("after", d.url("/api/echo"))]}))
+        .await;
+    s.create_workflow(&json!({"name": "quotes2", "steps": [
+        parallel("ask", in_children(branches)), http("after", d.url("/api/echo"))]}))
+        .await;
     let joined = json!({
         "acme": {"echo": {"echo": {"n": 1}}},
         "globex": {"echo": {"n": 1}}});
+
+    // Lanes: no child request; the request's own answer lists each branch step.
+    let id = create_request(&s, "quotes", &json!({"n": 1})).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    assert_eq!(response_of(&v, "ask"), joined, "{v}");
+    assert_eq!(response_of(&v, "after"), json!({"echo": joined}));
+    assert!(children(&db, &id).await.is_empty());
+    for (branch, steps) in [("acme", 2), ("globex", 1)] {
+        for step in 1..=steps {
+            assert_eq!(d.calls_for_key(&lane_key(&id, 1, branch, step)), 1);
+        }
+    }
+    assert_eq!(d.calls_for_key(&format!("{id}:2")), 1);
+    assert_eq!(
+        lane_entries(&v),
+        [
+            lane_entry("acme", 1, 1, "a1", "COMPLETED"),
+            lane_entry("acme", 1, 2, "a2", "COMPLETED"),
+            lane_entry("globex", 1, 1, "g1", "COMPLETED"),
+        ],
+        "{v}"
+    );
+    // A branch's second step received its first step's answer.
+    let a2 = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "a2" && e["status"] == "COMPLETED")
+        .unwrap();
+    assert_eq!(a2["payload"]["request"], json!({"echo": {"n": 1}}));
+    // Read from Postgres (another instance's view), the answer is the same.
+    let other = TestServer::start(config(&db.url)).await;
+    let read = other.get(&format!("/serviceRequest/{id}")).await.json();
+    assert_eq!(lane_entries(&read), lane_entries(&v), "{read}");
+    other.shutdown().await;
+
+    // Child requests: the same answer, each branch a request of its own.
+    let id = create_request(&s, "quotes2", &json!({"n": 1})).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
     assert_eq!(response_of(&v, "ask"), joined, "{v}");
     assert_eq!(response_of(&v, "after"), json!({"echo": joined}));
     let kids = children(&db, &id).await;
@@ -90,7 +186,7 @@ async fn a_parallel_step_joins_its_branches_by_name() {
         (Some(id.as_str()), Some("globex")),
         "{c}"
     );
-    assert_eq!(c["workflow_name"], "quotes/1/globex");
+    assert_eq!(c["workflow_name"], "quotes2/1/globex");
     s.shutdown().await;
 }
 
@@ -168,11 +264,15 @@ async fn many_fan_outs_at_once_are_each_joined_exactly() {
         let mut want: Vec<Value> = lines.iter().map(|l| json!({"echo": {"line": l}})).collect();
         want[0] = json!({"echo": {"line": n}});
         assert_eq!(response_of(&v, "each"), Value::Array(want), "{v}");
+        // The items are child requests; the branches, which only call, lanes.
         let kids = children(&db, id).await;
-        assert_eq!(kids.len(), 14, "12 items and 2 branches of {id}");
+        assert_eq!(kids.len(), 12, "12 items of {id}");
         for (k, status) in &kids {
             assert_eq!(status, "COMPLETED");
             assert_eq!(d.calls_for_key(&format!("{k}:1")), 1, "child {k}");
+        }
+        for branch in ["a", "b"] {
+            assert_eq!(d.calls_for_key(&lane_key(id, 2, branch, 1)), 1, "{id}");
         }
     }
     let c = db.client().await;
@@ -188,50 +288,78 @@ async fn many_fan_outs_at_once_are_each_joined_exactly() {
     s.shutdown().await;
 }
 
+/// A failed branch fails the step (its onFailure steps run once), whether the branches
+/// run as lanes or as child requests; a retry of the request then calls only the failed
+/// branch again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_branch_fails_the_step_and_a_retry_runs_only_it_again() {
     let db = TestDb::new();
     let d = Downstream::start().await;
     let s = TestServer::start(config(&db.url)).await;
-    let mut step = parallel(
-        "both",
-        json!([
-            {"name": "fine", "steps": [http("f1", d.url("/api/echo"))]},
-            {"name": "broken", "steps": [http("b1", d.url("/until-fixed"))]}]),
-    );
-    step["onFailure"] = json!([http("tidy", d.url("/api/echo"))]);
-    s.create_workflow(&json!({"name": "half", "steps": [step]}))
-        .await;
-    let id = create_request(&s, "half", &json!({"x": 1})).await;
-    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
-    assert_eq!(v["status"], "FAILED", "{v}");
-    assert!(
-        v["reason"].as_str().unwrap().contains("branch broken"),
-        "{v}"
-    );
-    assert_eq!(d.calls_for_key(&format!("{id}:2")), 1, "onFailure ran once");
-    let kids = children(&db, &id).await;
-    let (fine, broken) = (kids[0].0, kids[1].0);
-    assert_eq!(
-        (kids[0].1.as_str(), kids[1].1.as_str()),
-        ("COMPLETED", "FAILED")
-    );
-    // A 500 is called once.
-    assert_eq!(d.calls_for_key(&format!("{broken}:1")), 1);
+    let branches = json!([
+        {"name": "fine", "steps": [http("f1", d.url("/api/echo"))]},
+        {"name": "broken", "steps": [http("b1", d.url("/until-fixed"))]}]);
+    for (name, rows) in [("half", false), ("half2", true)] {
+        let branches = if rows {
+            in_children(branches.clone())
+        } else {
+            branches.clone()
+        };
+        let mut step = parallel("both", branches);
+        step["onFailure"] = json!([http("tidy", d.url("/api/echo"))]);
+        s.create_workflow(&json!({"name": name, "steps": [step]}))
+            .await;
+        let id = create_request(&s, name, &json!({"x": 1})).await;
+        let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+        assert_eq!(v["status"], "FAILED", "{v}");
+        assert!(
+            v["reason"].as_str().unwrap().contains("branch broken")
+                || v["reason"].as_str().unwrap().contains("branch 'broken'"),
+            "{v}"
+        );
+        assert_eq!(d.calls_for_key(&format!("{id}:2")), 1, "onFailure ran once");
+        // The keys of each branch's step.
+        let (fine, broken) = if rows {
+            let kids = children(&db, &id).await;
+            assert_eq!(
+                (kids[0].1.as_str(), kids[1].1.as_str()),
+                ("COMPLETED", "FAILED")
+            );
+            (format!("{}:1", kids[0].0), format!("{}:1", kids[1].0))
+        } else {
+            assert!(children(&db, &id).await.is_empty());
+            assert_eq!(
+                lane_entries(&v),
+                [
+                    lane_entry("broken", 1, 1, "b1", "FAILED"),
+                    lane_entry("fine", 1, 1, "f1", "COMPLETED"),
+                ],
+                "{v}"
+            );
+            (lane_key(&id, 1, "fine", 1), lane_key(&id, 1, "broken", 1))
+        };
+        // A 500 is called once.
+        assert_eq!(d.calls_for_key(&broken), 1);
 
-    d.fix();
-    let r = s.post(&format!("/serviceRequest/{id}/retry"), "").await;
-    assert_eq!(r.status, 200, "{}", r.text());
-    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
-    assert_eq!(v["status"], "COMPLETED", "{v}");
-    assert_eq!(
-        response_of(&v, "both"),
-        json!({"fine": {"echo": {"x": 1}}, "broken": {"echo": {"x": 1}}})
-    );
-    // Only the failed branch was called again.
-    assert_eq!(d.calls_for_key(&format!("{fine}:1")), 1);
-    assert_eq!(d.calls_for_key(&format!("{broken}:1")), 2);
-    assert_eq!(children(&db, &id).await.len(), 2, "no new children");
+        d.fix();
+        let r = s.post(&format!("/serviceRequest/{id}/retry"), "").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+        assert_eq!(v["status"], "COMPLETED", "{v}");
+        assert_eq!(
+            response_of(&v, "both"),
+            json!({"fine": {"echo": {"x": 1}}, "broken": {"echo": {"x": 1}}})
+        );
+        // Only the failed branch was called again.
+        assert_eq!(d.calls_for_key(&fine), 1);
+        assert_eq!(d.calls_for_key(&broken), 2);
+        assert_eq!(
+            children(&db, &id).await.len(),
+            if rows { 2 } else { 0 },
+            "no new children"
+        );
+        d.break_again();
+    }
     s.shutdown().await;
 }
 
@@ -510,9 +638,9 @@ async fn the_children_of_a_request_are_listed_with_their_branch_or_index() {
     let s = TestServer::start(config(&db.url)).await;
     s.create_workflow(&json!({"name": "listed", "steps": [
         http("order", d.url("/api/echo")),
-        parallel("both", json!([
+        parallel("both", in_children(json!([
             {"name": "x", "steps": [http("x1", d.url("/api/echo"))]},
-            {"name": "y", "steps": [http("y1", d.url("/api/echo"))]}])),
+            {"name": "y", "steps": [http("y1", d.url("/api/echo"))]}]))),
         map("each", "order.response.echo.lines", json!([echo_item("one", &d)]), 4)]}))
         .await;
     let id = create_request(&s, "listed", &json!({"lines": [10, 20, 30]})).await;
@@ -621,7 +749,12 @@ async fn a_rerun_after_a_fan_out_keeps_its_answer_and_one_from_it_fans_out_again
     assert_eq!(v["status"], "COMPLETED", "{v}");
     assert_eq!(response_of(&v, "after"), json!({"echo": joined}));
     assert!(children(&db, &after).await.is_empty());
-    // From the fan-out step: it fans out again, with children of its own.
+    for b in ["x", "y"] {
+        assert_eq!(d.calls_for_key(&lane_key(&after, 1, b, 1)), 0);
+    }
+    // Its lanes' records are not copied: the fan-out step's own holds their answer.
+    assert!(lane_entries(&v).is_empty(), "{v}");
+    // From the fan-out step: it fans out again, each branch called once more.
     let r = s
         .post_json(
             &format!("/serviceRequest/{id}/rerun"),
@@ -633,11 +766,12 @@ async fn a_rerun_after_a_fan_out_keeps_its_answer_and_one_from_it_fans_out_again
     let v = wait_status(&s, &from, &["COMPLETED", "FAILED"], WAIT).await;
     assert_eq!(v["status"], "COMPLETED", "{v}");
     assert_eq!(response_of(&v, "both"), joined);
-    let kids = children(&db, &from).await;
-    assert_eq!(kids.len(), 2);
-    for (k, _) in &kids {
-        assert_eq!(d.calls_for_key(&format!("{k}:1")), 1);
+    assert!(children(&db, &from).await.is_empty());
+    for b in ["x", "y"] {
+        assert_eq!(d.calls_for_key(&lane_key(&from, 1, b, 1)), 1);
+        assert_eq!(d.calls_for_key(&lane_key(&id, 1, b, 1)), 1);
     }
+    assert_eq!(lane_entries(&v).len(), 2, "{v}");
     s.shutdown().await;
 }
 
@@ -704,10 +838,17 @@ async fn a_branch_step_is_retried_by_its_own_policy() {
         response_of(&v, "both"),
         json!({"shaky": {"recovered": true}, "calm": {"echo": {"t": 1}}})
     );
-    let kids = children(&db, &id).await;
     // The first attempt answered 503 and the policy tried again: two calls, one key.
-    assert_eq!(d.calls_for_key(&format!("{}:1", kids[0].0)), 2);
-    assert_eq!(d.calls_for_key(&format!("{}:1", kids[1].0)), 1);
+    assert_eq!(d.calls_for_key(&lane_key(&id, 1, "shaky", 1)), 2);
+    assert_eq!(d.calls_for_key(&lane_key(&id, 1, "calm", 1)), 1);
+    let shaky: Vec<&Value> = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["branch"] == "shaky" && e["status"] != "STARTED")
+        .collect();
+    assert_eq!(shaky.len(), 1, "one final record: {v}");
+    assert_eq!(shaky[0]["attempts"], 2, "{v}");
     s.shutdown().await;
 }
 

@@ -22,6 +22,7 @@ mod faults;
 mod front_door;
 mod hardening;
 mod idempotency_cleanup;
+mod lanes;
 mod openapi;
 mod pki;
 mod rerun;

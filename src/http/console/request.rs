@@ -11,6 +11,7 @@ use uuid::Uuid;
 use super::layout::{self, json_block, seg, Nav};
 use super::session::Ctx;
 use super::svg::{self, Bar};
+use crate::http::answers;
 use crate::http::response::Resp;
 use crate::ops::read::Details;
 use crate::state::Core;
@@ -229,7 +230,7 @@ fn bars(steps: &[StepRow], children: &[Child]) -> Vec<Bar> {
     let mut out = Vec::with_capacity(steps.len() + children.len());
     for (i, s) in steps.iter().enumerate() {
         out.push(Bar {
-            label: format!("{} · {}", s.step_id, s.name),
+            label: step_label(s),
             status: s.status,
             start_ms: s.started_ms,
             end_ms: if s.status == StepStatus::Started {
@@ -250,9 +251,18 @@ fn bars(steps: &[StepRow], children: &[Child]) -> Vec<Bar> {
     out
 }
 
+/// A step record's bar label: `2 · charge`, or for a PARALLEL branch's step run as a
+/// lane of the request, `↳ branch acme · 1 · ask`.
+fn step_label(s: &StepRow) -> String {
+    match answers::lane_place(s) {
+        Some((l, branch, name)) => format!("↳ branch {branch} · {} · {name}", l.step),
+        None => format!("{} · {}", s.step_id, s.name),
+    }
+}
+
 /// A child request's lane: `↳ branch acme`, `↳ item 7`, or `↳ <its workflow>`.
 fn lane(c: &Child) -> Bar {
-    let place = match super::super::answers::fan_place(&c.workflow_name, c.fan_index) {
+    let place = match answers::fan_place(&c.workflow_name, c.fan_index) {
         Some((k, v)) => format!(
             "{k} {}",
             v.as_str().map_or_else(|| v.to_string(), str::to_string)
@@ -292,8 +302,16 @@ fn steps(steps: &[StepRow]) -> Markup {
                 tbody {
                     @for s in steps {
                         tr {
-                            td.num { (s.step_id) }
-                            td { (s.name) }
+                            @match answers::lane_place(s) {
+                                Some((l, branch, name)) => {
+                                    td.num { (l.fan) " ↳ " (l.step) }
+                                    td { (name) div.muted { "branch " (branch) } }
+                                }
+                                None => {
+                                    td.num { (s.step_id) }
+                                    td { (s.name) }
+                                }
+                            }
                             td { (layout::status(s.status.as_str())) }
                             td.num { (s.attempts) }
                             td.num { @if let Some(t) = s.time_taken_ms { (svg::duration(t as f64)) } }

@@ -1,0 +1,493 @@
+//! A PARALLEL step whose branches only call (beyond Clamp; `workflow::fan::fits_lanes`)
+//! runs its branches here, as lanes of its own request, instead of as child requests:
+//! every branch at once, each a sequence of steps run as a workflow's are (its first step
+//! receives the step's request; `when`, transforms and retry policies apply), all within
+//! the executor job that holds the request's lease.
+//!
+//! Each branch step's outcome is a transition of the request like any step's (batched,
+//! fenced on the lease), that records it under a lane id (`workflow::fan::lane_step_id`)
+//! and leaves the request at the PARALLEL step, so it commits before that branch's next
+//! step starts. Run again (after a crash, on another instance, or by a retry of the
+//! request), the step reads its lanes' records back and calls only the branch steps that
+//! have no final record. When every branch completed, the step completes with an object
+//! of each branch's last answer by branch name. When one fails (its retries spent), the
+//! step fails naming it: the other branches' calls in flight are abandoned (dropped, with
+//! no record; a retry of the request calls them again) and no branch step starts after.
+//!
+//! A child request per branch costs a row insert, a claim, its own step writes and a
+//! count at the join, about three times a step call (docs/decisions.md); a lane costs its
+//! step writes only. Branches with a step that waits (ASYNC, WAIT, EVENT, WORKFLOW, a
+//! nested fan-out) or onFailure steps of their own need a row to wait in, and stay
+//! child requests (`engine::fan`).
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::call::{CallError, CallErrorKind};
+use super::doc::{context_entry, Doc};
+use super::job::{self, Job};
+use super::step_trace::{Ended, StepTrace};
+use super::writer::{StepRecord, Transition};
+use super::Executor;
+use crate::status::{RequestStatus, StepStatus};
+use crate::store::lanes::LaneRecord;
+use crate::workflow::fan::lane_of;
+use crate::workflow::model::ParallelVal;
+use crate::workflow::{transform, CompiledStep, Mode, Val, Workflow};
+
+/// How a PARALLEL step's lanes ended.
+pub enum Joined {
+    /// Every branch completed: the joined answer.
+    Done(Doc),
+    /// A branch failed: the step fails with this.
+    Failed(CallError),
+    /// The request is not this executor's any more (lease lost, cancelled, stopping).
+    Lost,
+}
+
+/// How one branch ended, when it did not complete.
+enum LaneEnd {
+    Failed(String),
+    Lost,
+}
+
+/// What a lane knows of the request and the step it runs in.
+struct Fan<'a> {
+    exec: &'a Executor,
+    job: &'a Job,
+    step: &'a CompiledStep,
+    /// The context every branch starts from (the request's, with this step's request),
+    /// when any branch reads it.
+    outer: Option<Map<String, Value>>,
+}
+
+/// Where a branch stands: the step it runs next (an index into its main sequence), the
+/// request that step receives, and its own steps' context entries so far.
+struct Progress {
+    next: usize,
+    request: Doc,
+    context: Map<String, Value>,
+}
+
+/// Runs a PARALLEL step's branches as lanes of `job`'s request.
+pub async fn run(
+    exec: &Executor,
+    job: &Job,
+    step: &CompiledStep,
+    p: &ParallelVal,
+    body: &Doc,
+) -> Joined {
+    // A job that started the request wrote every record of it: there is nothing to read.
+    let records = if job.fresh {
+        Vec::new()
+    } else {
+        match read(exec, job, step.id).await {
+            Some(r) => r,
+            None => return Joined::Lost,
+        }
+    };
+    let fan = Fan {
+        exec,
+        job,
+        step,
+        outer: p
+            .branches
+            .iter()
+            .any(|b| b.sub.0.uses_context)
+            .then(|| job.context_for(step, body)),
+    };
+    let lanes = p.branches.iter().enumerate().map(|(i, b)| {
+        let progress = progress(&b.sub.0, i as u32, &records, body);
+        let fan = &fan;
+        async move {
+            lane(fan, i as u32, &b.name, &b.sub.0, progress)
+                .await
+                .map_err(|end| (i, end))
+        }
+    });
+    match futures_util::future::try_join_all(lanes).await {
+        Ok(answers) => Joined::Done(joined(p, &answers)),
+        Err((_, LaneEnd::Lost)) => Joined::Lost,
+        Err((i, LaneEnd::Failed(why))) => Joined::Failed(CallError::new(
+            CallErrorKind::Other,
+            format!("branch '{}' failed: {why}", p.branches[i].name),
+        )),
+    }
+}
+
+/// The lanes' records, read again while the database is away; None when the executor
+/// stops meanwhile (the request is continued later, elsewhere).
+async fn read(exec: &Executor, job: &Job, fan: u32) -> Option<Vec<LaneRecord>> {
+    let mut backoff =
+        crate::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+    loop {
+        let r = async {
+            let conn = exec.pool.get().await?;
+            crate::store::lanes::records(&conn, job.id, fan).await
+        }
+        .await;
+        match r {
+            Ok(r) => return Some(r),
+            Err(e) if e.is_transient() && !exec.is_stopping() => backoff.wait().await,
+            Err(e) => {
+                tracing::warn!(service_request_id = %job.id, step_id = fan, error = %e, "a PARALLEL step's branch records could not be read; the step runs again later");
+                return None;
+            }
+        }
+    }
+}
+
+/// Where branch `index` stands after its records: past each of its main steps whose
+/// last record is final and done (completed, or skipped), in order.
+fn progress(wf: &Workflow, index: u32, records: &[LaneRecord], body: &Doc) -> Progress {
+    let mut p = Progress {
+        next: 0,
+        request: body.clone(),
+        context: Map::new(),
+    };
+    for &id in &wf.main {
+        let last = records
+            .iter()
+            .rev()
+            .find(|r| lane_of(r.step_id).is_some_and(|l| l.branch == index && l.step == id));
+        let Some(rec) = last.filter(|r| r.status.is_done()) else {
+            break;
+        };
+        let response = rec.response.clone().unwrap_or_else(|| "null".into());
+        if wf.uses_context {
+            if let Some(step) = wf.step(id) {
+                let parse = |t: &Option<String>| {
+                    t.as_deref()
+                        .and_then(|t| serde_json::from_str(t).ok())
+                        .unwrap_or(Value::Null)
+                };
+                p.context.insert(
+                    step.context_name.clone(),
+                    context_entry(parse(&rec.request), parse(&rec.response)),
+                );
+            }
+        }
+        p.request = Doc::trusted(response);
+        p.next += 1;
+    }
+    p
+}
+
+/// `{"<branch>": <its last answer>, …}`, in branch order, written as text from the
+/// answers as they are (each is JSON already).
+fn joined(p: &ParallelVal, answers: &[Doc]) -> Doc {
+    let mut out = Vec::with_capacity(
+        2 + answers
+            .iter()
+            .map(|a| a.as_bytes().len() + 16)
+            .sum::<usize>(),
+    );
+    out.push(b'{');
+    for (k, (b, a)) in p.branches.iter().zip(answers).enumerate() {
+        if k > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, &b.name).expect("strings serialize");
+        out.push(b':');
+        out.extend_from_slice(a.as_bytes());
+    }
+    out.push(b'}');
+    Doc::trusted(out)
+}
+
+/// One branch, from where it stands to its end: its last answer.
+async fn lane(
+    fan: &Fan<'_>,
+    index: u32,
+    name: &str,
+    wf: &Workflow,
+    mut at: Progress,
+) -> Result<Doc, LaneEnd> {
+    while let Some(step) = wf.main.get(at.next).and_then(|&id| wf.step(id)) {
+        at.request = lane_step(fan, index, name, wf, step, &mut at).await?;
+        at.next += 1;
+    }
+    Ok(at.request)
+}
+
+/// One step of a branch, its attempts included: what it passes on.
+async fn lane_step(
+    fan: &Fan<'_>,
+    index: u32,
+    branch: &str,
+    wf: &Workflow,
+    step: &CompiledStep,
+    at: &mut Progress,
+) -> Result<Doc, LaneEnd> {
+    let (exec, job) = (fan.exec, fan.job);
+    let request = at.request.clone();
+    // The context this step's condition and transform see: the request's (with the
+    // PARALLEL step's request), the branch's steps so far, and this step's request.
+    let context = |request: &Doc| {
+        let mut ctx = fan.outer.clone().unwrap_or_default();
+        ctx.extend(at.context.iter().map(|(k, v)| (k.clone(), v.clone())));
+        ctx.insert(
+            step.context_name.clone(),
+            context_entry(request.value(), Value::Null),
+        );
+        ctx
+    };
+    let record =
+        |status, body: &Doc, response: Option<&Doc>, started, finished, attempts| StepRecord {
+            step_id: step.id,
+            step_name: format!("{branch}/{}", step.name).into(),
+            status,
+            request: Some(body.clone()),
+            request_is_payload: body.same(&job.payload),
+            response: response.cloned(),
+            started_ms: started,
+            finished_ms: finished,
+            reason: None,
+            attempts,
+            lane: Some((fan.step.id, index)),
+        };
+    let mut attempts = 0;
+    loop {
+        let started = job::now_ms();
+        let mut failure = None;
+        if let Some(cond) = &step.when {
+            match cond.eval(&context(&request)) {
+                Ok(true) => {}
+                Ok(false) => {
+                    let rec = record(
+                        StepStatus::Skipped,
+                        &request,
+                        Some(&request),
+                        started,
+                        None,
+                        1,
+                    );
+                    write(fan, rec).await?;
+                    remember(wf, at, step, &request, &request);
+                    return Ok(request);
+                }
+                Err(why) => failure = Some(CallError::new(CallErrorKind::Other, why.0)),
+            }
+        }
+        let body = match &step.transform {
+            Some(spec) => {
+                Doc::from_value(&transform::shift(spec, &Value::Object(context(&request))))
+            }
+            None => request.clone(),
+        };
+        attempts += 1;
+        let mut trace = StepTrace::begin(exec.app.tracing.as_ref(), job.trace.as_ref());
+        let outcome = match failure {
+            Some(e) => Err(e),
+            None => {
+                let called = call(fan, index, branch, step, &body, trace.as_mut()).await;
+                exec.app.metrics.steps_executed.inc();
+                called
+            }
+        };
+        let finished = job::now_ms();
+        let end = |trace: Option<StepTrace>, how: Ended| {
+            if let (Some(t), Some(rt)) = (trace, &job.trace) {
+                t.end(exec.app.tracing.as_ref(), rt, &job.id, step, attempts, how);
+            }
+        };
+        match outcome {
+            Ok(response) => {
+                end(trace, Ended::Done);
+                let rec = record(
+                    StepStatus::Completed,
+                    &body,
+                    Some(&response),
+                    started,
+                    Some(finished),
+                    attempts,
+                );
+                write(fan, rec).await?;
+                remember(wf, at, step, &body, &response);
+                return Ok(response);
+            }
+            Err(e) => {
+                let policy = job::policy(exec, step);
+                let again = e.retryable(&policy) && attempts < policy.max_attempts;
+                end(trace, Ended::Failed(&e, again));
+                if again {
+                    // The back-off waits here, in the job that holds the lease: the
+                    // other branches go on meanwhile.
+                    exec.app.metrics.count_retry(e.cause());
+                    if e.backs_off() {
+                        tokio::time::sleep(policy.backoff(
+                            attempts,
+                            fastrand::f64(),
+                            e.retry_after,
+                        ))
+                        .await;
+                    }
+                    continue;
+                }
+                if attempts > 1 {
+                    exec.app.metrics.step_retries_exhausted.inc();
+                }
+                let reason = if attempts > 1 {
+                    format!("after {attempts} attempts: {}", e.message)
+                } else {
+                    e.message
+                };
+                let error = Doc::error(500, &reason);
+                let rec = StepRecord {
+                    reason: Some(reason.clone()),
+                    ..record(
+                        StepStatus::Failed,
+                        &body,
+                        Some(&error),
+                        started,
+                        Some(finished),
+                        attempts,
+                    )
+                };
+                write(fan, rec).await?;
+                return Err(LaneEnd::Failed(if attempts > 1 {
+                    format!("step '{}' failed {reason}", step.name)
+                } else {
+                    format!("step '{}' failed: {reason}", step.name)
+                }));
+            }
+        }
+    }
+}
+
+/// A step's call, with an `Idempotency-Key` that names the branch:
+/// `<request id>:<PARALLEL step id>/<branch>/<step id>` (the branch's index in place of a
+/// name that cannot be a header's text).
+async fn call(
+    fan: &Fan<'_>,
+    index: u32,
+    branch: &str,
+    step: &CompiledStep,
+    body: &Doc,
+    trace: Option<&mut StepTrace>,
+) -> Result<Doc, CallError> {
+    let (exec, job) = (fan.exec, fan.job);
+    match (&step.val, step.mode) {
+        (Val::Http(val), Mode::Http) => {
+            let key = |place: &dyn std::fmt::Display| {
+                format!("{}:{}/{place}/{}", job.id, fan.step.id, step.id)
+            };
+            let key = hyper::header::HeaderValue::from_str(&key(&branch))
+                .or_else(|_| hyper::header::HeaderValue::from_str(&key(&index)))
+                .expect("ids and digits");
+            job::call_http(exec, job, val, body, key, trace).await
+        }
+        (Val::Amqp(val), Mode::Amqp) => {
+            job::send_amqp(exec, job, step, val, body, trace.as_deref())
+                .await
+                .map(|()| Doc::trusted(&b"{\"sent\":true}"[..]))
+        }
+        (Val::Kafka(val), Mode::Kafka) => {
+            job::send_kafka(exec, job, step, val, body, trace.as_deref())
+                .await
+                .map(|()| Doc::trusted(&b"{\"sent\":true}"[..]))
+        }
+        (_, mode) => Err(CallError::new(
+            CallErrorKind::Other,
+            format!("a {} step cannot run in a lane", mode.as_str()),
+        )),
+    }
+}
+
+/// Keeps what a branch step received and answered for the branch's later steps.
+fn remember(wf: &Workflow, at: &mut Progress, step: &CompiledStep, request: &Doc, response: &Doc) {
+    if wf.uses_context {
+        at.context.insert(
+            step.context_name.clone(),
+            context_entry(request.value(), response.value()),
+        );
+    }
+}
+
+/// Writes a branch step's record as a transition that leaves the request at its PARALLEL
+/// step (fenced on the lease like every step's); its branch's next step starts only
+/// after it committed.
+async fn write(fan: &Fan<'_>, rec: StepRecord) -> Result<(), LaneEnd> {
+    let job = fan.job;
+    let t = Transition {
+        id: job.id,
+        status: RequestStatus::InProgress,
+        next_step: fan.step.id,
+        next_request: Some(job.request.clone()),
+        failed_step: None,
+        reason: None,
+        release: false,
+        step: Some(rec),
+        attempts: job.attempts,
+        retry_in_ms: None,
+        last_error: None,
+    };
+    if job::write(fan.exec, t).await {
+        Ok(())
+    } else {
+        Err(LaneEnd::Lost)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workflow::fan::{lane_step_id, LaneStep};
+    use std::sync::Arc;
+
+    fn wf(steps: serde_json::Value) -> Arc<Workflow> {
+        let def = serde_json::json!({"name": "w", "steps": steps});
+        Arc::new(crate::workflow::validate::compile(serde_json::from_value(def).unwrap()).unwrap())
+    }
+
+    fn rec(branch: u32, step: u32, status: StepStatus, response: &str) -> LaneRecord {
+        LaneRecord {
+            step_id: lane_step_id(LaneStep {
+                fan: 2,
+                branch,
+                step,
+            }),
+            status,
+            request: None,
+            response: Some(response.into()),
+        }
+    }
+
+    #[test]
+    fn a_branch_goes_on_after_its_last_done_step_in_order() {
+        let http = |n: &str| serde_json::json!({"name": n, "mode": "HTTP", "val": {"method": "POST", "url": "http://127.0.0.1:9/x"}});
+        let w = wf(serde_json::json!([http("a"), http("b"), http("c")]));
+        let body = Doc::trusted("{\"in\":1}");
+        let none = progress(&w, 0, &[], &body);
+        assert_eq!((none.next, none.request.as_str()), (0, "{\"in\":1}"));
+        let records = [
+            rec(0, 1, StepStatus::Completed, "1"),
+            rec(1, 1, StepStatus::Completed, "9"),
+            rec(0, 2, StepStatus::Failed, "{}"),
+            rec(0, 2, StepStatus::Completed, "2"),
+            rec(0, 3, StepStatus::Failed, "{}"),
+        ];
+        let p = progress(&w, 0, &records, &body);
+        assert_eq!((p.next, p.request.as_str()), (2, "2"));
+        let other = progress(&w, 1, &records, &body);
+        assert_eq!((other.next, other.request.as_str()), (1, "9"));
+    }
+
+    #[test]
+    fn the_join_is_an_object_by_branch_name_in_order() {
+        let w = wf(
+            serde_json::json!([{"name": "p", "mode": "PARALLEL", "val": {"branches": [
+            {"name": "b\"1", "steps": [{"name": "s", "mode": "HTTP", "val": {"method": "POST", "url": "http://127.0.0.1:9/x"}}]},
+            {"name": "b2", "steps": [{"name": "s", "mode": "HTTP", "val": {"method": "POST", "url": "http://127.0.0.1:9/x"}}]}]}}]),
+        );
+        let Val::Parallel(p) = &w.steps[0].val else {
+            panic!("a PARALLEL step")
+        };
+        assert!(p.lanes);
+        let d = joined(p, &[Doc::trusted("{\"a\":1}"), Doc::trusted("null")]);
+        let v: Value = serde_json::from_str(d.as_str()).unwrap();
+        assert_eq!(v, serde_json::json!({"b\"1": {"a": 1}, "b2": null}));
+        assert!(d.as_str().starts_with("{\"b\\\"1\":{"), "{}", d.as_str());
+    }
+}
