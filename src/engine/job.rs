@@ -733,7 +733,8 @@ async fn execute(
         }
         // A PARALLEL whose branches only call runs them here, as lanes of this request.
         (Val::Parallel(p), Mode::Parallel) if is_async && p.lanes => {
-            match super::lanes::run(exec, job, step, p, body).await {
+            let span = trace.as_deref().and_then(StepTrace::span_id);
+            match super::lanes::run(exec, job, step, p, body, span).await {
                 super::lanes::Joined::Done(doc) => Outcome::Done(doc),
                 super::lanes::Joined::Failed(e) => Outcome::Failed(e),
                 super::lanes::Joined::Lost => Outcome::Lost,

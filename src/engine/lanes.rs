@@ -57,6 +57,8 @@ struct Fan<'a> {
     exec: &'a Executor,
     job: &'a Job,
     step: &'a CompiledStep,
+    /// The PARALLEL step's span, under which each lane step's span hangs.
+    span: Option<[u8; 8]>,
     /// The context every branch starts from (the request's, with this step's request),
     /// when any branch reads it.
     outer: Option<Map<String, Value>>,
@@ -77,6 +79,7 @@ pub async fn run(
     step: &CompiledStep,
     p: &ParallelVal,
     body: &Doc,
+    span: Option<[u8; 8]>,
 ) -> Joined {
     // A job that started the request wrote every record of it: there is nothing to read.
     let records = if job.fresh {
@@ -91,6 +94,7 @@ pub async fn run(
         exec,
         job,
         step,
+        span,
         outer: p
             .branches
             .iter()
@@ -278,6 +282,9 @@ async fn lane_step(
         };
         attempts += 1;
         let mut trace = StepTrace::begin(exec.app.tracing.as_ref(), job.trace.as_ref());
+        if let Some(t) = trace.as_mut() {
+            t.in_lane(fan.span, fan.step.id, branch);
+        }
         let outcome = match failure {
             Some(e) => Err(e),
             None => {

@@ -23,6 +23,16 @@ pub struct StepTrace {
     /// A `traceparent` the answer came back with (linked to the attempt's span).
     pub answered: Option<TraceParent>,
     start: SystemTime,
+    /// The attempt is a PARALLEL lane's step: its span hangs under the PARALLEL step's
+    /// span (when it has one), and names the branch.
+    lane: Option<Lane>,
+}
+
+/// Where a lane's step attempt runs, for its span.
+struct Lane {
+    parent: Option<[u8; 8]>,
+    fan_step: u32,
+    branch: String,
 }
 
 /// How an attempt ended, for its span.
@@ -46,7 +56,23 @@ impl StepTrace {
             status: None,
             answered: None,
             start: SystemTime::now(),
+            lane: None,
         })
+    }
+
+    /// The attempt's span id, when tracing is on.
+    pub fn span_id(&self) -> Option<[u8; 8]> {
+        self.span
+    }
+
+    /// Marks the attempt as a step of branch `branch` of PARALLEL step `fan_step` (span
+    /// `parent`), run as a lane of the request.
+    pub fn in_lane(&mut self, parent: Option<[u8; 8]>, fan_step: u32, branch: &str) {
+        self.lane = Some(Lane {
+            parent,
+            fan_step,
+            branch: branch.to_string(),
+        });
     }
 
     /// The header value as text.
@@ -77,6 +103,10 @@ impl StepTrace {
             KeyValue::new("clamp.step.name", step.name.clone()),
             KeyValue::new("clamp.step.attempt", attempt as i64),
         ];
+        if let Some(l) = &self.lane {
+            attributes.push(KeyValue::new("clamp.fan.step.id", l.fan_step as i64));
+            attributes.push(KeyValue::new("clamp.fan.branch", l.branch.clone()));
+        }
         let (kind, name) = describe(step, &mut attributes);
         if attempt > 1 {
             attributes.push(KeyValue::new(
@@ -110,21 +140,21 @@ impl StepTrace {
                 Status::error(e.message.clone())
             }
         };
-        tracing.child(
-            t,
-            id,
-            ChildSpan {
-                span_id,
-                kind,
-                name: name.into(),
-                start: self.start,
-                end,
-                attributes,
-                events,
-                links: self.answered.iter().map(telemetry::link_to).collect(),
-                status,
-            },
-        );
+        let span = ChildSpan {
+            span_id,
+            kind,
+            name: name.into(),
+            start: self.start,
+            end,
+            attributes,
+            events,
+            links: self.answered.iter().map(telemetry::link_to).collect(),
+            status,
+        };
+        match self.lane.and_then(|l| l.parent) {
+            Some(parent) => tracing.child_of(t, parent, span),
+            None => tracing.child(t, id, span),
+        }
     }
 }
 

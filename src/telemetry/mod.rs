@@ -256,6 +256,12 @@ impl Tracing {
     /// Writes a finished child span of service request `id`'s span (a step attempt, a
     /// publish, a cancel), when the request's trace is sampled.
     pub fn child(&self, t: &RequestTrace, id: &uuid::Uuid, span: ChildSpan) {
+        self.child_of(t, request_span_id(t, id, 0), span)
+    }
+
+    /// Writes a finished span under span `parent` of the request's trace (a PARALLEL
+    /// lane's step attempt under its PARALLEL step's span).
+    pub fn child_of(&self, t: &RequestTrace, parent: [u8; 8], span: ChildSpan) {
         if !t.sampled() {
             return;
         }
@@ -263,7 +269,7 @@ impl Tracing {
         self.queue.push(self.data(
             &ctx,
             t.tracestate.as_deref(),
-            Some((request_span_id(t, id, 0), false)),
+            Some((parent, false)),
             span.kind,
             span.name,
             span.start,

@@ -526,10 +526,12 @@ async fn a_retried_request_continues_its_trace() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_branch_of_a_fan_out_is_traced_under_the_request() {
     let (_db, r, d, s) = traced_server().await;
+    // A WAIT of no time ends each branch: the branches run as child requests.
+    let rest = json!({"name": "rest", "mode": "WAIT", "val": {"duration": "PT0S"}});
     s.create_workflow(&json!({"name": "fan", "steps": [
         {"name": "both", "mode": "PARALLEL", "val": {"branches": [
-            {"name": "a", "steps": [step("ask", "POST", d.url("/api/echo"))]},
-            {"name": "b", "steps": [step("ask", "POST", d.url("/api/echo"))]}]}}]}))
+            {"name": "a", "steps": [step("ask", "POST", d.url("/api/echo")), rest.clone()]},
+            {"name": "b", "steps": [step("ask", "POST", d.url("/api/echo")), rest]}]}}]}))
         .await;
     let id = create_traced(&s, "fan", CALLER).await;
     let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
@@ -564,6 +566,47 @@ async fn each_branch_of_a_fan_out_is_traced_under_the_request() {
             .into_iter()
             .find(|c| c["parentSpanId"] == own["spanId"]);
         assert!(call.is_some(), "{branch}'s step under its span: {spans:#?}");
+    }
+    s.shutdown().await;
+}
+
+/// Branches that only call run as lanes of the request: each branch step's span hangs
+/// under the PARALLEL step's span, which hangs under the request's, and names its branch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_lane_step_is_traced_under_its_parallel_step() {
+    let (_db, r, d, s) = traced_server().await;
+    s.create_workflow(&json!({"name": "lanes", "steps": [
+        {"name": "both", "mode": "PARALLEL", "val": {"branches": [
+            {"name": "a", "steps": [step("ask", "POST", d.url("/api/echo"))]},
+            {"name": "b", "steps": [step("ask", "POST", d.url("/api/echo"))]}]}}]}))
+        .await;
+    let id = create_traced(&s, "lanes", CALLER).await;
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let spans = r
+        .wait_trace(CALLER_TRACE, "the lanes' spans", |spans| {
+            !named(spans, "service request lanes").is_empty()
+                && named(spans, "POST").len() == 2
+                && !named(spans, "fan out 2 branches").is_empty()
+        })
+        .await;
+    let request = named(&spans, "service request lanes")[0];
+    let fan = named(&spans, "fan out 2 branches")[0];
+    assert_eq!(fan["parentSpanId"], request["spanId"], "{spans:#?}");
+    let mut branches: Vec<&str> = named(&spans, "POST")
+        .into_iter()
+        .map(|c| {
+            assert_eq!(c["parentSpanId"], fan["spanId"], "{spans:#?}");
+            assert_eq!(c["attributes"]["clamp.fan.step.id"], 1, "{c}");
+            c["attributes"]["clamp.fan.branch"].as_str().unwrap()
+        })
+        .collect();
+    branches.sort_unstable();
+    assert_eq!(branches, ["a", "b"]);
+    // Each call carried its own span's context, of the request's trace.
+    for call in d.received("/api/echo") {
+        let tp = call.headers.get("traceparent").unwrap();
+        assert!(tp.contains(CALLER_TRACE), "{tp}");
     }
     s.shutdown().await;
 }
