@@ -338,6 +338,11 @@ pub struct Metrics {
     /// (ms), counted when /metrics is read (`http::system`), at most once per period.
     pub timers_pending: Gauge,
     pub timers_overdue_ms: Gauge,
+    /// Creates of a limited workflow that waited for a slot, and waiting requests admitted.
+    pub slot_waits: Counter,
+    pub slots_admitted: Counter,
+    /// Requests waiting for a concurrency slot, counted with the timers.
+    pub slots_waiting: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -406,6 +411,9 @@ impl Metrics {
             timer_lateness,
             timers_pending: Gauge::default(),
             timers_overdue_ms: Gauge::default(),
+            slot_waits: Counter::default(),
+            slots_admitted: Counter::default(),
+            slots_waiting: Gauge::default(),
             requests,
             latency,
             batch_rows,
@@ -630,6 +638,21 @@ impl Metrics {
             "Requests waiting on a clock: WAIT steps, retries' back-offs, delayed starts, \
              answer and event timeouts (counted when scraped, at most every 30 s)",
             self.timers_pending.clone(),
+        );
+        registry.register(
+            "clamp_concurrency_waits",
+            "Creates of a workflow with a concurrency limit that waited for a slot of their key",
+            self.slot_waits.clone(),
+        );
+        registry.register(
+            "clamp_concurrency_admitted",
+            "Requests admitted into a slot after waiting for it",
+            self.slots_admitted.clone(),
+        );
+        registry.register(
+            "clamp_concurrency_waiting",
+            "Requests waiting for a concurrency slot (counted with clamp_timers_pending)",
+            self.slots_waiting.clone(),
         );
         registry.register(
             "clamp_timers_overdue_milliseconds",

@@ -194,6 +194,13 @@ fn start_background(
             stop.clone(),
         )));
     }
+    // Admitting requests waiting for a concurrency slot: one task per instance too.
+    if index == 0 {
+        background.push(tokio::spawn(crate::engine::slots::run(
+            core.executor.clone(),
+            stop.clone(),
+        )));
+    }
     // Schedules: one runner per instance too (instances make each fire once among them).
     if index == 0 {
         background.push(tokio::spawn(crate::engine::schedules::run(

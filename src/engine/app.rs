@@ -35,6 +35,8 @@ pub struct App {
     pub timers_counted: std::sync::atomic::AtomicU64,
     /// Requests this process paused at a step, with their workflow (`paused`).
     pub paused: super::paused::PausedHere,
+    /// Limited requests that finished here, whose slots the admitter fills (`slots`).
+    pub freed: super::slots::Freed,
 }
 
 impl App {
@@ -68,6 +70,7 @@ impl App {
             changes: Default::default(),
             timers_counted: Default::default(),
             paused: Default::default(),
+            freed: Default::default(),
             config,
             db,
             outbound,

@@ -1002,6 +1002,10 @@ async fn advance(exec: &Executor, job: &Job, t: Transition) -> bool {
 /// `job`'s request reached its final `status`: counted, and its span written.
 fn ended(exec: &Executor, job: &Job, status: RequestStatus, reason: Option<&str>) {
     exec.count_finished(status);
+    if job.wf.concurrency.is_some() {
+        // Its slot is free: the admitter gives it to the next request of its key.
+        exec.app.freed.freed(job.id);
+    }
     if let (Some(tracing), Some(t)) = (&exec.app.tracing, &job.trace) {
         tracing.end_request(
             t,

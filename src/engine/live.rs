@@ -79,6 +79,9 @@ pub fn committed(app: &App, t: &Transition) {
             fan_index: None,
             wait_event: None,
             wait_key: None,
+            // Only admitted requests run: none waits for a slot.
+            concurrency_key: None,
+            slot_ahead: None,
             deadline: live.deadline_us.map(status::pg_json_timestamp),
         };
         app.finals.insert_parts(t.id, head, live.steps);

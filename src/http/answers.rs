@@ -128,6 +128,10 @@ pub fn status(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
     if let Some((k, v)) = fan_place(&head.workflow_name, head.fan_index) {
         out.insert(k.into(), v);
     }
+    // Beyond Clamp: waiting for a slot under its workflow's concurrency limit.
+    if let (Some(key), Some(ahead)) = (&head.concurrency_key, head.slot_ahead) {
+        out.insert("waitingForSlot".into(), json!({"key": key, "ahead": ahead}));
+    }
     // Beyond Clamp: when it must have finished by.
     if let Some(d) = &head.deadline {
         out.insert("deadline".into(), Value::String(d.clone()));

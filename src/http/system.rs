@@ -84,13 +84,16 @@ async fn count_timers(core: &Core) {
     }
     let counted = tokio::time::timeout(TIMERS_TIMEOUT, async {
         let conn = core.pool.get().await.ok()?;
-        crate::store::deadlines::timers(&conn).await.ok()
+        let timers = crate::store::deadlines::timers(&conn).await.ok()?;
+        let waiting = crate::store::slots::waiting_counts(&conn).await.ok()?;
+        Some((timers, waiting.iter().map(|(_, n)| n).sum::<i64>()))
     })
     .await;
     match counted {
-        Ok(Some((pending, overdue_ms))) => {
+        Ok(Some(((pending, overdue_ms), waiting))) => {
             app.metrics.timers_pending.set(pending);
             app.metrics.timers_overdue_ms.set(overdue_ms as i64);
+            app.metrics.slots_waiting.set(waiting);
         }
         // Counted again by the next scrape.
         _ => app.timers_counted.store(last, Ordering::Relaxed),

@@ -37,6 +37,18 @@ pub async fn cancel(core: &Core, id: Uuid, reason: Option<String>) -> Result<Can
     {
         store_cancel::Cancelled::Now(rows) => {
             trace_cancelled(app, &rows);
+            // A cancelled request of a limited workflow frees its slot (or its place in
+            // the queue): the admitter looks at once (a workflow not in memory here, at
+            // its next pass).
+            for r in &rows {
+                if app
+                    .workflows
+                    .get(&r.workflow_name)
+                    .is_some_and(|w| w.concurrency.is_some())
+                {
+                    app.freed.freed(r.id);
+                }
+            }
             app.metrics.cancelled.inc();
             app.changes.notify(&id);
             Ok(Cancelled { reason })
@@ -95,7 +107,15 @@ pub async fn retry(core: &Core, id: Uuid, payload: Option<&str>) -> Result<Retri
         .await
         .map_err(OpError::store(doing))?
     {
-        store_retry::Retried::Now { retries, headers } => {
+        store_retry::Retried::Now {
+            retries,
+            headers,
+            limited,
+        } => {
+            if limited {
+                // It waits for a slot of its key again: the admitter looks at once.
+                app.freed.freed(id);
+            }
             if let Some((t, trace)) = app.traced(&headers) {
                 t.mark(
                     &trace,
@@ -196,6 +216,10 @@ pub async fn rerun(core: &Core, of: Uuid, ask: RerunAsk) -> Result<Uuid> {
         .await
         .map_err(OpError::store(doing))?;
     drop(conn);
+    if wf.concurrency.is_some() {
+        // With its original's key, it waits for a slot: the admitter looks at once.
+        core.app.freed.freed(id);
+    }
     core.executor.wake();
     Ok(id)
 }

@@ -173,6 +173,23 @@ pub async fn create(core: &Core, r: NewRequest) -> Result<Outcome> {
         .deadline
         .or(r.workflow.deadline)
         .map(|d| d.as_millis() as f64);
+    if r.workflow.concurrency.is_some() {
+        if r.start.is_some() || r.key.is_some() {
+            return Err(OpError::BadRequest(
+                "startAt, delayMs and Idempotency-Key cannot be combined with a workflow's concurrency limit".into(),
+            ));
+        }
+        // Boxed, as a delayed create is.
+        return Box::pin(limited(
+            core,
+            &r.workflow,
+            r.pinned,
+            &payload,
+            &r.headers,
+            deadline_ms,
+        ))
+        .await;
+    }
     if let Some(start) = r.start {
         if r.key.is_some() {
             return Err(OpError::BadRequest(
@@ -241,6 +258,46 @@ pub async fn create(core: &Core, r: NewRequest) -> Result<Outcome> {
             Err(OpError::Unavailable("database unavailable, retry later"))
         }
     }
+}
+
+/// Stores a request of a workflow with a concurrency limit (`store::slots`): admitted at
+/// once when its key has a free slot and nobody waiting, else waiting (NEW, unclaimable)
+/// until the admitter gives it a slot. Answered after its commit.
+async fn limited(
+    core: &Core,
+    wf: &Workflow,
+    pinned: bool,
+    payload: &[u8],
+    headers: &[u8],
+    deadline_ms: Option<f64>,
+) -> Result<Outcome> {
+    let limit = wf.concurrency.as_ref().expect("a limited workflow");
+    let key = limit.key_of(&serde_json::from_slice(payload).unwrap_or(serde_json::Value::Null));
+    let id = crate::ids::new_v7();
+    let mut conn = core
+        .pool
+        .get()
+        .await
+        .map_err(OpError::pool("limited create"))?;
+    let row = crate::store::slots::Limited {
+        id,
+        workflow: &wf.def.name,
+        version: if pinned { wf.def.version as i32 } else { 0 },
+        payload,
+        headers,
+        deadline_ms,
+        key: &key,
+        limit: limit.limit,
+    };
+    let admitted = crate::store::slots::insert(&mut conn, &row)
+        .await
+        .map_err(OpError::store("limited create"))?;
+    if admitted {
+        core.executor.wake();
+    } else {
+        core.app.metrics.slot_waits.inc();
+    }
+    Ok(Outcome::New(id))
 }
 
 /// Stores a delayed request (`store::delayed`): unleased until its start, when any

@@ -31,6 +31,7 @@ pub mod retention;
 pub(crate) mod retry;
 pub(crate) mod schedules;
 pub(crate) mod search;
+pub(crate) mod slots;
 mod sql;
 pub mod statements;
 pub(crate) mod stats;

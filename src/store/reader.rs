@@ -150,6 +150,8 @@ fn collect(rows: &[tokio_postgres::Row], want: Want, out: &mut HashMap<Uuid, Fou
                 fan_index: r.get("fan_index"),
                 wait_event: r.get("wait_event"),
                 wait_key: r.get("wait_key"),
+                concurrency_key: r.get("concurrency_key"),
+                slot_ahead: r.get("slot_ahead"),
                 deadline: r.get("deadline"),
             },
             steps: Vec::new(),

@@ -17,6 +17,8 @@ pub enum Retried {
     Now {
         retries: i32,
         headers: String,
+        /// It has a concurrency key: it waits for a slot again.
+        limited: bool,
     },
     /// Not FAILED or CANCELLED (it is running, paused, or completed): its status.
     NotRetryable {
@@ -57,7 +59,10 @@ macro_rules! retry_set {
         ELSE s.step_request END,
     failed_step_id = NULL, reason = NULL, finished_at = NULL, step_attempts = 0,
     last_error = NULL, retries = s.retries + 1, updated_at = now(),
-    lease_owner = NULL, lease_until = '-infinity',
+    -- A request with a concurrency key waits for a slot again (`slots`).
+    lease_owner = NULL,
+    lease_until = CASE WHEN s.concurrency_key IS NULL THEN '-infinity'::timestamptz
+                       ELSE 'infinity'::timestamptz END,
     deadline = now() + (s.deadline - coalesce(s.start_at, s.created_at))"
         )
     };
@@ -91,7 +96,7 @@ pub(super) const RETRY: &str = concat!(
     retry_set!(),
     " WHERE s.id = $1 AND ",
     retryable!(),
-    " RETURNING s.retries, s.headers"
+    " RETURNING s.retries, s.headers, s.concurrency_key IS NOT NULL"
 );
 
 /// A request's stored status, when it was not retried now.
@@ -103,6 +108,7 @@ pub async fn retry(conn: &PgConn, id: Uuid, payload: Option<&str>) -> Result<Ret
         return Ok(Retried::Now {
             retries: row.get(0),
             headers: row.get(1),
+            limited: row.get(2),
         });
     }
     let stmt = conn.stmt(STATUS).await?;

@@ -135,7 +135,8 @@ CREATE TABLE service_requests (
     wait_event text,
     wait_key text,
     wait_next integer,
-    deadline timestamp with time zone
+    deadline timestamp with time zone,
+    concurrency_key text
 ) WITH (fillfactor=50);
 ALTER TABLE service_requests ADD CONSTRAINT service_requests_pkey PRIMARY KEY (id);
 CREATE INDEX service_requests_answer_due ON public.service_requests USING btree (lease_until) WHERE ((status = 'PAUSED'::text) AND (lease_until > '-infinity'::timestamp with time zone));
@@ -148,7 +149,9 @@ CREATE INDEX service_requests_failed_or_cancelled ON public.service_requests USI
 CREATE INDEX service_requests_failed_or_cancelled_by_workflow ON public.service_requests USING btree (workflow_name, id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
 CREATE INDEX service_requests_fan_held ON public.service_requests USING btree (parent_id, parent_step_id, fan_index) WHERE (lease_until = 'infinity'::timestamp with time zone);
 CREATE UNIQUE INDEX service_requests_pkey ON public.service_requests USING btree (id) WITH (fillfactor='50');
+CREATE INDEX service_requests_queued ON public.service_requests USING btree (workflow_name, concurrency_key, id) WHERE ((concurrency_key IS NOT NULL) AND (lease_until = 'infinity'::timestamp with time zone) AND (status = 'NEW'::text));
 CREATE INDEX service_requests_reruns ON public.service_requests USING btree (rerun_of, id) WHERE (rerun_of IS NOT NULL);
+CREATE INDEX service_requests_slots ON public.service_requests USING btree (workflow_name, concurrency_key) WHERE ((concurrency_key IS NOT NULL) AND (lease_until <> 'infinity'::timestamp with time zone) AND (status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])));
 CREATE INDEX service_requests_untold_children ON public.service_requests USING btree (id) WHERE ((parent_id IS NOT NULL) AND (NOT parent_told) AND (status = ANY (ARRAY['COMPLETED'::text, 'FAILED'::text, 'CANCELLED'::text])));
 
 CREATE TABLE steps_status (

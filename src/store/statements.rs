@@ -11,7 +11,7 @@
 use super::{
     audit, buffer, cancel, children, connect, dead_letters, deadlines, delayed, events, fan,
     idempotency, kafka_offsets, lanes, leases, migrate, pool, queries, rerun, retention, retry,
-    schedules, search, stats, status, step_responses, transitions,
+    schedules, search, slots, stats, status, step_responses, transitions,
 };
 
 /// Every fixed statement of the store, expanded: (`file::CONST`, text), grouped by file.
@@ -31,6 +31,13 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
             buffer::RESET_STATEMENT_TIMEOUT,
         ),
         ("delayed::INSERT", delayed::INSERT),
+        ("slots::LOCK", slots::LOCK),
+        ("slots::INSERT", slots::INSERT),
+        ("slots::ADMIT", slots::ADMIT),
+        ("slots::KEYS_OF", slots::KEYS_OF),
+        ("slots::WAITING_WORKFLOWS", slots::WAITING_WORKFLOWS),
+        ("slots::DUE_KEYS", slots::DUE_KEYS),
+        ("slots::WAITING_COUNTS", slots::WAITING_COUNTS),
         // The executor's statements.
         ("leases::CLAIM", leases::CLAIM),
         ("leases::RENEW", leases::RENEW),

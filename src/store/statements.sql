@@ -91,6 +91,82 @@ INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, 
     FROM workflows w
     WHERE w.name = $2), 1) END, 1), $6, $6::timestamptz + $8::float8 * interval '1 millisecond';
 
+-- slots::LOCK
+SELECT pg_advisory_xact_lock(hashtextextended($1::text || '/' || $2::text, 22));
+
+-- slots::INSERT
+INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
+    workflow_version, deadline, concurrency_key) SELECT $1,
+    $2, $3, $4, NULL, CASE WHEN NOT EXISTS (SELECT 1
+    FROM service_requests q
+    WHERE q.workflow_name = $2 AND q.concurrency_key = $7 AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW') AND (SELECT count(*)
+    FROM service_requests h
+    WHERE h.workflow_name = $2 AND h.concurrency_key = $7 AND h.concurrency_key IS NOT NULL AND h.lease_until <> 'infinity' AND h.status IN ('NEW',
+        'IN_PROGRESS', 'PAUSED',
+        'RESUMED')) < $8 THEN '-infinity'::timestamptz ELSE 'infinity'::timestamptz END,
+        NULLIF(CASE WHEN $5::int > 0 THEN $5::int ELSE coalesce((SELECT w.version
+        FROM workflows w
+        WHERE w.name = $2), 1) END, 1), now() + $6::float8 * interval '1 millisecond', $7
+    RETURNING lease_until = '-infinity'::timestamptz;
+
+-- slots::ADMIT
+UPDATE service_requests SET lease_until = '-infinity'
+    WHERE id IN (SELECT q.id
+        FROM service_requests q
+        WHERE q.workflow_name = $1 AND q.concurrency_key = $2 AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW'
+        ORDER BY q.id
+        LIMIT greatest(0, $3 - (SELECT count(*)
+            FROM service_requests h
+            WHERE h.workflow_name = $1 AND h.concurrency_key = $2 AND h.concurrency_key IS NOT NULL AND h.lease_until <> 'infinity' AND h.status IN ('NEW',
+                'IN_PROGRESS', 'PAUSED',
+                'RESUMED')))) AND service_requests.concurrency_key IS NOT NULL AND service_requests.lease_until = 'infinity' AND service_requests.status = 'NEW'
+    RETURNING id;
+
+-- slots::KEYS_OF
+SELECT DISTINCT workflow_name, concurrency_key
+    FROM service_requests
+    WHERE id = ANY($1::uuid[]) AND concurrency_key IS NOT NULL;
+
+-- slots::WAITING_WORKFLOWS
+WITH RECURSIVE w AS ( (SELECT q.workflow_name AS name
+    FROM service_requests q
+    WHERE q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW'
+    ORDER BY q.workflow_name
+    LIMIT 1) UNION ALL SELECT (SELECT q.workflow_name
+    FROM service_requests q
+    WHERE q.workflow_name > w.name AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW'
+    ORDER BY q.workflow_name
+    LIMIT 1)
+    FROM w
+    WHERE w.name IS NOT NULL) SELECT name
+    FROM w
+    WHERE name IS NOT NULL;
+
+-- slots::DUE_KEYS
+WITH RECURSIVE k AS ( (SELECT q.concurrency_key AS key
+    FROM service_requests q
+    WHERE q.workflow_name = $1 AND ($4::text IS NULL OR q.concurrency_key > $4) AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW'
+    ORDER BY q.concurrency_key
+    LIMIT 1) UNION ALL SELECT (SELECT q.concurrency_key
+    FROM service_requests q
+    WHERE q.workflow_name = $1 AND q.concurrency_key > k.key AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW'
+    ORDER BY q.concurrency_key
+    LIMIT 1)
+    FROM k
+    WHERE k.key IS NOT NULL) SELECT key
+    FROM k
+    WHERE key IS NOT NULL AND (SELECT count(*)
+        FROM service_requests h
+        WHERE h.workflow_name = $1 AND h.concurrency_key = k.key AND h.concurrency_key IS NOT NULL AND h.lease_until <> 'infinity' AND h.status IN ('NEW',
+            'IN_PROGRESS', 'PAUSED', 'RESUMED')) < $2
+    LIMIT $3;
+
+-- slots::WAITING_COUNTS
+SELECT q.workflow_name, count(*)
+    FROM service_requests q
+    WHERE q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW'
+    GROUP BY q.workflow_name;
+
 -- leases::CLAIM
 UPDATE service_requests s SET lease_owner = $1,
        lease_until = now() + $2::float8 * interval '1 millisecond', updated_at = now()
@@ -255,12 +331,15 @@ UPDATE service_requests s SET status = 'NEW',
         ELSE s.step_request END,
     failed_step_id = NULL, reason = NULL, finished_at = NULL, step_attempts = 0,
     last_error = NULL, retries = s.retries + 1, updated_at = now(),
-    lease_owner = NULL, lease_until = '-infinity',
+    -- A request with a concurrency key waits for a slot again (`slots`).
+    lease_owner = NULL,
+    lease_until = CASE WHEN s.concurrency_key IS NULL THEN '-infinity'::timestamptz
+                       ELSE 'infinity'::timestamptz END,
     deadline = now() + (s.deadline - coalesce(s.start_at, s.created_at))
         WHERE s.id = $1 AND s.status IN ('FAILED', 'CANCELLED')
   AND (s.status = 'CANCELLED' OR s.failed_step_id IS NOT NULL
        OR NOT EXISTS (SELECT 1 FROM steps_status x WHERE x.service_request_id = s.id))
-           RETURNING s.retries, s.headers;
+           RETURNING s.retries, s.headers, s.concurrency_key IS NOT NULL;
 
 -- retry::STATUS
 SELECT status FROM service_requests WHERE id = $1;
@@ -294,7 +373,10 @@ WITH candidates AS (
         ELSE s.step_request END,
     failed_step_id = NULL, reason = NULL, finished_at = NULL, step_attempts = 0,
     last_error = NULL, retries = s.retries + 1, updated_at = now(),
-    lease_owner = NULL, lease_until = '-infinity',
+    -- A request with a concurrency key waits for a slot again (`slots`).
+    lease_owner = NULL,
+    lease_until = CASE WHEN s.concurrency_key IS NULL THEN '-infinity'::timestamptz
+                       ELSE 'infinity'::timestamptz END,
     deadline = now() + (s.deadline - coalesce(s.start_at, s.created_at))
         FROM taken t
         WHERE s.id = t.id AND s.status IN ('FAILED', 'CANCELLED')
@@ -319,11 +401,17 @@ SELECT DISTINCT ON (step_id) id, step_id, status, response
 WITH run AS (
     INSERT INTO service_requests (id, workflow_name, status, payload, headers,
                                   current_step_id, step_request, rerun_of,
-                                  lease_owner, lease_until, workflow_version, deadline)
-    VALUES ($1, $3, 'NEW', $4, $5, $6, $7, $2, NULL, '-infinity', NULLIF($10, 1),
+                                  lease_owner, lease_until, workflow_version, deadline,
+                                  concurrency_key)
+    VALUES ($1, $3, 'NEW', $4, $5, $6, $7, $2, NULL,
+            -- With the original's concurrency key, it waits for a slot (`slots`).
+            CASE WHEN (SELECT o.concurrency_key FROM service_requests o WHERE o.id = $2) IS NULL
+                 THEN '-infinity'::timestamptz ELSE 'infinity'::timestamptz END,
+            NULLIF($10, 1),
             -- The original's deadline, as long again from now.
             (SELECT now() + (o.deadline - coalesce(o.start_at, o.created_at))
-             FROM service_requests o WHERE o.id = $2))
+             FROM service_requests o WHERE o.id = $2),
+            (SELECT o.concurrency_key FROM service_requests o WHERE o.id = $2))
     RETURNING id)
 INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
                           started_at, finished_at, time_taken_ms, reason, attempts)
@@ -433,7 +521,10 @@ UPDATE service_requests s SET status = 'NEW',
         ELSE s.step_request END,
     failed_step_id = NULL, reason = NULL, finished_at = NULL, step_attempts = 0,
     last_error = NULL, retries = s.retries + 1, updated_at = now(),
-    lease_owner = NULL, lease_until = '-infinity',
+    -- A request with a concurrency key waits for a slot again (`slots`).
+    lease_owner = NULL,
+    lease_until = CASE WHEN s.concurrency_key IS NULL THEN '-infinity'::timestamptz
+                       ELSE 'infinity'::timestamptz END,
     deadline = now() + (s.deadline - coalesce(s.start_at, s.created_at)), parent_told = false
 WHERE s.parent_id = $1 AND s.parent_step_id = $3 AND s.fan_index IS NOT NULL AND s.status IN ('FAILED',
     'CANCELLED')
@@ -880,7 +971,10 @@ SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_versio
         r.retries, r.rerun_of, r.parent_id, r.fan_index,
         CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() THEN to_json(r.lease_until) #>> '{}' END AS retry_at,
             to_json(r.start_at) #>> '{}' AS start_at,
-        r.wait_event, r.wait_key, to_json(r.deadline) #>> '{}' AS deadline
+        r.wait_event, r.wait_key, to_json(r.deadline) #>> '{}' AS deadline, r.concurrency_key,
+        CASE WHEN r.concurrency_key IS NOT NULL AND r.lease_until = 'infinity' AND r.status = 'NEW' THEN (SELECT count(*)
+    FROM service_requests q
+    WHERE q.workflow_name = r.workflow_name AND q.concurrency_key = r.concurrency_key AND q.id < r.id AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW') END AS slot_ahead
     FROM service_requests r
     WHERE r.id = ANY($1);
 
@@ -893,8 +987,11 @@ SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_versio
         r.retries, r.rerun_of, r.parent_id, r.fan_index,
         CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() THEN to_json(r.lease_until) #>> '{}' END AS retry_at,
             to_json(r.start_at) #>> '{}' AS start_at,
-        r.wait_event, r.wait_key, to_json(r.deadline) #>> '{}' AS deadline, st.step_id,
-        st.step_name, st.status AS step_status,
+        r.wait_event, r.wait_key, to_json(r.deadline) #>> '{}' AS deadline, r.concurrency_key,
+        CASE WHEN r.concurrency_key IS NOT NULL AND r.lease_until = 'infinity' AND r.status = 'NEW' THEN (SELECT count(*)
+    FROM service_requests q
+    WHERE q.workflow_name = r.workflow_name AND q.concurrency_key = r.concurrency_key AND q.id < r.id AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW') END AS slot_ahead,
+        st.step_id, st.step_name, st.status AS step_status,
         CASE WHEN st.request = '' THEN r.payload ELSE st.request END AS request, st.response,
         st.time_taken_ms, st.attempts, st.reason AS step_reason, st.child_id, extract(epoch
     FROM st.started_at)::float8 * 1000 AS started_ms, extract(epoch

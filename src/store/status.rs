@@ -23,7 +23,14 @@ macro_rules! head_columns {
              CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() \
                   THEN to_json(r.lease_until) #>> '{}' END AS retry_at, \
              to_json(r.start_at) #>> '{}' AS start_at, r.wait_event, r.wait_key, \
-             to_json(r.deadline) #>> '{}' AS deadline"
+             to_json(r.deadline) #>> '{}' AS deadline, r.concurrency_key, \
+             CASE WHEN r.concurrency_key IS NOT NULL AND r.lease_until = 'infinity' \
+                       AND r.status = 'NEW' \
+                  THEN (SELECT count(*) FROM service_requests q \
+                        WHERE q.workflow_name = r.workflow_name \
+                          AND q.concurrency_key = r.concurrency_key AND q.id < r.id \
+                          AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' \
+                          AND q.status = 'NEW') END AS slot_ahead"
         )
     };
 }
@@ -90,6 +97,10 @@ pub struct Head {
     pub wait_key: Option<String>,
     /// When it must have finished by (beyond Clamp).
     pub deadline: Option<String>,
+    /// Its key under its workflow's concurrency limit (beyond Clamp).
+    pub concurrency_key: Option<String>,
+    /// Waiting for a slot of its key: how many of the key's requests wait before it.
+    pub slot_ahead: Option<i64>,
 }
 
 /// What a request that is not running waits for, as its row says (beyond Clamp).

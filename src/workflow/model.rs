@@ -36,6 +36,44 @@ pub struct WorkflowDef {
     /// may set its own (`?deadline=`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<String>,
+    /// Beyond Clamp: at most `limit` of its requests with the same key run at once,
+    /// across instances; the others wait, in creation order per key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<ConcurrencyDef>,
+}
+
+/// A workflow's `concurrency` as written: a CEL expression over the create's payload
+/// (`payload.account`) whose value keys the limit, or none (the whole workflow is one key).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConcurrencyDef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    pub limit: u32,
+}
+
+/// A workflow's concurrency limit, compiled.
+#[derive(Debug)]
+pub struct Concurrency {
+    /// None: every request of the workflow has the same key, `""`.
+    pub key: Option<super::expr::KeyExpr>,
+    pub limit: u32,
+}
+
+/// The key of a request whose payload the key expression fails on: such requests share
+/// one queue rather than fail (a create is never refused for its key).
+pub const FALLBACK_KEY: &str = "(no key)";
+
+impl Concurrency {
+    /// The key of a request with this payload (parsed JSON).
+    pub fn key_of(&self, payload: &serde_json::Value) -> String {
+        let Some(expr) = &self.key else {
+            return String::new();
+        };
+        let mut ctx = serde_json::Map::with_capacity(1);
+        ctx.insert("payload".into(), payload.clone());
+        expr.eval(&ctx).unwrap_or_else(|_| FALLBACK_KEY.to_string())
+    }
 }
 
 fn yes() -> bool {
@@ -331,6 +369,8 @@ pub struct Workflow {
     pub uses_context: bool,
     /// How long its requests may run, from their start (`def.deadline`).
     pub deadline: Option<std::time::Duration>,
+    /// Its concurrency limit by key (`def.concurrency`), if any.
+    pub concurrency: Option<Concurrency>,
 }
 
 impl Workflow {

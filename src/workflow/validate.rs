@@ -152,6 +152,11 @@ fn compile_in(mut def: WorkflowDef, scope: &Scope) -> Result<Workflow, Validatio
                 Val::Wait(super::model::WaitVal::Until(_)) | Val::Event(_)
             )
     });
+    let concurrency = match &def.concurrency {
+        None => None,
+        Some(_) if scope.depth > 0 => None,
+        Some(c) => Some(concurrency(c)?),
+    };
     Ok(Workflow {
         name: def.name.as_str().into(),
         def,
@@ -160,6 +165,37 @@ fn compile_in(mut def: WorkflowDef, scope: &Scope) -> Result<Workflow, Validatio
         main,
         uses_context,
         deadline,
+        concurrency,
+    })
+}
+
+/// Most requests of one key a workflow's concurrency may let run at once.
+pub const MAX_CONCURRENCY_LIMIT: u32 = 100_000;
+
+/// A workflow's `concurrency`: a limit from 1 to `MAX_CONCURRENCY_LIMIT`, and a key
+/// expression that reads only `payload`.
+fn concurrency(
+    c: &super::model::ConcurrencyDef,
+) -> Result<super::model::Concurrency, ValidationError> {
+    if !(1..=MAX_CONCURRENCY_LIMIT).contains(&c.limit) {
+        return err(format!(
+            "concurrency.limit must be a whole number from 1 to {MAX_CONCURRENCY_LIMIT}"
+        ));
+    }
+    let key =
+        match c.key.as_deref().map(str::trim) {
+            None => None,
+            Some("") => return err(
+                "concurrency.key must be a CEL expression over payload, e.g. \"payload.account\"",
+            ),
+            Some(source) => Some(
+                super::expr::KeyExpr::compile(source, &["payload".to_string()])
+                    .map_err(|e| ValidationError(format!("concurrency.key: {}", e.0)))?,
+            ),
+        };
+    Ok(super::model::Concurrency {
+        key,
+        limit: c.limit,
     })
 }
 

@@ -44,6 +44,8 @@ pub struct Log {
     pub released: bool,
     /// Calls whose caller went away before they were answered (their connection closed).
     pub abandoned: usize,
+    /// `/per-key/<ms>`: calls in flight now and at most, by the body's `k`.
+    pub keyed: HashMap<String, (usize, usize)>,
 }
 
 /// One call being answered: counted out when it ends, answered or abandoned (dropped
@@ -172,6 +174,16 @@ impl Downstream {
         self.log.lock().fixed = true;
     }
 
+    /// `/per-key/…` calls in flight at most, by key.
+    pub fn peak_per_key(&self) -> HashMap<String, usize> {
+        self.log
+            .lock()
+            .keyed
+            .iter()
+            .map(|(k, (_, peak))| (k.clone(), *peak))
+            .collect()
+    }
+
     /// From now on `/until-fixed` answers 500 again.
     pub fn break_again(&self) {
         self.log.lock().fixed = false;
@@ -284,6 +296,29 @@ async fn handle(
         "/api/accepted" => (202, json!({"accepted": true})),
         p if p.starts_with("/status/") => {
             (p[8..].parse().unwrap_or(500), json!({"error": "as asked"}))
+        }
+        // A peer that counts calls in flight per the body's `k` (its tenant, account…),
+        // answering after the delay named.
+        p if p.starts_with("/per-key/") => {
+            let k = body["k"].as_str().unwrap_or("").to_string();
+            {
+                let mut l = log.lock();
+                let e = l.keyed.entry(k.clone()).or_default();
+                e.0 += 1;
+                e.1 = e.1.max(e.0);
+            }
+            // Counted out however the call ends (a caller killed drops it midway).
+            struct Out(Arc<Mutex<Log>>, String);
+            impl Drop for Out {
+                fn drop(&mut self) {
+                    if let Some(e) = self.0.lock().keyed.get_mut(&self.1) {
+                        e.0 -= 1;
+                    }
+                }
+            }
+            let _out = Out(log.clone(), k.clone());
+            tokio::time::sleep(Duration::from_millis(p[9..].parse().unwrap_or(20))).await;
+            (200, json!({"k": k}))
         }
         // A peer that answers late on purpose: its delay is what the tests use.
         p if p.starts_with("/slow/") => {

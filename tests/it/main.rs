@@ -7,6 +7,7 @@ mod api_workflows;
 mod broker_amqp;
 mod broker_kafka;
 mod children;
+mod concurrency;
 mod console;
 mod deadlines;
 mod delayed;

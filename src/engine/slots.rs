@@ -1,0 +1,168 @@
+//! Admitting requests waiting for a concurrency slot (beyond Clamp; `store::slots`): one
+//! task per process. A request of a limited workflow that finishes (or is cancelled, or
+//! failed by a deadline) is named here (`Freed::freed`), and its key's waiting requests
+//! are admitted into the slots that freed, at once; a pass every second admits whatever
+//! such a note missed (a full channel, a crash between the finish and the note, another
+//! instance's finish), going round each workflow's keys so that none waits behind the
+//! others. Admitted requests are claimable by any instance's sweeper; this runtime's is
+//! woken.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, watch};
+use uuid::Uuid;
+
+use super::Executor;
+use crate::store::{slots, StoreError};
+
+/// Finished requests noted, not yet looked at (more are left to the pass).
+const NOTES: usize = 4096;
+/// How often a pass looks for keys with waiting requests and free slots.
+const PASS: Duration = Duration::from_secs(1);
+/// Keys one pass admits into, per workflow (the next pass goes on after the last).
+const KEYS_PER_PASS: i64 = 500;
+
+/// Where finished limited requests are noted.
+pub struct Freed {
+    tx: mpsc::Sender<Uuid>,
+    rx: Mutex<Option<mpsc::Receiver<Uuid>>>,
+}
+
+impl Default for Freed {
+    fn default() -> Freed {
+        let (tx, rx) = mpsc::channel(NOTES);
+        Freed {
+            tx,
+            rx: Mutex::new(Some(rx)),
+        }
+    }
+}
+
+impl Freed {
+    /// Request `id`, of a limited workflow, finished: its slot is free. Never waits: a
+    /// note that does not fit is left to the next pass.
+    pub fn freed(&self, id: Uuid) {
+        let _ = self.tx.try_send(id);
+    }
+}
+
+/// Runs until `stop` fires.
+pub async fn run(exec: Arc<Executor>, mut stop: watch::Receiver<bool>) {
+    let Some(mut rx) = exec.app.freed.rx.lock().take() else {
+        return;
+    };
+    let mut pass = tokio::time::interval(PASS);
+    pass.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Per workflow, the last key a pass reached.
+    let mut cursors: std::collections::HashMap<String, String> = Default::default();
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            Some(id) = rx.recv() => {
+                let mut ids = vec![id];
+                while ids.len() < 256 {
+                    match rx.try_recv() {
+                        Ok(id) => ids.push(id),
+                        Err(_) => break,
+                    }
+                }
+                if let Err(e) = after_finish(&exec, &ids).await {
+                    tracing::debug!(error = %e, "freed slots not admitted now; the next pass does");
+                }
+            }
+            _ = pass.tick() => {
+                if let Err(e) = sweep(&exec, &mut cursors).await {
+                    tracing::warn!(error = %e, "a pass admitting waiting requests failed; trying again");
+                }
+            }
+        }
+    }
+}
+
+/// The limit a key's requests run under now: the latest version's (a new version's limit
+/// applies to the requests started after it); none any more admits every waiting one.
+async fn limit_of(exec: &Executor, workflow: &str) -> Result<u32, StoreError> {
+    let wf = match exec.app.workflows.get_or_load(&exec.pool, workflow).await {
+        Ok(wf) => wf,
+        Err(crate::store::workflow_map::LoadError::Store(e)) => return Err(e),
+        // A definition that no longer validates: its requests wait until it does.
+        Err(e) => return Err(StoreError::unavailable(e.to_string())),
+    };
+    Ok(wf
+        .and_then(|w| w.concurrency.as_ref().map(|c| c.limit))
+        .unwrap_or(u32::MAX >> 1))
+}
+
+/// Admits into the keys of finished requests `ids`.
+async fn after_finish(exec: &Executor, ids: &[Uuid]) -> Result<(), StoreError> {
+    let keys = {
+        let conn = exec.pool.get().await?;
+        slots::keys_of(&conn, ids).await?
+    };
+    for (workflow, key) in keys {
+        let limit = limit_of(exec, &workflow).await?;
+        admit(exec, &workflow, &key, limit).await?;
+    }
+    Ok(())
+}
+
+/// Admits what fits into one key, waking this runtime's sweeper when any was.
+pub async fn admit(
+    exec: &Executor,
+    workflow: &str,
+    key: &str,
+    limit: u32,
+) -> Result<usize, StoreError> {
+    let mut conn = exec.pool.get().await?;
+    let admitted = slots::admit(&mut conn, workflow, key, limit).await?;
+    if !admitted.is_empty() {
+        exec.app
+            .metrics
+            .slots_admitted
+            .inc_by(admitted.len() as u64);
+        for id in &admitted {
+            exec.app.changes.notify(id);
+        }
+        exec.wake();
+    }
+    Ok(admitted.len())
+}
+
+/// One pass: every workflow with waiting requests, its keys with a free slot.
+async fn sweep(
+    exec: &Executor,
+    cursors: &mut std::collections::HashMap<String, String>,
+) -> Result<(), StoreError> {
+    let workflows = {
+        let conn = exec.pool.get().await?;
+        slots::waiting_workflows(&conn).await?
+    };
+    for workflow in workflows {
+        let limit = limit_of(exec, &workflow).await?;
+        let after = cursors.get(&workflow).cloned();
+        let keys = {
+            let conn = exec.pool.get().await?;
+            let mut keys =
+                slots::due_keys(&conn, &workflow, limit, KEYS_PER_PASS, after.as_deref()).await?;
+            if keys.is_empty() && after.is_some() {
+                // Round again from the first key.
+                keys = slots::due_keys(&conn, &workflow, limit, KEYS_PER_PASS, None).await?;
+            }
+            keys
+        };
+        match keys.last() {
+            Some(last) => {
+                cursors.insert(workflow.clone(), last.clone());
+            }
+            None => {
+                cursors.remove(&workflow);
+            }
+        }
+        for key in keys {
+            admit(exec, &workflow, &key, limit).await?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,224 @@
+//! Concurrency limits by key (beyond Clamp; migration 22). A request of a workflow that
+//! declares `concurrency` carries its key (`concurrency_key`). It holds a slot from its
+//! admission until it finishes (a pause or a sleep holds it too); until admitted it is
+//! NEW and held (`lease_until = 'infinity'`, which no claim takes). Slots are counted
+//! from the rows themselves (`service_requests_slots`), never kept as a number, so a
+//! crash can neither free one twice nor leak one: a request of a dead instance keeps its
+//! slot while it is continued elsewhere, and frees it when it finishes.
+//!
+//! Every admission of a key runs under a transaction-scoped advisory lock of (workflow,
+//! key), taken by its own statement first, so the count that follows sees every admission
+//! committed before it: two instances never admit past the limit. Admission is in
+//! creation order per key (ids are UUIDv7), and a create finds a queue before it waits in
+//! it: it is admitted at once only when its key has a free slot and nobody waiting.
+
+use uuid::Uuid;
+
+use super::raw_json::RawJson;
+use super::{PgConn, Result};
+
+/// The advisory lock of one (workflow, key): `$1` workflow, `$2` key.
+pub(super) const LOCK: &str =
+    "SELECT pg_advisory_xact_lock(hashtextextended($1::text || '/' || $2::text, 22))";
+
+/// The predicate of a request holding a slot (the `service_requests_slots` index's).
+macro_rules! holds_slot {
+    ($s:literal) => {
+        concat!(
+            $s,
+            ".concurrency_key IS NOT NULL AND ",
+            $s,
+            ".lease_until <> 'infinity' AND ",
+            $s,
+            ".status IN ('NEW', 'IN_PROGRESS', 'PAUSED', 'RESUMED')"
+        )
+    };
+}
+
+/// The predicate of a request waiting for a slot (`service_requests_queued`'s).
+macro_rules! queued {
+    ($s:literal) => {
+        concat!(
+            $s,
+            ".concurrency_key IS NOT NULL AND ",
+            $s,
+            ".lease_until = 'infinity' AND ",
+            $s,
+            ".status = 'NEW'"
+        )
+    };
+}
+
+/// A limited create, under its key's lock: admitted (claimable at once) when the key has
+/// a free slot and nobody waiting, else held. `$1` id, `$2` workflow, `$3` payload, `$4`
+/// headers, `$5` the version named (0: the latest), `$6` the deadline in ms from now,
+/// `$7` key, `$8` limit. Returns whether it was admitted.
+pub(super) const INSERT: &str = concat!(
+    "INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, \
+     lease_until, workflow_version, deadline, concurrency_key) \
+     SELECT $1, $2, $3, $4, NULL, \
+       CASE WHEN NOT EXISTS (SELECT 1 FROM service_requests q WHERE q.workflow_name = $2 \
+                               AND q.concurrency_key = $7 AND ",
+    queued!("q"),
+    ") \
+             AND (SELECT count(*) FROM service_requests h WHERE h.workflow_name = $2 \
+                    AND h.concurrency_key = $7 AND ",
+    holds_slot!("h"),
+    ") < $8 \
+            THEN '-infinity'::timestamptz ELSE 'infinity'::timestamptz END, ",
+    crate::store::sql::pinned_version!(
+        "$5::int",
+        "(SELECT w.version FROM workflows w WHERE w.name = $2)"
+    ),
+    ", now() + $6::float8 * interval '1 millisecond', $7 \
+     RETURNING lease_until = '-infinity'::timestamptz"
+);
+
+/// Admits the oldest waiting requests of a key into its free slots, under its lock: `$1`
+/// workflow, `$2` key, `$3` limit. Returns the admitted ids.
+pub(super) const ADMIT: &str = concat!(
+    "UPDATE service_requests SET lease_until = '-infinity' \
+     WHERE id IN (SELECT q.id FROM service_requests q WHERE q.workflow_name = $1 \
+                    AND q.concurrency_key = $2 AND ",
+    queued!("q"),
+    " ORDER BY q.id \
+                  LIMIT greatest(0, $3 - (SELECT count(*) FROM service_requests h \
+                      WHERE h.workflow_name = $1 AND h.concurrency_key = $2 AND ",
+    holds_slot!("h"),
+    "))) AND ",
+    queued!("service_requests"),
+    " RETURNING id"
+);
+
+/// The workflows and keys of requests (`$1`) that hold or held a slot.
+pub(super) const KEYS_OF: &str = "SELECT DISTINCT workflow_name, concurrency_key \
+     FROM service_requests WHERE id = ANY($1::uuid[]) AND concurrency_key IS NOT NULL";
+
+/// The workflows with requests waiting for a slot (a skip scan of the queue's index).
+pub(super) const WAITING_WORKFLOWS: &str = concat!(
+    "WITH RECURSIVE w AS ( \
+       (SELECT q.workflow_name AS name FROM service_requests q WHERE ",
+    queued!("q"),
+    " ORDER BY q.workflow_name LIMIT 1) \
+       UNION ALL \
+       SELECT (SELECT q.workflow_name FROM service_requests q WHERE q.workflow_name > w.name AND ",
+    queued!("q"),
+    " ORDER BY q.workflow_name LIMIT 1) FROM w WHERE w.name IS NOT NULL) \
+     SELECT name FROM w WHERE name IS NOT NULL"
+);
+
+/// The keys of workflow `$1` with requests waiting and fewer than `$2` holding slots
+/// (a skip scan of the queue's index), at most `$3`, from after key `$4` (NULL: from the
+/// first; a pass goes round the keys, so none waits behind the others).
+pub(super) const DUE_KEYS: &str = concat!(
+    "WITH RECURSIVE k AS ( \
+       (SELECT q.concurrency_key AS key FROM service_requests q WHERE q.workflow_name = $1 \
+          AND ($4::text IS NULL OR q.concurrency_key > $4) AND ",
+    queued!("q"),
+    " ORDER BY q.concurrency_key LIMIT 1) \
+       UNION ALL \
+       SELECT (SELECT q.concurrency_key FROM service_requests q WHERE q.workflow_name = $1 \
+                 AND q.concurrency_key > k.key AND ",
+    queued!("q"),
+    " ORDER BY q.concurrency_key LIMIT 1) FROM k WHERE k.key IS NOT NULL) \
+     SELECT key FROM k WHERE key IS NOT NULL \
+       AND (SELECT count(*) FROM service_requests h WHERE h.workflow_name = $1 \
+              AND h.concurrency_key = k.key AND ",
+    holds_slot!("h"),
+    ") < $2 LIMIT $3"
+);
+
+/// Requests waiting for a slot, by workflow (for /metrics, at most every 30 s).
+pub(super) const WAITING_COUNTS: &str = concat!(
+    "SELECT q.workflow_name, count(*) FROM service_requests q WHERE ",
+    queued!("q"),
+    " GROUP BY q.workflow_name"
+);
+
+/// One limited create.
+pub struct Limited<'a> {
+    pub id: Uuid,
+    pub workflow: &'a str,
+    /// 0: the latest version when stored.
+    pub version: i32,
+    pub payload: &'a [u8],
+    pub headers: &'a [u8],
+    pub deadline_ms: Option<f64>,
+    pub key: &'a str,
+    pub limit: u32,
+}
+
+/// Stores a limited create, admitted or waiting; true when admitted.
+pub async fn insert(conn: &mut PgConn, l: &Limited<'_>) -> Result<bool> {
+    let lock = conn.stmt(LOCK).await?;
+    let insert = conn.stmt(INSERT).await?;
+    let tx = conn.client.transaction().await?;
+    tx.execute(&lock, &[&l.workflow, &l.key]).await?;
+    let row = tx
+        .query_one(
+            &insert,
+            &[
+                &l.id,
+                &l.workflow,
+                &RawJson(l.payload),
+                &RawJson(l.headers),
+                &l.version,
+                &l.deadline_ms,
+                &l.key,
+                &(l.limit as i64),
+            ],
+        )
+        .await?;
+    tx.commit().await?;
+    Ok(row.get(0))
+}
+
+/// Admits what fits of a key's waiting requests; the ids admitted.
+pub async fn admit(conn: &mut PgConn, workflow: &str, key: &str, limit: u32) -> Result<Vec<Uuid>> {
+    let lock = conn.stmt(LOCK).await?;
+    let admit = conn.stmt(ADMIT).await?;
+    let tx = conn.client.transaction().await?;
+    tx.execute(&lock, &[&workflow, &key]).await?;
+    let rows = tx
+        .query(&admit, &[&workflow, &key, &(limit as i64)])
+        .await?;
+    tx.commit().await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// The (workflow, key) of those of `ids` that are limited.
+pub async fn keys_of(conn: &PgConn, ids: &[Uuid]) -> Result<Vec<(String, String)>> {
+    let stmt = conn.stmt(KEYS_OF).await?;
+    let rows = conn.client.query(&stmt, &[&ids]).await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// The workflows with waiting requests.
+pub async fn waiting_workflows(conn: &PgConn) -> Result<Vec<String>> {
+    let stmt = conn.stmt(WAITING_WORKFLOWS).await?;
+    let rows = conn.client.query(&stmt, &[]).await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Keys of `workflow` with waiting requests and a free slot, after `after`.
+pub async fn due_keys(
+    conn: &PgConn,
+    workflow: &str,
+    limit: u32,
+    max: i64,
+    after: Option<&str>,
+) -> Result<Vec<String>> {
+    let stmt = conn.stmt(DUE_KEYS).await?;
+    let rows = conn
+        .client
+        .query(&stmt, &[&workflow, &(limit as i64), &max, &after])
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Waiting requests by workflow.
+pub async fn waiting_counts(conn: &PgConn) -> Result<Vec<(String, i64)>> {
+    let stmt = conn.stmt(WAITING_COUNTS).await?;
+    let rows = conn.client.query(&stmt, &[]).await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
