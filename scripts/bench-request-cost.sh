@@ -26,7 +26,10 @@
 # POLL_DURATION (20), BENCH_BIN (target/release/clamp-bench), PGSS (1; 0 runs Postgres
 # without pg_stat_statements), TAG (request-cost), A_SCHEME and B_SCHEME (http; https
 # makes that side's workflow call nginx over TLS, with a certificate of a CA made for the
-# run and given to the server as --step-ca-file: A=B with B_SCHEME=https prices TLS).
+# run and given to the server as --step-ca-file: A=B with B_SCHEME=https prices TLS),
+# A_CONCURRENCY and B_CONCURRENCY (a `concurrency` object for that side's workflow, e.g.
+# '{"key":"payload.k","limit":4}'), KEYS (0; N: each create's payload carries "k", one of N
+# keys in turn, on both sides).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -116,13 +119,18 @@ port=$(free_port)
 workflow_for() {  # workflow_for A|B: the two-step workflow, over that side's scheme
   local scheme_var="${1}_SCHEME" base_url="http://127.0.0.1:$nginx_port"
   [ "${!scheme_var:-http}" = https ] && base_url="https://localhost:$nginx_tls_port"
-  echo "{\"name\":\"two\",\"description\":\"bench\",\"steps\":[{\"name\":\"a\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"$base_url/a\"}},{\"name\":\"b\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"$base_url/b\"}}]}"
+  local conc_var="${1}_CONCURRENCY" extra=""
+  [ -z "${!conc_var:-}" ] || extra=",\"concurrency\":${!conc_var}"
+  echo "{\"name\":\"two\",\"description\":\"bench\"$extra,\"steps\":[{\"name\":\"a\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"$base_url/a\"}},{\"name\":\"b\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"$base_url/b\"}}]}"
 }
 # TOKEN: every call to the server carries it (servers started with tokens, e.g.
 # SERVER_FLAGS="--api-tokens $TOKEN"); wrk reads it as BENCH_TOKEN (perf/wrk/create.lua).
 auth=()
 [ -z "${TOKEN:-}" ] || auth=(-H "Authorization: Bearer $TOKEN")
 export BENCH_TOKEN="${TOKEN:-}"
+# KEYS: each create's payload carries `"k"`, one of KEYS keys in turn (perf/wrk/create.lua
+# reads it as BENCH_KEYS), for a side whose workflow declares a concurrency limit by it.
+export BENCH_KEYS="${KEYS:-0}"
 wrk_cmd="wrk -t1 -c$CONNS -d${DURATION}s -s perf/wrk/create.lua http://127.0.0.1:$port -- two"
 # finished: completed + failed requests, by the server's counters (one /metrics read).
 finished() {

@@ -17,6 +17,18 @@ if token and token ~= "" then
   wrk.headers["Authorization"] = "Bearer " .. token
 end
 
+-- BENCH_KEYS=N (scripts/bench-request-cost.sh's KEYS): each body carries "k", one of N
+-- keys in turn (a request() callback: wrk then formats each request, on both sides alike).
+local keys = tonumber(os.getenv("BENCH_KEYS") or "0") or 0
+if keys > 0 then
+  local head = wrk.body:sub(1, -2)
+  local n = 0
+  function request()
+    n = n + 1
+    return wrk.format(nil, nil, nil, head .. ',"k":"k' .. (n % keys) .. '"}')
+  end
+end
+
 function init(args)
   local workflow = args[1] or "bench"
   wrk.path = "/serviceRequest/" .. workflow

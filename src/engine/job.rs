@@ -280,7 +280,9 @@ async fn run_step(exec: &Arc<Executor>, job: &mut Job, step: &CompiledStep) -> F
         (None, Some(at)) if at <= tokio::time::Instant::now() => Outcome::Failed(passed()),
         (None, deadline) => {
             let call = execute(exec, job, step, &body, is_async, trace.as_mut());
-            let outcome = match deadline {
+            // Lanes end themselves at the deadline (`lanes`): their writes are waited for.
+            let lanes = matches!(&step.val, Val::Parallel(p) if p.lanes) && is_async;
+            let outcome = match deadline.filter(|_| !lanes) {
                 None => call.await,
                 Some(at) => tokio::select! {
                     o = call => o,
@@ -371,7 +373,7 @@ async fn run_step(exec: &Arc<Executor>, job: &mut Job, step: &CompiledStep) -> F
 }
 
 /// The failure of a step the request's deadline ended.
-fn passed() -> CallError {
+pub(super) fn passed() -> CallError {
     CallError::new(CallErrorKind::Deadline, DEADLINE_PASSED)
 }
 

@@ -13,6 +13,8 @@
 //! of each branch's last answer by branch name. When one fails (its retries spent), the
 //! step fails naming it: the other branches' calls in flight are abandoned (dropped, with
 //! no record; a retry of the request calls them again) and no branch step starts after.
+//! The request's deadline ends every lane the same way (here, not by the step loop: a
+//! branch record being written is waited for, so none commits after the step's outcome).
 //!
 //! A child request per branch costs a row insert, a claim, its own step writes and a
 //! count at the join, about three times a step call (docs/decisions.md); a lane costs its
@@ -20,9 +22,12 @@
 //! nested fan-out) or onFailure steps of their own need a row to wait in, and stay
 //! child requests (`engine::fan`).
 
+use std::future::Future;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use serde_json::{Map, Value};
+use tokio::sync::watch;
 
 use super::call::{CallError, CallErrorKind};
 use super::doc::{context_entry, Doc};
@@ -50,6 +55,27 @@ pub enum Joined {
 enum LaneEnd {
     Failed(String),
     Lost,
+    /// Another branch ended the step (or the request's deadline passed): its call in
+    /// flight or its back-off was abandoned. A write it had begun was waited for.
+    Stopped,
+}
+
+/// What ends every lane early: the first branch that fails, a lost lease, the deadline.
+struct Stop {
+    tx: watch::Sender<bool>,
+    /// The branch that failed first, or `DEADLINE` (None: none did).
+    first: Mutex<Option<usize>>,
+}
+
+/// `Stop::first` when the request's deadline ended the step.
+const DEADLINE: usize = usize::MAX;
+
+impl Stop {
+    /// Ends every lane; `who` is remembered if it is the first.
+    fn stop(&self, who: usize) {
+        self.first.lock().get_or_insert(who);
+        self.tx.send_replace(true);
+    }
 }
 
 /// What a lane knows of the request and the step it runs in.
@@ -62,6 +88,7 @@ struct Fan<'a> {
     /// The context every branch starts from (the request's, with this step's request),
     /// when any branch reads it.
     outer: Option<Map<String, Value>>,
+    stop: Stop,
 }
 
 /// Where a branch stands: the step it runs next (an index into its main sequence), the
@@ -100,23 +127,68 @@ pub async fn run(
             .iter()
             .any(|b| b.sub.0.uses_context)
             .then(|| job.context_for(step, body)),
+        stop: Stop {
+            tx: watch::channel(false).0,
+            first: Mutex::new(None),
+        },
     };
+    // Every lane runs to its end, or to the stop: a lane stopped abandons its call in
+    // flight or its back-off, never a write it began, so no branch record commits after
+    // the step's own outcome.
     let lanes = p.branches.iter().enumerate().map(|(i, b)| {
         let progress = progress(&b.sub.0, i as u32, &records, body);
         let fan = &fan;
         async move {
-            lane(fan, i as u32, &b.name, &b.sub.0, progress)
-                .await
-                .map_err(|end| (i, end))
+            let end = lane(fan, i as u32, &b.name, &b.sub.0, progress).await;
+            if end.is_err() {
+                fan.stop.stop(i);
+            }
+            end
         }
     });
-    match futures_util::future::try_join_all(lanes).await {
-        Ok(answers) => Joined::Done(joined(p, &answers)),
-        Err((_, LaneEnd::Lost)) => Joined::Lost,
-        Err((i, LaneEnd::Failed(why))) => Joined::Failed(CallError::new(
+    let ends = futures_util::future::join_all(lanes).await;
+    let mut answers = Vec::with_capacity(ends.len());
+    let mut why = vec![None; ends.len()];
+    for (i, end) in ends.into_iter().enumerate() {
+        match end {
+            Ok(a) => answers.push(a),
+            Err(LaneEnd::Lost) => return Joined::Lost,
+            Err(LaneEnd::Failed(w)) => why[i] = Some(w),
+            Err(LaneEnd::Stopped) => {}
+        }
+    }
+    let first = *fan.stop.first.lock();
+    match first {
+        None => Joined::Done(joined(p, &answers)),
+        Some(DEADLINE) => Joined::Failed(job::passed()),
+        Some(i) => Joined::Failed(CallError::new(
             CallErrorKind::Other,
-            format!("branch '{}' failed: {why}", p.branches[i].name),
+            format!(
+                "branch '{}' failed: {}",
+                p.branches[i].name,
+                why[i].take().unwrap_or_default()
+            ),
         )),
+    }
+}
+
+/// Runs `f` unless the lanes are stopped or the request's deadline passes first (then
+/// the stop: the deadline ends every lane).
+async fn unless_stopped<T>(fan: &Fan<'_>, f: impl Future<Output = T>) -> Result<T, LaneEnd> {
+    let mut stopped = fan.stop.tx.subscribe();
+    let deadline = async {
+        match fan.job.deadline {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        v = f => Ok(v),
+        _ = stopped.wait_for(|s| *s) => Err(LaneEnd::Stopped),
+        _ = deadline => {
+            fan.stop.stop(DEADLINE);
+            Err(LaneEnd::Stopped)
+        }
     }
 }
 
@@ -209,6 +281,9 @@ async fn lane(
     mut at: Progress,
 ) -> Result<Doc, LaneEnd> {
     while let Some(step) = wf.main.get(at.next).and_then(|&id| wf.step(id)) {
+        if *fan.stop.tx.borrow() {
+            return Err(LaneEnd::Stopped);
+        }
         at.request = lane_step(fan, index, name, wf, step, &mut at).await?;
         at.next += 1;
     }
@@ -288,7 +363,9 @@ async fn lane_step(
         let outcome = match failure {
             Some(e) => Err(e),
             None => {
-                let called = call(fan, index, branch, step, &body, trace.as_mut()).await;
+                let called =
+                    unless_stopped(fan, call(fan, index, branch, step, &body, trace.as_mut()))
+                        .await?;
                 exec.app.metrics.steps_executed.inc();
                 called
             }
@@ -323,12 +400,8 @@ async fn lane_step(
                     // other branches go on meanwhile.
                     exec.app.metrics.count_retry(e.cause());
                     if e.backs_off() {
-                        tokio::time::sleep(policy.backoff(
-                            attempts,
-                            fastrand::f64(),
-                            e.retry_after,
-                        ))
-                        .await;
+                        let wait = policy.backoff(attempts, fastrand::f64(), e.retry_after);
+                        unless_stopped(fan, tokio::time::sleep(wait)).await?;
                     }
                     continue;
                 }

@@ -135,6 +135,13 @@ pub(super) const WAITING_COUNTS: &str = concat!(
     " GROUP BY q.workflow_name"
 );
 
+/// The keys of workflow `$1` with the most requests waiting, at most `$2` (the console).
+pub(super) const WAITING_BY_KEY: &str = concat!(
+    "SELECT q.concurrency_key, count(*) FROM service_requests q WHERE q.workflow_name = $1 AND ",
+    queued!("q"),
+    " GROUP BY q.concurrency_key ORDER BY count(*) DESC, q.concurrency_key LIMIT $2"
+);
+
 /// One limited create.
 pub struct Limited<'a> {
     pub id: Uuid,
@@ -220,5 +227,12 @@ pub async fn due_keys(
 pub async fn waiting_counts(conn: &PgConn) -> Result<Vec<(String, i64)>> {
     let stmt = conn.stmt(WAITING_COUNTS).await?;
     let rows = conn.client.query(&stmt, &[]).await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// The keys of `workflow` with the most requests waiting, with their counts.
+pub async fn waiting_by_key(conn: &PgConn, workflow: &str, max: i64) -> Result<Vec<(String, i64)>> {
+    let stmt = conn.stmt(WAITING_BY_KEY).await?;
+    let rows = conn.client.query(&stmt, &[&workflow, &max]).await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }

@@ -38,6 +38,7 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("slots::WAITING_WORKFLOWS", slots::WAITING_WORKFLOWS),
         ("slots::DUE_KEYS", slots::DUE_KEYS),
         ("slots::WAITING_COUNTS", slots::WAITING_COUNTS),
+        ("slots::WAITING_BY_KEY", slots::WAITING_BY_KEY),
         // The executor's statements.
         ("leases::CLAIM", leases::CLAIM),
         ("leases::RENEW", leases::RENEW),

@@ -167,6 +167,14 @@ SELECT q.workflow_name, count(*)
     WHERE q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW'
     GROUP BY q.workflow_name;
 
+-- slots::WAITING_BY_KEY
+SELECT q.concurrency_key, count(*)
+    FROM service_requests q
+    WHERE q.workflow_name = $1 AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW'
+    GROUP BY q.concurrency_key
+    ORDER BY count(*) DESC, q.concurrency_key
+    LIMIT $2;
+
 -- leases::CLAIM
 UPDATE service_requests s SET lease_owner = $1,
        lease_until = now() + $2::float8 * interval '1 millisecond', updated_at = now()

@@ -84,6 +84,18 @@ async fn waiting_requests_are_shown_start_in_order_and_can_be_cancelled() {
     // The running one shows no wait.
     let v = s.get(&format!("/serviceRequest/{first}")).await.json();
     assert!(v.get("waitingForSlot").is_none(), "{v}");
+    // The console shows the wait: on the workflow's page by key, on the request's page.
+    let page = s.get("/console/workflows/one").await.text();
+    assert!(page.contains("Concurrency limit"), "{page}");
+    assert!(
+        page.contains(r#"<td class="num">3</td>"#),
+        "three waiting under the one key: {page}"
+    );
+    let page = s
+        .get(&format!("/console/serviceRequests/{fourth}"))
+        .await
+        .text();
+    assert!(page.contains("Waiting for a slot"), "{page}");
     // A waiting request cancelled never runs.
     let r = s.post(&format!("/serviceRequest/{third}/cancel"), "").await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -210,5 +222,75 @@ async fn a_retried_request_waits_for_a_slot_again() {
         assert_eq!(v["status"], "COMPLETED", "{v}");
     }
     assert_eq!(d.peak_in_flight(), 1);
+    s.shutdown().await;
+}
+
+/// One of two instances is killed (SIGKILL) while its requests hold slots: the other
+/// continues them once their leases run out, admits the rest, and never lets a key run
+/// more than its limit; every request completes, and no slot stays taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_loses_no_slot_for_longer_than_a_lease() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let port = free_port();
+    let mut killed = spawn_binary(&db.url, port);
+    wait_healthy(port).await;
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(
+        &json!({"name": "dev", "concurrency": {"key": "payload.k", "limit": 2},
+        "steps": [http("work", d.url("/per-key/300"))]}),
+    )
+    .await;
+    // Created on the instance that is killed, so it admits and runs them first.
+    let creates = (0..40).map(|n| async move {
+        let r = send(
+            addr,
+            hyper::Method::POST,
+            "/serviceRequest/dev",
+            Some(
+                json!({"k": format!("k{}", n % 4), "n": n})
+                    .to_string()
+                    .into_bytes(),
+            ),
+            &[],
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["serviceRequestId"].as_str().unwrap().to_string()
+    });
+    let ids = futures_util::future::join_all(creates).await;
+    wait_for_seen("calls in flight on the instance killed", WAIT, || async {
+        let n = d.received("/per-key/300").len();
+        (n >= 4).then_some(()).ok_or(n)
+    })
+    .await;
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    let t0 = Instant::now();
+    for id in &ids {
+        let v = wait_status(&s, id, &["COMPLETED", "FAILED"], WAIT).await;
+        assert_eq!(v["status"], "COMPLETED", "{v}");
+    }
+    // 40 requests of 0.3 s, 2 at a time over 4 keys: 1.5 s of work, after a 1 s lease.
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        t0.elapsed()
+    );
+    for (k, peak) in d.peak_per_key() {
+        assert!(peak <= 2, "key {k} had {peak} calls at once");
+    }
+    let c = db.client().await;
+    let held: i64 = c
+        .query_one(
+            "SELECT count(*) FROM service_requests WHERE concurrency_key IS NOT NULL \
+             AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(held, 0, "no request holds or waits for a slot");
     s.shutdown().await;
 }

@@ -144,6 +144,11 @@ fn facts(id: Uuid, d: &Details) -> Markup {
                 @if let Some(by) = &h.deadline {
                     dt { "Deadline (UTC)" } dd.mono { (layout::when(by)) }
                 }
+                @if let (Some(key), Some(ahead)) = (&h.concurrency_key, h.slot_ahead) {
+                    dt { "Waiting for a slot" } dd {
+                        "key " code { (key) } " · " (ahead) " waiting before it"
+                    }
+                }
                 @if h.retries > 0 {
                     dt { "Retried" } dd { (h.retries) @if h.retries == 1 { " time" } @else { " times" } }
                 }

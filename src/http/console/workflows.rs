@@ -91,6 +91,28 @@ pub async fn page(core: &Core, ctx: &Ctx, name: &str) -> Resp {
         Ok((items, _)) => items,
         Err(e) => return super::op_problem(ctx, e),
     };
+    // Beyond Clamp: the keys with the most requests waiting for a slot.
+    let waiting = match &wf.concurrency {
+        None => Vec::new(),
+        Some(_) => {
+            let read = async {
+                let conn = core.pool.get().await?;
+                crate::store::slots::waiting_by_key(&conn, name, 20).await
+            };
+            match read.await {
+                Ok(w) => w,
+                Err(error) => {
+                    return super::op_problem(
+                        ctx,
+                        OpError::Store {
+                            error,
+                            doing: "read waiting requests",
+                        },
+                    )
+                }
+            }
+        }
+    };
     let def = &wf.def;
     let body = html! {
         h1 { "Workflow " (def.name) }
@@ -104,6 +126,26 @@ pub async fn page(core: &Core, ctx: &Ctx, name: &str) -> Resp {
             dt { "Created (UTC)" } dd.mono { (layout::when(&def.created_at)) }
             dt { "Definition" } dd { a href={ "/workflow/" (seg(&def.name)) } { "as JSON" } }
         } }
+        @if let Some(c) = &def.concurrency {
+            h2 { "Concurrency limit" }
+            p {
+                "At most " (c.limit) " running at once per key "
+                @match &c.key { Some(k) => code { (k) }, None => "(one key for the whole workflow)" }
+                "."
+            }
+            @if waiting.is_empty() {
+                p.muted { "No request waits for a slot." }
+            } @else {
+                div.scroll { table {
+                    thead { tr { th { "Key" } th.num { "Waiting" } } }
+                    tbody {
+                        @for (k, n) in &waiting {
+                            tr { td.mono { (k) } td.num { (n) } }
+                        }
+                    }
+                } }
+            }
+        }
         h2 { "Steps" }
         (steps(&wf))
         h2 { "Requests per minute, last hour (UTC)" }
