@@ -21,6 +21,9 @@ use crate::store::{slots, StoreError};
 const NOTES: usize = 4096;
 /// How often a pass looks for keys with waiting requests and free slots.
 const PASS: Duration = Duration::from_secs(1);
+/// How often while a rate-limited workflow has requests waiting: its window slides
+/// without any finish to note, so only a pass admits into it.
+const RATE_PASS: Duration = Duration::from_millis(100);
 /// Keys one pass admits into, per workflow (the next pass goes on after the last).
 const KEYS_PER_PASS: i64 = 500;
 
@@ -53,8 +56,7 @@ pub async fn run(exec: Arc<Executor>, mut stop: watch::Receiver<bool>) {
     let Some(mut rx) = exec.app.freed.rx.lock().take() else {
         return;
     };
-    let mut pass = tokio::time::interval(PASS);
-    pass.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut next_pass = tokio::time::Instant::now() + PASS;
     // Per workflow, the last key a pass reached.
     let mut cursors: std::collections::HashMap<String, String> = Default::default();
     loop {
@@ -72,18 +74,28 @@ pub async fn run(exec: Arc<Executor>, mut stop: watch::Receiver<bool>) {
                     tracing::debug!(error = %e, "freed slots not admitted now; the next pass does");
                 }
             }
-            _ = pass.tick() => {
-                if let Err(e) = sweep(&exec, &mut cursors).await {
-                    tracing::warn!(error = %e, "a pass admitting waiting requests failed; trying again");
-                }
+            _ = tokio::time::sleep_until(next_pass) => {
+                let every = match sweep(&exec, &mut cursors).await {
+                    Ok(true) => RATE_PASS,
+                    Ok(false) => PASS,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "a pass admitting waiting requests failed; trying again");
+                        PASS
+                    }
+                };
+                next_pass = tokio::time::Instant::now() + every;
             }
         }
     }
 }
 
-/// The limit a key's requests run under now: the latest version's (a new version's limit
-/// applies to the requests started after it); none any more admits every waiting one.
-async fn limit_of(exec: &Executor, workflow: &str) -> Result<u32, StoreError> {
+/// The limits a key's requests are admitted under now: the latest version's (a new
+/// version's limits apply to the requests started after it); none any more admits every
+/// waiting one.
+async fn limit_of(
+    exec: &Executor,
+    workflow: &str,
+) -> Result<(u32, Option<(u32, u32)>), StoreError> {
     let wf = match exec.app.workflows.get_or_load(&exec.pool, workflow).await {
         Ok(wf) => wf,
         Err(crate::store::workflow_map::LoadError::Store(e)) => return Err(e),
@@ -91,8 +103,8 @@ async fn limit_of(exec: &Executor, workflow: &str) -> Result<u32, StoreError> {
         Err(e) => return Err(StoreError::unavailable(e.to_string())),
     };
     Ok(wf
-        .and_then(|w| w.concurrency.as_ref().map(|c| c.limit))
-        .unwrap_or(u32::MAX >> 1))
+        .and_then(|w| w.concurrency.as_ref().map(|c| (c.limit, c.rate)))
+        .unwrap_or((crate::workflow::model::NO_LIMIT, None)))
 }
 
 /// Admits into the keys of finished requests `ids`.
@@ -102,8 +114,8 @@ async fn after_finish(exec: &Executor, ids: &[Uuid]) -> Result<(), StoreError> {
         slots::keys_of(&conn, ids).await?
     };
     for (workflow, key) in keys {
-        let limit = limit_of(exec, &workflow).await?;
-        admit(exec, &workflow, &key, limit).await?;
+        let (limit, rate) = limit_of(exec, &workflow).await?;
+        admit(exec, &workflow, &key, limit, rate).await?;
     }
     Ok(())
 }
@@ -114,9 +126,10 @@ pub async fn admit(
     workflow: &str,
     key: &str,
     limit: u32,
+    rate: Option<(u32, u32)>,
 ) -> Result<usize, StoreError> {
     let mut conn = exec.pool.get().await?;
-    let admitted = slots::admit(&mut conn, workflow, key, limit).await?;
+    let admitted = slots::admit(&mut conn, workflow, key, limit, rate).await?;
     if !admitted.is_empty() {
         exec.app
             .metrics
@@ -130,25 +143,35 @@ pub async fn admit(
     Ok(admitted.len())
 }
 
-/// One pass: every workflow with waiting requests, its keys with a free slot.
+/// One pass: every workflow with waiting requests, its keys with a free slot (and room
+/// in their rate's window). True when a rate-limited workflow has requests waiting.
 async fn sweep(
     exec: &Executor,
     cursors: &mut std::collections::HashMap<String, String>,
-) -> Result<(), StoreError> {
+) -> Result<bool, StoreError> {
+    let mut rated = false;
     let workflows = {
         let conn = exec.pool.get().await?;
         slots::waiting_workflows(&conn).await?
     };
     for workflow in workflows {
-        let limit = limit_of(exec, &workflow).await?;
+        let (limit, rate) = limit_of(exec, &workflow).await?;
+        rated |= rate.is_some();
         let after = cursors.get(&workflow).cloned();
         let keys = {
             let conn = exec.pool.get().await?;
-            let mut keys =
-                slots::due_keys(&conn, &workflow, limit, KEYS_PER_PASS, after.as_deref()).await?;
+            let mut keys = slots::due_keys(
+                &conn,
+                &workflow,
+                limit,
+                rate,
+                KEYS_PER_PASS,
+                after.as_deref(),
+            )
+            .await?;
             if keys.is_empty() && after.is_some() {
                 // Round again from the first key.
-                keys = slots::due_keys(&conn, &workflow, limit, KEYS_PER_PASS, None).await?;
+                keys = slots::due_keys(&conn, &workflow, limit, rate, KEYS_PER_PASS, None).await?;
             }
             keys
         };
@@ -161,8 +184,8 @@ async fn sweep(
             }
         }
         for key in keys {
-            admit(exec, &workflow, &key, limit).await?;
+            admit(exec, &workflow, &key, limit, rate).await?;
         }
     }
-    Ok(())
+    Ok(rated)
 }

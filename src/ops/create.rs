@@ -288,6 +288,7 @@ async fn limited(
         deadline_ms,
         key: &key,
         limit: limit.limit,
+        rate: limit.rate,
     };
     let admitted = crate::store::slots::insert(&mut conn, &row)
         .await

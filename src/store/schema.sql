@@ -136,9 +136,11 @@ CREATE TABLE service_requests (
     wait_key text,
     wait_next integer,
     deadline timestamp with time zone,
-    concurrency_key text
+    concurrency_key text,
+    admitted_at timestamp with time zone
 ) WITH (fillfactor=50);
 ALTER TABLE service_requests ADD CONSTRAINT service_requests_pkey PRIMARY KEY (id);
+CREATE INDEX service_requests_admitted ON public.service_requests USING btree (workflow_name, concurrency_key, admitted_at) WHERE ((concurrency_key IS NOT NULL) AND (admitted_at IS NOT NULL));
 CREATE INDEX service_requests_answer_due ON public.service_requests USING btree (lease_until) WHERE ((status = 'PAUSED'::text) AND (lease_until > '-infinity'::timestamp with time zone));
 CREATE INDEX service_requests_by_workflow ON public.service_requests USING btree (workflow_name, id) WITH (fillfactor='50');
 CREATE INDEX service_requests_children ON public.service_requests USING btree (parent_id, id) WHERE (parent_id IS NOT NULL);

@@ -49,42 +49,70 @@ macro_rules! queued {
     };
 }
 
+/// The starts of key `$k` of workflow `$w` within the last `$p` ms, unless `$n` (the rate)
+/// is NULL: then 0 (the count is not made).
+macro_rules! started_within {
+    ($w:literal, $k:literal, $n:literal, $p:literal) => {
+        concat!(
+            "(CASE WHEN ",
+            $n,
+            "::bigint IS NULL THEN 0 ELSE \
+             (SELECT count(*) FROM service_requests a WHERE a.workflow_name = ",
+            $w,
+            " \
+                AND a.concurrency_key = ",
+            $k,
+            " AND a.concurrency_key IS NOT NULL \
+                AND a.admitted_at > statement_timestamp() - ",
+            $p,
+            "::float8 * interval '1 millisecond') END)"
+        )
+    };
+}
+
 /// A limited create, under its key's lock: admitted (claimable at once) when the key has
-/// a free slot and nobody waiting, else held. `$1` id, `$2` workflow, `$3` payload, `$4`
-/// headers, `$5` the version named (0: the latest), `$6` the deadline in ms from now,
-/// `$7` key, `$8` limit. Returns whether it was admitted.
+/// a free slot, room in its rate's window and nobody waiting, else held. `$1` id, `$2`
+/// workflow, `$3` payload, `$4` headers, `$5` the version named (0: the latest), `$6` the
+/// deadline in ms from now, `$7` key, `$8` limit, `$9` rate (NULL: none), `$10` its
+/// window in ms. Returns whether it was admitted.
 pub(super) const INSERT: &str = concat!(
-    "INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, \
-     lease_until, workflow_version, deadline, concurrency_key) \
-     SELECT $1, $2, $3, $4, NULL, \
-       CASE WHEN NOT EXISTS (SELECT 1 FROM service_requests q WHERE q.workflow_name = $2 \
+    "WITH ok AS (SELECT NOT EXISTS (SELECT 1 FROM service_requests q WHERE q.workflow_name = $2 \
                                AND q.concurrency_key = $7 AND ",
     queued!("q"),
     ") \
              AND (SELECT count(*) FROM service_requests h WHERE h.workflow_name = $2 \
                     AND h.concurrency_key = $7 AND ",
     holds_slot!("h"),
-    ") < $8 \
-            THEN '-infinity'::timestamptz ELSE 'infinity'::timestamptz END, ",
+    ") < $8 AND ",
+    started_within!("$2", "$7", "$9", "$10"),
+    " < coalesce($9::bigint, 1) AS admit) \
+     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, \
+     lease_until, workflow_version, deadline, concurrency_key, admitted_at) \
+     SELECT $1, $2, $3, $4, NULL, \
+       CASE WHEN ok.admit THEN '-infinity'::timestamptz ELSE 'infinity'::timestamptz END, ",
     crate::store::sql::pinned_version!(
         "$5::int",
         "(SELECT w.version FROM workflows w WHERE w.name = $2)"
     ),
-    ", now() + $6::float8 * interval '1 millisecond', $7 \
+    ", now() + $6::float8 * interval '1 millisecond', $7, \
+       CASE WHEN ok.admit THEN statement_timestamp() END FROM ok \
      RETURNING lease_until = '-infinity'::timestamptz"
 );
 
-/// Admits the oldest waiting requests of a key into its free slots, under its lock: `$1`
-/// workflow, `$2` key, `$3` limit. Returns the admitted ids.
+/// Admits the oldest waiting requests of a key into its free slots and its rate's room,
+/// under its lock: `$1` workflow, `$2` key, `$3` limit, `$4` rate (NULL: none), `$5` its
+/// window in ms. Returns the admitted ids.
 pub(super) const ADMIT: &str = concat!(
-    "UPDATE service_requests SET lease_until = '-infinity' \
+    "UPDATE service_requests SET lease_until = '-infinity', admitted_at = statement_timestamp() \
      WHERE id IN (SELECT q.id FROM service_requests q WHERE q.workflow_name = $1 \
                     AND q.concurrency_key = $2 AND ",
     queued!("q"),
     " ORDER BY q.id \
-                  LIMIT greatest(0, $3 - (SELECT count(*) FROM service_requests h \
+                  LIMIT greatest(0, least($3 - (SELECT count(*) FROM service_requests h \
                       WHERE h.workflow_name = $1 AND h.concurrency_key = $2 AND ",
     holds_slot!("h"),
+    "), coalesce($4::bigint, $3) - ",
+    started_within!("$1", "$2", "$4", "$5"),
     "))) AND ",
     queued!("service_requests"),
     " RETURNING id"
@@ -107,9 +135,10 @@ pub(super) const WAITING_WORKFLOWS: &str = concat!(
      SELECT name FROM w WHERE name IS NOT NULL"
 );
 
-/// The keys of workflow `$1` with requests waiting and fewer than `$2` holding slots
-/// (a skip scan of the queue's index), at most `$3`, from after key `$4` (NULL: from the
-/// first; a pass goes round the keys, so none waits behind the others).
+/// The keys of workflow `$1` with requests waiting, fewer than `$2` holding slots and
+/// fewer than `$5` (NULL: no rate) started within the last `$6` ms (a skip scan of the
+/// queue's index), at most `$3`, from after key `$4` (NULL: from the first; a pass goes
+/// round the keys, so none waits behind the others).
 pub(super) const DUE_KEYS: &str = concat!(
     "WITH RECURSIVE k AS ( \
        (SELECT q.concurrency_key AS key FROM service_requests q WHERE q.workflow_name = $1 \
@@ -125,7 +154,9 @@ pub(super) const DUE_KEYS: &str = concat!(
        AND (SELECT count(*) FROM service_requests h WHERE h.workflow_name = $1 \
               AND h.concurrency_key = k.key AND ",
     holds_slot!("h"),
-    ") < $2 LIMIT $3"
+    ") < $2 AND ",
+    started_within!("$1", "k.key", "$5", "$6"),
+    " < coalesce($5::bigint, 1) LIMIT $3"
 );
 
 /// Requests waiting for a slot, by workflow (for /metrics, at most every 30 s).
@@ -153,6 +184,16 @@ pub struct Limited<'a> {
     pub deadline_ms: Option<f64>,
     pub key: &'a str,
     pub limit: u32,
+    /// Most starts of the key within `.1` ms, if a rate is declared.
+    pub rate: Option<(u32, u32)>,
+}
+
+/// A rate as the statements take it: (starts or NULL, window ms).
+fn rate_args(rate: Option<(u32, u32)>) -> (Option<i64>, f64) {
+    match rate {
+        Some((n, ms)) => (Some(n as i64), ms as f64),
+        None => (None, 0.0),
+    }
 }
 
 /// Stores a limited create, admitted or waiting; true when admitted.
@@ -173,6 +214,8 @@ pub async fn insert(conn: &mut PgConn, l: &Limited<'_>) -> Result<bool> {
                 &l.deadline_ms,
                 &l.key,
                 &(l.limit as i64),
+                &rate_args(l.rate).0,
+                &rate_args(l.rate).1,
             ],
         )
         .await?;
@@ -181,13 +224,20 @@ pub async fn insert(conn: &mut PgConn, l: &Limited<'_>) -> Result<bool> {
 }
 
 /// Admits what fits of a key's waiting requests; the ids admitted.
-pub async fn admit(conn: &mut PgConn, workflow: &str, key: &str, limit: u32) -> Result<Vec<Uuid>> {
+pub async fn admit(
+    conn: &mut PgConn,
+    workflow: &str,
+    key: &str,
+    limit: u32,
+    rate: Option<(u32, u32)>,
+) -> Result<Vec<Uuid>> {
+    let (n, ms) = rate_args(rate);
     let lock = conn.stmt(LOCK).await?;
     let admit = conn.stmt(ADMIT).await?;
     let tx = conn.client.transaction().await?;
     tx.execute(&lock, &[&workflow, &key]).await?;
     let rows = tx
-        .query(&admit, &[&workflow, &key, &(limit as i64)])
+        .query(&admit, &[&workflow, &key, &(limit as i64), &n, &ms])
         .await?;
     tx.commit().await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
@@ -212,13 +262,15 @@ pub async fn due_keys(
     conn: &PgConn,
     workflow: &str,
     limit: u32,
+    rate: Option<(u32, u32)>,
     max: i64,
     after: Option<&str>,
 ) -> Result<Vec<String>> {
     let stmt = conn.stmt(DUE_KEYS).await?;
+    let (n, ms) = rate_args(rate);
     let rows = conn
         .client
-        .query(&stmt, &[&workflow, &(limit as i64), &max, &after])
+        .query(&stmt, &[&workflow, &(limit as i64), &max, &after, &n, &ms])
         .await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }

@@ -95,31 +95,41 @@ INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, 
 SELECT pg_advisory_xact_lock(hashtextextended($1::text || '/' || $2::text, 22));
 
 -- slots::INSERT
-INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
-    workflow_version, deadline, concurrency_key) SELECT $1,
-    $2, $3, $4, NULL, CASE WHEN NOT EXISTS (SELECT 1
+WITH ok AS (SELECT NOT EXISTS (SELECT 1
     FROM service_requests q
     WHERE q.workflow_name = $2 AND q.concurrency_key = $7 AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW') AND (SELECT count(*)
     FROM service_requests h
     WHERE h.workflow_name = $2 AND h.concurrency_key = $7 AND h.concurrency_key IS NOT NULL AND h.lease_until <> 'infinity' AND h.status IN ('NEW',
         'IN_PROGRESS', 'PAUSED',
-        'RESUMED')) < $8 THEN '-infinity'::timestamptz ELSE 'infinity'::timestamptz END,
-        NULLIF(CASE WHEN $5::int > 0 THEN $5::int ELSE coalesce((SELECT w.version
-        FROM workflows w
-        WHERE w.name = $2), 1) END, 1), now() + $6::float8 * interval '1 millisecond', $7
+        'RESUMED')) < $8 AND (CASE WHEN $9::bigint IS NULL THEN 0 ELSE (SELECT count(*)
+        FROM service_requests a
+        WHERE a.workflow_name = $2 AND a.concurrency_key = $7 AND a.concurrency_key IS NOT NULL AND a.admitted_at > statement_timestamp() - $10::float8 * interval '1 millisecond') END) < coalesce($9::bigint,
+            1) AS admit) INSERT INTO service_requests (id, workflow_name, payload, headers,
+            lease_owner, lease_until, workflow_version, deadline, concurrency_key,
+            admitted_at) SELECT $1,
+            $2, $3, $4, NULL,
+            CASE WHEN ok.admit THEN '-infinity'::timestamptz ELSE 'infinity'::timestamptz END,
+            NULLIF(CASE WHEN $5::int > 0 THEN $5::int ELSE coalesce((SELECT w.version
+            FROM workflows w
+            WHERE w.name = $2), 1) END, 1), now() + $6::float8 * interval '1 millisecond', $7,
+                CASE WHEN ok.admit THEN statement_timestamp() END
+    FROM ok
     RETURNING lease_until = '-infinity'::timestamptz;
 
 -- slots::ADMIT
-UPDATE service_requests SET lease_until = '-infinity'
+UPDATE service_requests SET lease_until = '-infinity', admitted_at = statement_timestamp()
     WHERE id IN (SELECT q.id
         FROM service_requests q
         WHERE q.workflow_name = $1 AND q.concurrency_key = $2 AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW'
         ORDER BY q.id
-        LIMIT greatest(0, $3 - (SELECT count(*)
+        LIMIT greatest(0, least($3 - (SELECT count(*)
             FROM service_requests h
             WHERE h.workflow_name = $1 AND h.concurrency_key = $2 AND h.concurrency_key IS NOT NULL AND h.lease_until <> 'infinity' AND h.status IN ('NEW',
-                'IN_PROGRESS', 'PAUSED',
-                'RESUMED')))) AND service_requests.concurrency_key IS NOT NULL AND service_requests.lease_until = 'infinity' AND service_requests.status = 'NEW'
+                'IN_PROGRESS', 'PAUSED', 'RESUMED')),
+                coalesce($4::bigint,
+                    $3) - (CASE WHEN $4::bigint IS NULL THEN 0 ELSE (SELECT count(*)
+                FROM service_requests a
+                WHERE a.workflow_name = $1 AND a.concurrency_key = $2 AND a.concurrency_key IS NOT NULL AND a.admitted_at > statement_timestamp() - $5::float8 * interval '1 millisecond') END)))) AND service_requests.concurrency_key IS NOT NULL AND service_requests.lease_until = 'infinity' AND service_requests.status = 'NEW'
     RETURNING id;
 
 -- slots::KEYS_OF
@@ -158,7 +168,11 @@ WITH RECURSIVE k AS ( (SELECT q.concurrency_key AS key
     WHERE key IS NOT NULL AND (SELECT count(*)
         FROM service_requests h
         WHERE h.workflow_name = $1 AND h.concurrency_key = k.key AND h.concurrency_key IS NOT NULL AND h.lease_until <> 'infinity' AND h.status IN ('NEW',
-            'IN_PROGRESS', 'PAUSED', 'RESUMED')) < $2
+            'IN_PROGRESS', 'PAUSED',
+            'RESUMED')) < $2 AND (CASE WHEN $5::bigint IS NULL THEN 0 ELSE (SELECT count(*)
+            FROM service_requests a
+            WHERE a.workflow_name = $1 AND a.concurrency_key = k.key AND a.concurrency_key IS NOT NULL AND a.admitted_at > statement_timestamp() - $6::float8 * interval '1 millisecond') END) < coalesce($5::bigint,
+                1)
     LIMIT $3;
 
 -- slots::WAITING_COUNTS

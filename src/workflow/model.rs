@@ -40,6 +40,23 @@ pub struct WorkflowDef {
     /// across instances; the others wait, in creation order per key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<ConcurrencyDef>,
+    /// Beyond Clamp: at most so many of its requests with the same key start per second
+    /// or per minute, across instances; the others wait, as for `concurrency`.
+    #[serde(default, rename = "rateLimit", skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimitDef>,
+}
+
+/// A workflow's `rateLimit` as written: a key as `concurrency`'s (the same one when both
+/// are declared), and one of `perSecond` and `perMinute`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitDef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    #[serde(default, rename = "perSecond", skip_serializing_if = "Option::is_none")]
+    pub per_second: Option<u32>,
+    #[serde(default, rename = "perMinute", skip_serializing_if = "Option::is_none")]
+    pub per_minute: Option<u32>,
 }
 
 /// A workflow's `concurrency` as written: a CEL expression over the create's payload
@@ -52,13 +69,19 @@ pub struct ConcurrencyDef {
     pub limit: u32,
 }
 
-/// A workflow's concurrency limit, compiled.
+/// A workflow's limits by key (`concurrency` and `rateLimit`), compiled.
 #[derive(Debug)]
 pub struct Concurrency {
     /// None: every request of the workflow has the same key, `""`.
     pub key: Option<super::expr::KeyExpr>,
+    /// Most running at once per key (`NO_LIMIT` when only a rate is declared).
     pub limit: u32,
+    /// Most starts per key within a window: (starts, window in ms).
+    pub rate: Option<(u32, u32)>,
 }
+
+/// The concurrency of a workflow that declares only a rate.
+pub const NO_LIMIT: u32 = i32::MAX as u32;
 
 /// The key of a request whose payload the key expression fails on: such requests share
 /// one queue rather than fail (a create is never refused for its key).

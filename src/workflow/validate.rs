@@ -152,10 +152,10 @@ fn compile_in(mut def: WorkflowDef, scope: &Scope) -> Result<Workflow, Validatio
                 Val::Wait(super::model::WaitVal::Until(_)) | Val::Event(_)
             )
     });
-    let concurrency = match &def.concurrency {
-        None => None,
-        Some(_) if scope.depth > 0 => None,
-        Some(c) => Some(concurrency(c)?),
+    let concurrency = match (&def.concurrency, &def.rate_limit) {
+        (None, None) => None,
+        _ if scope.depth > 0 => None,
+        (c, r) => Some(limits(c.as_ref(), r.as_ref())?),
     };
     Ok(Workflow {
         name: def.name.as_str().into(),
@@ -172,31 +172,66 @@ fn compile_in(mut def: WorkflowDef, scope: &Scope) -> Result<Workflow, Validatio
 /// Most requests of one key a workflow's concurrency may let run at once.
 pub const MAX_CONCURRENCY_LIMIT: u32 = 100_000;
 
-/// A workflow's `concurrency`: a limit from 1 to `MAX_CONCURRENCY_LIMIT`, and a key
-/// expression that reads only `payload`.
-fn concurrency(
-    c: &super::model::ConcurrencyDef,
+/// Most starts per key a `rateLimit` may allow per period.
+pub const MAX_RATE: u32 = 1_000_000;
+
+/// A workflow's `concurrency` and `rateLimit`: a limit from 1 to `MAX_CONCURRENCY_LIMIT`, a
+/// rate of one of `perSecond` and `perMinute`, and one key expression (the same text in
+/// both when both name one) that reads only `payload`.
+fn limits(
+    c: Option<&super::model::ConcurrencyDef>,
+    r: Option<&super::model::RateLimitDef>,
 ) -> Result<super::model::Concurrency, ValidationError> {
-    if !(1..=MAX_CONCURRENCY_LIMIT).contains(&c.limit) {
-        return err(format!(
-            "concurrency.limit must be a whole number from 1 to {MAX_CONCURRENCY_LIMIT}"
-        ));
-    }
-    let key =
-        match c.key.as_deref().map(str::trim) {
-            None => None,
-            Some("") => return err(
-                "concurrency.key must be a CEL expression over payload, e.g. \"payload.account\"",
-            ),
-            Some(source) => Some(
-                super::expr::KeyExpr::compile(source, &["payload".to_string()])
-                    .map_err(|e| ValidationError(format!("concurrency.key: {}", e.0)))?,
-            ),
-        };
-    Ok(super::model::Concurrency {
-        key,
-        limit: c.limit,
-    })
+    let limit = match c {
+        None => super::model::NO_LIMIT,
+        Some(c) if (1..=MAX_CONCURRENCY_LIMIT).contains(&c.limit) => c.limit,
+        Some(_) => {
+            return err(format!(
+                "concurrency.limit must be a whole number from 1 to {MAX_CONCURRENCY_LIMIT}"
+            ))
+        }
+    };
+    let rate = match r {
+        None => None,
+        Some(r) => Some(match (r.per_second, r.per_minute) {
+            (Some(n), None) if (1..=MAX_RATE).contains(&n) => (n, 1_000),
+            (None, Some(n)) if (1..=MAX_RATE).contains(&n) => (n, 60_000),
+            _ => {
+                return err(format!(
+                    "rateLimit needs exactly one of perSecond and perMinute, a whole number from 1 to {MAX_RATE}"
+                ))
+            }
+        }),
+    };
+    let key_text = |k: Option<&String>, what: &str| -> Result<Option<String>, ValidationError> {
+        match k.map(|k| k.trim()) {
+            None => Ok(None),
+            Some("") => err(format!(
+                "{what}.key must be a CEL expression over payload, e.g. \"payload.account\""
+            )),
+            Some(k) => Ok(Some(k.to_string())),
+        }
+    };
+    let ck = key_text(c.and_then(|c| c.key.as_ref()), "concurrency")?;
+    let rk = key_text(r.and_then(|r| r.key.as_ref()), "rateLimit")?;
+    let (source, what) = match (c.is_some() && r.is_some(), ck, rk) {
+        (true, a, b) if a != b => {
+            return err(
+                "rateLimit.key must be concurrency.key when both are declared (both limits count the same key)",
+            )
+        }
+        (_, Some(a), _) => (Some(a), "concurrency"),
+        (_, None, Some(b)) => (Some(b), "rateLimit"),
+        (_, None, None) => (None, ""),
+    };
+    let key = match source {
+        None => None,
+        Some(source) => Some(
+            super::expr::KeyExpr::compile(&source, &["payload".to_string()])
+                .map_err(|e| ValidationError(format!("{what}.key: {}", e.0)))?,
+        ),
+    };
+    Ok(super::model::Concurrency { key, limit, rate })
 }
 
 fn collect_names(s: &Step, at: &str, known: &mut Vec<String>) -> Result<(), ValidationError> {

@@ -294,3 +294,81 @@ async fn a_kill_loses_no_slot_for_longer_than_a_lease() {
     assert_eq!(held, 0, "no request holds or waits for a slot");
     s.shutdown().await;
 }
+
+/// `rateLimit` of 100 per second: of 2,000 requests created at once, about 1,000 start in
+/// the first 10 s (tolerance ±10%: admissions come at each pass, every 100 ms, as the
+/// window slides), and no second-long window ever holds more than 100 starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_bounds_starts_per_second() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&json!({"name": "paced", "rateLimit": {"perSecond": 100},
+        "steps": [http("go", d.url("/api/echo"))]}))
+        .await;
+    for burst in 0..50 {
+        let creates = (0..40).map(|i| {
+            let s = &s;
+            async move { create_request(s, "paced", &json!({"n": burst * 40 + i})).await }
+        });
+        futures_util::future::join_all(creates).await;
+    }
+    let c = db.client().await;
+    let first: std::time::SystemTime = c
+        .query_one(
+            "SELECT min(admitted_at) FROM service_requests WHERE workflow_name = 'paced'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let wait = first + Duration::from_secs(10) + Duration::from_millis(300);
+    if let Ok(left) = wait.duration_since(std::time::SystemTime::now()) {
+        tokio::time::sleep(left).await; // time is what is tested
+    }
+    let started: i64 = c
+        .query_one(
+            "SELECT count(*) FROM service_requests WHERE workflow_name = 'paced' \
+             AND admitted_at < (SELECT min(admitted_at) FROM service_requests \
+                                WHERE workflow_name = 'paced') + interval '10 seconds'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!((900..=1100).contains(&started), "{started} started in 10 s");
+    // No window of a second holds more than 100 starts.
+    let most: i64 = c
+        .query_one(
+            "SELECT max(n) FROM (SELECT count(*) OVER (ORDER BY admitted_at \
+               RANGE BETWEEN interval '999 milliseconds' PRECEDING AND CURRENT ROW) AS n \
+             FROM service_requests WHERE workflow_name = 'paced' AND admitted_at IS NOT NULL) w",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(most <= 100, "{most} starts within a second");
+    // Definitions.
+    for (bad, why) in [
+        (
+            json!({"rateLimit": {"perSecond": 1, "perMinute": 1}}),
+            "exactly one of",
+        ),
+        (json!({"rateLimit": {"perSecond": 0}}), "exactly one of"),
+        (
+            json!({"rateLimit": {"perSecond": 5, "key": "payload.a"},
+                   "concurrency": {"limit": 2, "key": "payload.b"}}),
+            "rateLimit.key must be concurrency.key",
+        ),
+    ] {
+        let mut def = json!({"name": "bad", "steps": [http("s", d.url("/api/echo"))]});
+        for (k, v) in bad.as_object().unwrap() {
+            def[k] = v.clone();
+        }
+        let r = s.post_json("/workflow", &def).await;
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+        assert!(r.text().contains(why), "{bad}: {}", r.text());
+    }
+    s.shutdown().await;
+}

@@ -15,3 +15,9 @@ CREATE INDEX IF NOT EXISTS service_requests_slots
     ON service_requests (workflow_name, concurrency_key)
     WHERE concurrency_key IS NOT NULL AND lease_until <> 'infinity'
       AND status IN ('NEW', 'IN_PROGRESS', 'PAUSED', 'RESUMED');
+-- Rate limits by key: when a request was admitted (a start, as a rate counts them); the
+-- starts of a key within the last window are a range of this index.
+ALTER TABLE service_requests ADD COLUMN IF NOT EXISTS admitted_at timestamptz;
+CREATE INDEX IF NOT EXISTS service_requests_admitted
+    ON service_requests (workflow_name, concurrency_key, admitted_at)
+    WHERE concurrency_key IS NOT NULL AND admitted_at IS NOT NULL;
