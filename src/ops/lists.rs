@@ -159,10 +159,22 @@ pub fn search_filter(pairs: &Pairs<'_>) -> std::result::Result<Filter, String> {
             "awaitingEvent" if value.is_empty() => return Err("awaitingEvent: empty".into()),
             "awaitingEvent" => f.awaiting_event = Some(value.to_string()),
             "eventKey" => f.event_key = Some(value.to_string()),
+            "waitingForSlot" => {
+                f.waiting_for_slot = match value.as_ref() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err("waitingForSlot: true or false".into()),
+                }
+            }
+            "slotKey" => {
+                f.slot_key = Some(value.to_string());
+                f.waiting_for_slot = true;
+            }
             other => {
                 return Err(format!(
                     "{other}: unknown parameter (the filters are status, workflow, createdAfter, \
-                     createdBefore, rerunOf, awaitingEvent, eventKey, limit and cursor)"
+                     createdBefore, rerunOf, awaitingEvent, eventKey, waitingForSlot, slotKey, limit \
+                     and cursor)"
                 ))
             }
         }

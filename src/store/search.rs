@@ -34,6 +34,9 @@ pub struct Filter {
     /// Requests paused at an EVENT step waiting for this event (and this key, if given).
     pub awaiting_event: Option<String>,
     pub event_key: Option<String>,
+    /// Requests waiting for a concurrency slot (or a rate's room), of this key if given.
+    pub waiting_for_slot: bool,
+    pub slot_key: Option<String>,
     pub limit: i64,
 }
 
@@ -118,6 +121,16 @@ pub(super) const SEARCH_AWAITING: &str = search_sql!(
     "s.id DESC"
 );
 
+/// Requests waiting for a slot of their workflow's limits (of key `$8`, NULL: any), of any
+/// or one workflow: held, NEW, with a key (the partial index of migration 22 holds only
+/// them).
+pub(super) const SEARCH_WAITING_SLOT: &str = search_sql!(
+    "s.concurrency_key IS NOT NULL AND s.lease_until = 'infinity' AND s.status = 'NEW' \
+     AND ($8::text IS NULL OR s.concurrency_key = $8) \
+     AND ($7::text IS NULL OR s.workflow_name = $7) AND ",
+    "s.id DESC"
+);
+
 /// A page of matches, newest first, and the cursor of the next page (None: no more).
 pub async fn search(conn: &PgConn, f: &Filter) -> Result<(Vec<RequestRow>, Option<Uuid>)> {
     let (lower, time_upper) = id_bounds(f.created_after, f.created_before);
@@ -136,12 +149,17 @@ pub async fn search(conn: &PgConn, f: &Filter) -> Result<(Vec<RequestRow>, Optio
         rerun_of: f.rerun_of,
         awaiting_event: f.awaiting_event.as_deref(),
         event_key: f.event_key.as_deref(),
+        slot_key: f.slot_key.as_deref(),
     };
     let badly = !f.statuses.is_empty() && f.statuses.iter().all(|s| s.is_retryable());
     let rows = match (f.rerun_of, &f.workflow) {
         _ if f.awaiting_event.is_some() => {
             let stmt = conn.stmt(SEARCH_AWAITING).await?;
             conn.client.query(&stmt, &p.awaiting()).await?
+        }
+        _ if f.waiting_for_slot => {
+            let stmt = conn.stmt(SEARCH_WAITING_SLOT).await?;
+            conn.client.query(&stmt, &p.waiting_for_slot()).await?
         }
         (Some(_), _) => conn.client.query(SEARCH_RERUNS, &p.reruns()).await?,
         (None, Some(_)) => {
@@ -194,9 +212,25 @@ struct Params<'a> {
     /// `$8`, `$9`: the event waited for, and its key.
     awaiting_event: Option<&'a str>,
     event_key: Option<&'a str>,
+    /// `$8`: the key of the requests waiting for a slot, or NULL for any.
+    slot_key: Option<&'a str>,
 }
 
 impl Params<'_> {
+    /// `SEARCH_WAITING_SLOT`: `$1..$8` (`$7` and `$8` may be NULL).
+    fn waiting_for_slot(&self) -> [Param<'_>; 8] {
+        [
+            &self.lower,
+            &self.upper,
+            &self.statuses,
+            &self.created_after,
+            &self.created_before,
+            &self.read,
+            &self.workflow,
+            &self.slot_key,
+        ]
+    }
+
     /// `SEARCH_ALL` and `SEARCH_SETTLED_BADLY`: `$1..$6`.
     fn any_workflow(&self) -> [Param<'_>; 6] {
         [

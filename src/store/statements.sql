@@ -1145,6 +1145,16 @@ SELECT s.id, s.workflow_name,
     ORDER BY s.id DESC
     LIMIT $6;
 
+-- search::SEARCH_WAITING_SLOT
+SELECT s.id, s.workflow_name,
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END AS status,
+        to_json(s.created_at) #>> '{}' AS created_at,
+    s.payload, s.current_step_id, s.reason
+    FROM service_requests s
+    WHERE s.concurrency_key IS NOT NULL AND s.lease_until = 'infinity' AND s.status = 'NEW' AND ($8::text IS NULL OR s.concurrency_key = $8) AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
+    ORDER BY s.id DESC
+    LIMIT $6;
+
 -- stats::COUNTS
 SELECT extract(epoch
     FROM date_trunc('minute', s.created_at))::bigint AS minute,

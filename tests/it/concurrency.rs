@@ -84,6 +84,26 @@ async fn waiting_requests_are_shown_start_in_order_and_can_be_cancelled() {
     // The running one shows no wait.
     let v = s.get(&format!("/serviceRequest/{first}")).await.json();
     assert!(v.get("waitingForSlot").is_none(), "{v}");
+    // Search finds the requests waiting for a slot, of a key if asked.
+    let found = |v: Value| -> Vec<String> {
+        let mut ids: Vec<String> = v["serviceRequests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let mut want = vec![second.clone(), third.clone(), fourth.clone()];
+    want.sort();
+    let v = s.get("/serviceRequests?waitingForSlot=true").await.json();
+    assert_eq!(found(v), want);
+    let v = s
+        .get("/serviceRequests?slotKey=other&workflow=one")
+        .await
+        .json();
+    assert!(found(v).is_empty());
     // The console shows the wait: on the workflow's page by key, on the request's page.
     let page = s.get("/console/workflows/one").await.text();
     assert!(page.contains("Concurrency limit"), "{page}");
