@@ -118,9 +118,17 @@ pub(super) const ADMIT: &str = concat!(
     " RETURNING id"
 );
 
-/// The workflows and keys of requests (`$1`) that hold or held a slot.
-pub(super) const KEYS_OF: &str = "SELECT DISTINCT workflow_name, concurrency_key \
-     FROM service_requests WHERE id = ANY($1::uuid[]) AND concurrency_key IS NOT NULL";
+/// The workflows and keys of requests (`$1`) that hold or held a slot, where requests
+/// wait: a key nobody waits for needs no admission (one that starts waiting after this
+/// look is admitted by the next pass).
+pub(super) const KEYS_OF: &str = concat!(
+    "SELECT DISTINCT r.workflow_name, r.concurrency_key FROM service_requests r \
+     WHERE r.id = ANY($1::uuid[]) AND r.concurrency_key IS NOT NULL \
+       AND EXISTS (SELECT 1 FROM service_requests q WHERE q.workflow_name = r.workflow_name \
+                     AND q.concurrency_key = r.concurrency_key AND ",
+    queued!("q"),
+    ")"
+);
 
 /// The workflows with requests waiting for a slot (a skip scan of the queue's index).
 pub(super) const WAITING_WORKFLOWS: &str = concat!(

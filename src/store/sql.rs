@@ -3,7 +3,8 @@
 /// The status a read shows: between steps the stored status stays `NEW` (so the update
 /// after each step is a HOT update), and a `NEW` row held by a live lease or whose current
 /// step is past the first is `IN_PROGRESS` (an unleased one waiting for its start, a
-/// delayed create, stays `NEW`). The argument is the table alias.
+/// delayed create, stays `NEW`); a `PAUSED` row at a fan-out step with a child that can
+/// proceed (not paused, not held) is `IN_PROGRESS` too. The argument is the table alias.
 macro_rules! derived_status {
     ($t:literal) => {
         concat!(
@@ -18,6 +19,24 @@ macro_rules! derived_status {
             ".lease_until > now() AND ",
             $t,
             ".lease_owner IS NOT NULL)) THEN ",
+            crate::status::status_sql!(InProgress),
+            // A request at a fan-out step whose children (branches, items) are not all
+            // waiting is running: PAUSED only while no branch or item can proceed.
+            " WHEN ",
+            $t,
+            ".status = ",
+            crate::status::status_sql!(Paused),
+            " AND EXISTS (SELECT 1 FROM service_requests fc WHERE fc.parent_id = ",
+            $t,
+            ".id AND fc.parent_step_id = ",
+            $t,
+            ".current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN (",
+            crate::status::status_sql!(New),
+            ", ",
+            crate::status::status_sql!(InProgress),
+            ", ",
+            crate::status::status_sql!(Resumed),
+            ") AND fc.lease_until <> 'infinity') THEN ",
             crate::status::status_sql!(InProgress),
             " ELSE ",
             $t,

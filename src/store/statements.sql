@@ -67,7 +67,11 @@ SELECT id, workflow_version FROM inserted;
 
 -- idempotency::LOOKUP
 SELECT t.idx, k.service_request_id, r.payload = t.payload,
-    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE r.status END
+    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN r.status = 'PAUSED' AND EXISTS (SELECT 1
+    FROM service_requests fc
+    WHERE fc.parent_id = r.id AND fc.parent_step_id = r.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+        'IN_PROGRESS',
+        'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE r.status END
 FROM UNNEST($1::int[], $2::uuid[], $3::text[]) AS t(idx, h, payload)
 JOIN idempotency_keys k ON k.key_hash = t.h
 LEFT JOIN service_requests r ON r.id = k.service_request_id;
@@ -133,9 +137,11 @@ UPDATE service_requests SET lease_until = '-infinity', admitted_at = statement_t
     RETURNING id;
 
 -- slots::KEYS_OF
-SELECT DISTINCT workflow_name, concurrency_key
-    FROM service_requests
-    WHERE id = ANY($1::uuid[]) AND concurrency_key IS NOT NULL;
+SELECT DISTINCT r.workflow_name, r.concurrency_key
+    FROM service_requests r
+    WHERE r.id = ANY($1::uuid[]) AND r.concurrency_key IS NOT NULL AND EXISTS (SELECT 1
+        FROM service_requests q
+        WHERE q.workflow_name = r.workflow_name AND q.concurrency_key = r.concurrency_key AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW');
 
 -- slots::WAITING_WORKFLOWS
 WITH RECURSIVE w AS ( (SELECT q.workflow_name AS name
@@ -671,7 +677,11 @@ SELECT c.fan_index, c.parent_id, p.workflow_name, p.payload
 
 -- fan::CHILDREN
 SELECT c.id, c.parent_step_id, c.fan_index, c.workflow_name,
-    CASE WHEN c.status = 'NEW' AND (c.current_step_id > 0 OR (c.lease_until > now() AND c.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE c.status END AS status,
+    CASE WHEN c.status = 'NEW' AND (c.current_step_id > 0 OR (c.lease_until > now() AND c.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN c.status = 'PAUSED' AND EXISTS (SELECT 1
+    FROM service_requests fc
+    WHERE fc.parent_id = c.id AND fc.parent_step_id = c.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+        'IN_PROGRESS',
+        'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE c.status END AS status,
         count(*) OVER () AS total,
        extract(epoch FROM c.created_at)::float8 * 1000,
        extract(epoch FROM c.finished_at)::float8 * 1000
@@ -904,14 +914,22 @@ UPDATE schedules SET paused = false, next_fire_at = $2 WHERE name = $1 AND pause
 
 -- schedules::LAST_FIRES
 SELECT f.fire_at, f.service_request_id,
-    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE r.status END,
+    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN r.status = 'PAUSED' AND EXISTS (SELECT 1
+    FROM service_requests fc
+    WHERE fc.parent_id = r.id AND fc.parent_step_id = r.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+        'IN_PROGRESS',
+        'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE r.status END,
         f.skipped
 FROM schedule_fires f LEFT JOIN service_requests r ON r.id = f.service_request_id
 WHERE f.schedule = $1 ORDER BY f.fire_at DESC LIMIT $2;
 
 -- schedules::LAST_FIRES_OF
 SELECT f.schedule, f.fire_at, f.service_request_id,
-    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE r.status END,
+    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN r.status = 'PAUSED' AND EXISTS (SELECT 1
+    FROM service_requests fc
+    WHERE fc.parent_id = r.id AND fc.parent_step_id = r.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+        'IN_PROGRESS',
+        'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE r.status END,
         f.skipped
 FROM unnest($1::text[]) AS n(name)
 CROSS JOIN LATERAL (SELECT * FROM schedule_fires
@@ -986,9 +1004,12 @@ DELETE FROM service_requests WHERE id IN (SELECT id FROM doomed);
 
 -- status::GET_HEADS
 SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_version,
-    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE r.status END AS status,
-        r.current_step_id,
-    r.reason, to_json(r.created_at) #>> '{}' AS created_at, extract(epoch
+    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN r.status = 'PAUSED' AND EXISTS (SELECT 1
+    FROM service_requests fc
+    WHERE fc.parent_id = r.id AND fc.parent_step_id = r.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+        'IN_PROGRESS',
+        'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE r.status END AS status,
+        r.current_step_id, r.reason, to_json(r.created_at) #>> '{}' AS created_at, extract(epoch
     FROM r.finished_at)::float8 * 1000 AS request_finished_ms, r.step_attempts, r.last_error,
         r.retries, r.rerun_of, r.parent_id, r.fan_index,
         CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() THEN to_json(r.lease_until) #>> '{}' END AS retry_at,
@@ -1002,9 +1023,12 @@ SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_versio
 
 -- status::GET_WHOLE
 SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_version,
-    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE r.status END AS status,
-        r.current_step_id,
-    r.reason, to_json(r.created_at) #>> '{}' AS created_at, extract(epoch
+    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN r.status = 'PAUSED' AND EXISTS (SELECT 1
+    FROM service_requests fc
+    WHERE fc.parent_id = r.id AND fc.parent_step_id = r.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+        'IN_PROGRESS',
+        'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE r.status END AS status,
+        r.current_step_id, r.reason, to_json(r.created_at) #>> '{}' AS created_at, extract(epoch
     FROM r.finished_at)::float8 * 1000 AS request_finished_ms, r.step_attempts, r.last_error,
         r.retries, r.rerun_of, r.parent_id, r.fan_index,
         CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() THEN to_json(r.lease_until) #>> '{}' END AS retry_at,
@@ -1075,9 +1099,12 @@ SELECT count(*) FROM workflows;
 
 -- queries::REQUESTS_PAGE
 SELECT s.id, s.workflow_name,
-    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END AS status,
-        to_json(s.created_at) #>> '{}' AS created_at,
-    s.payload, s.current_step_id, s.reason
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    FROM service_requests fc
+    WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+        'IN_PROGRESS',
+        'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END AS status,
+        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason
     FROM service_requests s
     WHERE s.workflow_name = $1
     ORDER BY s.id DESC
@@ -1085,81 +1112,134 @@ SELECT s.id, s.workflow_name,
 
 -- search::SEARCH_ALL
 SELECT s.id, s.workflow_name,
-    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END AS status,
-        to_json(s.created_at) #>> '{}' AS created_at,
-    s.payload, s.current_step_id, s.reason
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    FROM service_requests fc
+    WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+        'IN_PROGRESS',
+        'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END AS status,
+        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason
     FROM service_requests s
-    WHERE s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
+    WHERE s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+        FROM service_requests fc
+        WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+            'IN_PROGRESS',
+            'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
     ORDER BY s.id DESC
     LIMIT $6;
 
 -- search::SEARCH_WORKFLOW
 SELECT s.id, s.workflow_name,
-    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END AS status,
-        to_json(s.created_at) #>> '{}' AS created_at,
-    s.payload, s.current_step_id, s.reason
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    FROM service_requests fc
+    WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+        'IN_PROGRESS',
+        'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END AS status,
+        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason
     FROM service_requests s
-    WHERE s.workflow_name = $7 AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
+    WHERE s.workflow_name = $7 AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+        FROM service_requests fc
+        WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+            'IN_PROGRESS',
+            'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
     ORDER BY s.id DESC
     LIMIT $6;
 
 -- search::SEARCH_SETTLED_BADLY
 SELECT s.id, s.workflow_name,
-    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END AS status,
-        to_json(s.created_at) #>> '{}' AS created_at,
-    s.payload, s.current_step_id, s.reason
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    FROM service_requests fc
+    WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+        'IN_PROGRESS',
+        'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END AS status,
+        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason
     FROM service_requests s
     WHERE s.status IN ('FAILED',
-        'CANCELLED') AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
+        'CANCELLED') AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+        FROM service_requests fc
+        WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+            'IN_PROGRESS',
+            'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
     ORDER BY s.id DESC
     LIMIT $6;
 
 -- search::SEARCH_SETTLED_BADLY_WORKFLOW
 SELECT s.id, s.workflow_name,
-    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END AS status,
-        to_json(s.created_at) #>> '{}' AS created_at,
-    s.payload, s.current_step_id, s.reason
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    FROM service_requests fc
+    WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+        'IN_PROGRESS',
+        'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END AS status,
+        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason
     FROM service_requests s
     WHERE s.status IN ('FAILED',
-        'CANCELLED') AND s.workflow_name = $7 AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
+        'CANCELLED') AND s.workflow_name = $7 AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+        FROM service_requests fc
+        WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+            'IN_PROGRESS',
+            'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
     ORDER BY s.id DESC
     LIMIT $6;
 
 -- search::SEARCH_RERUNS
 SELECT s.id, s.workflow_name,
-    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END AS status,
-        to_json(s.created_at) #>> '{}' AS created_at,
-    s.payload, s.current_step_id, s.reason
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    FROM service_requests fc
+    WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+        'IN_PROGRESS',
+        'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END AS status,
+        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason
     FROM service_requests s
-    WHERE s.rerun_of = $8 AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
+    WHERE s.rerun_of = $8 AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+        FROM service_requests fc
+        WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+            'IN_PROGRESS',
+            'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
     ORDER BY s.id DESC
     LIMIT $6;
 
 -- search::SEARCH_AWAITING
 SELECT s.id, s.workflow_name,
-    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END AS status,
-        to_json(s.created_at) #>> '{}' AS created_at,
-    s.payload, s.current_step_id, s.reason
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    FROM service_requests fc
+    WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+        'IN_PROGRESS',
+        'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END AS status,
+        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason
     FROM service_requests s
-    WHERE s.status = 'PAUSED' AND s.wait_event = $8 AND ($9::text IS NULL OR s.wait_key = $9) AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
+    WHERE s.status = 'PAUSED' AND s.wait_event = $8 AND ($9::text IS NULL OR s.wait_key = $9) AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+        FROM service_requests fc
+        WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+            'IN_PROGRESS',
+            'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
     ORDER BY s.id DESC
     LIMIT $6;
 
 -- search::SEARCH_WAITING_SLOT
 SELECT s.id, s.workflow_name,
-    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END AS status,
-        to_json(s.created_at) #>> '{}' AS created_at,
-    s.payload, s.current_step_id, s.reason
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    FROM service_requests fc
+    WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+        'IN_PROGRESS',
+        'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END AS status,
+        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason
     FROM service_requests s
-    WHERE s.concurrency_key IS NOT NULL AND s.lease_until = 'infinity' AND s.status = 'NEW' AND ($8::text IS NULL OR s.concurrency_key = $8) AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
+    WHERE s.concurrency_key IS NOT NULL AND s.lease_until = 'infinity' AND s.status = 'NEW' AND ($8::text IS NULL OR s.concurrency_key = $8) AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+        FROM service_requests fc
+        WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+            'IN_PROGRESS',
+            'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
     ORDER BY s.id DESC
     LIMIT $6;
 
 -- stats::COUNTS
 SELECT extract(epoch
     FROM date_trunc('minute', s.created_at))::bigint AS minute,
-        CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE s.status END AS status,
-            count(*)
+        CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    FROM service_requests fc
+    WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+        'IN_PROGRESS',
+        'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END AS status,
+        count(*)
     FROM service_requests s
     WHERE s.id >= $1 AND s.id < $2 AND s.created_at > $3 AND s.created_at < $4 AND ($5::text IS NULL OR s.workflow_name = $5)
     GROUP BY 1, 2

@@ -443,6 +443,9 @@ async fn a_cancel_in_the_middle_of_a_map_stops_every_item() {
         (n >= 2).then_some(()).ok_or(n)
     })
     .await;
+    // Items are running: the request, stored PAUSED at its MAP step, reads IN_PROGRESS.
+    let v = s.get(&format!("/serviceRequest/{id}")).await.json();
+    assert_eq!(v["status"], "IN_PROGRESS", "{v}");
     let r = s.post(&format!("/serviceRequest/{id}/cancel"), "").await;
     assert_eq!(r.status, 200, "{}", r.text());
     let v = wait_status(&s, &id, &["CANCELLED"], WAIT).await;
