@@ -194,6 +194,14 @@ fn start_background(
             stop.clone(),
         )));
     }
+    // Admitting requests waiting for a concurrency slot, and writing limited creates in
+    // batches: one task each per instance too.
+    if index == 0 {
+        let core = core.clone();
+        background.push(tokio::spawn(async move {
+            core.app.limited.run(core.pool.clone()).await
+        }));
+    }
     // Admitting requests waiting for a concurrency slot: one task per instance too.
     if index == 0 {
         background.push(tokio::spawn(crate::engine::slots::run(

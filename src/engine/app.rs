@@ -37,6 +37,8 @@ pub struct App {
     pub paused: super::paused::PausedHere,
     /// Limited requests that finished here, whose slots the admitter fills (`slots`).
     pub freed: super::slots::Freed,
+    /// Creates of limited workflows, written in batches (`slots`).
+    pub limited: super::slots::LimitedCreates,
 }
 
 impl App {
@@ -71,6 +73,7 @@ impl App {
             timers_counted: Default::default(),
             paused: Default::default(),
             freed: Default::default(),
+            limited: Default::default(),
             config,
             db,
             outbound,

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use uuid::Uuid;
 
 use super::Executor;
-use crate::store::{slots, StoreError};
+use crate::store::{slots, Pool, StoreError};
 
 /// Finished requests noted, not yet looked at (more are left to the pass).
 const NOTES: usize = 4096;
@@ -48,6 +48,86 @@ impl Freed {
     /// note that does not fit is left to the next pass.
     pub fn freed(&self, id: Uuid) {
         let _ = self.tx.try_send(id);
+    }
+}
+
+/// Limited creates waiting for their batch (`store::slots::insert`).
+const CREATES: usize = 4096;
+/// Most creates in one batch, and batches in flight at once.
+const CREATE_BATCH: usize = 256;
+const CREATE_FLIGHTS: usize = 2;
+
+/// A limited create, and who waits for it: admitted or not, once committed.
+type PendingCreate = (slots::Limited, oneshot::Sender<Result<bool, StoreError>>);
+
+/// Where limited creates are queued for their batched insert: one short transaction per
+/// batch (its keys' locks, then one insert) instead of one per create.
+pub struct LimitedCreates {
+    tx: mpsc::Sender<PendingCreate>,
+    rx: Mutex<Option<mpsc::Receiver<PendingCreate>>>,
+}
+
+impl Default for LimitedCreates {
+    fn default() -> LimitedCreates {
+        let (tx, rx) = mpsc::channel(CREATES);
+        LimitedCreates {
+            tx,
+            rx: Mutex::new(Some(rx)),
+        }
+    }
+}
+
+impl LimitedCreates {
+    /// Stores `row` with the next batch; whether it was admitted. A queue full for longer
+    /// than `wait` is `Unavailable` (the create answers 503).
+    pub async fn create(&self, row: slots::Limited, wait: Duration) -> Result<bool, StoreError> {
+        let (ack, done) = oneshot::channel();
+        match tokio::time::timeout(wait, self.tx.send((row, ack))).await {
+            Ok(Ok(())) => {}
+            _ => {
+                return Err(StoreError::unavailable(
+                    "too many limited creates in flight",
+                ))
+            }
+        }
+        done.await
+            .unwrap_or_else(|_| Err(StoreError::unavailable("shutting down")))
+    }
+
+    /// Writes the queued creates in batches, until every sender is gone.
+    pub async fn run(&self, pool: Pool) {
+        let Some(rx) = self.rx.lock().take() else {
+            return;
+        };
+        crate::batches::drain(
+            rx,
+            CREATE_BATCH,
+            CREATE_FLIGHTS,
+            move |batch: Vec<PendingCreate>| {
+                let pool = pool.clone();
+                async move {
+                    let (rows, acks): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+                    let written = async {
+                        let mut conn = pool.get().await?;
+                        slots::insert(&mut conn, &rows).await
+                    }
+                    .await;
+                    match written {
+                        Ok(admitted) => {
+                            for (ack, a) in acks.into_iter().zip(admitted) {
+                                let _ = ack.send(Ok(a));
+                            }
+                        }
+                        Err(e) => {
+                            for ack in acks {
+                                let _ = ack.send(Err(e.clone()));
+                            }
+                        }
+                    }
+                }
+            },
+        )
+        .await
     }
 }
 

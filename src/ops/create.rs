@@ -274,23 +274,21 @@ async fn limited(
     let limit = wf.concurrency.as_ref().expect("a limited workflow");
     let key = limit.key_of(&serde_json::from_slice(payload).unwrap_or(serde_json::Value::Null));
     let id = crate::ids::new_v7();
-    let mut conn = core
-        .pool
-        .get()
-        .await
-        .map_err(OpError::pool("limited create"))?;
     let row = crate::store::slots::Limited {
         id,
-        workflow: &wf.def.name,
+        workflow: wf.def.name.clone(),
         version: if pinned { wf.def.version as i32 } else { 0 },
-        payload,
-        headers,
+        payload: String::from_utf8_lossy(payload).into_owned(),
+        headers: String::from_utf8_lossy(headers).into_owned(),
         deadline_ms,
-        key: &key,
+        key,
         limit: limit.limit,
         rate: limit.rate,
     };
-    let admitted = crate::store::slots::insert(&mut conn, &row)
+    let admitted = core
+        .app
+        .limited
+        .create(row, core.app.config.enqueue_wait)
         .await
         .map_err(OpError::store("limited create"))?;
     if admitted {

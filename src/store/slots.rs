@@ -14,7 +14,6 @@
 
 use uuid::Uuid;
 
-use super::raw_json::RawJson;
 use super::{PgConn, Result};
 
 /// The advisory lock of one (workflow, key): `$1` workflow, `$2` key.
@@ -70,33 +69,55 @@ macro_rules! started_within {
     };
 }
 
-/// A limited create, under its key's lock: admitted (claimable at once) when the key has
-/// a free slot, room in its rate's window and nobody waiting, else held. `$1` id, `$2`
-/// workflow, `$3` payload, `$4` headers, `$5` the version named (0: the latest), `$6` the
-/// deadline in ms from now, `$7` key, `$8` limit, `$9` rate (NULL: none), `$10` its
-/// window in ms. Returns whether it was admitted.
+/// The advisory locks of several (workflow, key) pairs, `$1` workflows and `$2` keys, taken
+/// in the order of their hashes, so two batches never wait on each other in a cycle.
+pub(super) const LOCK_MANY: &str = "SELECT pg_advisory_xact_lock(h) FROM \
+     (SELECT DISTINCT hashtextextended(w || '/' || k, 22) AS h \
+      FROM unnest($1::text[], $2::text[]) AS t(w, k)) l ORDER BY h";
+
+/// A batch of limited creates, under their keys' locks: per key, as many as it has room
+/// for are admitted (claimable at once), oldest first, and only when nobody waits for
+/// it; the rest are held. Arrays, one element per create: `$1` ids, `$2` workflows,
+/// `$3` payloads, `$4` headers, `$5` versions named (0: the latest), `$6` deadlines in ms
+/// from now (NULL: none), `$7` keys, `$8` limits, `$9` rates (NULL: none), `$10` their
+/// windows in ms. Returns each id and whether it was admitted.
 pub(super) const INSERT: &str = concat!(
-    "WITH ok AS (SELECT NOT EXISTS (SELECT 1 FROM service_requests q WHERE q.workflow_name = $2 \
-                               AND q.concurrency_key = $7 AND ",
+    "WITH input AS (
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], \
+                         $6::float8[], $7::text[], $8::bigint[], $9::bigint[], $10::float8[]) \
+      AS t(id, workflow, payload, headers, ver, deadline_ms, key, lim, rate, window_ms)
+), keys AS (
+    SELECT workflow, key, min(lim) AS lim, min(rate) AS rate, min(window_ms) AS window_ms \
+    FROM input GROUP BY workflow, key
+), room AS (
+    SELECT k.workflow, k.key, \
+      CASE WHEN EXISTS (SELECT 1 FROM service_requests q WHERE q.workflow_name = k.workflow \
+                          AND q.concurrency_key = k.key AND ",
     queued!("q"),
-    ") \
-             AND (SELECT count(*) FROM service_requests h WHERE h.workflow_name = $2 \
-                    AND h.concurrency_key = $7 AND ",
+    ") THEN 0 \
+      ELSE least(k.lim - (SELECT count(*) FROM service_requests h WHERE h.workflow_name = k.workflow \
+                            AND h.concurrency_key = k.key AND ",
     holds_slot!("h"),
-    ") < $8 AND ",
-    started_within!("$2", "$7", "$9", "$10"),
-    " < coalesce($9::bigint, 1) AS admit) \
-     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, \
-     lease_until, workflow_version, deadline, concurrency_key, admitted_at) \
-     SELECT $1, $2, $3, $4, NULL, \
-       CASE WHEN ok.admit THEN '-infinity'::timestamptz ELSE 'infinity'::timestamptz END, ",
+    "), coalesce(k.rate, k.lim) - ",
+    started_within!("k.workflow", "k.key", "k.rate", "k.window_ms"),
+    ") END AS free \
+    FROM keys k
+), ranked AS (
+    SELECT i.*, row_number() OVER (PARTITION BY i.workflow, i.key ORDER BY i.id) AS rank, \
+      r.free FROM input i JOIN room r ON r.workflow = i.workflow AND r.key = i.key
+)
+INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until, \
+                              workflow_version, deadline, concurrency_key, admitted_at)
+SELECT t.id, t.workflow, t.payload, t.headers, NULL, \
+  CASE WHEN t.rank <= t.free THEN '-infinity'::timestamptz ELSE 'infinity'::timestamptz END, ",
     crate::store::sql::pinned_version!(
-        "$5::int",
-        "(SELECT w.version FROM workflows w WHERE w.name = $2)"
+        "t.ver",
+        "(SELECT w.version FROM workflows w WHERE w.name = t.workflow)"
     ),
-    ", now() + $6::float8 * interval '1 millisecond', $7, \
-       CASE WHEN ok.admit THEN statement_timestamp() END FROM ok \
-     RETURNING lease_until = '-infinity'::timestamptz"
+    ", now() + t.deadline_ms * interval '1 millisecond', t.key, \
+  CASE WHEN t.rank <= t.free THEN statement_timestamp() END \
+FROM ranked t \
+RETURNING id, lease_until = '-infinity'::timestamptz"
 );
 
 /// Admits the oldest waiting requests of a key into its free slots and its rate's room,
@@ -182,15 +203,15 @@ pub(super) const WAITING_BY_KEY: &str = concat!(
 );
 
 /// One limited create.
-pub struct Limited<'a> {
+pub struct Limited {
     pub id: Uuid,
-    pub workflow: &'a str,
+    pub workflow: String,
     /// 0: the latest version when stored.
     pub version: i32,
-    pub payload: &'a [u8],
-    pub headers: &'a [u8],
+    pub payload: String,
+    pub headers: String,
     pub deadline_ms: Option<f64>,
-    pub key: &'a str,
+    pub key: String,
     pub limit: u32,
     /// Most starts of the key within `.1` ms, if a rate is declared.
     pub rate: Option<(u32, u32)>,
@@ -204,31 +225,40 @@ fn rate_args(rate: Option<(u32, u32)>) -> (Option<i64>, f64) {
     }
 }
 
-/// Stores a limited create, admitted or waiting; true when admitted.
-pub async fn insert(conn: &mut PgConn, l: &Limited<'_>) -> Result<bool> {
-    let lock = conn.stmt(LOCK).await?;
+/// Stores a batch of limited creates in one transaction (their keys' locks, then one
+/// insert): whether each, in order, was admitted.
+pub async fn insert(conn: &mut PgConn, rows: &[Limited]) -> Result<Vec<bool>> {
+    let lock = conn.stmt(LOCK_MANY).await?;
     let insert = conn.stmt(INSERT).await?;
+    let col = |f: &dyn Fn(&Limited) -> String| rows.iter().map(f).collect::<Vec<String>>();
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+    let workflows = col(&|r| r.workflow.clone());
+    let keys = col(&|r| r.key.clone());
+    let payloads = col(&|r| r.payload.clone());
+    let headers = col(&|r| r.headers.clone());
+    let versions: Vec<i32> = rows.iter().map(|r| r.version).collect();
+    let deadlines: Vec<Option<f64>> = rows.iter().map(|r| r.deadline_ms).collect();
+    let limits: Vec<i64> = rows.iter().map(|r| r.limit as i64).collect();
+    let rates: Vec<Option<i64>> = rows.iter().map(|r| rate_args(r.rate).0).collect();
+    let windows: Vec<f64> = rows.iter().map(|r| rate_args(r.rate).1).collect();
     let tx = conn.client.transaction().await?;
-    tx.execute(&lock, &[&l.workflow, &l.key]).await?;
-    let row = tx
-        .query_one(
+    tx.execute(&lock, &[&workflows, &keys]).await?;
+    let done = tx
+        .query(
             &insert,
             &[
-                &l.id,
-                &l.workflow,
-                &RawJson(l.payload),
-                &RawJson(l.headers),
-                &l.version,
-                &l.deadline_ms,
-                &l.key,
-                &(l.limit as i64),
-                &rate_args(l.rate).0,
-                &rate_args(l.rate).1,
+                &ids, &workflows, &payloads, &headers, &versions, &deadlines, &keys, &limits,
+                &rates, &windows,
             ],
         )
         .await?;
     tx.commit().await?;
-    Ok(row.get(0))
+    let admitted: std::collections::HashMap<Uuid, bool> =
+        done.iter().map(|r| (r.get(0), r.get(1))).collect();
+    Ok(ids
+        .iter()
+        .map(|id| admitted.get(id).copied().unwrap_or(false))
+        .collect())
 }
 
 /// Admits what fits of a key's waiting requests; the ids admitted.

@@ -32,6 +32,7 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ),
         ("delayed::INSERT", delayed::INSERT),
         ("slots::LOCK", slots::LOCK),
+        ("slots::LOCK_MANY", slots::LOCK_MANY),
         ("slots::INSERT", slots::INSERT),
         ("slots::ADMIT", slots::ADMIT),
         ("slots::KEYS_OF", slots::KEYS_OF),

@@ -98,27 +98,49 @@ INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, 
 -- slots::LOCK
 SELECT pg_advisory_xact_lock(hashtextextended($1::text || '/' || $2::text, 22));
 
+-- slots::LOCK_MANY
+SELECT pg_advisory_xact_lock(h)
+    FROM (SELECT DISTINCT hashtextextended(w || '/' || k, 22) AS h
+        FROM unnest($1::text[], $2::text[]) AS t(w, k)) l
+    ORDER BY h;
+
 -- slots::INSERT
-WITH ok AS (SELECT NOT EXISTS (SELECT 1
-    FROM service_requests q
-    WHERE q.workflow_name = $2 AND q.concurrency_key = $7 AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW') AND (SELECT count(*)
-    FROM service_requests h
-    WHERE h.workflow_name = $2 AND h.concurrency_key = $7 AND h.concurrency_key IS NOT NULL AND h.lease_until <> 'infinity' AND h.status IN ('NEW',
-        'IN_PROGRESS', 'PAUSED',
-        'RESUMED')) < $8 AND (CASE WHEN $9::bigint IS NULL THEN 0 ELSE (SELECT count(*)
-        FROM service_requests a
-        WHERE a.workflow_name = $2 AND a.concurrency_key = $7 AND a.concurrency_key IS NOT NULL AND a.admitted_at > statement_timestamp() - $10::float8 * interval '1 millisecond') END) < coalesce($9::bigint,
-            1) AS admit) INSERT INTO service_requests (id, workflow_name, payload, headers,
-            lease_owner, lease_until, workflow_version, deadline, concurrency_key,
-            admitted_at) SELECT $1,
-            $2, $3, $4, NULL,
-            CASE WHEN ok.admit THEN '-infinity'::timestamptz ELSE 'infinity'::timestamptz END,
-            NULLIF(CASE WHEN $5::int > 0 THEN $5::int ELSE coalesce((SELECT w.version
-            FROM workflows w
-            WHERE w.name = $2), 1) END, 1), now() + $6::float8 * interval '1 millisecond', $7,
-                CASE WHEN ok.admit THEN statement_timestamp() END
-    FROM ok
-    RETURNING lease_until = '-infinity'::timestamptz;
+WITH input AS (
+    SELECT *
+        FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::float8[],
+            $7::text[], $8::bigint[], $9::bigint[], $10::float8[]) AS t(id, workflow, payload,
+            headers, ver, deadline_ms, key, lim, rate, window_ms)
+), keys AS (
+    SELECT workflow, key, min(lim) AS lim, min(rate) AS rate, min(window_ms) AS window_ms
+        FROM input
+        GROUP BY workflow, key
+), room AS (
+    SELECT k.workflow, k.key, CASE WHEN EXISTS (SELECT 1
+        FROM service_requests q
+        WHERE q.workflow_name = k.workflow AND q.concurrency_key = k.key AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW') THEN 0 ELSE least(k.lim - (SELECT count(*)
+            FROM service_requests h
+            WHERE h.workflow_name = k.workflow AND h.concurrency_key = k.key AND h.concurrency_key IS NOT NULL AND h.lease_until <> 'infinity' AND h.status IN ('NEW',
+                'IN_PROGRESS', 'PAUSED', 'RESUMED')),
+                coalesce(k.rate,
+                    k.lim) - (CASE WHEN k.rate::bigint IS NULL THEN 0 ELSE (SELECT count(*)
+                FROM service_requests a
+                WHERE a.workflow_name = k.workflow AND a.concurrency_key = k.key AND a.concurrency_key IS NOT NULL AND a.admitted_at > statement_timestamp() - k.window_ms::float8 * interval '1 millisecond') END)) END AS free
+        FROM keys k
+), ranked AS (
+    SELECT i.*, row_number() OVER (PARTITION BY i.workflow, i.key ORDER BY i.id) AS rank, r.free
+        FROM input i
+        JOIN room r ON r.workflow = i.workflow AND r.key = i.key
+)
+INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
+    workflow_version, deadline, concurrency_key, admitted_at)
+SELECT t.id, t.workflow, t.payload, t.headers, NULL,
+    CASE WHEN t.rank <= t.free THEN '-infinity'::timestamptz ELSE 'infinity'::timestamptz END,
+    NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce((SELECT w.version
+    FROM workflows w
+    WHERE w.name = t.workflow), 1) END, 1), now() + t.deadline_ms * interval '1 millisecond', t.key,
+        CASE WHEN t.rank <= t.free THEN statement_timestamp() END
+    FROM ranked t
+    RETURNING id, lease_until = '-infinity'::timestamptz;
 
 -- slots::ADMIT
 UPDATE service_requests SET lease_until = '-infinity', admitted_at = statement_timestamp()
