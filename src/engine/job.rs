@@ -3,21 +3,26 @@
 //! next step starts, so a crash repeats at most the step that was running.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::call::{CallError, CallErrorKind};
 use super::doc::Doc;
+use super::step_io::{
+    call_http, now_ms, passed, send_amqp, send_kafka, write, MAX_WRITE_RETRY, WRITE_RETRY,
+};
 use super::step_trace::{Ended, StepTrace};
-use super::writer::{StepRecord, Transition, WriteError};
+use super::writer::{StepRecord, Transition};
 use super::Executor;
 use crate::backoff::Backoff;
 use crate::status::{RequestStatus, StepStatus};
 use crate::telemetry::{RequestTrace, TraceParent};
 use crate::workflow::model::WaitVal;
 use crate::workflow::{transform, CompiledStep, Mode, RetryPolicy, StepType, Val, Workflow};
+
+pub use super::step_io::{policy, DEADLINE_PASSED};
 
 /// What a request needs to continue.
 pub struct Job {
@@ -59,20 +64,9 @@ pub struct Job {
     pub deadline_us: Option<i64>,
 }
 
-/// The failure of the step a request is at when its deadline passes (the same words
-/// whichever instance, executor or sweeper, ends it).
-pub const DEADLINE_PASSED: &str = "the request's deadline passed";
-
 /// A deadline `ms` from now (None: none).
 pub fn deadline_in(ms: Option<f64>) -> Option<tokio::time::Instant> {
     ms.map(|ms| tokio::time::Instant::now() + Duration::from_micros((ms.max(0.0) * 1000.0) as u64))
-}
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
 }
 
 /// The `Idempotency-Key` of a request's step, `<request id>:<step id>`, written straight
@@ -132,10 +126,6 @@ enum Outcome {
     /// cancelled) while the step ran: nothing more is written.
     Lost,
 }
-
-/// How long to wait before retrying a write the database did not take, at first and at most.
-const WRITE_RETRY: Duration = Duration::from_millis(100);
-const MAX_WRITE_RETRY: Duration = Duration::from_secs(2);
 
 impl Job {
     /// Its trace id in hex, for log lines.
@@ -370,11 +360,6 @@ async fn run_step(exec: &Arc<Executor>, job: &mut Job, step: &CompiledStep) -> F
             failed(exec, job, step, body, e, &attempt).await
         }
     }
-}
-
-/// The failure of a step the request's deadline ended.
-pub(super) fn passed() -> CallError {
-    CallError::new(CallErrorKind::Deadline, DEADLINE_PASSED)
 }
 
 /// A request's forwarded headers as its fan-out step's children get them: the step's
@@ -715,20 +700,49 @@ async fn execute(
 ) -> Outcome {
     match (&step.val, step.mode) {
         (Val::Http(val), Mode::Http) => {
-            match call_http(exec, job, val, body, step_key(&job.id, step.id), trace).await {
+            match call_http(
+                exec,
+                &job.http_headers,
+                val,
+                body,
+                step_key(&job.id, step.id),
+                trace,
+            )
+            .await
+            {
                 Ok(_) if is_async => Outcome::Sent,
                 Ok(v) => Outcome::Done(v),
                 Err(e) => Outcome::Failed(e),
             }
         }
         (Val::Amqp(val), Mode::Amqp) => {
-            match send_amqp(exec, job, step, val, body, trace.as_deref()).await {
+            match send_amqp(
+                exec,
+                job.id,
+                &job.headers,
+                step,
+                val,
+                body,
+                trace.as_deref(),
+            )
+            .await
+            {
                 Ok(()) => sent_or_done(is_async),
                 Err(reason) => Outcome::Failed(reason),
             }
         }
         (Val::Kafka(val), Mode::Kafka) => {
-            match send_kafka(exec, job, step, val, body, trace.as_deref()).await {
+            match send_kafka(
+                exec,
+                job.id,
+                &job.headers,
+                step,
+                val,
+                body,
+                trace.as_deref(),
+            )
+            .await
+            {
                 Ok(()) => sent_or_done(is_async),
                 Err(reason) => Outcome::Failed(reason),
             }
@@ -736,7 +750,23 @@ async fn execute(
         // A PARALLEL whose branches only call runs them here, as lanes of this request.
         (Val::Parallel(p), Mode::Parallel) if is_async && p.lanes => {
             let span = trace.as_deref().and_then(StepTrace::span_id);
-            match super::lanes::run(exec, job, step, p, body, span).await {
+            let lanes = super::lanes::InRequest {
+                id: job.id,
+                payload: &job.payload,
+                request: &job.request,
+                attempts: job.attempts,
+                fresh: job.fresh,
+                deadline: job.deadline,
+                trace: job.trace.as_ref(),
+                headers: &job.headers,
+                http_headers: &job.http_headers,
+                outer: p
+                    .branches
+                    .iter()
+                    .any(|b| b.sub.0.uses_context)
+                    .then(|| job.context_for(step, body)),
+            };
+            match super::lanes::run(exec, &lanes, step, p, body, span).await {
                 super::lanes::Joined::Done(doc) => Outcome::Done(doc),
                 super::lanes::Joined::Failed(e) => Outcome::Failed(e),
                 super::lanes::Joined::Lost => Outcome::Lost,
@@ -775,95 +805,6 @@ async fn execute(
     }
 }
 
-/// An HTTP step's call: the turn at its host taken before the call and given back after
-/// it (the wait for it does not count against the call's own timeout).
-pub(super) async fn call_http(
-    exec: &Executor,
-    job: &Job,
-    val: &crate::workflow::model::HttpVal,
-    body: &Doc,
-    key: hyper::header::HeaderValue,
-    trace: Option<&mut StepTrace>,
-) -> Result<Doc, CallError> {
-    let _turn = exec.app.downstream.acquire(&val.host_key).await?;
-    exec.http
-        .call(val, body, &job.http_headers, key, trace)
-        .await
-}
-
-/// An AMQP step's message, published.
-pub(super) async fn send_amqp(
-    exec: &Executor,
-    job: &Job,
-    step: &CompiledStep,
-    val: &crate::workflow::model::AmqpVal,
-    body: &Doc,
-    trace: Option<&StepTrace>,
-) -> Result<(), CallError> {
-    let msg = step_message(exec, job, step, body, trace);
-    // A connection string that names a secret is filled in for this call.
-    let filled =
-        with_secrets(exec, &val.connection_url)?.map(|url| crate::workflow::model::AmqpVal {
-            connection_url: url,
-            ..val.clone()
-        });
-    exec.amqp
-        .publish(filled.as_ref().unwrap_or(val), &msg)
-        .await
-}
-
-/// A Kafka step's message, produced.
-pub(super) async fn send_kafka(
-    exec: &Executor,
-    job: &Job,
-    step: &CompiledStep,
-    val: &crate::workflow::model::KafkaVal,
-    body: &Doc,
-    trace: Option<&StepTrace>,
-) -> Result<(), CallError> {
-    let msg = step_message(exec, job, step, body, trace);
-    let filled =
-        with_secrets(exec, &val.connection_url)?.map(|url| crate::workflow::model::KafkaVal {
-            connection_url: url,
-            ..val.clone()
-        });
-    exec.kafka
-        .produce(filled.as_ref().unwrap_or(val), &msg)
-        .await
-}
-
-/// A broker connection string with its secrets filled in (None: it names none); a secret
-/// gone since the workflow was defined fails the step, naming it.
-fn with_secrets(exec: &Executor, text: &str) -> Result<Option<String>, CallError> {
-    if !crate::secrets::refers(text) {
-        return Ok(None);
-    }
-    exec.app
-        .config
-        .secrets
-        .resolve(text, crate::secrets::as_is)
-        .map(Some)
-        .map_err(|e| CallError::new(CallErrorKind::Other, e.to_string()))
-}
-
-fn step_message<'a>(
-    exec: &Executor,
-    job: &'a Job,
-    step: &CompiledStep,
-    body: &'a Doc,
-    trace: Option<&'a StepTrace>,
-) -> super::publish::StepMessage<'a> {
-    super::publish::StepMessage {
-        service_request_id: job.id,
-        step_id: step.id,
-        body: body.as_bytes(),
-        headers: &job.headers,
-        traceparent: trace.map(StepTrace::traceparent),
-        tracestate: trace.and_then(|t| t.tracestate.as_deref()),
-        timeout: exec.app.config.http.timeout,
-    }
-}
-
 /// A broker step's message is out: the request waits for the answer. (An onFailure step
 /// is not waited for: it was sent, and that is all it can do.)
 fn sent_or_done(is_async: bool) -> Outcome {
@@ -895,18 +836,6 @@ fn record(
         reason: None,
         attempts: 1,
         lane: None,
-    }
-}
-
-/// The step's retry policy: its own `retry` over the server default.
-pub(super) fn policy<'a>(
-    exec: &'a Executor,
-    step: &CompiledStep,
-) -> std::borrow::Cow<'a, RetryPolicy> {
-    let default = &exec.app.config.retry;
-    match &step.retry {
-        Some(spec) => std::borrow::Cow::Owned(spec.over(default)),
-        None => std::borrow::Cow::Borrowed(default),
     }
 }
 
@@ -1020,53 +949,6 @@ fn ended(exec: &Executor, job: &Job, status: RequestStatus, reason: Option<&str>
             Vec::new(),
         );
     }
-}
-
-/// Writes a transition, retrying while the database is away (the step's outcome is in
-/// memory only until then); false when the lease is lost or the executor is stopping
-/// (the request is someone else's now, or later: its lease runs out and it is continued
-/// from its last committed step). A transition Postgres refuses outright fails the
-/// request with the reason instead, and is false too.
-pub(super) async fn write(exec: &Executor, mut t: Transition) -> bool {
-    let mut backoff = Backoff::new(WRITE_RETRY, MAX_WRITE_RETRY);
-    loop {
-        let outcome = exec.writer.write(t.clone()).await;
-        match outcome {
-            Ok(()) => return true,
-            Err(WriteError::LeaseLost) => return false,
-            Err(WriteError::Unavailable) => {
-                if exec.is_stopping() {
-                    return false;
-                }
-                backoff.wait().await;
-            }
-            Err(WriteError::Rejected(why))
-                if t.step.is_some() || t.status != RequestStatus::Failed =>
-            {
-                tracing::error!(service_request_id = %t.id, step_id = t.step.as_ref().map(|s| s.step_id), error = %why, "a step transition was refused; failing the request");
-                t = Transition::failed(
-                    t.id,
-                    format!("the outcome of a step could not be stored: {why}"),
-                );
-                if write_failed(exec, t).await {
-                    exec.count_finished(RequestStatus::Failed);
-                }
-                return false;
-            }
-            Err(WriteError::Rejected(why)) => {
-                tracing::error!(service_request_id = %t.id, error = %why, "a request's failure could not be stored");
-                return false;
-            }
-        }
-    }
-}
-
-/// `write` for a bare failure (boxed: `write` calls it, and it calls `write`).
-fn write_failed(
-    exec: &Executor,
-    t: Transition,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + '_>> {
-    Box::pin(write(exec, t))
 }
 
 #[cfg(test)]

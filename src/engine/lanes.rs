@@ -31,7 +31,7 @@ use tokio::sync::watch;
 
 use super::call::{CallError, CallErrorKind};
 use super::doc::{context_entry, Doc};
-use super::job::{self, Job};
+use super::step_io;
 use super::step_trace::{Ended, StepTrace};
 use super::writer::{StepRecord, Transition};
 use super::Executor;
@@ -78,16 +78,35 @@ impl Stop {
     }
 }
 
+/// What the lanes need of the request whose PARALLEL step runs them (the step loop's
+/// job, `job::Job`, lends it).
+pub struct InRequest<'a> {
+    pub id: uuid::Uuid,
+    /// Its payload (a record whose request is this text stores a mark, not a copy).
+    pub payload: &'a Doc,
+    /// The request the PARALLEL step received, which its row keeps while lanes run.
+    pub request: &'a Doc,
+    /// Attempts of the PARALLEL step so far, which its row keeps.
+    pub attempts: u32,
+    /// The job started the request here, so it wrote every record: none to read back.
+    pub fresh: bool,
+    pub deadline: Option<tokio::time::Instant>,
+    pub trace: Option<&'a crate::telemetry::RequestTrace>,
+    /// Its forwardable headers, as broker messages and HTTP calls carry them.
+    pub headers: &'a [(String, String)],
+    pub http_headers: &'a [(hyper::header::HeaderName, hyper::header::HeaderValue)],
+    /// The context every branch starts from (the request's steps, with the PARALLEL
+    /// step's request), when any branch reads it.
+    pub outer: Option<Map<String, Value>>,
+}
+
 /// What a lane knows of the request and the step it runs in.
 struct Fan<'a> {
     exec: &'a Executor,
-    job: &'a Job,
+    job: &'a InRequest<'a>,
     step: &'a CompiledStep,
     /// The PARALLEL step's span, under which each lane step's span hangs.
     span: Option<[u8; 8]>,
-    /// The context every branch starts from (the request's, with this step's request),
-    /// when any branch reads it.
-    outer: Option<Map<String, Value>>,
     stop: Stop,
 }
 
@@ -102,7 +121,7 @@ struct Progress {
 /// Runs a PARALLEL step's branches as lanes of `job`'s request.
 pub async fn run(
     exec: &Executor,
-    job: &Job,
+    job: &InRequest<'_>,
     step: &CompiledStep,
     p: &ParallelVal,
     body: &Doc,
@@ -122,11 +141,6 @@ pub async fn run(
         job,
         step,
         span,
-        outer: p
-            .branches
-            .iter()
-            .any(|b| b.sub.0.uses_context)
-            .then(|| job.context_for(step, body)),
         stop: Stop {
             tx: watch::channel(false).0,
             first: Mutex::new(None),
@@ -160,7 +174,7 @@ pub async fn run(
     let first = *fan.stop.first.lock();
     match first {
         None => Joined::Done(joined(p, &answers)),
-        Some(DEADLINE) => Joined::Failed(job::passed()),
+        Some(DEADLINE) => Joined::Failed(step_io::passed()),
         Some(i) => Joined::Failed(CallError::new(
             CallErrorKind::Other,
             format!(
@@ -194,7 +208,7 @@ async fn unless_stopped<T>(fan: &Fan<'_>, f: impl Future<Output = T>) -> Result<
 
 /// The lanes' records, read again while the database is away; None when the executor
 /// stops meanwhile (the request is continued later, elsewhere).
-async fn read(exec: &Executor, job: &Job, fan: u32) -> Option<Vec<LaneRecord>> {
+async fn read(exec: &Executor, job: &InRequest<'_>, fan: u32) -> Option<Vec<LaneRecord>> {
     let mut backoff =
         crate::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     loop {
@@ -304,7 +318,7 @@ async fn lane_step(
     // The context this step's condition and transform see: the request's (with the
     // PARALLEL step's request), the branch's steps so far, and this step's request.
     let context = |request: &Doc| {
-        let mut ctx = fan.outer.clone().unwrap_or_default();
+        let mut ctx = fan.job.outer.clone().unwrap_or_default();
         ctx.extend(at.context.iter().map(|(k, v)| (k.clone(), v.clone())));
         ctx.insert(
             step.context_name.clone(),
@@ -318,7 +332,7 @@ async fn lane_step(
             step_name: format!("{branch}/{}", step.name).into(),
             status,
             request: Some(body.clone()),
-            request_is_payload: body.same(&job.payload),
+            request_is_payload: body.same(job.payload),
             response: response.cloned(),
             started_ms: started,
             finished_ms: finished,
@@ -328,7 +342,7 @@ async fn lane_step(
         };
     let mut attempts = 0;
     loop {
-        let started = job::now_ms();
+        let started = step_io::now_ms();
         let mut failure = None;
         if let Some(cond) = &step.when {
             match cond.eval(&context(&request)) {
@@ -356,7 +370,7 @@ async fn lane_step(
             None => request.clone(),
         };
         attempts += 1;
-        let mut trace = StepTrace::begin(exec.app.tracing.as_ref(), job.trace.as_ref());
+        let mut trace = StepTrace::begin(exec.app.tracing.as_ref(), job.trace);
         if let Some(t) = trace.as_mut() {
             t.in_lane(fan.span, fan.step.id, branch);
         }
@@ -370,7 +384,7 @@ async fn lane_step(
                 called
             }
         };
-        let finished = job::now_ms();
+        let finished = step_io::now_ms();
         let end = |trace: Option<StepTrace>, how: Ended| {
             if let (Some(t), Some(rt)) = (trace, &job.trace) {
                 t.end(exec.app.tracing.as_ref(), rt, &job.id, step, attempts, how);
@@ -392,7 +406,7 @@ async fn lane_step(
                 return Ok(response);
             }
             Err(e) => {
-                let policy = job::policy(exec, step);
+                let policy = step_io::policy(exec, step);
                 let again = e.retryable(&policy) && attempts < policy.max_attempts;
                 end(trace, Ended::Failed(&e, again));
                 if again {
@@ -456,15 +470,15 @@ async fn call(
             let key = hyper::header::HeaderValue::from_str(&key(&branch))
                 .or_else(|_| hyper::header::HeaderValue::from_str(&key(&index)))
                 .expect("ids and digits");
-            job::call_http(exec, job, val, body, key, trace).await
+            step_io::call_http(exec, job.http_headers, val, body, key, trace).await
         }
         (Val::Amqp(val), Mode::Amqp) => {
-            job::send_amqp(exec, job, step, val, body, trace.as_deref())
+            step_io::send_amqp(exec, job.id, job.headers, step, val, body, trace.as_deref())
                 .await
                 .map(|()| Doc::trusted(&b"{\"sent\":true}"[..]))
         }
         (Val::Kafka(val), Mode::Kafka) => {
-            job::send_kafka(exec, job, step, val, body, trace.as_deref())
+            step_io::send_kafka(exec, job.id, job.headers, step, val, body, trace.as_deref())
                 .await
                 .map(|()| Doc::trusted(&b"{\"sent\":true}"[..]))
         }
@@ -503,7 +517,7 @@ async fn write(fan: &Fan<'_>, rec: StepRecord) -> Result<(), LaneEnd> {
         retry_in_ms: None,
         last_error: None,
     };
-    if job::write(fan.exec, t).await {
+    if step_io::write(fan.exec, t).await {
         Ok(())
     } else {
         Err(LaneEnd::Lost)

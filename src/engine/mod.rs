@@ -26,6 +26,7 @@ pub(crate) mod resume;
 pub(crate) mod running;
 pub(crate) mod schedules;
 pub(crate) mod slots;
+pub(crate) mod step_io;
 pub(crate) mod step_trace;
 pub(crate) mod tls;
 pub(crate) mod watch;

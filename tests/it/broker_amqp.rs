@@ -683,8 +683,13 @@ async fn an_amqp_step_in_each_map_item_is_resumed_by_its_broker_reply() {
             format!("{child}:1")
         );
         seen.push(item.clone());
+        // Waiting on its items: PAUSED while every item waits for its reply, IN_PROGRESS
+        // while one is still on its way to publishing.
         let v = s.get(&format!("/serviceRequest/{id}")).await.json();
-        assert_eq!(v["status"], "PAUSED", "{v}");
+        assert!(
+            matches!(v["status"].as_str(), Some("PAUSED" | "IN_PROGRESS")),
+            "{v}"
+        );
         r.publish(&responses, &step_reply(&child, json!({"approved": item})))
             .await;
     }

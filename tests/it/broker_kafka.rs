@@ -545,7 +545,8 @@ async fn a_kafka_step_in_a_branch_is_resumed_by_its_reply_while_the_other_comple
         format!("{branch}:1").as_bytes()
     );
     d.wait_for("/api/echo").await;
-    let v = s.get(&format!("/serviceRequest/{id}")).await.json();
+    // PAUSED once the other branch has finished and only the waiting one is left.
+    let v = wait_status(&s, &id, &["PAUSED"], Duration::from_secs(5)).await;
     assert_eq!(v["status"], "PAUSED", "{v}");
     k.produce(&responses, &step_reply(&branch, json!({"approved": true})))
         .await;

@@ -106,7 +106,7 @@ pub async fn render(
         h1 { "Request " span.mono { (id) } }
         (facts(id, &d))
         h2 { "Timeline" }
-        (svg::timeline(&bars(&d.found.steps, &d.children), crate::engine::job::now_ms()))
+        (svg::timeline(&bars(&d.found.steps, &d.children), crate::engine::step_io::now_ms()))
         h2 { "Actions" }
         (actions(ctx, id, &d.found, d.workflow.as_ref()))
         h2 { "Steps" }
