@@ -197,9 +197,9 @@ fn start_background(
     // Admitting requests waiting for a concurrency slot, and writing limited creates in
     // batches: one task each per instance too.
     if index == 0 {
-        let core = core.clone();
+        let (core, stop) = (core.clone(), stop.clone());
         background.push(tokio::spawn(async move {
-            core.app.limited.run(core.pool.clone()).await
+            core.app.limited.run(core.pool.clone(), stop).await
         }));
     }
     // Admitting requests waiting for a concurrency slot: one task per instance too.

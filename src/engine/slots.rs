@@ -94,12 +94,13 @@ impl LimitedCreates {
             .unwrap_or_else(|_| Err(StoreError::unavailable("shutting down")))
     }
 
-    /// Writes the queued creates in batches, until every sender is gone.
-    pub async fn run(&self, pool: Pool) {
+    /// Writes the queued creates in batches until `stop` fires (a batch in flight then
+    /// finishes on its own task; a create not yet in a batch answers 503).
+    pub async fn run(&self, pool: Pool, mut stop: watch::Receiver<bool>) {
         let Some(rx) = self.rx.lock().take() else {
             return;
         };
-        crate::batches::drain(
+        let drain = crate::batches::drain(
             rx,
             CREATE_BATCH,
             CREATE_FLIGHTS,
@@ -126,8 +127,11 @@ impl LimitedCreates {
                     }
                 }
             },
-        )
-        .await
+        );
+        tokio::select! {
+            _ = drain => {}
+            _ = stop.wait_for(|s| *s) => {}
+        }
     }
 }
 
