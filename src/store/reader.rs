@@ -11,6 +11,8 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
+use crate::status::RequestStatus;
+
 use super::pool::{PgConn, Pool};
 use super::status::{Head, StepRow};
 use super::Result;
@@ -125,7 +127,39 @@ async fn fetch(conn: &PgConn, ids: &[Uuid], want: Want) -> Result<HashMap<Uuid, 
     let rows = conn.client.query(&stmt, &[&ids]).await?;
     let mut out: HashMap<Uuid, Found> = HashMap::with_capacity(ids.len());
     collect(&rows, want, &mut out);
+    beyond_the_row(conn, &mut out).await?;
     Ok(out)
+}
+
+/// What the row alone does not say, looked up only for the few requests it concerns: a
+/// PAUSED request at a fan-out step with a child that can proceed reads IN_PROGRESS, and
+/// a request waiting for a slot says how many of its key wait before it.
+async fn beyond_the_row(conn: &PgConn, out: &mut HashMap<Uuid, Found>) -> Result<()> {
+    let paused: Vec<Uuid> = out
+        .iter()
+        .filter(|(_, f)| f.head.status == RequestStatus::Paused)
+        .map(|(id, _)| *id)
+        .collect();
+    if !paused.is_empty() {
+        let stmt = conn.stmt(super::status::PROCEEDING).await?;
+        for r in conn.client.query(&stmt, &[&paused]).await? {
+            if let Some(f) = out.get_mut(&r.get::<_, Uuid>(0)) {
+                f.head.status = RequestStatus::InProgress;
+            }
+        }
+    }
+    for (id, f) in out.iter_mut() {
+        let Some(key) = &f.head.concurrency_key else {
+            continue;
+        };
+        let stmt = conn.stmt(super::status::SLOT_AHEAD).await?;
+        let row = conn
+            .client
+            .query_one(&stmt, &[&&*f.head.workflow_name, key, id])
+            .await?;
+        f.head.slot_ahead = Some(row.get(0));
+    }
+    Ok(())
 }
 
 /// Adds the requests in `rows` (a status statement's result) to `out`.
@@ -151,7 +185,7 @@ fn collect(rows: &[tokio_postgres::Row], want: Want, out: &mut HashMap<Uuid, Fou
                 wait_event: r.get("wait_event"),
                 wait_key: r.get("wait_key"),
                 concurrency_key: r.get("concurrency_key"),
-                slot_ahead: r.get("slot_ahead"),
+                slot_ahead: None,
                 deadline: r.get("deadline"),
             },
             steps: Vec::new(),

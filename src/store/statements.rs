@@ -113,6 +113,8 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         // Reads.
         ("status::GET_HEADS", status::GET_HEADS),
         ("status::GET_WHOLE", status::GET_WHOLE),
+        ("status::PROCEEDING", status::PROCEEDING),
+        ("status::SLOT_AHEAD", status::SLOT_AHEAD),
         ("queries::INSERT_WORKFLOW", queries::INSERT_WORKFLOW),
         ("queries::PUT_WORKFLOW", queries::PUT_WORKFLOW),
         ("queries::WORKFLOW_VERSION", queries::WORKFLOW_VERSION),

@@ -1026,40 +1026,31 @@ DELETE FROM service_requests WHERE id IN (SELECT id FROM doomed);
 
 -- status::GET_HEADS
 SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_version,
-    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN r.status = 'PAUSED' AND EXISTS (SELECT 1
-    FROM service_requests fc
-    WHERE fc.parent_id = r.id AND fc.parent_step_id = r.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
-        'IN_PROGRESS',
-        'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE r.status END AS status,
-        r.current_step_id, r.reason, to_json(r.created_at) #>> '{}' AS created_at, extract(epoch
+    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE r.status END AS status,
+        r.current_step_id,
+    r.reason, to_json(r.created_at) #>> '{}' AS created_at, extract(epoch
     FROM r.finished_at)::float8 * 1000 AS request_finished_ms, r.step_attempts, r.last_error,
         r.retries, r.rerun_of, r.parent_id, r.fan_index,
         CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() THEN to_json(r.lease_until) #>> '{}' END AS retry_at,
             to_json(r.start_at) #>> '{}' AS start_at,
-        r.wait_event, r.wait_key, to_json(r.deadline) #>> '{}' AS deadline, r.concurrency_key,
-        CASE WHEN r.concurrency_key IS NOT NULL AND r.lease_until = 'infinity' AND r.status = 'NEW' THEN (SELECT count(*)
-    FROM service_requests q
-    WHERE q.workflow_name = r.workflow_name AND q.concurrency_key = r.concurrency_key AND q.id < r.id AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW') END AS slot_ahead
+        r.wait_event, r.wait_key, to_json(r.deadline) #>> '{}' AS deadline,
+        CASE WHEN r.lease_until = 'infinity' AND r.status = 'NEW' THEN r.concurrency_key END AS concurrency_key
     FROM service_requests r
     WHERE r.id = ANY($1);
 
 -- status::GET_WHOLE
 SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_version,
-    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN r.status = 'PAUSED' AND EXISTS (SELECT 1
-    FROM service_requests fc
-    WHERE fc.parent_id = r.id AND fc.parent_step_id = r.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
-        'IN_PROGRESS',
-        'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE r.status END AS status,
-        r.current_step_id, r.reason, to_json(r.created_at) #>> '{}' AS created_at, extract(epoch
+    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE r.status END AS status,
+        r.current_step_id,
+    r.reason, to_json(r.created_at) #>> '{}' AS created_at, extract(epoch
     FROM r.finished_at)::float8 * 1000 AS request_finished_ms, r.step_attempts, r.last_error,
         r.retries, r.rerun_of, r.parent_id, r.fan_index,
         CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() THEN to_json(r.lease_until) #>> '{}' END AS retry_at,
             to_json(r.start_at) #>> '{}' AS start_at,
-        r.wait_event, r.wait_key, to_json(r.deadline) #>> '{}' AS deadline, r.concurrency_key,
-        CASE WHEN r.concurrency_key IS NOT NULL AND r.lease_until = 'infinity' AND r.status = 'NEW' THEN (SELECT count(*)
-    FROM service_requests q
-    WHERE q.workflow_name = r.workflow_name AND q.concurrency_key = r.concurrency_key AND q.id < r.id AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW') END AS slot_ahead,
-        st.step_id, st.step_name, st.status AS step_status,
+        r.wait_event, r.wait_key, to_json(r.deadline) #>> '{}' AS deadline,
+        CASE WHEN r.lease_until = 'infinity' AND r.status = 'NEW' THEN r.concurrency_key END AS concurrency_key,
+            st.step_id,
+        st.step_name, st.status AS step_status,
         CASE WHEN st.request = '' THEN r.payload ELSE st.request END AS request, st.response,
         st.time_taken_ms, st.attempts, st.reason AS step_reason, st.child_id, extract(epoch
     FROM st.started_at)::float8 * 1000 AS started_ms, extract(epoch
@@ -1068,6 +1059,18 @@ SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_versio
     LEFT JOIN steps_status st ON st.service_request_id = r.id
     WHERE r.id = ANY($1)
     ORDER BY r.id, st.id;
+
+-- status::PROCEEDING
+SELECT DISTINCT c.parent_id
+    FROM service_requests c
+    JOIN service_requests p ON p.id = c.parent_id AND p.current_step_id = c.parent_step_id
+    WHERE c.parent_id = ANY($1) AND c.fan_index IS NOT NULL AND c.status IN ('NEW', 'IN_PROGRESS',
+        'RESUMED') AND c.lease_until <> 'infinity';
+
+-- status::SLOT_AHEAD
+SELECT count(*)
+    FROM service_requests q
+    WHERE q.workflow_name = $1 AND q.concurrency_key = $2 AND q.id < $3 AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW';
 
 -- queries::INSERT_WORKFLOW
 WITH w AS (

@@ -15,7 +15,7 @@ macro_rules! head_columns {
     () => {
         concat!(
             "r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_version, ",
-            crate::store::sql::derived_status!("r"),
+            crate::store::sql::stored_derived_status!("r"),
             " AS status, \
              r.current_step_id, r.reason, to_json(r.created_at) #>> '{}' AS created_at, \
              extract(epoch FROM r.finished_at)::float8 * 1000 AS request_finished_ms, \
@@ -23,14 +23,9 @@ macro_rules! head_columns {
              CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() \
                   THEN to_json(r.lease_until) #>> '{}' END AS retry_at, \
              to_json(r.start_at) #>> '{}' AS start_at, r.wait_event, r.wait_key, \
-             to_json(r.deadline) #>> '{}' AS deadline, r.concurrency_key, \
-             CASE WHEN r.concurrency_key IS NOT NULL AND r.lease_until = 'infinity' \
-                       AND r.status = 'NEW' \
-                  THEN (SELECT count(*) FROM service_requests q \
-                        WHERE q.workflow_name = r.workflow_name \
-                          AND q.concurrency_key = r.concurrency_key AND q.id < r.id \
-                          AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' \
-                          AND q.status = 'NEW') END AS slot_ahead"
+             to_json(r.deadline) #>> '{}' AS deadline, \
+             CASE WHEN r.lease_until = 'infinity' AND r.status = 'NEW' \
+                  THEN r.concurrency_key END AS concurrency_key"
         )
     };
 }
@@ -66,6 +61,26 @@ pub const GET_WHOLE: &str = concat!(
      WHERE r.id = ANY($1) ORDER BY r.id, st.id"
 );
 
+/// Of the PAUSED requests `$1`, those at a fan-out step with a child that can proceed
+/// (not paused, not held): reads show them IN_PROGRESS (`sql::derived_status!`).
+pub const PROCEEDING: &str = concat!(
+    "SELECT DISTINCT c.parent_id FROM service_requests c \
+     JOIN service_requests p ON p.id = c.parent_id AND p.current_step_id = c.parent_step_id \
+     WHERE c.parent_id = ANY($1) AND c.fan_index IS NOT NULL \
+       AND c.status IN (",
+    crate::status::status_sql!(New),
+    ", ",
+    crate::status::status_sql!(InProgress),
+    ", ",
+    crate::status::status_sql!(Resumed),
+    ") AND c.lease_until <> 'infinity'"
+);
+
+/// How many requests of its key wait before request `$3` of workflow `$1`, key `$2`.
+pub const SLOT_AHEAD: &str = "SELECT count(*) FROM service_requests q \
+     WHERE q.workflow_name = $1 AND q.concurrency_key = $2 AND q.id < $3 \
+       AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW'";
+
 /// The request row, as the answer shows it.
 #[derive(Debug, Clone)]
 pub struct Head {
@@ -97,7 +112,7 @@ pub struct Head {
     pub wait_key: Option<String>,
     /// When it must have finished by (beyond Clamp).
     pub deadline: Option<String>,
-    /// Its key under its workflow's concurrency limit (beyond Clamp).
+    /// Its key under its workflow's limits, while it waits for a slot (beyond Clamp).
     pub concurrency_key: Option<String>,
     /// Waiting for a slot of its key: how many of the key's requests wait before it.
     pub slot_ahead: Option<i64>,
