@@ -298,7 +298,9 @@ async fn a_failed_branch_fails_the_step_and_a_retry_runs_only_it_again() {
     let s = TestServer::start(config(&db.url)).await;
     let branches = json!([
         {"name": "fine", "steps": [http("f1", d.url("/api/echo"))]},
-        {"name": "broken", "steps": [http("b1", d.url("/until-fixed"))]}]);
+        // A slow first step: the fine branch has finished when this one fails (a failure
+        // cancels the siblings still running).
+        {"name": "broken", "steps": [http("pause", d.url("/slow/300")), http("b1", d.url("/until-fixed"))]}]);
     for (name, rows) in [("half", false), ("half2", true)] {
         let branches = if rows {
             in_children(branches.clone())
@@ -325,18 +327,19 @@ async fn a_failed_branch_fails_the_step_and_a_retry_runs_only_it_again() {
                 (kids[0].1.as_str(), kids[1].1.as_str()),
                 ("COMPLETED", "FAILED")
             );
-            (format!("{}:1", kids[0].0), format!("{}:1", kids[1].0))
+            (format!("{}:1", kids[0].0), format!("{}:2", kids[1].0))
         } else {
             assert!(children(&db, &id).await.is_empty());
             assert_eq!(
                 lane_entries(&v),
                 [
-                    lane_entry("broken", 1, 1, "b1", "FAILED"),
+                    lane_entry("broken", 1, 1, "pause", "COMPLETED"),
+                    lane_entry("broken", 1, 2, "b1", "FAILED"),
                     lane_entry("fine", 1, 1, "f1", "COMPLETED"),
                 ],
                 "{v}"
             );
-            (lane_key(&id, 1, "fine", 1), lane_key(&id, 1, "broken", 1))
+            (lane_key(&id, 1, "fine", 1), lane_key(&id, 1, "broken", 2))
         };
         // A 500 is called once.
         assert_eq!(d.calls_for_key(&broken), 1);
@@ -348,7 +351,7 @@ async fn a_failed_branch_fails_the_step_and_a_retry_runs_only_it_again() {
         assert_eq!(v["status"], "COMPLETED", "{v}");
         assert_eq!(
             response_of(&v, "both"),
-            json!({"fine": {"echo": {"x": 1}}, "broken": {"echo": {"x": 1}}})
+            json!({"fine": {"echo": {"x": 1}}, "broken": {"echo": {"slow": true}}})
         );
         // Only the failed branch was called again.
         assert_eq!(d.calls_for_key(&fine), 1);
