@@ -23,7 +23,6 @@
 //! child requests (`engine::fan`).
 
 use std::future::Future;
-use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
@@ -209,8 +208,7 @@ async fn unless_stopped<T>(fan: &Fan<'_>, f: impl Future<Output = T>) -> Result<
 /// The lanes' records, read again while the database is away; None when the executor
 /// stops meanwhile (the request is continued later, elsewhere).
 async fn read(exec: &Executor, job: &InRequest<'_>, fan: u32) -> Option<Vec<LaneRecord>> {
-    let mut backoff =
-        crate::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+    let mut backoff = crate::backoff::Backoff::new(step_io::WRITE_RETRY, step_io::MAX_WRITE_RETRY);
     loop {
         let r = async {
             let conn = exec.pool.get().await?;

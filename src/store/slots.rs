@@ -16,9 +16,13 @@ use uuid::Uuid;
 
 use super::{PgConn, Result};
 
-/// The advisory lock of one (workflow, key): `$1` workflow, `$2` key.
-pub(super) const LOCK: &str =
-    "SELECT pg_advisory_xact_lock(hashtextextended($1::text || '/' || $2::text, 22))";
+/// The advisory locks of (workflow, key) pairs, `$1` workflows and `$2` keys, taken in the
+/// order of their hashes, so two batches never wait on each other in a cycle. Every
+/// admission takes its key's lock here (a batch of creates, or one key's admission), so
+/// all compute the same hash.
+pub(super) const LOCK_MANY: &str = "SELECT pg_advisory_xact_lock(h) FROM \
+     (SELECT DISTINCT hashtextextended(w || '/' || k, 22) AS h \
+      FROM unnest($1::text[], $2::text[]) AS t(w, k)) l ORDER BY h";
 
 /// The predicate of a request holding a slot (the `service_requests_slots` index's).
 macro_rules! holds_slot {
@@ -68,12 +72,6 @@ macro_rules! started_within {
         )
     };
 }
-
-/// The advisory locks of several (workflow, key) pairs, `$1` workflows and `$2` keys, taken
-/// in the order of their hashes, so two batches never wait on each other in a cycle.
-pub(super) const LOCK_MANY: &str = "SELECT pg_advisory_xact_lock(h) FROM \
-     (SELECT DISTINCT hashtextextended(w || '/' || k, 22) AS h \
-      FROM unnest($1::text[], $2::text[]) AS t(w, k)) l ORDER BY h";
 
 /// A batch of limited creates, under their keys' locks: per key, as many as it has room
 /// for are admitted (claimable at once), oldest first, and only when nobody waits for
@@ -270,10 +268,10 @@ pub async fn admit(
     rate: Option<(u32, u32)>,
 ) -> Result<Vec<Uuid>> {
     let (n, ms) = rate_args(rate);
-    let lock = conn.stmt(LOCK).await?;
+    let lock = conn.stmt(LOCK_MANY).await?;
     let admit = conn.stmt(ADMIT).await?;
     let tx = conn.client.transaction().await?;
-    tx.execute(&lock, &[&workflow, &key]).await?;
+    tx.execute(&lock, &[&&[workflow][..], &&[key][..]]).await?;
     let rows = tx
         .query(&admit, &[&workflow, &key, &(limit as i64), &n, &ms])
         .await?;

@@ -1,13 +1,11 @@
 //! SQL fragments every statement that needs them shares, so a rule is written once.
 
-/// `derived_status!` without its look at a PAUSED row's fan-out children: the status
-/// reads (`store::status`), which are hot, make that look only for the PAUSED rows they
-/// find, in a statement of its own (`status::PROCEEDING`), since a correlated subquery
-/// in their columns costs every read (about 3%, measured with pgbench).
-macro_rules! stored_derived_status {
+/// The `WHEN` of a status read that shows a `NEW` row as `IN_PROGRESS`: held by a live
+/// lease, or past its first step (`derived_status!`).
+macro_rules! new_running {
     ($t:literal) => {
         concat!(
-            "CASE WHEN ",
+            "WHEN ",
             $t,
             ".status = ",
             crate::status::status_sql!(New),
@@ -18,7 +16,41 @@ macro_rules! stored_derived_status {
             ".lease_until > now() AND ",
             $t,
             ".lease_owner IS NOT NULL)) THEN ",
+            crate::status::status_sql!(InProgress)
+        )
+    };
+}
+
+/// A fan-out child (branch or item) `$c` that can proceed: not finished, not paused, not
+/// held. Its parent, PAUSED at the step, reads as `IN_PROGRESS` meanwhile.
+macro_rules! fan_child_proceeds {
+    ($c:literal) => {
+        concat!(
+            $c,
+            ".fan_index IS NOT NULL AND ",
+            $c,
+            ".status IN (",
+            crate::status::status_sql!(New),
+            ", ",
             crate::status::status_sql!(InProgress),
+            ", ",
+            crate::status::status_sql!(Resumed),
+            ") AND ",
+            $c,
+            ".lease_until <> 'infinity'"
+        )
+    };
+}
+
+/// `derived_status!` without its look at a PAUSED row's fan-out children: the status
+/// reads (`store::status`), which are hot, make that look only for the PAUSED rows they
+/// find, in a statement of its own (`status::PROCEEDING`), since a correlated subquery
+/// in their columns costs every read (about 3%, measured with pgbench).
+macro_rules! stored_derived_status {
+    ($t:literal) => {
+        concat!(
+            "CASE ",
+            crate::store::sql::new_running!($t),
             " ELSE ",
             $t,
             ".status END"
@@ -34,20 +66,8 @@ macro_rules! stored_derived_status {
 macro_rules! derived_status {
     ($t:literal) => {
         concat!(
-            "CASE WHEN ",
-            $t,
-            ".status = ",
-            crate::status::status_sql!(New),
-            " AND (",
-            $t,
-            ".current_step_id > 0 OR (",
-            $t,
-            ".lease_until > now() AND ",
-            $t,
-            ".lease_owner IS NOT NULL)) THEN ",
-            crate::status::status_sql!(InProgress),
-            // A request at a fan-out step whose children (branches, items) are not all
-            // waiting is running: PAUSED only while no branch or item can proceed.
+            "CASE ",
+            crate::store::sql::new_running!($t),
             " WHEN ",
             $t,
             ".status = ",
@@ -56,13 +76,9 @@ macro_rules! derived_status {
             $t,
             ".id AND fc.parent_step_id = ",
             $t,
-            ".current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN (",
-            crate::status::status_sql!(New),
-            ", ",
-            crate::status::status_sql!(InProgress),
-            ", ",
-            crate::status::status_sql!(Resumed),
-            ") AND fc.lease_until <> 'infinity') THEN ",
+            ".current_step_id AND ",
+            crate::store::sql::fan_child_proceeds!("fc"),
+            ") THEN ",
             crate::status::status_sql!(InProgress),
             " ELSE ",
             $t,
@@ -251,7 +267,7 @@ macro_rules! claimed_columns {
 }
 
 pub(crate) use {
-    batch_versions, claimable, claimed_columns, created_us, derived_status, fresh_lease,
-    new_deadline, now_plus_ms, pause_for_children, pinned_version, step_request,
-    stored_derived_status,
+    batch_versions, claimable, claimed_columns, created_us, derived_status, fan_child_proceeds,
+    fresh_lease, new_deadline, new_running, now_plus_ms, pause_for_children, pinned_version,
+    step_request, stored_derived_status,
 };

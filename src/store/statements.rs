@@ -31,7 +31,6 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
             buffer::RESET_STATEMENT_TIMEOUT,
         ),
         ("delayed::INSERT", delayed::INSERT),
-        ("slots::LOCK", slots::LOCK),
         ("slots::LOCK_MANY", slots::LOCK_MANY),
         ("slots::INSERT", slots::INSERT),
         ("slots::ADMIT", slots::ADMIT),

@@ -95,9 +95,6 @@ INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, 
     FROM workflows w
     WHERE w.name = $2), 1) END, 1), $6, $6::timestamptz + $8::float8 * interval '1 millisecond';
 
--- slots::LOCK
-SELECT pg_advisory_xact_lock(hashtextextended($1::text || '/' || $2::text, 22));
-
 -- slots::LOCK_MANY
 SELECT pg_advisory_xact_lock(h)
     FROM (SELECT DISTINCT hashtextextended(w || '/' || k, 22) AS h

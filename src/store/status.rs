@@ -66,14 +66,8 @@ pub const GET_WHOLE: &str = concat!(
 pub const PROCEEDING: &str = concat!(
     "SELECT DISTINCT c.parent_id FROM service_requests c \
      JOIN service_requests p ON p.id = c.parent_id AND p.current_step_id = c.parent_step_id \
-     WHERE c.parent_id = ANY($1) AND c.fan_index IS NOT NULL \
-       AND c.status IN (",
-    crate::status::status_sql!(New),
-    ", ",
-    crate::status::status_sql!(InProgress),
-    ", ",
-    crate::status::status_sql!(Resumed),
-    ") AND c.lease_until <> 'infinity'"
+     WHERE c.parent_id = ANY($1) AND ",
+    crate::store::sql::fan_child_proceeds!("c")
 );
 
 /// How many requests of its key wait before request `$3` of workflow `$1`, key `$2`.
