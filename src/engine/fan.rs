@@ -223,6 +223,8 @@ async fn run_own(exec: &Arc<Executor>, s: &Starting<'_>, start: &fan::Start<'_>,
             retries: 0,
             // Its steps run within the request's deadline, which the parent keeps.
             deadline_in_ms: None,
+            // Its row has its parent's; a child keeps no status memory, the only reader.
+            priority: None,
         };
         exec.run_claimed(claimed).await;
     }

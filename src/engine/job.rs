@@ -62,6 +62,8 @@ pub struct Job {
     pub deadline: Option<tokio::time::Instant>,
     /// The same in microseconds since the Unix epoch, for a fresh job's status memory.
     pub deadline_us: Option<i64>,
+    /// Its priority as created (None: the default), for a fresh job's status memory.
+    pub priority: Option<i16>,
 }
 
 /// A deadline `ms` from now (None: none).

@@ -18,13 +18,21 @@ use crate::store::status::{self, Head, Live, StepRow};
 use crate::workflow::Workflow;
 
 /// Starts keeping the step rows of a request this process runs from its first step.
-pub fn start(app: &App, id: &uuid::Uuid, wf: &Workflow, created_us: i64, deadline_us: Option<i64>) {
+pub fn start(
+    app: &App,
+    id: &uuid::Uuid,
+    wf: &Workflow,
+    created_us: i64,
+    deadline_us: Option<i64>,
+    priority: Option<i16>,
+) {
     app.running.with_live(id, |live| {
         *live = Some(Arc::new(Live {
             workflow_name: wf.name.clone(),
             workflow_version: wf.def.version as i32,
             created_us,
             deadline_us,
+            priority,
             // Room for the main steps (the common run), so pushing them never reallocates.
             steps: Vec::with_capacity(wf.main.len()),
             current_step_id: 0,
@@ -83,6 +91,7 @@ pub fn committed(app: &App, t: &Transition) {
             concurrency_key: None,
             slot_ahead: None,
             deadline: live.deadline_us.map(status::pg_json_timestamp),
+            priority: live.priority,
         };
         app.finals.insert_parts(t.id, head, live.steps);
     }

@@ -187,10 +187,11 @@ impl Executor {
         let id = job.id;
         let fresh = job.fresh;
         // Only a fresh job keeps a status memory, which needs its workflow.
-        let (wf, created_us, deadline_us) = (
+        let (wf, created_us, deadline_us, priority) = (
             fresh.then(|| job.wf.clone()),
             job.created_us,
             job.deadline_us,
+            job.priority,
         );
         let has_parent = job.has_parent;
         // A branch or item of inline steps (`order/3/acme`) counts its own finish; other
@@ -220,7 +221,7 @@ impl Executor {
         );
         self.app.running.insert(id);
         if let Some(wf) = wf {
-            live::start(&self.app, &id, &wf, created_us, deadline_us);
+            live::start(&self.app, &id, &wf, created_us, deadline_us, priority);
         }
     }
 
@@ -275,14 +276,17 @@ impl Executor {
                 failing: None,
                 context: outer,
                 attempts: 0,
-                // A child's answer names its parent, which this memory does not keep.
-                fresh: c.parent_id.is_none(),
+                // A child's answer names its parent, which this memory does not keep; nor
+                // does it keep a claimed request's deadline (the claim gives it relative to
+                // now, not as stored), so such a request's answers are read, not kept.
+                fresh: c.parent_id.is_none() && c.deadline_in_ms.is_none(),
                 created_us: c.created_us,
                 has_parent: c.parent_id.is_some(),
                 trace,
                 retries: c.retries,
                 deadline: job::deadline_in(c.deadline_in_ms),
                 deadline_us: None,
+                priority: c.priority,
             });
         }
         // With no step left (a final ASYNC, EVENT or WAIT step answered), the request only
@@ -333,6 +337,7 @@ impl Executor {
             retries: c.retries,
             deadline: job::deadline_in(c.deadline_in_ms),
             deadline_us: None,
+            priority: None,
         })
     }
 
@@ -657,5 +662,6 @@ fn fresh_job(r: Inserted, wf: Arc<Workflow>) -> Job {
             tokio::time::Instant::now() + left
         }),
         deadline_us: r.deadline_ms.map(|ms| r.created_us + ms as i64 * 1000),
+        priority: r.priority,
     }
 }

@@ -132,6 +132,10 @@ pub fn status(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
     if let (Some(key), Some(ahead)) = (&head.concurrency_key, head.slot_ahead) {
         out.insert("waitingForSlot".into(), json!({"key": key, "ahead": ahead}));
     }
+    // Beyond Clamp: its priority, when created with one.
+    if let Some(p) = head.priority {
+        out.insert("priority".into(), json!(p));
+    }
     // Beyond Clamp: when it must have finished by.
     if let Some(d) = &head.deadline {
         out.insert("deadline".into(), Value::String(d.clone()));

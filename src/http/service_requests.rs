@@ -70,8 +70,9 @@ static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 /// answered after its commit whatever the `ack` mode.
 ///
 /// Beyond Clamp, `?version=N` runs version N of the workflow, `?startAt=` or
-/// `?delayMs=` starts it later (`http::delayed`), and `?deadline=` (ISO 8601) bounds how
-/// long it may run, over its workflow's `deadline`.
+/// `?delayMs=` starts it later (`http::delayed`), `?deadline=` (ISO 8601) bounds how
+/// long it may run, over its workflow's `deadline`, and `?priority=` (1 to 9, default 5)
+/// puts it before requests of lower priorities waiting to run.
 pub async fn create(
     core: &Core,
     name: &str,
@@ -116,6 +117,17 @@ pub async fn create(
             Err(e) => return op_error(e),
         },
     };
+    let priority = match parts
+        .uri
+        .query()
+        .map(|q| super::query_param(Some(q), "priority"))
+    {
+        None | Some(None) => None,
+        Some(Some(text)) => match crate::ops::create::priority(&text) {
+            Ok(p) => p,
+            Err(e) => return op_error(e),
+        },
+    };
     let workflow = match crate::ops::create::workflow(core, name, pinned).await {
         Ok(wf) => wf,
         Err(e) => return op_error(e),
@@ -144,6 +156,7 @@ pub async fn create(
         body,
         start,
         deadline,
+        priority,
     };
     match crate::ops::create::create(core, r).await {
         Ok(Outcome::New(id)) => json_bytes(

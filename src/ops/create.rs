@@ -130,6 +130,27 @@ pub struct NewRequest {
     pub start: Option<SystemTime>,
     /// Its own deadline, over its workflow's (beyond Clamp).
     pub deadline: Option<std::time::Duration>,
+    /// Its priority, `MIN_PRIORITY..=MAX_PRIORITY` (beyond Clamp; None: the default).
+    pub priority: Option<i16>,
+}
+
+/// The priorities a create may give: higher runs first (`store::leases::claim`).
+pub const MIN_PRIORITY: i16 = 1;
+pub const MAX_PRIORITY: i16 = 9;
+/// The priority of a create that gives none (stored as NULL).
+pub const DEFAULT_PRIORITY: i16 = 5;
+
+/// A create's `priority`: a whole number from `MIN_PRIORITY` to `MAX_PRIORITY`; the
+/// default is kept as None, as a create without one.
+pub fn priority(text: &str) -> Result<Option<i16>> {
+    match text.parse::<i16>() {
+        Ok(DEFAULT_PRIORITY) => Ok(None),
+        Ok(p) if (MIN_PRIORITY..=MAX_PRIORITY).contains(&p) => Ok(Some(p)),
+        _ => Err(OpError::BadRequest(format!(
+            "priority: must be a whole number from {MIN_PRIORITY} to {MAX_PRIORITY} \
+             (higher runs first; {DEFAULT_PRIORITY} when not given)"
+        ))),
+    }
 }
 
 /// A create's `deadline`: an ISO 8601 duration, more than nothing, at most a year.
@@ -179,16 +200,16 @@ pub async fn create(core: &Core, r: NewRequest) -> Result<Outcome> {
                 "startAt, delayMs and Idempotency-Key cannot be combined with a workflow's concurrency limit".into(),
             ));
         }
-        // Boxed, as a delayed create is.
-        return Box::pin(limited(
-            core,
-            &r.workflow,
-            r.pinned,
-            &payload,
-            &r.headers,
+        let row = Apart {
+            wf: &r.workflow,
+            pinned: r.pinned,
+            payload: &payload,
+            headers: &r.headers,
             deadline_ms,
-        ))
-        .await;
+            priority: r.priority,
+        };
+        // Boxed, as a delayed create is.
+        return Box::pin(limited(core, row)).await;
     }
     if let Some(start) = r.start {
         if r.key.is_some() {
@@ -196,17 +217,16 @@ pub async fn create(core: &Core, r: NewRequest) -> Result<Outcome> {
                 "Idempotency-Key cannot be combined with startAt or delayMs".into(),
             ));
         }
-        // Boxed: the create future every request allocates stays the size of the hot path.
-        return Box::pin(delayed(
-            core,
-            &r.workflow,
-            r.pinned,
-            &payload,
-            &r.headers,
-            start,
+        let row = Apart {
+            wf: &r.workflow,
+            pinned: r.pinned,
+            payload: &payload,
+            headers: &r.headers,
             deadline_ms,
-        ))
-        .await;
+            priority: r.priority,
+        };
+        // Boxed: the create future every request allocates stays the size of the hot path.
+        return Box::pin(delayed(core, row, start)).await;
     }
     let id = crate::ids::new_v7();
     let created_us = std::time::SystemTime::now()
@@ -228,6 +248,7 @@ pub async fn create(core: &Core, r: NewRequest) -> Result<Outcome> {
         key: r.key,
         created_us,
         deadline_ms,
+        priority: r.priority,
         ack,
     };
     match core.buffer.push(row, app.config.enqueue_wait).await {
@@ -260,17 +281,28 @@ pub async fn create(core: &Core, r: NewRequest) -> Result<Outcome> {
     }
 }
 
+/// A create written apart from the batched insert (limited or delayed).
+struct Apart<'a> {
+    wf: &'a Workflow,
+    pinned: bool,
+    payload: &'a [u8],
+    headers: &'a [u8],
+    deadline_ms: Option<f64>,
+    priority: Option<i16>,
+}
+
 /// Stores a request of a workflow with a concurrency limit (`store::slots`): admitted at
 /// once when its key has a free slot and nobody waiting, else waiting (NEW, unclaimable)
 /// until the admitter gives it a slot. Answered after its commit.
-async fn limited(
-    core: &Core,
-    wf: &Workflow,
-    pinned: bool,
-    payload: &[u8],
-    headers: &[u8],
-    deadline_ms: Option<f64>,
-) -> Result<Outcome> {
+async fn limited(core: &Core, r: Apart<'_>) -> Result<Outcome> {
+    let Apart {
+        wf,
+        pinned,
+        payload,
+        headers,
+        deadline_ms,
+        priority,
+    } = r;
     let limit = wf.concurrency.as_ref().expect("a limited workflow");
     let key = limit.key_of(&serde_json::from_slice(payload).unwrap_or(serde_json::Value::Null));
     let id = crate::ids::new_v7();
@@ -283,6 +315,7 @@ async fn limited(
         deadline_ms,
         key,
         limit: limit.limit,
+        priority,
         rate: limit.rate,
     };
     let admitted = core
@@ -301,15 +334,15 @@ async fn limited(
 
 /// Stores a delayed request (`store::delayed`): unleased until its start, when any
 /// instance's sweeper claims it. Answered after its commit, like every create.
-async fn delayed(
-    core: &Core,
-    wf: &Workflow,
-    pinned: bool,
-    payload: &[u8],
-    headers: &[u8],
-    start: SystemTime,
-    deadline_ms: Option<f64>,
-) -> Result<Outcome> {
+async fn delayed(core: &Core, r: Apart<'_>, start: SystemTime) -> Result<Outcome> {
+    let Apart {
+        wf,
+        pinned,
+        payload,
+        headers,
+        deadline_ms,
+        priority,
+    } = r;
     let id = crate::ids::new_v7();
     let conn = core
         .pool
@@ -325,6 +358,7 @@ async fn delayed(
         created: SystemTime::now(),
         start,
         deadline_ms,
+        priority,
     };
     crate::store::delayed::insert(&conn, &row)
         .await

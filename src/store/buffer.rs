@@ -79,6 +79,8 @@ pub struct PendingRow {
     pub created_us: i64,
     /// Its deadline, in whole milliseconds from its creation (beyond Clamp; None: none).
     pub deadline_ms: Option<f64>,
+    /// Its priority, 1 to 9 (beyond Clamp; None: the default, 5).
+    pub priority: Option<i16>,
     /// Answered after the commit in `ack=commit` mode, and for keyed rows always; None
     /// otherwise in `ack=accept` mode.
     pub ack: Option<oneshot::Sender<Result<Created, AckError>>>,
@@ -114,6 +116,7 @@ pub struct Inserted {
     pub headers: Bytes,
     pub created_us: i64,
     pub deadline_ms: Option<f64>,
+    pub priority: Option<i16>,
 }
 
 /// Lets the flusher insert rows already leased to the local executor, and hand them over
@@ -416,6 +419,7 @@ impl Shared {
                     headers: r.headers.clone(),
                     created_us: r.created_us,
                     deadline_ms: r.deadline_ms,
+                    priority: r.priority,
                 })
                 .collect();
             h.release(n_leased - rows.len());
@@ -718,8 +722,8 @@ struct KeyedRequests<'a> {
 }
 
 impl KeyedRequests<'_> {
-    /// `INSERT_KEYED`'s `$1..$11`.
-    fn insert_keyed(&self) -> [Param<'_>; 11] {
+    /// `INSERT_KEYED`'s `$1..$12`.
+    fn insert_keyed(&self) -> [Param<'_>; 12] {
         let c = &self.c;
         [
             &c.ids,
@@ -733,11 +737,12 @@ impl KeyedRequests<'_> {
             &c.created,
             &c.versions,
             &c.deadlines,
+            &c.priorities,
         ]
     }
 
-    /// `INSERT_KEYED_CONFLICTS`' `$1..$12`: the window before the versions.
-    fn insert_keyed_conflicts(&self) -> [Param<'_>; 12] {
+    /// `INSERT_KEYED_CONFLICTS`' `$1..$13`: the window before the versions.
+    fn insert_keyed_conflicts(&self) -> [Param<'_>; 13] {
         let c = &self.c;
         [
             &c.ids,
@@ -752,6 +757,7 @@ impl KeyedRequests<'_> {
             &self.window_s,
             &c.versions,
             &c.deadlines,
+            &c.priorities,
         ]
     }
 }
@@ -802,6 +808,8 @@ pub(super) struct Columns<'a> {
     pub versions: Vec<i32>,
     /// Its deadline in ms from its creation (None: none).
     pub deadlines: Vec<Option<f64>>,
+    /// Its priority (None: the default).
+    pub priorities: Vec<Option<i16>>,
 }
 
 impl<'a> Columns<'a> {
@@ -816,6 +824,7 @@ impl<'a> Columns<'a> {
             created: Vec::with_capacity(n),
             versions: Vec::with_capacity(n),
             deadlines: Vec::with_capacity(n),
+            priorities: Vec::with_capacity(n),
         };
         for r in rows {
             c.ids.push(r.id);
@@ -826,6 +835,7 @@ impl<'a> Columns<'a> {
             c.created.push(r.created);
             c.versions.push(r.ver);
             c.deadlines.push(r.deadline_ms);
+            c.priorities.push(r.priority);
         }
         c
     }
@@ -846,6 +856,8 @@ pub(super) struct NewRequest<'a> {
     ver: i32,
     /// Its deadline in ms from `created` (None: none; migration 20).
     deadline_ms: Option<f64>,
+    /// Its priority (None: the default; migration 23).
+    priority: Option<i16>,
 }
 
 impl<'a> NewRequest<'a> {
@@ -859,6 +871,7 @@ impl<'a> NewRequest<'a> {
             created: system_time(r.created_us),
             ver: named_version(r),
             deadline_ms: r.deadline_ms,
+            priority: r.priority,
         }
     }
 }

@@ -296,13 +296,15 @@ pub async fn end(conn: &PgConn, e: &End<'_>) -> Result<bool> {
 }
 
 /// The timers: how many requests wait on a clock (asleep or backing off, due later: the
-/// claimable index's range after now; paused with an answer's or event's deadline: the
-/// answer-due index), and how long the most overdue one has been due (ms, 0: none),
-/// whichever index holds it. Counted from the indexes alone (index-only scans): a filter
-/// on a column they do not hold would read every sleeping request's row (with a million
-/// of them, 0.95 of the two-step rate when counted every 15 s). So requests running now,
-/// whose lease also ends later, count too: at most `--max-running` per thread of each
-/// instance. Read only when /metrics is, at most once per `TIMERS_PERIOD`.
+/// claim-order index's rows with `lease_until` after now; paused with an answer's or
+/// event's deadline: the answer-due index), and how long the most overdue one has been
+/// due (ms, 0: none), whichever index holds it. Counted from the indexes alone
+/// (index-only scans): a filter on a column they do not hold would read every sleeping
+/// request's row (with a million of them, 0.95 of the two-step rate when counted every
+/// 15 s). The claim-order index leads with its rank, not `lease_until` (migration 23), so
+/// its half is a scan of the whole index, with the fewest columns read per row. Requests
+/// running now, whose lease also ends later, count too: at most `--max-running` per thread
+/// of each instance. Read only when /metrics is, at most once per `TIMERS_PERIOD`.
 pub(super) const TIMERS: &str = concat!(
     "WITH due AS (
     SELECT min(lease_until) AS at FROM service_requests

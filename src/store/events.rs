@@ -176,7 +176,7 @@ SELECT f.keep_until, r.step, r.leased, r.id, r.workflow_name, r.status,
        CASE WHEN r.leased OR r.headers LIKE '%\"traceparent\"%' THEN r.headers END,
        r.current_step_id, CASE WHEN r.leased THEN r.step_request END, r.failed_step_id,
        r.reason, r.step_attempts, r.created_us, r.version, r.parent_id, r.retries,
-       r.deadline_in_ms
+       r.deadline_in_ms, r.priority
 FROM fresh f LEFT JOIN resumed r ON true"
 );
 

@@ -36,10 +36,14 @@ pub struct Claimed {
     /// Its deadline, in ms from the claim (negative: passed); None when it has none, or
     /// none that applies (its onFailure steps are running).
     pub deadline_in_ms: Option<f64>,
+    /// Its priority (None: the default), for its status memory.
+    pub priority: Option<i16>,
 }
 
-/// Claims up to `limit` runnable requests whose lease is free or expired. One statement:
-/// the inner SELECT skips rows another instance is claiming at the same moment.
+/// Claims up to `limit` runnable requests whose lease is free or expired, in the claim
+/// order (`sql::claim_rank!`: higher priorities first, then creation order; rows due at a
+/// time after them, in the order they fell due). One statement: the inner SELECT skips
+/// rows another instance is claiming at the same moment.
 pub(super) const CLAIM: &str = concat!(
     "\
 UPDATE service_requests s SET lease_owner = $1,
@@ -50,8 +54,14 @@ FROM (
     SELECT id, lease_until, lease_owner FROM service_requests
     WHERE status IN ",
     crate::store::sql::claimable!(),
-    " AND lease_until < now()
-    ORDER BY lease_until
+    " AND ",
+    crate::store::sql::claim_rank!(),
+    " < ",
+    crate::store::sql::now_rank!(),
+    "
+    ORDER BY ",
+    crate::store::sql::claim_rank!(),
+    "
     LIMIT $3
     FOR UPDATE SKIP LOCKED) was
 WHERE s.id = was.id
@@ -107,6 +117,7 @@ impl Claimed {
             parent_id: r.get(at + 12),
             retries: r.get(at + 13),
             deadline_in_ms: r.get(at + 14),
+            priority: r.get(at + 15),
         }
     }
 }

@@ -32,6 +32,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (20, include_str!("migrations/0020_request_deadlines.sql")),
     (21, include_str!("migrations/0021_audit.sql")),
     (22, include_str!("migrations/0022_concurrency.sql")),
+    (23, include_str!("migrations/0023_priorities.sql")),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.

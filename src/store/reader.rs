@@ -155,7 +155,15 @@ async fn beyond_the_row(conn: &PgConn, out: &mut HashMap<Uuid, Found>) -> Result
         let stmt = conn.stmt(super::status::SLOT_AHEAD).await?;
         let row = conn
             .client
-            .query_one(&stmt, &[&&*f.head.workflow_name, key, id])
+            .query_one(
+                &stmt,
+                &[
+                    &&*f.head.workflow_name,
+                    key,
+                    id,
+                    &(f.head.priority.unwrap_or(5) as i32),
+                ],
+            )
             .await?;
         f.head.slot_ahead = Some(row.get(0));
     }
@@ -187,6 +195,7 @@ fn collect(rows: &[tokio_postgres::Row], want: Want, out: &mut HashMap<Uuid, Fou
                 concurrency_key: r.get("concurrency_key"),
                 slot_ahead: None,
                 deadline: r.get("deadline"),
+                priority: r.get("priority"),
             },
             steps: Vec::new(),
             finished_ms: r.get("request_finished_ms"),

@@ -9,7 +9,7 @@
 //! Every admission of a key runs under a transaction-scoped advisory lock of (workflow,
 //! key), taken by its own statement first, so the count that follows sees every admission
 //! committed before it: two instances never admit past the limit. Admission is in
-//! creation order per key (ids are UUIDv7), and a create finds a queue before it waits in
+//! order per key (priority, then creation: ids are UUIDv7), and a create finds a queue before it waits in
 //! it: it is admitted at once only when its key has a free slot and nobody waiting.
 
 use uuid::Uuid;
@@ -52,6 +52,14 @@ macro_rules! queued {
     };
 }
 
+/// A key's queue order (`service_requests_queued`'s last two columns): higher priorities
+/// first, then creation order (ids are UUIDv7).
+macro_rules! queue_order {
+    ($s:literal) => {
+        concat!("-coalesce(", $s, ".priority, 5), ", $s, ".id")
+    };
+}
+
 /// The starts of key `$k` of workflow `$w` within the last `$p` ms, unless `$n` (the rate)
 /// is NULL: then 0 (the count is not made).
 macro_rules! started_within {
@@ -78,12 +86,14 @@ macro_rules! started_within {
 /// it; the rest are held. Arrays, one element per create: `$1` ids, `$2` workflows,
 /// `$3` payloads, `$4` headers, `$5` versions named (0: the latest), `$6` deadlines in ms
 /// from now (NULL: none), `$7` keys, `$8` limits, `$9` rates (NULL: none), `$10` their
-/// windows in ms. Returns each id and whether it was admitted.
+/// windows in ms, `$11` priorities (NULL: the default). Returns each id and whether it was
+/// admitted.
 pub(super) const INSERT: &str = concat!(
     "WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], \
-                         $6::float8[], $7::text[], $8::bigint[], $9::bigint[], $10::float8[]) \
-      AS t(id, workflow, payload, headers, ver, deadline_ms, key, lim, rate, window_ms)
+                         $6::float8[], $7::text[], $8::bigint[], $9::bigint[], $10::float8[], \
+                         $11::int2[]) \
+      AS t(id, workflow, payload, headers, ver, deadline_ms, key, lim, rate, window_ms, priority)
 ), keys AS (
     SELECT workflow, key, min(lim) AS lim, min(rate) AS rate, min(window_ms) AS window_ms \
     FROM input GROUP BY workflow, key
@@ -101,11 +111,14 @@ pub(super) const INSERT: &str = concat!(
     ") END AS free \
     FROM keys k
 ), ranked AS (
-    SELECT i.*, row_number() OVER (PARTITION BY i.workflow, i.key ORDER BY i.id) AS rank, \
+    SELECT i.*, row_number() OVER (PARTITION BY i.workflow, i.key \
+                                    ORDER BY ",
+    queue_order!("i"),
+    ") AS rank, \
       r.free FROM input i JOIN room r ON r.workflow = i.workflow AND r.key = i.key
 )
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until, \
-                              workflow_version, deadline, concurrency_key, admitted_at)
+                              workflow_version, deadline, concurrency_key, admitted_at, priority)
 SELECT t.id, t.workflow, t.payload, t.headers, NULL, \
   CASE WHEN t.rank <= t.free THEN '-infinity'::timestamptz ELSE 'infinity'::timestamptz END, ",
     crate::store::sql::pinned_version!(
@@ -113,20 +126,22 @@ SELECT t.id, t.workflow, t.payload, t.headers, NULL, \
         "(SELECT w.version FROM workflows w WHERE w.name = t.workflow)"
     ),
     ", now() + t.deadline_ms * interval '1 millisecond', t.key, \
-  CASE WHEN t.rank <= t.free THEN statement_timestamp() END \
+  CASE WHEN t.rank <= t.free THEN statement_timestamp() END, t.priority \
 FROM ranked t \
 RETURNING id, lease_until = '-infinity'::timestamptz"
 );
 
-/// Admits the oldest waiting requests of a key into its free slots and its rate's room,
-/// under its lock: `$1` workflow, `$2` key, `$3` limit, `$4` rate (NULL: none), `$5` its
+/// Admits the first waiting requests of a key (`queue_order!`) into its free slots and its
+/// rate's room, under its lock: `$1` workflow, `$2` key, `$3` limit, `$4` rate (NULL: none), `$5` its
 /// window in ms. Returns the admitted ids.
 pub(super) const ADMIT: &str = concat!(
     "UPDATE service_requests SET lease_until = '-infinity', admitted_at = statement_timestamp() \
      WHERE id IN (SELECT q.id FROM service_requests q WHERE q.workflow_name = $1 \
                     AND q.concurrency_key = $2 AND ",
     queued!("q"),
-    " ORDER BY q.id \
+    " ORDER BY ",
+    queue_order!("q"),
+    " \
                   LIMIT greatest(0, least($3 - (SELECT count(*) FROM service_requests h \
                       WHERE h.workflow_name = $1 AND h.concurrency_key = $2 AND ",
     holds_slot!("h"),
@@ -211,6 +226,8 @@ pub struct Limited {
     pub deadline_ms: Option<f64>,
     pub key: String,
     pub limit: u32,
+    /// Its priority (None: the default): it orders the key's queue too.
+    pub priority: Option<i16>,
     /// Most starts of the key within `.1` ms, if a rate is declared.
     pub rate: Option<(u32, u32)>,
 }
@@ -239,14 +256,24 @@ pub async fn insert(conn: &mut PgConn, rows: &[Limited]) -> Result<Vec<bool>> {
     let limits: Vec<i64> = rows.iter().map(|r| r.limit as i64).collect();
     let rates: Vec<Option<i64>> = rows.iter().map(|r| rate_args(r.rate).0).collect();
     let windows: Vec<f64> = rows.iter().map(|r| rate_args(r.rate).1).collect();
+    let priorities: Vec<Option<i16>> = rows.iter().map(|r| r.priority).collect();
     let tx = conn.client.transaction().await?;
     tx.execute(&lock, &[&workflows, &keys]).await?;
     let done = tx
         .query(
             &insert,
             &[
-                &ids, &workflows, &payloads, &headers, &versions, &deadlines, &keys, &limits,
-                &rates, &windows,
+                &ids,
+                &workflows,
+                &payloads,
+                &headers,
+                &versions,
+                &deadlines,
+                &keys,
+                &limits,
+                &rates,
+                &windows,
+                &priorities,
             ],
         )
         .await?;

@@ -202,13 +202,13 @@ macro_rules! pause_for_children {
     WHERE s.id = $1 AND s.lease_owner = $3 AND s.status <> ",
             crate::status::status_sql!(Cancelled),
             "
-    RETURNING s.id, s.headers
+    RETURNING s.id, s.headers, s.priority
 )"
         )
     };
 }
 
-/// The statuses a claim takes a row in (`service_requests_claimable`'s predicate), as a
+/// The statuses a claim takes a row in (`service_requests_claim_order`'s predicate), as a
 /// parenthesized SQL list: `status IN claimable!()`.
 macro_rules! claimable {
     () => {
@@ -261,13 +261,37 @@ macro_rules! claimed_columns {
             $t,
             ".failed_step_id IS NULL THEN extract(epoch FROM ",
             $t,
-            ".deadline - now())::float8 * 1000 END AS deadline_in_ms"
+            ".deadline - now())::float8 * 1000 END AS deadline_in_ms, ",
+            $t,
+            ".priority"
         )
     };
 }
 
+/// A claimable row's place in the claim order: `service_requests_claim_order`'s expression
+/// (migration 23, which says why), spelled identically so that the planner matches it.
+/// Runnable rows rank below `now_rank!()`.
+macro_rules! claim_rank {
+    () => {
+        "(CASE \
+        WHEN lease_until = '-infinity'::timestamptz \
+            THEN date_part('epoch', created_at - '1970-01-01 00:00:00+00'::timestamptz) \
+                 - coalesce(priority, 5)::float8 * 10000000000::float8 \
+        WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 \
+        ELSE date_part('epoch', lease_until - '1970-01-01 00:00:00+00'::timestamptz) \
+    END)"
+    };
+}
+
+/// Now as a `claim_rank!`: rows ranked below it are runnable.
+macro_rules! now_rank {
+    () => {
+        "date_part('epoch', now() - '1970-01-01 00:00:00+00'::timestamptz)"
+    };
+}
+
 pub(crate) use {
-    batch_versions, claimable, claimed_columns, created_us, derived_status, fan_child_proceeds,
-    fresh_lease, new_deadline, new_running, now_plus_ms, pause_for_children, pinned_version,
-    step_request, stored_derived_status,
+    batch_versions, claim_rank, claimable, claimed_columns, created_us, derived_status,
+    fan_child_proceeds, fresh_lease, new_deadline, new_running, now_plus_ms, now_rank,
+    pause_for_children, pinned_version, step_request, stored_derived_status,
 };

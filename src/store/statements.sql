@@ -9,12 +9,12 @@ WITH v AS (SELECT w.name, w.version
     FROM workflows w
     WHERE w.name = ANY($2::text[])),
         ins AS (INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner,
-            lease_until, created_at, workflow_version, deadline) SELECT t.id,
+            lease_until, created_at, workflow_version, deadline, priority) SELECT t.id,
             t.wf, t.payload, t.headers, CASE WHEN leased THEN $3::uuid END,
             CASE WHEN leased THEN now() + $4::float8 * interval '1 millisecond' ELSE '-infinity' END,
                 t.created,
             NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END, 1),
-            t.created + t.deadline_ms * interval '1 millisecond'
+            t.created + t.deadline_ms * interval '1 millisecond', t.priority
     FROM UNNEST($1::new_request[]) AS t
     LEFT JOIN v ON v.name = t.wf) SELECT name, version
     FROM v;
@@ -26,15 +26,15 @@ WITH v AS (SELECT w.name, w.version FROM workflows w WHERE w.name = ANY($2::text
 ), ins AS (
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
     created_at,
-                              workflow_version, deadline)
+                              workflow_version, deadline, priority)
 SELECT t.id, t.wf, t.payload, t.headers, CASE WHEN leased THEN $6::uuid END,
     CASE WHEN leased THEN now() + $7::float8 * interval '1 millisecond' ELSE '-infinity' END,
     t.created, NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END, 1),
-    t.created + t.deadline_ms * interval '1 millisecond'
+    t.created + t.deadline_ms * interval '1 millisecond', t.priority
 FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $9::timestamptz[],
     $10::int[],
-            $11::float8[])
-    AS t(id, wf, payload, headers, leased, created, ver, deadline_ms)
+            $11::float8[], $12::int2[])
+    AS t(id, wf, payload, headers, leased, created, ver, deadline_ms, priority)
 LEFT JOIN v ON v.name = t.wf
 )
 SELECT name, version FROM v;
@@ -42,8 +42,8 @@ SELECT name, version FROM v;
 -- idempotency::INSERT_KEYED_CONFLICTS
 WITH input AS (
     SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::uuid[],
-                         $9::timestamptz[], $11::int[], $12::float8[])
-        AS t(id, wf, payload, headers, leased, h, created, ver, deadline_ms)
+                         $9::timestamptz[], $11::int[], $12::float8[], $13::int2[])
+        AS t(id, wf, payload, headers, leased, h, created, ver, deadline_ms, priority)
 ), v AS (SELECT w.name, w.version FROM workflows w WHERE w.name = ANY($2::text[])), claimed AS (
     INSERT INTO idempotency_keys AS k (key_hash, service_request_id)
     SELECT h, id FROM input WHERE h IS NOT NULL
@@ -54,11 +54,11 @@ WITH input AS (
 ), inserted AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
         created_at,
-                                  workflow_version, deadline)
+                                  workflow_version, deadline, priority)
     SELECT t.id, t.wf, t.payload, t.headers, CASE WHEN leased THEN $6::uuid END,
         CASE WHEN leased THEN now() + $7::float8 * interval '1 millisecond' ELSE '-infinity' END,
         t.created, NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END, 1),
-        t.created + t.deadline_ms * interval '1 millisecond'
+        t.created + t.deadline_ms * interval '1 millisecond', t.priority
     FROM input t LEFT JOIN v ON v.name = t.wf
     WHERE t.h IS NULL OR t.id IN (SELECT service_request_id FROM claimed)
     RETURNING id, coalesce(workflow_version, 1) AS workflow_version
@@ -89,11 +89,12 @@ RESET statement_timeout;
 
 -- delayed::INSERT
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
-    created_at, workflow_version, start_at, deadline) SELECT $1,
+    created_at, workflow_version, start_at, deadline, priority) SELECT $1,
     $2, $3, $4, NULL, $6, $5,
     NULLIF(CASE WHEN $7::int > 0 THEN $7::int ELSE coalesce((SELECT w.version
     FROM workflows w
-    WHERE w.name = $2), 1) END, 1), $6, $6::timestamptz + $8::float8 * interval '1 millisecond';
+    WHERE w.name = $2), 1) END, 1), $6, $6::timestamptz + $8::float8 * interval '1 millisecond',
+        $9::int2;
 
 -- slots::LOCK_MANY
 SELECT pg_advisory_xact_lock(h)
@@ -105,8 +106,8 @@ SELECT pg_advisory_xact_lock(h)
 WITH input AS (
     SELECT *
         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::float8[],
-            $7::text[], $8::bigint[], $9::bigint[], $10::float8[]) AS t(id, workflow, payload,
-            headers, ver, deadline_ms, key, lim, rate, window_ms)
+            $7::text[], $8::bigint[], $9::bigint[], $10::float8[], $11::int2[]) AS t(id, workflow,
+            payload, headers, ver, deadline_ms, key, lim, rate, window_ms, priority)
 ), keys AS (
     SELECT workflow, key, min(lim) AS lim, min(rate) AS rate, min(window_ms) AS window_ms
         FROM input
@@ -124,18 +125,19 @@ WITH input AS (
                 WHERE a.workflow_name = k.workflow AND a.concurrency_key = k.key AND a.concurrency_key IS NOT NULL AND a.admitted_at > statement_timestamp() - k.window_ms::float8 * interval '1 millisecond') END)) END AS free
         FROM keys k
 ), ranked AS (
-    SELECT i.*, row_number() OVER (PARTITION BY i.workflow, i.key ORDER BY i.id) AS rank, r.free
+    SELECT i.*, row_number() OVER (PARTITION BY i.workflow, i.key
+        ORDER BY -coalesce(i.priority, 5), i.id) AS rank, r.free
         FROM input i
         JOIN room r ON r.workflow = i.workflow AND r.key = i.key
 )
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
-    workflow_version, deadline, concurrency_key, admitted_at)
+    workflow_version, deadline, concurrency_key, admitted_at, priority)
 SELECT t.id, t.workflow, t.payload, t.headers, NULL,
     CASE WHEN t.rank <= t.free THEN '-infinity'::timestamptz ELSE 'infinity'::timestamptz END,
     NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce((SELECT w.version
     FROM workflows w
     WHERE w.name = t.workflow), 1) END, 1), now() + t.deadline_ms * interval '1 millisecond', t.key,
-        CASE WHEN t.rank <= t.free THEN statement_timestamp() END
+        CASE WHEN t.rank <= t.free THEN statement_timestamp() END, t.priority
     FROM ranked t
     RETURNING id, lease_until = '-infinity'::timestamptz;
 
@@ -144,7 +146,7 @@ UPDATE service_requests SET lease_until = '-infinity', admitted_at = statement_t
     WHERE id IN (SELECT q.id
         FROM service_requests q
         WHERE q.workflow_name = $1 AND q.concurrency_key = $2 AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW'
-        ORDER BY q.id
+        ORDER BY -coalesce(q.priority, 5), q.id
         LIMIT greatest(0, least($3 - (SELECT count(*)
             FROM service_requests h
             WHERE h.workflow_name = $1 AND h.concurrency_key = $2 AND h.concurrency_key IS NOT NULL AND h.lease_until <> 'infinity' AND h.status IN ('NEW',
@@ -219,8 +221,16 @@ UPDATE service_requests s SET lease_owner = $1,
        lease_until = now() + $2::float8 * interval '1 millisecond', updated_at = now()
 FROM (
     SELECT id, lease_until, lease_owner FROM service_requests
-    WHERE status IN ('NEW', 'IN_PROGRESS', 'RESUMED') AND lease_until < now()
-    ORDER BY lease_until
+    WHERE status IN ('NEW', 'IN_PROGRESS',
+        'RESUMED') AND (CASE WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+            created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
+            5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
+                lease_until - '1970-01-01 00:00:00+00'::timestamptz) END) < date_part('epoch',
+            now() - '1970-01-01 00:00:00+00'::timestamptz)
+    ORDER BY (CASE WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+        created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
+        5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
+            lease_until - '1970-01-01 00:00:00+00'::timestamptz) END)
     LIMIT $3
     FOR UPDATE SKIP LOCKED) was
 WHERE s.id = was.id
@@ -235,7 +245,7 @@ RETURNING
                  FROM s.created_at) * 1000000)::bigint AS created_us,
                      coalesce(s.workflow_version, 1) AS version, s.parent_id, s.retries,
                      CASE WHEN s.failed_step_id IS NULL THEN extract(epoch
-             FROM s.deadline - now())::float8 * 1000 END AS deadline_in_ms;
+             FROM s.deadline - now())::float8 * 1000 END AS deadline_in_ms, s.priority;
 
 -- leases::RENEW
 WITH ids AS (SELECT unnest($3::uuid[]) AS id),
@@ -329,7 +339,8 @@ WITH resumed AS (
             coalesce(service_requests.workflow_version, 1) AS version, service_requests.parent_id,
             service_requests.retries,
             CASE WHEN service_requests.failed_step_id IS NULL THEN extract(epoch
-        FROM service_requests.deadline - now())::float8 * 1000 END AS deadline_in_ms
+        FROM service_requests.deadline - now())::float8 * 1000 END AS deadline_in_ms,
+            service_requests.priority
 ), answered AS (
     UPDATE steps_status SET status = $7, response = $8, reason = $9, finished_at = now(),
         time_taken_ms = round(extract(epoch FROM now() - started_at) * 1000)::bigint
@@ -449,7 +460,7 @@ WITH run AS (
     INSERT INTO service_requests (id, workflow_name, status, payload, headers,
                                   current_step_id, step_request, rerun_of,
                                   lease_owner, lease_until, workflow_version, deadline,
-                                  concurrency_key)
+                                  concurrency_key, priority)
     VALUES ($1, $3, 'NEW', $4, $5, $6, $7, $2, NULL,
             -- With the original's concurrency key, it waits for a slot (`slots`).
             CASE WHEN (SELECT o.concurrency_key FROM service_requests o WHERE o.id = $2) IS NULL
@@ -458,7 +469,8 @@ WITH run AS (
             -- The original's deadline, as long again from now.
             (SELECT now() + (o.deadline - coalesce(o.start_at, o.created_at))
              FROM service_requests o WHERE o.id = $2),
-            (SELECT o.concurrency_key FROM service_requests o WHERE o.id = $2))
+            (SELECT o.concurrency_key FROM service_requests o WHERE o.id = $2),
+            (SELECT o.priority FROM service_requests o WHERE o.id = $2))
     RETURNING id)
 INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
                           started_at, finished_at, time_taken_ms, reason, attempts)
@@ -476,7 +488,7 @@ WITH fenced AS (
     UPDATE service_requests s SET status = 'PAUSED', current_step_id = $2, updated_at = now(),
            step_attempts = 0, last_error = NULL, lease_owner = NULL, lease_until = '-infinity'
     WHERE s.id = $1 AND s.lease_owner = $3 AND s.status <> 'CANCELLED'
-    RETURNING s.id, s.headers
+    RETURNING s.id, s.headers, s.priority
 ), record AS (
     INSERT INTO steps_status (service_request_id, step_id, step_name, status, request,
                               started_at, attempts, child_id)
@@ -484,10 +496,10 @@ WITH fenced AS (
 ), child AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
                                   workflow_version, parent_id, parent_step_id, parent_told,
-                                  deadline)
+                                  deadline, priority)
     SELECT $8, $9, $5, f.headers, NULL, '-infinity',
         NULLIF(CASE WHEN $10 > 0 THEN $10 ELSE coalesce(w.version, 1) END, 1), $1, $2, false,
-        now() + $11::float8 * interval '1 millisecond'
+        now() + $11::float8 * interval '1 millisecond', f.priority
     FROM fenced f LEFT JOIN workflows w ON w.name = $9
     RETURNING id
 )
@@ -519,18 +531,18 @@ WITH fenced AS (
     UPDATE service_requests s SET status = 'PAUSED', current_step_id = $2, updated_at = now(),
            step_attempts = 0, last_error = NULL, lease_owner = NULL, lease_until = '-infinity'
     WHERE s.id = $1 AND s.lease_owner = $3 AND s.status <> 'CANCELLED'
-    RETURNING s.id, s.headers
+    RETURNING s.id, s.headers, s.priority
 ), record AS (
     INSERT INTO steps_status (service_request_id, step_id, step_name, status, request,
                               started_at, attempts)
     SELECT id, $2, $4, 'STARTED', $5, to_timestamp($6::float8 / 1000.0), $7 FROM fenced
 ), fresh AS (
-    SELECT f.headers FROM fenced f
+    SELECT f.headers, f.priority FROM fenced f
     WHERE NOT EXISTS (SELECT 1 FROM fan_joins j WHERE j.parent_id = $1 AND j.step_id = $2)
 ), kids AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
                                   workflow_version, parent_id, parent_step_id, parent_told,
-                                  fan_index)
+                                  fan_index, priority)
     SELECT c.id, c.workflow, c.payload, coalesce($15::text, f.headers),
            CASE WHEN c.n <= $16::int THEN $3::uuid END,
            CASE WHEN c.held THEN 'infinity'::timestamptz
@@ -539,7 +551,7 @@ WITH fenced AS (
            NULLIF(CASE WHEN c.version > 0 THEN c.version ELSE coalesce((SELECT w.version
                FROM workflows w
                WHERE w.name = c.workflow), 1) END, 1),
-           $1, $2, false, (c.n - 1)::int
+           $1, $2, false, (c.n - 1)::int, f.priority
     FROM fresh f,
          unnest($8::uuid[], $9::text[], $10::int[], $11::text[], $12::bool[])
            WITH ORDINALITY AS c(id, workflow, version, payload, held, n)
@@ -633,12 +645,12 @@ WITH child AS (
         FROM s.created_at) * 1000000)::bigint AS created_us,
             coalesce(s.workflow_version, 1) AS version, s.parent_id, s.retries,
             CASE WHEN s.failed_step_id IS NULL THEN extract(epoch
-        FROM s.deadline - now())::float8 * 1000 END AS deadline_in_ms
+        FROM s.deadline - now())::float8 * 1000 END AS deadline_in_ms, s.priority
 )
 SELECT true, parent_id, step_id, total, finished, failed, tolerated,
        NULL::uuid, NULL::text, NULL::text, NULL::text, NULL::text, NULL::int, NULL::text,
        NULL::int, NULL::text, NULL::int, NULL::bigint, NULL::int, NULL::uuid, NULL::int,
-       NULL::float8
+       NULL::float8, NULL::int2
 FROM counted
 UNION ALL
 SELECT false, NULL, NULL, NULL, NULL, NULL, NULL, r.* FROM released r;
@@ -873,7 +885,7 @@ WITH fresh AS (
         FROM s.created_at) * 1000000)::bigint AS created_us,
             coalesce(s.workflow_version, 1) AS version, s.parent_id, s.retries,
             CASE WHEN s.failed_step_id IS NULL THEN extract(epoch
-        FROM s.deadline - now())::float8 * 1000 END AS deadline_in_ms
+        FROM s.deadline - now())::float8 * 1000 END AS deadline_in_ms, s.priority
 ), answered AS (
     UPDATE steps_status st SET status = 'COMPLETED', response = $4, finished_at = now(),
         time_taken_ms = round(extract(epoch FROM now() - st.started_at) * 1000)::bigint
@@ -885,7 +897,7 @@ SELECT f.keep_until, r.step, r.leased, r.id, r.workflow_name, r.status,
        CASE WHEN r.leased OR r.headers LIKE '%"traceparent"%' THEN r.headers END,
        r.current_step_id, CASE WHEN r.leased THEN r.step_request END, r.failed_step_id,
        r.reason, r.step_attempts, r.created_us, r.version, r.parent_id, r.retries,
-       r.deadline_in_ms
+       r.deadline_in_ms, r.priority
 FROM fresh f LEFT JOIN resumed r ON true;
 
 -- events::BEGIN
@@ -1031,7 +1043,8 @@ SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_versio
         CASE WHEN r.lease_owner IS NULL AND r.lease_until > now() THEN to_json(r.lease_until) #>> '{}' END AS retry_at,
             to_json(r.start_at) #>> '{}' AS start_at,
         r.wait_event, r.wait_key, to_json(r.deadline) #>> '{}' AS deadline,
-        CASE WHEN r.lease_until = 'infinity' AND r.status = 'NEW' THEN r.concurrency_key END AS concurrency_key
+        CASE WHEN r.lease_until = 'infinity' AND r.status = 'NEW' THEN r.concurrency_key END AS concurrency_key,
+            r.priority
     FROM service_requests r
     WHERE r.id = ANY($1);
 
@@ -1046,8 +1059,8 @@ SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_versio
             to_json(r.start_at) #>> '{}' AS start_at,
         r.wait_event, r.wait_key, to_json(r.deadline) #>> '{}' AS deadline,
         CASE WHEN r.lease_until = 'infinity' AND r.status = 'NEW' THEN r.concurrency_key END AS concurrency_key,
-            st.step_id,
-        st.step_name, st.status AS step_status,
+            r.priority,
+        st.step_id, st.step_name, st.status AS step_status,
         CASE WHEN st.request = '' THEN r.payload ELSE st.request END AS request, st.response,
         st.time_taken_ms, st.attempts, st.reason AS step_reason, st.child_id, extract(epoch
     FROM st.started_at)::float8 * 1000 AS started_ms, extract(epoch
@@ -1067,7 +1080,9 @@ SELECT DISTINCT c.parent_id
 -- status::SLOT_AHEAD
 SELECT count(*)
     FROM service_requests q
-    WHERE q.workflow_name = $1 AND q.concurrency_key = $2 AND q.id < $3 AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW';
+    WHERE q.workflow_name = $1 AND q.concurrency_key = $2 AND (-coalesce(q.priority, 5),
+        q.id) < (-$4::int,
+        $3::uuid) AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW';
 
 -- queries::INSERT_WORKFLOW
 WITH w AS (

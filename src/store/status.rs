@@ -25,7 +25,7 @@ macro_rules! head_columns {
              to_json(r.start_at) #>> '{}' AS start_at, r.wait_event, r.wait_key, \
              to_json(r.deadline) #>> '{}' AS deadline, \
              CASE WHEN r.lease_until = 'infinity' AND r.status = 'NEW' \
-                  THEN r.concurrency_key END AS concurrency_key"
+                  THEN r.concurrency_key END AS concurrency_key, r.priority"
         )
     };
 }
@@ -70,9 +70,11 @@ pub const PROCEEDING: &str = concat!(
     crate::store::sql::fan_child_proceeds!("c")
 );
 
-/// How many requests of its key wait before request `$3` of workflow `$1`, key `$2`.
+/// How many requests of its key wait before request `$3` of workflow `$1`, key `$2`, of
+/// priority `$4` (the key's queue order, `slots::queue_order!`).
 pub const SLOT_AHEAD: &str = "SELECT count(*) FROM service_requests q \
-     WHERE q.workflow_name = $1 AND q.concurrency_key = $2 AND q.id < $3 \
+     WHERE q.workflow_name = $1 AND q.concurrency_key = $2 \
+       AND (-coalesce(q.priority, 5), q.id) < (-$4::int, $3::uuid) \
        AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW'";
 
 /// The request row, as the answer shows it.
@@ -110,6 +112,8 @@ pub struct Head {
     pub concurrency_key: Option<String>,
     /// Waiting for a slot of its key: how many of the key's requests wait before it.
     pub slot_ahead: Option<i64>,
+    /// Its priority, 1 to 9, when created with one (beyond Clamp; None: the default, 5).
+    pub priority: Option<i16>,
 }
 
 /// What a request that is not running waits for, as its row says (beyond Clamp).
@@ -188,6 +192,8 @@ pub struct Live {
     pub created_us: i64,
     /// Its deadline, likewise (None: none).
     pub deadline_us: Option<i64>,
+    /// Its priority (None: the default).
+    pub priority: Option<i16>,
     pub steps: Vec<StepRow>,
     pub current_step_id: i32,
     pub step_attempts: i32,

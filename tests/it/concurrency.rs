@@ -392,3 +392,56 @@ async fn a_rate_limit_bounds_starts_per_second() {
     }
     s.shutdown().await;
 }
+
+/// A new version's limit applies to the admissions after it: raised from 1 to 3, two
+/// waiting requests start beside the one running and the fourth still waits; a version
+/// without `concurrency` admits it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_versions_limit_applies_to_admissions_after_it() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    let steps = json!([http("hold", d.url("/held"))]);
+    s.create_workflow(&json!({"name": "cap", "concurrency": {"limit": 1}, "steps": steps}))
+        .await;
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        ids.push(create_request(&s, "cap", &json!({"n": n})).await);
+    }
+    d.wait_for("/held").await;
+    let put = |def: Value| {
+        let addr = s.addr;
+        async move {
+            let r = send(
+                addr,
+                hyper::Method::PUT,
+                "/workflow/cap",
+                Some(def.to_string().into_bytes()),
+                &[],
+            )
+            .await;
+            assert_eq!(r.status, 200, "{}", r.text());
+        }
+    };
+    put(json!({"name": "cap", "concurrency": {"limit": 3}, "steps": steps})).await;
+    wait_for("three calls in flight", Duration::from_secs(5), || async {
+        (d.received("/held").len() == 3).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await; // a pass and more: nothing more starts
+    assert_eq!(d.received("/held").len(), 3);
+    let v = s.get(&format!("/serviceRequest/{}", ids[3])).await.json();
+    assert_eq!(v["waitingForSlot"]["ahead"], 0, "{v}");
+    put(json!({"name": "cap", "steps": steps})).await;
+    wait_for("the fourth call", Duration::from_secs(5), || async {
+        (d.received("/held").len() == 4).then_some(())
+    })
+    .await;
+    d.release();
+    for id in &ids {
+        let v = wait_status(&s, id, &["COMPLETED", "FAILED"], WAIT).await;
+        assert_eq!(v["status"], "COMPLETED", "{v}");
+    }
+    assert_eq!(d.peak_in_flight(), 4);
+    s.shutdown().await;
+}

@@ -26,6 +26,7 @@ mod idempotency_cleanup;
 mod lanes;
 mod openapi;
 mod pki;
+mod priority;
 mod rerun;
 mod retention;
 mod retry;

@@ -144,6 +144,9 @@ fn facts(id: Uuid, d: &Details) -> Markup {
                 @if let Some(by) = &h.deadline {
                     dt { "Deadline (UTC)" } dd.mono { (layout::when(by)) }
                 }
+                @if let Some(p) = h.priority {
+                    dt { "Priority" } dd { (p) " (of 1 to 9; 5 when not given)" }
+                }
                 @if let (Some(key), Some(ahead)) = (&h.concurrency_key, h.slot_ahead) {
                     dt { "Waiting for a slot" } dd {
                         "key " code { (key) } " · " (ahead) " waiting before it"
