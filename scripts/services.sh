@@ -109,12 +109,24 @@ ensure_browser() {
   fi
 }
 
+# The benchmarks (not the tests) load the server with wrk and stand nginx in for a
+# downstream service (scripts/bench-request-cost.sh and the scripts beside it).
+ensure_bench_tools() {
+  local nginx=1
+  command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || nginx=0
+  if ! command -v wrk >/dev/null 2>&1 || [ "$nginx" = 0 ]; then
+    log "installing wrk and nginx (the benchmarks' load generator and downstream)"
+    apt_install wrk nginx-light
+  fi
+}
+
 case "${1:-all}" in
   postgres) ensure_postgres ;;
   rabbitmq) ensure_rabbitmq ;;
   tansu) ensure_tansu ;;
   py-tools) ensure_py_tools ;;
   browser) ensure_browser ;;
+  bench-tools) ensure_bench_tools ;;
   all) ensure_postgres; ensure_rabbitmq; ensure_tansu; ensure_py_tools; ensure_browser ;;
-  *) echo "usage: $0 [postgres|rabbitmq|tansu|py-tools|browser|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [postgres|rabbitmq|tansu|py-tools|browser|bench-tools|all]" >&2; exit 2 ;;
 esac
