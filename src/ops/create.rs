@@ -200,7 +200,8 @@ pub async fn create(core: &Core, r: NewRequest) -> Result<Outcome> {
                 "startAt, delayMs and Idempotency-Key cannot be combined with a workflow's concurrency limit".into(),
             ));
         }
-        let row = Apart {
+        // Boxed, as a delayed create is.
+        let apart = Apart {
             wf: &r.workflow,
             pinned: r.pinned,
             payload: &payload,
@@ -208,8 +209,7 @@ pub async fn create(core: &Core, r: NewRequest) -> Result<Outcome> {
             deadline_ms,
             priority: r.priority,
         };
-        // Boxed, as a delayed create is.
-        return Box::pin(limited(core, row)).await;
+        return Box::pin(limited(core, apart)).await;
     }
     if let Some(start) = r.start {
         if r.key.is_some() {
@@ -217,7 +217,8 @@ pub async fn create(core: &Core, r: NewRequest) -> Result<Outcome> {
                 "Idempotency-Key cannot be combined with startAt or delayMs".into(),
             ));
         }
-        let row = Apart {
+        // Boxed: the create future every request allocates stays the size of the hot path.
+        let apart = Apart {
             wf: &r.workflow,
             pinned: r.pinned,
             payload: &payload,
@@ -225,8 +226,7 @@ pub async fn create(core: &Core, r: NewRequest) -> Result<Outcome> {
             deadline_ms,
             priority: r.priority,
         };
-        // Boxed: the create future every request allocates stays the size of the hot path.
-        return Box::pin(delayed(core, row, start)).await;
+        return Box::pin(delayed(core, apart, start)).await;
     }
     let id = crate::ids::new_v7();
     let created_us = std::time::SystemTime::now()
@@ -291,31 +291,34 @@ struct Apart<'a> {
     priority: Option<i16>,
 }
 
+impl Apart<'_> {
+    /// The version the row names (0: the latest).
+    fn version(&self) -> i32 {
+        if self.pinned {
+            self.wf.def.version as i32
+        } else {
+            0
+        }
+    }
+}
+
 /// Stores a request of a workflow with a concurrency limit (`store::slots`): admitted at
 /// once when its key has a free slot and nobody waiting, else waiting (NEW, unclaimable)
 /// until the admitter gives it a slot. Answered after its commit.
 async fn limited(core: &Core, r: Apart<'_>) -> Result<Outcome> {
-    let Apart {
-        wf,
-        pinned,
-        payload,
-        headers,
-        deadline_ms,
-        priority,
-    } = r;
-    let limit = wf.concurrency.as_ref().expect("a limited workflow");
-    let key = limit.key_of(&serde_json::from_slice(payload).unwrap_or(serde_json::Value::Null));
+    let limit = r.wf.concurrency.as_ref().expect("a limited workflow");
+    let key = limit.key_of(&serde_json::from_slice(r.payload).unwrap_or(serde_json::Value::Null));
     let id = crate::ids::new_v7();
     let row = crate::store::slots::Limited {
         id,
-        workflow: wf.def.name.clone(),
-        version: if pinned { wf.def.version as i32 } else { 0 },
-        payload: String::from_utf8_lossy(payload).into_owned(),
-        headers: String::from_utf8_lossy(headers).into_owned(),
-        deadline_ms,
+        workflow: r.wf.def.name.clone(),
+        version: r.version(),
+        payload: String::from_utf8_lossy(r.payload).into_owned(),
+        headers: String::from_utf8_lossy(r.headers).into_owned(),
+        deadline_ms: r.deadline_ms,
         key,
         limit: limit.limit,
-        priority,
+        priority: r.priority,
         rate: limit.rate,
     };
     let admitted = core
@@ -335,14 +338,6 @@ async fn limited(core: &Core, r: Apart<'_>) -> Result<Outcome> {
 /// Stores a delayed request (`store::delayed`): unleased until its start, when any
 /// instance's sweeper claims it. Answered after its commit, like every create.
 async fn delayed(core: &Core, r: Apart<'_>, start: SystemTime) -> Result<Outcome> {
-    let Apart {
-        wf,
-        pinned,
-        payload,
-        headers,
-        deadline_ms,
-        priority,
-    } = r;
     let id = crate::ids::new_v7();
     let conn = core
         .pool
@@ -351,14 +346,14 @@ async fn delayed(core: &Core, r: Apart<'_>, start: SystemTime) -> Result<Outcome
         .map_err(OpError::pool("delayed create"))?;
     let row = crate::store::delayed::Delayed {
         id,
-        workflow: &wf.def.name,
-        version: if pinned { wf.def.version as i32 } else { 0 },
-        payload,
-        headers,
+        workflow: &r.wf.def.name,
+        version: r.version(),
+        payload: r.payload,
+        headers: r.headers,
         created: SystemTime::now(),
         start,
-        deadline_ms,
-        priority,
+        deadline_ms: r.deadline_ms,
+        priority: r.priority,
     };
     crate::store::delayed::insert(&conn, &row)
         .await

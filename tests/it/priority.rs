@@ -18,11 +18,7 @@ fn http(name: &str, url: String) -> Value {
 
 /// Creates a request of `workflow` with `query` (e.g. `?priority=9`); its id.
 async fn create_with(s: &TestServer, workflow: &str, query: &str, payload: &Value) -> String {
-    let r = s
-        .post_json(&format!("/serviceRequest/{workflow}{query}"), payload)
-        .await;
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.json()["serviceRequestId"].as_str().unwrap().to_string()
+    create_request(s, &format!("{workflow}{query}"), payload).await
 }
 
 /// The `n` of each call the peer received at `path`, in the order they arrived.
