@@ -153,6 +153,12 @@ pub struct BrokerLabel {
     pub outcome: &'static str,
 }
 
+/// The workflow a gauge counts for.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkflowLabel {
+    pub workflow: String,
+}
+
 /// Where a status answer came from.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabel {
@@ -338,11 +344,13 @@ pub struct Metrics {
     /// (ms), counted when /metrics is read (`http::system`), at most once per period.
     pub timers_pending: Gauge,
     pub timers_overdue_ms: Gauge,
-    /// Creates of a limited workflow that waited for a slot, and waiting requests admitted.
+    /// Creates of a limited workflow that waited for a slot, those that waited for room in
+    /// their key's rate window, and waiting requests admitted.
     pub slot_waits: Counter,
+    pub rate_waits: Counter,
     pub slots_admitted: Counter,
-    /// Requests waiting for a concurrency slot, counted with the timers.
-    pub slots_waiting: Gauge,
+    /// Requests waiting for a slot or a rate's room, by workflow, counted with the timers.
+    pub slots_waiting: Family<WorkflowLabel, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -412,8 +420,9 @@ impl Metrics {
             timers_pending: Gauge::default(),
             timers_overdue_ms: Gauge::default(),
             slot_waits: Counter::default(),
+            rate_waits: Counter::default(),
             slots_admitted: Counter::default(),
-            slots_waiting: Gauge::default(),
+            slots_waiting: Family::default(),
             requests,
             latency,
             batch_rows,
@@ -645,13 +654,20 @@ impl Metrics {
             self.slot_waits.clone(),
         );
         registry.register(
+            "clamp_rate_limited_starts",
+            "Creates of a workflow with a rate limit whose start waited for room in their \
+             key's window",
+            self.rate_waits.clone(),
+        );
+        registry.register(
             "clamp_concurrency_admitted",
             "Requests admitted into a slot after waiting for it",
             self.slots_admitted.clone(),
         );
         registry.register(
             "clamp_concurrency_waiting",
-            "Requests waiting for a concurrency slot (counted with clamp_timers_pending)",
+            "Requests waiting for a concurrency slot or a rate's room, by workflow (counted with \
+             clamp_timers_pending)",
             self.slots_waiting.clone(),
         );
         registry.register(

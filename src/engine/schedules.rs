@@ -55,7 +55,10 @@ pub async fn run(exec: Arc<Executor>, mut stop: watch::Receiver<bool>) {
 /// One pass; returns how many due schedules it handled.
 async fn pass(exec: &Executor) -> Result<usize, StoreError> {
     let mut conn = exec.pool.get().await?;
-    let done = schedules::pass(&mut conn, PASS_LIMIT).await?;
+    let done = schedules::pass(&mut conn, PASS_LIMIT, |s| async move {
+        super::slots::key_of_schedule(exec, &s).await
+    })
+    .await?;
     drop(conn);
     let m = &exec.app.metrics;
     m.schedule_fires[0].inc_by(done.started.len() as u64);
@@ -66,6 +69,13 @@ async fn pass(exec: &Executor) -> Result<usize, StoreError> {
     }
     if !done.started.is_empty() {
         exec.wake();
+    }
+    if !done.queued.is_empty() {
+        // Fires of limited workflows wait in their keys' queues: admitted now where a
+        // slot is free (else by the admitter's next pass).
+        if let Err(e) = super::slots::admit_keys(exec, done.queued).await {
+            tracing::debug!(error = %e, "fires not admitted now; the admitter's next pass does");
+        }
     }
     for (name, why) in &done.broken {
         tracing::error!(schedule = %name, error = %why, "stored schedule no longer reads; it fires no more until replaced");

@@ -15,7 +15,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use uuid::Uuid;
 
 use super::Executor;
-use crate::store::{slots, Pool, StoreError};
+use crate::store::slots::{self, Admission};
+use crate::store::{Pool, StoreError};
 
 /// Finished requests noted, not yet looked at (more are left to the pass).
 const NOTES: usize = 4096;
@@ -57,8 +58,11 @@ const CREATES: usize = 4096;
 const CREATE_BATCH: usize = 256;
 const CREATE_FLIGHTS: usize = 2;
 
-/// A limited create, and who waits for it: admitted or not, once committed.
-type PendingCreate = (slots::Limited, oneshot::Sender<Result<bool, StoreError>>);
+/// A limited create, and who waits for it: how it was stored, once committed.
+type PendingCreate = (
+    slots::Limited,
+    oneshot::Sender<Result<Admission, StoreError>>,
+);
 
 /// Where limited creates are queued for their batched insert: one short transaction per
 /// batch (its keys' locks, then one insert) instead of one per create.
@@ -78,9 +82,13 @@ impl Default for LimitedCreates {
 }
 
 impl LimitedCreates {
-    /// Stores `row` with the next batch; whether it was admitted. A queue full for longer
-    /// than `wait` is `Unavailable` (the create answers 503).
-    pub async fn create(&self, row: slots::Limited, wait: Duration) -> Result<bool, StoreError> {
+    /// Stores `row` with the next batch; whether it was admitted or waits, and for what.
+    /// A queue full for longer than `wait` is `Unavailable` (the create answers 503).
+    pub async fn create(
+        &self,
+        row: slots::Limited,
+        wait: Duration,
+    ) -> Result<Admission, StoreError> {
         let (ack, done) = oneshot::channel();
         match tokio::time::timeout(wait, self.tx.send((row, ack))).await {
             Ok(Ok(())) => {}
@@ -114,8 +122,8 @@ impl LimitedCreates {
                     }
                     .await;
                     match written {
-                        Ok(admitted) => {
-                            for (ack, a) in acks.into_iter().zip(admitted) {
+                        Ok(stored) => {
+                            for (ack, a) in acks.into_iter().zip(stored) {
                                 let _ = ack.send(Ok(a));
                             }
                         }
@@ -197,11 +205,42 @@ async fn after_finish(exec: &Executor, ids: &[Uuid]) -> Result<(), StoreError> {
         let conn = exec.pool.get().await?;
         slots::keys_of(&conn, ids).await?
     };
+    admit_keys(exec, keys).await
+}
+
+/// Admits what fits into each (workflow, key), under the workflow's limits now.
+pub async fn admit_keys(
+    exec: &Executor,
+    mut keys: Vec<(String, String)>,
+) -> Result<(), StoreError> {
+    keys.sort_unstable();
+    keys.dedup();
     for (workflow, key) in keys {
         let (limit, rate) = limit_of(exec, &workflow).await?;
         admit(exec, &workflow, &key, limit, rate).await?;
     }
     Ok(())
+}
+
+/// The concurrency key a schedule's requests wait under: its payload's, by the version it
+/// runs (None: that version declares no limit, or the workflow is gone or no longer
+/// reads, and its fire is stored as before).
+pub async fn key_of_schedule(
+    exec: &Executor,
+    s: &crate::workflow::schedule::CompiledSchedule,
+) -> Result<Option<String>, StoreError> {
+    let map = &exec.app.workflows;
+    let name = &s.def.workflow;
+    let wf = match s.def.version {
+        Some(v) => map.get_or_load_version(&exec.pool, name, v).await,
+        None => map.get_or_load(&exec.pool, name).await,
+    };
+    let wf = match wf {
+        Ok(wf) => wf,
+        Err(crate::store::workflow_map::LoadError::Store(e)) => return Err(e),
+        Err(_) => None,
+    };
+    Ok(wf.and_then(|w| w.concurrency.as_ref().map(|c| c.key_of(&s.def.payload))))
 }
 
 /// Admits what fits into one key, waking this runtime's sweeper when any was.

@@ -86,14 +86,20 @@ async fn count_timers(core: &Core) {
         let conn = core.pool.get().await.ok()?;
         let timers = crate::store::deadlines::timers(&conn).await.ok()?;
         let waiting = crate::store::slots::waiting_counts(&conn).await.ok()?;
-        Some((timers, waiting.iter().map(|(_, n)| n).sum::<i64>()))
+        Some((timers, waiting))
     })
     .await;
     match counted {
         Ok(Some(((pending, overdue_ms), waiting))) => {
             app.metrics.timers_pending.set(pending);
             app.metrics.timers_overdue_ms.set(overdue_ms as i64);
-            app.metrics.slots_waiting.set(waiting);
+            // A workflow nobody waits for any more drops out rather than stay at its
+            // last count.
+            app.metrics.slots_waiting.clear();
+            for (workflow, n) in waiting {
+                let label = crate::metrics::WorkflowLabel { workflow };
+                app.metrics.slots_waiting.get_or_create(&label).set(n);
+            }
         }
         // Counted again by the next scrape.
         _ => app.timers_counted.store(last, Ordering::Relaxed),

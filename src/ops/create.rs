@@ -16,6 +16,7 @@ use crate::config::AckMode;
 use crate::state::Core;
 use crate::status::RequestStatus;
 use crate::store::buffer::PushError;
+use crate::store::slots::Admission;
 use crate::store::{AckError, Created, LoadError, PendingRow};
 use crate::workflow::Workflow;
 
@@ -134,23 +135,9 @@ pub struct NewRequest {
     pub priority: Option<i16>,
 }
 
-/// The priorities a create may give: higher runs first (`store::leases::claim`).
-pub const MIN_PRIORITY: i16 = 1;
-pub const MAX_PRIORITY: i16 = 9;
-/// The priority of a create that gives none (stored as NULL).
-pub const DEFAULT_PRIORITY: i16 = 5;
-
-/// A create's `priority`: a whole number from `MIN_PRIORITY` to `MAX_PRIORITY`; the
-/// default is kept as None, as a create without one.
+/// A create's `priority` (`workflow::model::priority`).
 pub fn priority(text: &str) -> Result<Option<i16>> {
-    match text.parse::<i16>() {
-        Ok(DEFAULT_PRIORITY) => Ok(None),
-        Ok(p) if (MIN_PRIORITY..=MAX_PRIORITY).contains(&p) => Ok(Some(p)),
-        _ => Err(OpError::BadRequest(format!(
-            "priority: must be a whole number from {MIN_PRIORITY} to {MAX_PRIORITY} \
-             (higher runs first; {DEFAULT_PRIORITY} when not given)"
-        ))),
-    }
+    crate::workflow::model::priority(text.parse::<i64>().ok()).map_err(OpError::BadRequest)
 }
 
 /// A create's `deadline`: an ISO 8601 duration, more than nothing, at most a year.
@@ -321,16 +308,20 @@ async fn limited(core: &Core, r: Apart<'_>) -> Result<Outcome> {
         priority: r.priority,
         rate: limit.rate,
     };
-    let admitted = core
+    let stored = core
         .app
         .limited
         .create(row, core.app.config.enqueue_wait)
         .await
         .map_err(OpError::store("limited create"))?;
-    if admitted {
-        core.executor.wake();
-    } else {
-        core.app.metrics.slot_waits.inc();
+    match stored {
+        Admission::Admitted => core.executor.wake(),
+        Admission::ForSlot => {
+            core.app.metrics.slot_waits.inc();
+        }
+        Admission::ForRate => {
+            core.app.metrics.rate_waits.inc();
+        }
     }
     Ok(Outcome::New(id))
 }

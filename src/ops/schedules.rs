@@ -217,12 +217,22 @@ pub async fn trigger(core: &Core, name: &str) -> Result<Run> {
     let s = compiled(&row)?;
     let ms = Utc::now().timestamp_millis();
     let at = DateTime::from_timestamp_millis(ms).expect("now is a time");
-    let id = match store::trigger(&conn, &s, at)
+    let key = crate::engine::slots::key_of_schedule(&core.executor, &s)
+        .await
+        .map_err(OpError::store(doing))?;
+    let id = match store::trigger(&conn, &s, key.as_deref(), at)
         .await
         .map_err(OpError::store(doing))?
     {
         Triggered::Started(id) => {
             core.executor.wake();
+            if let Some(key) = key {
+                // Waits in its key's queue: admitted now if a slot is free.
+                let keys = vec![(s.def.workflow.clone(), key)];
+                if let Err(e) = crate::engine::slots::admit_keys(&core.executor, keys).await {
+                    tracing::debug!(error = %e, "trigger not admitted now; the admitter's next pass does");
+                }
+            }
             id
         }
         Triggered::Repeated(Some(id)) => id,

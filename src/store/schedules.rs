@@ -5,7 +5,9 @@
 //! was (`ON CONFLICT DO NOTHING`): however many instances run the pass, and however often
 //! a pass is repeated after a crash, a fire time starts at most one request. The request
 //! is stored unleased and runnable now (`lease_until = '-infinity'`), so the claim of any
-//! instance takes it, as it takes a delayed create (`store::delayed`).
+//! instance takes it, as it takes a delayed create (`store::delayed`). A fire of a
+//! workflow with a concurrency limit or a rate is stored waiting in its key's queue
+//! (`store::slots`) instead, and admitted from there like any waiting create.
 
 use std::time::SystemTime;
 
@@ -115,7 +117,9 @@ pub(super) const SET_NEXT: &str = "UPDATE schedules SET next_fire_at = $2 WHERE 
 
 /// One fire: `$1` schedule, `$2` fire time, `$3` the new request's id, `$4` workflow,
 /// `$5` payload, `$6` created, `$7` the version named (0: the latest, stored as NULL when
-/// it is 1, as `pinned_version!`), `$8` skip when the previous run is unfinished.
+/// it is 1, as `pinned_version!`), `$8` skip when the previous run is unfinished, `$9` the
+/// concurrency key the request waits under (NULL: none; it is runnable at once), `$10` its
+/// priority (NULL: the default).
 ///
 /// The schedule's row is locked first (`FOR KEY SHARE`, which a runner holding it `FOR
 /// UPDATE` already covers), so a trigger and a pass meet on the row, not on the fire's key.
@@ -149,13 +153,16 @@ WITH s AS (
     RETURNING service_request_id
 ), req AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner,
-                                  lease_until, created_at, workflow_version)
-    SELECT fire.service_request_id, $4, $5, '[]', NULL, '-infinity', $6, ",
+                                  lease_until, created_at, workflow_version,
+                                  concurrency_key, priority)
+    SELECT fire.service_request_id, $4, $5, '[]', NULL,
+           CASE WHEN $9::text IS NULL THEN '-infinity'::timestamptz
+                ELSE 'infinity'::timestamptz END, $6, ",
     crate::store::sql::pinned_version!(
         "$7::int",
         "(SELECT w.version FROM workflows w WHERE w.name = $4)"
     ),
-    "
+    ", $9, $10
     FROM fire WHERE fire.service_request_id IS NOT NULL
     RETURNING id
 )
@@ -305,11 +312,13 @@ pub async fn last_fires_of(
 
 /// Makes the fire of `s` at `at` (with the prepared `FIRE` statement), starting request
 /// `id` unless the fire was made before or the overlap policy skips it.
+/// `key`: the concurrency key its request waits under (None: the workflow has no limit).
 async fn fire_with(
     client: &impl GenericClient,
     stmt: &Statement,
     s: &CompiledSchedule,
     payload: &str,
+    key: Option<&str>,
     at: DateTime<Utc>,
     id: Uuid,
 ) -> Result<Fired> {
@@ -326,6 +335,8 @@ async fn fire_with(
                 &SystemTime::now(),
                 &version,
                 &(s.def.overlap == Overlap::Skip),
+                &key,
+                &s.def.priority,
             ],
         )
         .await?;
@@ -348,12 +359,18 @@ pub enum Triggered {
     Gone,
 }
 
-/// Fires `s` now (`at`, a key to the millisecond), outside its times.
-pub async fn trigger(conn: &PgConn, s: &CompiledSchedule, at: DateTime<Utc>) -> Result<Triggered> {
+/// Fires `s` now (`at`, a key to the millisecond), outside its times; its request waits
+/// under concurrency key `key` if given.
+pub async fn trigger(
+    conn: &PgConn,
+    s: &CompiledSchedule,
+    key: Option<&str>,
+    at: DateTime<Utc>,
+) -> Result<Triggered> {
     let stmt = conn.stmt(FIRE).await?;
     let payload = serde_json::to_string(&s.def.payload).expect("a payload serializes");
     let id = crate::ids::new_v7();
-    match fire_with(&conn.client, &stmt, s, &payload, at, id).await? {
+    match fire_with(&conn.client, &stmt, s, &payload, key, at, id).await? {
         Fired::Started => Ok(Triggered::Started(id)),
         Fired::Skipped => Ok(Triggered::Skipped),
         Fired::Already => {
@@ -376,6 +393,8 @@ pub struct Pass {
     /// How late each started fire was (the database's now minus its fire time).
     pub started: Vec<chrono::Duration>,
     pub skipped: usize,
+    /// The (workflow, key) of each request started waiting in a key's queue.
+    pub queued: Vec<(String, String)>,
     /// Schedules whose stored definition no longer reads (they fire no more), and why.
     pub broken: Vec<(String, String)>,
 }
@@ -383,8 +402,13 @@ pub struct Pass {
 /// One pass of the runner, in one transaction: up to `limit` due schedules locked, the
 /// fires their `catchUp` policy asks for made, and each one's next fire time stored. Run
 /// by every instance at once, it makes each fire once: a locked schedule is skipped by the
-/// others, and a fire made before is not made again (its key).
-pub async fn pass(conn: &mut PgConn, limit: i64) -> Result<Pass> {
+/// others, and a fire made before is not made again (its key). `key_of` gives the
+/// concurrency key a schedule's requests wait under (None: its workflow has no limit).
+pub async fn pass<K, F>(conn: &mut PgConn, limit: i64, key_of: K) -> Result<Pass>
+where
+    K: Fn(CompiledSchedule) -> F,
+    F: std::future::Future<Output = Result<Option<String>>>,
+{
     let due = conn.stmt(DUE).await?;
     let fire = conn.stmt(FIRE).await?;
     let set_next = conn.stmt(SET_NEXT).await?;
@@ -409,10 +433,19 @@ pub async fn pass(conn: &mut PgConn, limit: i64) -> Result<Pass> {
         };
         let plan = s.due(from, now);
         let payload = serde_json::to_string(&s.def.payload).expect("a payload serializes");
+        let key = match plan.fires.is_empty() {
+            true => None,
+            false => key_of(s.clone()).await?,
+        };
         for at in plan.fires {
             let id = crate::ids::new_v7();
-            match fire_with(&tx, &fire, &s, &payload, at, id).await? {
-                Fired::Started => out.started.push(now - at),
+            match fire_with(&tx, &fire, &s, &payload, key.as_deref(), at, id).await? {
+                Fired::Started => {
+                    out.started.push(now - at);
+                    if let Some(k) = &key {
+                        out.queued.push((s.def.workflow.clone(), k.clone()));
+                    }
+                }
                 Fired::Skipped => out.skipped += 1,
                 Fired::Already => {}
             }

@@ -86,8 +86,12 @@ macro_rules! started_within {
 /// it; the rest are held. Arrays, one element per create: `$1` ids, `$2` workflows,
 /// `$3` payloads, `$4` headers, `$5` versions named (0: the latest), `$6` deadlines in ms
 /// from now (NULL: none), `$7` keys, `$8` limits, `$9` rates (NULL: none), `$10` their
-/// windows in ms, `$11` priorities (NULL: the default). Returns each id and whether it was
-/// admitted.
+/// windows in ms, `$11` priorities (NULL: the default). Returns each id, whether it was
+/// admitted, and whether one held waits for its key's rate: its window had no room for it,
+/// or a queue held it while the slots had room (a queue that a rate keeps; with only a
+/// rate declared, every wait is the rate's). A key with a queue counts neither its starts
+/// nor, without a limit of its own (`NO_LIMIT`, 2147483647), its slots: nothing is
+/// admitted past a queue.
 pub(super) const INSERT: &str = concat!(
     "WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], \
@@ -98,25 +102,31 @@ pub(super) const INSERT: &str = concat!(
     SELECT workflow, key, min(lim) AS lim, min(rate) AS rate, min(window_ms) AS window_ms \
     FROM input GROUP BY workflow, key
 ), room AS (
-    SELECT k.workflow, k.key, \
-      CASE WHEN EXISTS (SELECT 1 FROM service_requests q WHERE q.workflow_name = k.workflow \
+    SELECT k.*, EXISTS (SELECT 1 FROM service_requests q WHERE q.workflow_name = k.workflow \
                           AND q.concurrency_key = k.key AND ",
     queued!("q"),
-    ") THEN 0 \
-      ELSE least(k.lim - (SELECT count(*) FROM service_requests h WHERE h.workflow_name = k.workflow \
-                            AND h.concurrency_key = k.key AND ",
-    holds_slot!("h"),
-    "), coalesce(k.rate, k.lim) - ",
-    started_within!("k.workflow", "k.key", "k.rate", "k.window_ms"),
-    ") END AS free \
+    ") AS queued \
     FROM keys k
+), counted AS (
+    SELECT r.*, \
+      CASE WHEN r.queued AND (r.rate IS NULL OR r.lim >= 2147483647) THEN NULL \
+        ELSE r.lim - (SELECT count(*) FROM service_requests h WHERE h.workflow_name = r.workflow \
+                        AND h.concurrency_key = r.key AND ",
+    holds_slot!("h"),
+    ") END AS slot_room, \
+      CASE WHEN r.queued THEN NULL ELSE coalesce(r.rate, r.lim) - ",
+    started_within!("r.workflow", "r.key", "r.rate", "r.window_ms"),
+    " END AS rate_room \
+    FROM room r
 ), ranked AS (
     SELECT i.*, row_number() OVER (PARTITION BY i.workflow, i.key \
                                     ORDER BY ",
     queue_order!("i"),
     ") AS rank, \
-      r.free FROM input i JOIN room r ON r.workflow = i.workflow AND r.key = i.key
-)
+      CASE WHEN c.queued THEN 0 ELSE least(c.slot_room, c.rate_room) END AS free, \
+      c.queued, c.slot_room, c.rate_room \
+    FROM input i JOIN counted c ON c.workflow = i.workflow AND c.key = i.key
+), stored AS (
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until, \
                               workflow_version, deadline, concurrency_key, admitted_at, priority)
 SELECT t.id, t.workflow, t.payload, t.headers, NULL, \
@@ -128,8 +138,26 @@ SELECT t.id, t.workflow, t.payload, t.headers, NULL, \
     ", now() + t.deadline_ms * interval '1 millisecond', t.key, \
   CASE WHEN t.rank <= t.free THEN statement_timestamp() END, t.priority \
 FROM ranked t \
-RETURNING id, lease_until = '-infinity'::timestamptz"
+RETURNING id, lease_until = '-infinity'::timestamptz AS admitted)
+SELECT s.id, s.admitted, \
+  NOT s.admitted AND t.rate IS NOT NULL AND CASE WHEN t.queued \
+    THEN t.slot_room IS NULL OR t.rank <= t.slot_room ELSE t.rank > t.rate_room END \
+FROM stored s JOIN ranked t ON t.id = s.id"
 );
+
+// `INSERT` spells the limit of a workflow that declares only a rate.
+const _: () = assert!(crate::workflow::model::NO_LIMIT == 2147483647);
+
+/// How a limited create was stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Claimable at once: its key had a free slot and room in its window.
+    Admitted,
+    /// Waiting for a slot of its key.
+    ForSlot,
+    /// Waiting for room in its key's rate window.
+    ForRate,
+}
 
 /// Admits the first waiting requests of a key (`queue_order!`) into its free slots and its
 /// rate's room, under its lock: `$1` workflow, `$2` key, `$3` limit, `$4` rate (NULL: none), `$5` its
@@ -241,8 +269,8 @@ fn rate_args(rate: Option<(u32, u32)>) -> (Option<i64>, f64) {
 }
 
 /// Stores a batch of limited creates in one transaction (their keys' locks, then one
-/// insert): whether each, in order, was admitted.
-pub async fn insert(conn: &mut PgConn, rows: &[Limited]) -> Result<Vec<bool>> {
+/// insert): how each, in order, was stored.
+pub async fn insert(conn: &mut PgConn, rows: &[Limited]) -> Result<Vec<Admission>> {
     let lock = conn.stmt(LOCK_MANY).await?;
     let insert = conn.stmt(INSERT).await?;
     let col = |f: &dyn Fn(&Limited) -> String| rows.iter().map(f).collect::<Vec<String>>();
@@ -278,11 +306,20 @@ pub async fn insert(conn: &mut PgConn, rows: &[Limited]) -> Result<Vec<bool>> {
         )
         .await?;
     tx.commit().await?;
-    let admitted: std::collections::HashMap<Uuid, bool> =
-        done.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let stored: std::collections::HashMap<Uuid, Admission> = done
+        .iter()
+        .map(|r| {
+            let how = match (r.get(1), r.get(2)) {
+                (true, _) => Admission::Admitted,
+                (false, Some(true)) => Admission::ForRate,
+                (false, _) => Admission::ForSlot,
+            };
+            (r.get(0), how)
+        })
+        .collect();
     Ok(ids
         .iter()
-        .map(|id| admitted.get(id).copied().unwrap_or(false))
+        .map(|id| stored.get(id).copied().unwrap_or(Admission::ForSlot))
         .collect())
 }
 

@@ -113,23 +113,29 @@ WITH input AS (
         FROM input
         GROUP BY workflow, key
 ), room AS (
-    SELECT k.workflow, k.key, CASE WHEN EXISTS (SELECT 1
+    SELECT k.*, EXISTS (SELECT 1
         FROM service_requests q
-        WHERE q.workflow_name = k.workflow AND q.concurrency_key = k.key AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW') THEN 0 ELSE least(k.lim - (SELECT count(*)
-            FROM service_requests h
-            WHERE h.workflow_name = k.workflow AND h.concurrency_key = k.key AND h.concurrency_key IS NOT NULL AND h.lease_until <> 'infinity' AND h.status IN ('NEW',
-                'IN_PROGRESS', 'PAUSED', 'RESUMED')),
-                coalesce(k.rate,
-                    k.lim) - (CASE WHEN k.rate::bigint IS NULL THEN 0 ELSE (SELECT count(*)
-                FROM service_requests a
-                WHERE a.workflow_name = k.workflow AND a.concurrency_key = k.key AND a.concurrency_key IS NOT NULL AND a.admitted_at > statement_timestamp() - k.window_ms::float8 * interval '1 millisecond') END)) END AS free
+        WHERE q.workflow_name = k.workflow AND q.concurrency_key = k.key AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW') AS queued
         FROM keys k
+), counted AS (
+    SELECT r.*,
+        CASE WHEN r.queued AND (r.rate IS NULL OR r.lim >= 2147483647) THEN NULL ELSE r.lim - (SELECT count(*)
+        FROM service_requests h
+        WHERE h.workflow_name = r.workflow AND h.concurrency_key = r.key AND h.concurrency_key IS NOT NULL AND h.lease_until <> 'infinity' AND h.status IN ('NEW',
+            'IN_PROGRESS', 'PAUSED', 'RESUMED')) END AS slot_room,
+            CASE WHEN r.queued THEN NULL ELSE coalesce(r.rate,
+                r.lim) - (CASE WHEN r.rate::bigint IS NULL THEN 0 ELSE (SELECT count(*)
+            FROM service_requests a
+            WHERE a.workflow_name = r.workflow AND a.concurrency_key = r.key AND a.concurrency_key IS NOT NULL AND a.admitted_at > statement_timestamp() - r.window_ms::float8 * interval '1 millisecond') END) END AS rate_room
+        FROM room r
 ), ranked AS (
     SELECT i.*, row_number() OVER (PARTITION BY i.workflow, i.key
-        ORDER BY -coalesce(i.priority, 5), i.id) AS rank, r.free
+        ORDER BY -coalesce(i.priority, 5), i.id) AS rank,
+            CASE WHEN c.queued THEN 0 ELSE least(c.slot_room, c.rate_room) END AS free, c.queued,
+            c.slot_room, c.rate_room
         FROM input i
-        JOIN room r ON r.workflow = i.workflow AND r.key = i.key
-)
+        JOIN counted c ON c.workflow = i.workflow AND c.key = i.key
+), stored AS (
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
     workflow_version, deadline, concurrency_key, admitted_at, priority)
 SELECT t.id, t.workflow, t.payload, t.headers, NULL,
@@ -139,7 +145,11 @@ SELECT t.id, t.workflow, t.payload, t.headers, NULL,
     WHERE w.name = t.workflow), 1) END, 1), now() + t.deadline_ms * interval '1 millisecond', t.key,
         CASE WHEN t.rank <= t.free THEN statement_timestamp() END, t.priority
     FROM ranked t
-    RETURNING id, lease_until = '-infinity'::timestamptz;
+    RETURNING id, lease_until = '-infinity'::timestamptz AS admitted)
+SELECT s.id, s.admitted,
+    NOT s.admitted AND t.rate IS NOT NULL AND CASE WHEN t.queued THEN t.slot_room IS NULL OR t.rank <= t.slot_room ELSE t.rank > t.rate_room END
+    FROM stored s
+    JOIN ranked t ON t.id = s.id;
 
 -- slots::ADMIT
 UPDATE service_requests SET lease_until = '-infinity', admitted_at = statement_timestamp()
@@ -999,11 +1009,14 @@ WITH s AS (
     RETURNING service_request_id
 ), req AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner,
-                                  lease_until, created_at, workflow_version)
-    SELECT fire.service_request_id, $4, $5, '[]', NULL, '-infinity', $6,
-        NULLIF(CASE WHEN $7::int > 0 THEN $7::int ELSE coalesce((SELECT w.version
-        FROM workflows w
-        WHERE w.name = $4), 1) END, 1)
+                                  lease_until, created_at, workflow_version,
+                                  concurrency_key, priority)
+    SELECT fire.service_request_id, $4, $5, '[]', NULL,
+           CASE WHEN $9::text IS NULL THEN '-infinity'::timestamptz
+                ELSE 'infinity'::timestamptz END, $6,
+                    NULLIF(CASE WHEN $7::int > 0 THEN $7::int ELSE coalesce((SELECT w.version
+                    FROM workflows w
+                    WHERE w.name = $4), 1) END, 1), $9, $10
     FROM fire WHERE fire.service_request_id IS NOT NULL
     RETURNING id
 )

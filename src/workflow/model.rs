@@ -80,6 +80,26 @@ pub struct Concurrency {
     pub rate: Option<(u32, u32)>,
 }
 
+/// The priorities a create or a schedule may give: higher runs first
+/// (`store::leases::claim`).
+pub const MIN_PRIORITY: i16 = 1;
+pub const MAX_PRIORITY: i16 = 9;
+/// The priority of a create that gives none (stored as NULL).
+pub const DEFAULT_PRIORITY: i16 = 5;
+
+/// A priority as given (None: not a whole number): a whole number from `MIN_PRIORITY` to
+/// `MAX_PRIORITY`, the default kept as None, as when none is given; else why not.
+pub fn priority(given: Option<i64>) -> Result<Option<i16>, String> {
+    match given {
+        Some(p) if p == DEFAULT_PRIORITY as i64 => Ok(None),
+        Some(p) if (MIN_PRIORITY as i64..=MAX_PRIORITY as i64).contains(&p) => Ok(Some(p as i16)),
+        _ => Err(format!(
+            "priority: must be a whole number from {MIN_PRIORITY} to {MAX_PRIORITY} \
+             (higher runs first; {DEFAULT_PRIORITY} when not given)"
+        )),
+    }
+}
+
 /// The concurrency of a workflow that declares only a rate.
 pub const NO_LIMIT: u32 = i32::MAX as u32;
 

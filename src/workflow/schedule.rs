@@ -80,6 +80,9 @@ pub struct ScheduleDef {
     pub payload: Value,
     pub overlap: Overlap,
     pub catch_up: CatchUp,
+    /// Each run's priority (`?priority=` of a create; None: the default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i16>,
 }
 
 /// When a schedule fires.
@@ -107,9 +110,9 @@ pub struct Due {
     pub next: Option<DateTime<Utc>>,
 }
 
-const FIELDS: [&str; 10] = [
+const FIELDS: [&str; 11] = [
     "name", "workflow", "version", "cron", "every", "timezone", "payload", "overlap", "catchUp",
-    "paused",
+    "paused", "priority",
 ];
 
 fn bad<T>(msg: String) -> Result<T, ValidationError> {
@@ -263,6 +266,10 @@ pub fn validate(v: &Value) -> Result<CompiledSchedule, ValidationError> {
         Some("all") => CatchUp::All,
         Some(_) => return bad("catchUp: must be \"none\", \"latest\" or \"all\"".into()),
     };
+    let priority = match obj.get("priority") {
+        None => None,
+        Some(v) => super::model::priority(v.as_i64()).map_err(ValidationError)?,
+    };
     if !matches!(obj.get("paused"), None | Some(Value::Bool(_))) {
         return bad("paused: must be true or false".into());
     }
@@ -277,6 +284,7 @@ pub fn validate(v: &Value) -> Result<CompiledSchedule, ValidationError> {
             payload,
             overlap,
             catch_up,
+            priority,
         },
         tz,
         when,

@@ -116,6 +116,16 @@ async fn waiting_requests_are_shown_start_in_order_and_can_be_cancelled() {
         .await
         .text();
     assert!(page.contains("Waiting for a slot"), "{page}");
+    // The metrics: three creates waited for a slot, none for a rate; three wait now, by
+    // workflow.
+    let m = s.get("/metrics").await.text();
+    assert_eq!(metric(&m, "clamp_concurrency_waits_total "), 3.0, "{m}");
+    assert_eq!(metric(&m, "clamp_rate_limited_starts_total "), 0.0, "{m}");
+    assert_eq!(
+        metric(&m, r#"clamp_concurrency_waiting{workflow="one"} "#),
+        3.0,
+        "{m}"
+    );
     // A waiting request cancelled never runs.
     let r = s.post(&format!("/serviceRequest/{third}/cancel"), "").await;
     assert_eq!(r.status, 200, "{}", r.text());
@@ -357,6 +367,20 @@ async fn a_rate_limit_bounds_starts_per_second() {
         .unwrap()
         .get(0);
     assert!((900..=1100).contains(&started), "{started} started in 10 s");
+    // Those that waited are counted as waiting for the rate, not for a slot; those still
+    // waiting, under the workflow.
+    let m = s.get("/metrics").await.text();
+    let rated = metric(&m, "clamp_rate_limited_starts_total ");
+    assert!(
+        (1800.0..=1900.0).contains(&rated),
+        "{rated} waited for the rate: {m}"
+    );
+    assert_eq!(metric(&m, "clamp_concurrency_waits_total "), 0.0, "{m}");
+    let waiting = metric(&m, r#"clamp_concurrency_waiting{workflow="paced"} "#);
+    assert!(
+        (800.0..=1100.0).contains(&waiting),
+        "{waiting} waiting: {m}"
+    );
     // No window of a second holds more than 100 starts.
     let most: i64 = c
         .query_one(
@@ -443,5 +467,74 @@ async fn a_new_versions_limit_applies_to_admissions_after_it() {
         assert_eq!(v["status"], "COMPLETED", "{v}");
     }
     assert_eq!(d.peak_in_flight(), 4);
+    s.shutdown().await;
+}
+
+/// A schedule's runs of a limited workflow wait for a slot as creates do: with limit 1
+/// and `overlap: allow`, a fire every second never runs two at once; the later fires and
+/// a trigger wait in the key's queue (shown as waiting, with the schedule's priority),
+/// and all run, one at a time, once the first finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedules_runs_wait_for_a_slot_like_creates() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(
+        &json!({"name": "nightly", "concurrency": {"key": "payload.acct", "limit": 1},
+        "steps": [http("hold", d.url("/held"))]}),
+    )
+    .await;
+    let r = s
+        .post_json(
+            "/schedules",
+            &json!({"name": "each-second", "workflow": "nightly", "every": "1s",
+                    "overlap": "allow", "payload": {"acct": "a1"}, "priority": 7}),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["priority"], 7, "{}", r.text());
+    d.wait_for("/held").await;
+    let c = db.client().await;
+    let fired = || async {
+        c.query(
+            "SELECT service_request_id FROM schedule_fires WHERE schedule = 'each-second' \
+             AND service_request_id IS NOT NULL ORDER BY fire_at",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, uuid::Uuid>(0).to_string())
+        .collect::<Vec<String>>()
+    };
+    let ids = wait_for("three fires", WAIT, || async {
+        let ids = fired().await;
+        (ids.len() >= 3).then_some(ids)
+    })
+    .await;
+    let t = s.post("/schedules/each-second/trigger", "").await;
+    assert_eq!(t.status, 200, "{}", t.text());
+    let triggered = t.json()["serviceRequestId"].as_str().unwrap().to_string();
+    s.post("/schedules/each-second/pause", "").await;
+    // One runs; the others wait under the payload's key, at the schedule's priority.
+    let mut waiting = 0;
+    for id in fired().await.iter().chain([&triggered]) {
+        let v = s.get(&format!("/serviceRequest/{id}")).await.json();
+        assert_eq!(v["priority"], 7, "{v}");
+        if v["status"] == "NEW" {
+            assert_eq!(v["waitingForSlot"]["key"], "a1", "{v}");
+            waiting += 1;
+        }
+    }
+    assert!(waiting >= 3, "{waiting} waiting");
+    assert_eq!(d.received("/held").len(), 1);
+    assert_eq!(d.peak_in_flight(), 1);
+    d.release();
+    for id in fired().await.iter().chain([&triggered]) {
+        let v = wait_status(&s, id, &["COMPLETED", "FAILED"], WAIT).await;
+        assert_eq!(v["status"], "COMPLETED", "{v}");
+    }
+    assert!(ids.len() >= 3);
+    assert_eq!(d.peak_in_flight(), 1, "one at a time");
     s.shutdown().await;
 }
