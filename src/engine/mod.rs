@@ -79,6 +79,13 @@ pub struct Executor {
     stopping: AtomicBool,
     /// Wakes the sweeper early (a request was resumed).
     wake: tokio::sync::Notify,
+    /// The last claim found no room, or took all it asked for: runnable rows may be
+    /// waiting in Postgres, so freed slots wake the sweeper (`forget`) instead of idling
+    /// until its next pass.
+    backlog: AtomicBool,
+    /// Free slots that wake the sweeper while `backlog` is set: a few at a time, so that
+    /// a backlog is claimed in batches, not one statement per finished request.
+    refill: usize,
     /// Notified whenever a running request is forgotten (shutdown waits on it).
     forgotten: tokio::sync::Notify,
     /// Finished fan-out children to count (`fan::count_loop`).
@@ -108,6 +115,7 @@ impl Executor {
             cfg.step_write_concurrency,
         );
         let (fan_told, to_count) = tokio::sync::mpsc::channel(cfg.max_running.max(64));
+        let refill = (cfg.claim_batch.min(cfg.max_running) / 4).max(1);
         let exec = Arc::new(Executor {
             capacity: cfg.max_running,
             amqp: publish::amqp::AmqpPublisher::new(
@@ -128,6 +136,8 @@ impl Executor {
             running: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
             wake: tokio::sync::Notify::new(),
+            backlog: AtomicBool::new(false),
+            refill,
             forgotten: tokio::sync::Notify::new(),
             fan_told,
         });
@@ -231,6 +241,12 @@ impl Executor {
             self.app.running.remove(&id);
             self.unreserve(1);
             self.forgotten.notify_waiters();
+            if self.backlog.load(Ordering::Relaxed)
+                && self.free() >= self.refill
+                && self.backlog.swap(false, Ordering::Relaxed)
+            {
+                self.wake();
+            }
         }
     }
 
@@ -384,6 +400,8 @@ impl Executor {
     async fn sweep_once(self: &Arc<Self>) -> Result<usize> {
         let want = self.try_reserve(self.app.config.claim_batch);
         if want == 0 {
+            // Every slot busy: whatever is runnable waits for the next free ones.
+            self.backlog.store(true, Ordering::Relaxed);
             return Ok(0);
         }
         let claimed = async {
@@ -410,6 +428,7 @@ impl Executor {
         };
         self.unreserve(want - claimed.len());
         let n = claimed.len();
+        self.backlog.store(n == want, Ordering::Relaxed);
         if n > 0 {
             tracing::debug!(n, first_service_request_id = %claimed[0].0.id, status = %claimed[0].0.status, "claimed");
         }
@@ -586,7 +605,12 @@ impl Executor {
 
 impl Handoff for Executor {
     fn reserve(&self, n: usize) -> usize {
-        self.try_reserve(n)
+        let got = self.try_reserve(n);
+        if got < n {
+            // The rest of the batch is stored unleased, for a claim.
+            self.backlog.store(true, Ordering::Relaxed);
+        }
+        got
     }
 
     fn release(&self, n: usize) {

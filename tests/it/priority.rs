@@ -136,6 +136,35 @@ async fn a_low_priority_backlog_does_not_delay_an_urgent_request() {
     s.shutdown().await;
 }
 
+/// A backlog waiting in Postgres is claimed as slots free, not once per sweep: two slots,
+/// a sweep every 30 s, 40 requests of a 50 ms step created at once: all complete within
+/// 15 s (their calls take about 1 s; claimed two per sweep, they would take 10 minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_is_claimed_as_slots_free_not_once_per_sweep() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let mut cfg = config(&db.url);
+    cfg.threads = 1;
+    cfg.max_running = 2;
+    cfg.sweep_interval = Duration::from_secs(30);
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&json!({"name": "work", "steps": [http("call", d.url("/slow/50"))]}))
+        .await;
+    let creates = (0..40).map(|i| {
+        let s = &s;
+        async move { create_with(s, "work", "", &json!({"n": i})).await }
+    });
+    let ids = futures_util::future::join_all(creates).await;
+    let t0 = Instant::now();
+    for id in &ids {
+        let left = Duration::from_secs(15).saturating_sub(t0.elapsed());
+        let v = wait_status(&s, id, &["COMPLETED", "FAILED"], left).await;
+        assert_eq!(v["status"], "COMPLETED", "{v}");
+    }
+    assert!(d.peak_in_flight() <= 2, "{}", d.peak_in_flight());
+    s.shutdown().await;
+}
+
 /// Under a concurrency limit, a key's queue is in the same order: a waiting request of
 /// a higher priority is admitted first, and `waitingForSlot.ahead` counts in that order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
