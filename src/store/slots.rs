@@ -236,9 +236,11 @@ pub(super) const WAITING_COUNTS: &str = concat!(
     " GROUP BY q.workflow_name"
 );
 
-/// The keys of workflow `$1` with the most requests waiting, at most `$2` (the console).
+/// The keys of workflow `$1` with the most requests waiting, at most `$2`, each with the
+/// workflow's requests waiting and keys with requests waiting, all told (the console).
 pub(super) const WAITING_BY_KEY: &str = concat!(
-    "SELECT q.concurrency_key, count(*) FROM service_requests q WHERE q.workflow_name = $1 AND ",
+    "SELECT q.concurrency_key, count(*), sum(count(*)) OVER ()::int8, count(*) OVER () \
+     FROM service_requests q WHERE q.workflow_name = $1 AND ",
     queued!("q"),
     " GROUP BY q.concurrency_key ORDER BY count(*) DESC, q.concurrency_key LIMIT $2"
 );
@@ -382,9 +384,24 @@ pub async fn waiting_counts(conn: &PgConn) -> Result<Vec<(String, i64)>> {
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
-/// The keys of `workflow` with the most requests waiting, with their counts.
-pub async fn waiting_by_key(conn: &PgConn, workflow: &str, max: i64) -> Result<Vec<(String, i64)>> {
+/// A workflow's waiting requests: all told, and the keys with the most.
+#[derive(Debug, Default)]
+pub struct Waiting {
+    /// Requests waiting, of every key.
+    pub requests: i64,
+    /// Keys with requests waiting.
+    pub keys: i64,
+    /// The keys with the most requests waiting, with their counts, most first.
+    pub top: Vec<(String, i64)>,
+}
+
+/// The requests of `workflow` waiting, and its `max` keys with the most.
+pub async fn waiting_by_key(conn: &PgConn, workflow: &str, max: i64) -> Result<Waiting> {
     let stmt = conn.stmt(WAITING_BY_KEY).await?;
     let rows = conn.client.query(&stmt, &[&workflow, &max]).await?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    Ok(Waiting {
+        requests: rows.first().map_or(0, |r| r.get(2)),
+        keys: rows.first().map_or(0, |r| r.get(3)),
+        top: rows.iter().map(|r| (r.get(0), r.get(1))).collect(),
+    })
 }

@@ -219,7 +219,7 @@ SELECT q.workflow_name, count(*)
     GROUP BY q.workflow_name;
 
 -- slots::WAITING_BY_KEY
-SELECT q.concurrency_key, count(*)
+SELECT q.concurrency_key, count(*), sum(count(*)) OVER ()::int8, count(*) OVER ()
     FROM service_requests q
     WHERE q.workflow_name = $1 AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW'
     GROUP BY q.concurrency_key

@@ -106,10 +106,29 @@ async fn waiting_requests_are_shown_start_in_order_and_can_be_cancelled() {
     assert!(found(v).is_empty());
     // The console shows the wait: on the workflow's page by key, on the request's page.
     let page = s.get("/console/workflows/one").await.text();
-    assert!(page.contains("Concurrency limit"), "{page}");
+    assert!(page.contains("Flow control"), "{page}");
+    assert!(page.contains("at most 1 running at once"), "{page}");
+    assert!(page.contains("3 waiting</a> under 1 key"), "{page}");
     assert!(
         page.contains(r#"<td class="num">3</td>"#),
         "three waiting under the one key: {page}"
+    );
+    // The workflows' list counts them; the requests' page lists them.
+    let page = s.get("/console/workflows").await.text();
+    assert!(
+        page.contains(r#"<a href="/console?workflow=one&amp;waitingForSlot=true">3</a>"#),
+        "{page}"
+    );
+    let page = s
+        .get("/console?workflow=one&waitingForSlot=true")
+        .await
+        .text();
+    for id in [&second, &third, &fourth] {
+        assert!(page.contains(id.as_str()), "{id} listed: {page}");
+    }
+    assert!(
+        !page.contains(first.as_str()),
+        "the running one is not: {page}"
     );
     let page = s
         .get(&format!("/console/serviceRequests/{fourth}"))
@@ -381,6 +400,9 @@ async fn a_rate_limit_bounds_starts_per_second() {
         (800.0..=1100.0).contains(&waiting),
         "{waiting} waiting: {m}"
     );
+    let page = s.get("/console/workflows/paced").await.text();
+    assert!(page.contains("at most 100 starts per second"), "{page}");
+    assert!(page.contains("waiting</a> under 1 key"), "{page}");
     // No window of a second holds more than 100 starts.
     let most: i64 = c
         .query_one(

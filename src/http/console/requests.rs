@@ -26,6 +26,8 @@ struct Form {
     after: String,
     before: String,
     cursor: String,
+    /// Only requests waiting for a concurrency slot or a rate's room (beyond Clamp).
+    waiting: bool,
 }
 
 impl Form {
@@ -39,6 +41,7 @@ impl Form {
                 "createdAfter" => f.after = v,
                 "createdBefore" => f.before = v,
                 "cursor" => f.cursor = v,
+                "waitingForSlot" => f.waiting = v == "true",
                 _ => {}
             }
         }
@@ -46,13 +49,16 @@ impl Form {
     }
 
     /// The filters as name/value pairs, times made RFC 3339 (and, for counts, without
-    /// status and cursor).
+    /// status, cursor and the wait for a slot, which counts do not filter by).
     fn pairs<'a>(&'a self, with_status: bool, with_cursor: bool) -> Pairs<'a> {
         let mut out: Pairs<'_> = Vec::new();
         let mut add = |k: &'static str, v: Cow<'a, str>| out.push((Cow::Borrowed(k), v));
         if with_status {
             for s in &self.statuses {
                 add("status", Cow::Borrowed(s));
+            }
+            if self.waiting {
+                add("waitingForSlot", Cow::Borrowed("true"));
             }
         }
         if !self.workflow.is_empty() {
@@ -84,6 +90,9 @@ impl Form {
             if !v.is_empty() {
                 out.append_pair(k, v);
             }
+        }
+        if self.waiting {
+            out.append_pair("waitingForSlot", "true");
         }
         if let Some(c) = cursor {
             out.append_pair("cursor", c);
@@ -194,6 +203,10 @@ fn filters(form: &Form, workflows: &[serde_json::Value]) -> Markup {
             }
             label { "Created before (UTC)"
                 input type="datetime-local" name="createdBefore" value=(short(&form.before));
+            }
+            label {
+                input type="checkbox" name="waitingForSlot" value="true" checked[form.waiting];
+                "Waiting for a slot"
             }
             button type="submit" { "Search" }
             a href="/console" { "Clear" }

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use hyper::StatusCode;
 use maud::{html, Markup};
 
-use super::layout::{self, json_block, seg, Nav};
+use super::layout::{self, json_block, q, seg, Nav};
 use super::requests::for_workflow;
 use super::session::Ctx;
 use super::svg;
@@ -24,13 +24,27 @@ pub async fn list(core: &Core, ctx: &Ctx) -> Resp {
         Ok(p) => (p.definitions, p.total),
         Err(e) => return super::op_problem(ctx, e),
     };
+    // Beyond Clamp: requests waiting for a concurrency slot or a rate's room, by workflow
+    // (a column only while some wait).
+    let waiting: std::collections::HashMap<String, i64> = async {
+        let conn = core.pool.get().await.ok()?;
+        crate::store::slots::waiting_counts(&conn).await.ok()
+    }
+    .await
+    .unwrap_or_default()
+    .into_iter()
+    .collect();
     let body = html! {
         h1 { "Workflows" }
         @if defs.is_empty() {
             p.card.muted { "No workflow yet: create one with POST /workflow." }
         } @else {
             div.scroll { table {
-                thead { tr { th { "Name" } th { "Description" } th.num { "Steps" } th { "Enabled" } th.hide-narrow { "Created (UTC)" } } }
+                thead { tr {
+                    th { "Name" } th { "Description" } th.num { "Steps" } th { "Enabled" }
+                    @if !waiting.is_empty() { th.num { "Waiting" } }
+                    th.hide-narrow { "Created (UTC)" }
+                } }
                 tbody {
                     @for d in &defs {
                         @let name = d["name"].as_str().unwrap_or("");
@@ -39,6 +53,12 @@ pub async fn list(core: &Core, ctx: &Ctx) -> Resp {
                             td { (d["description"].as_str().unwrap_or("")) }
                             td.num { (d["steps"].as_array().map_or(0, Vec::len)) }
                             td { @if d["enabled"].as_bool().unwrap_or(true) { "yes" } @else { "no" } }
+                            @if !waiting.is_empty() {
+                                td.num { @match waiting.get(name) {
+                                    Some(n) => a href={ "/console?workflow=" (q(name)) "&waitingForSlot=true" } { (n) },
+                                    None => "0",
+                                } }
+                            }
                             td.mono.hide-narrow { (layout::when(d["created_at"].as_str().unwrap_or(""))) }
                         }
                     }
@@ -91,9 +111,9 @@ pub async fn page(core: &Core, ctx: &Ctx, name: &str) -> Resp {
         Ok((items, _)) => items,
         Err(e) => return super::op_problem(ctx, e),
     };
-    // Beyond Clamp: the keys with the most requests waiting for a slot.
+    // Beyond Clamp: the requests waiting for a slot or a rate's room, by key.
     let waiting = match &wf.concurrency {
-        None => Vec::new(),
+        None => crate::store::slots::Waiting::default(),
         Some(_) => {
             let read = async {
                 let conn = core.pool.get().await?;
@@ -126,20 +146,39 @@ pub async fn page(core: &Core, ctx: &Ctx, name: &str) -> Resp {
             dt { "Created (UTC)" } dd.mono { (layout::when(&def.created_at)) }
             dt { "Definition" } dd { a href={ "/workflow/" (seg(&def.name)) } { "as JSON" } }
         } }
-        @if let Some(c) = &def.concurrency {
-            h2 { "Concurrency limit" }
+        @if wf.concurrency.is_some() {
+            h2 { "Flow control" }
+            @let key = def.concurrency.as_ref().and_then(|c| c.key.as_ref())
+                .or(def.rate_limit.as_ref().and_then(|r| r.key.as_ref()));
             p {
-                "At most " (c.limit) " running at once per key "
-                @match &c.key { Some(k) => code { (k) }, None => "(one key for the whole workflow)" }
+                "Per key "
+                @match key { Some(k) => code { (k) }, None => "(one key for the whole workflow)" }
+                ": "
+                @if let Some(c) = &def.concurrency { "at most " (c.limit) " running at once" }
+                @if let (Some(_), Some(_)) = (&def.concurrency, &def.rate_limit) { "; " }
+                @if let Some(r) = &def.rate_limit {
+                    @match (r.per_second, r.per_minute) {
+                        (Some(n), _) => { "at most " (n) " starts per second" },
+                        (_, Some(n)) => { "at most " (n) " starts per minute" },
+                        _ => {},
+                    }
+                }
                 "."
             }
-            @if waiting.is_empty() {
-                p.muted { "No request waits for a slot." }
+            @if waiting.requests == 0 {
+                p.muted { "No request waits for a slot or a rate's room." }
             } @else {
+                p {
+                    a href={ "/console?workflow=" (q(&def.name)) "&waitingForSlot=true" } {
+                        (waiting.requests) " waiting"
+                    }
+                    " under " (waiting.keys) @if waiting.keys == 1 { " key" } @else { " keys" }
+                    @if (waiting.top.len() as i64) < waiting.keys { "; the " (waiting.top.len()) " with the most:" } @else { ":" }
+                }
                 div.scroll { table {
                     thead { tr { th { "Key" } th.num { "Waiting" } } }
                     tbody {
-                        @for (k, n) in &waiting {
+                        @for (k, n) in &waiting.top {
                             tr { td.mono { (k) } td.num { (n) } }
                         }
                     }
