@@ -73,7 +73,7 @@ async fn pass(exec: &Executor) -> Result<usize, StoreError> {
     if !done.queued.is_empty() {
         // Fires of limited workflows wait in their keys' queues: admitted now where a
         // slot is free (else by the admitter's next pass).
-        if let Err(e) = super::slots::admit_keys(exec, done.queued).await {
+        if let Err(e) = super::slots::admit_queued(exec, &done.queued).await {
             tracing::debug!(error = %e, "fires not admitted now; the admitter's next pass does");
         }
     }

@@ -205,19 +205,46 @@ async fn after_finish(exec: &Executor, ids: &[Uuid]) -> Result<(), StoreError> {
         let conn = exec.pool.get().await?;
         slots::keys_of(&conn, ids).await?
     };
-    admit_keys(exec, keys).await
+    admit_keys(exec, keys).await.map(drop)
 }
 
-/// Admits what fits into each (workflow, key), under the workflow's limits now.
+/// Admits what fits into each (workflow, key), under the workflow's limits now; the ids
+/// admitted.
 pub async fn admit_keys(
     exec: &Executor,
     mut keys: Vec<(String, String)>,
-) -> Result<(), StoreError> {
+) -> Result<Vec<Uuid>, StoreError> {
     keys.sort_unstable();
     keys.dedup();
+    let mut admitted = Vec::new();
     for (workflow, key) in keys {
         let (limit, rate) = limit_of(exec, &workflow).await?;
-        admit(exec, &workflow, &key, limit, rate).await?;
+        admitted.extend(admit(exec, &workflow, &key, limit, rate).await?);
+    }
+    Ok(admitted)
+}
+
+/// Admits the keys that new requests `queued` (id, workflow, key) were stored waiting in
+/// (a schedule's runs), and counts those still waiting after it as creates that waited:
+/// for the rate when their workflow limits only the rate, else for a slot.
+pub async fn admit_queued(
+    exec: &Executor,
+    queued: &[(Uuid, String, String)],
+) -> Result<(), StoreError> {
+    let keys = queued
+        .iter()
+        .map(|(_, w, k)| (w.clone(), k.clone()))
+        .collect();
+    let admitted = admit_keys(exec, keys).await?;
+    for (id, workflow, _) in queued {
+        if admitted.contains(id) {
+            continue;
+        }
+        let m = &exec.app.metrics;
+        match limit_of(exec, workflow).await? {
+            (crate::workflow::model::NO_LIMIT, Some(_)) => m.rate_waits.inc(),
+            _ => m.slot_waits.inc(),
+        };
     }
     Ok(())
 }
@@ -243,14 +270,15 @@ pub async fn key_of_schedule(
     Ok(wf.and_then(|w| w.concurrency.as_ref().map(|c| c.key_of(&s.def.payload))))
 }
 
-/// Admits what fits into one key, waking this runtime's sweeper when any was.
+/// Admits what fits into one key, waking this runtime's sweeper when any was; the ids
+/// admitted.
 pub async fn admit(
     exec: &Executor,
     workflow: &str,
     key: &str,
     limit: u32,
     rate: Option<(u32, u32)>,
-) -> Result<usize, StoreError> {
+) -> Result<Vec<Uuid>, StoreError> {
     let mut conn = exec.pool.get().await?;
     let admitted = slots::admit(&mut conn, workflow, key, limit, rate).await?;
     if !admitted.is_empty() {
@@ -263,7 +291,7 @@ pub async fn admit(
         }
         exec.wake();
     }
-    Ok(admitted.len())
+    Ok(admitted)
 }
 
 /// One pass: every workflow with waiting requests, its keys with a free slot (and room

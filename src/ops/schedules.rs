@@ -228,8 +228,8 @@ pub async fn trigger(core: &Core, name: &str) -> Result<Run> {
             core.executor.wake();
             if let Some(key) = key {
                 // Waits in its key's queue: admitted now if a slot is free.
-                let keys = vec![(s.def.workflow.clone(), key)];
-                if let Err(e) = crate::engine::slots::admit_keys(&core.executor, keys).await {
+                let queued = [(id, s.def.workflow.clone(), key)];
+                if let Err(e) = crate::engine::slots::admit_queued(&core.executor, &queued).await {
                     tracing::debug!(error = %e, "trigger not admitted now; the admitter's next pass does");
                 }
             }

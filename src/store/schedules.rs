@@ -393,8 +393,8 @@ pub struct Pass {
     /// How late each started fire was (the database's now minus its fire time).
     pub started: Vec<chrono::Duration>,
     pub skipped: usize,
-    /// The (workflow, key) of each request started waiting in a key's queue.
-    pub queued: Vec<(String, String)>,
+    /// The (id, workflow, key) of each request started waiting in a key's queue.
+    pub queued: Vec<(Uuid, String, String)>,
     /// Schedules whose stored definition no longer reads (they fire no more), and why.
     pub broken: Vec<(String, String)>,
 }
@@ -443,7 +443,7 @@ where
                 Fired::Started => {
                     out.started.push(now - at);
                     if let Some(k) = &key {
-                        out.queued.push((s.def.workflow.clone(), k.clone()));
+                        out.queued.push((id, s.def.workflow.clone(), k.clone()));
                     }
                 }
                 Fired::Skipped => out.skipped += 1,

@@ -538,9 +538,12 @@ async fn a_schedules_runs_wait_for_a_slot_like_creates() {
     assert_eq!(t.status, 200, "{}", t.text());
     let triggered = t.json()["serviceRequestId"].as_str().unwrap().to_string();
     s.post("/schedules/each-second/pause", "").await;
-    // One runs; the others wait under the payload's key, at the schedule's priority.
+    // One runs; the others wait under the payload's key, at the schedule's priority. (The
+    // trigger is a fire too.)
+    let runs = fired().await;
+    assert!(runs.contains(&triggered), "{runs:?}");
     let mut waiting = 0;
-    for id in fired().await.iter().chain([&triggered]) {
+    for id in &runs {
         let v = s.get(&format!("/serviceRequest/{id}")).await.json();
         assert_eq!(v["priority"], 7, "{v}");
         if v["status"] == "NEW" {
@@ -549,10 +552,16 @@ async fn a_schedules_runs_wait_for_a_slot_like_creates() {
         }
     }
     assert!(waiting >= 3, "{waiting} waiting");
+    // Each run that waited is counted as a create that waited for a slot.
+    wait_for("the waits counted", WAIT, || async {
+        let m = s.get("/metrics").await.text();
+        (metric(&m, "clamp_concurrency_waits_total ") == waiting as f64).then_some(())
+    })
+    .await;
     assert_eq!(d.received("/held").len(), 1);
     assert_eq!(d.peak_in_flight(), 1);
     d.release();
-    for id in fired().await.iter().chain([&triggered]) {
+    for id in &runs {
         let v = wait_status(&s, id, &["COMPLETED", "FAILED"], WAIT).await;
         assert_eq!(v["status"], "COMPLETED", "{v}");
     }
