@@ -30,20 +30,27 @@ pub fn names(text: &str) -> Result<Vec<&str>, String> {
             return Err("a {{secret:NAME}} reference is not closed".into());
         };
         let name = &after[..end];
-        let ok = !name.is_empty()
-            && !name.starts_with('.')
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-        if !ok {
+        if !valid_name(name) {
             return Err(format!(
-                "{name:?} is not a secret name (letters, digits, '_', '-' and '.')"
+                "{name:?} is not a secret name (letters, digits, '_', '-' and '.', not first)"
             ));
         }
         out.push(name);
         rest = &after[end + CLOSE.len()..];
     }
     Ok(out)
+}
+
+/// The one form of a secret's name, checked where a definition names it and again where
+/// a value is read: letters, digits, `_`, `-` and `.`, not starting with `.`, so a name
+/// is always one file in the secrets directory (no `/`, no `..`, no absolute path).
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 255
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
 /// Why a secret could not be had.
@@ -64,6 +71,11 @@ impl Secrets {
 
     /// A secret's value now: its file (without a final line break), else its variable.
     pub fn get(&self, name: &str) -> Result<String, Missing> {
+        // Checked again here, whatever stored the reference: a name outside the one form
+        // could read any file the server may read.
+        if !valid_name(name) {
+            return Err(Missing(name.to_string()));
+        }
         if let Some(dir) = &self.dir {
             if let Ok(v) = std::fs::read_to_string(dir.join(name)) {
                 return Ok(v
@@ -109,7 +121,7 @@ pub fn for_url(v: &str) -> String {
     form_urlencoded::byte_serialize(v.as_bytes()).collect()
 }
 
-/// A value as it goes into a header or a connection string: as it is.
+/// A value as it goes into a header: as it is.
 pub fn as_is(v: &str) -> String {
     v.to_string()
 }
@@ -140,6 +152,13 @@ mod tests {
             "/x?k=sk+live%2F1%262&a=1"
         );
         assert_eq!(s.resolve("no reference", as_is).unwrap(), "no reference");
+        // A name outside the one form is never read, whoever stored it.
+        std::fs::write(dir.join("inside"), "x").unwrap();
+        let outside = dir.join("inside").display().to_string();
+        for name in [outside.as_str(), "../inside", "./inside", "a/../inside", ""] {
+            assert_eq!(s.get(name), Err(Missing(name.into())), "{name}");
+        }
+        assert!(names("{{secret:..}}").is_err() && names("{{secret:a/b}}").is_err());
         assert!(s.check("{{secret:PAY_KEY}}").is_ok());
         let e = s.check("{{secret:NOPE_0}}").unwrap_err();
         assert!(e.contains("secret NOPE_0 is not set"), "{e}");

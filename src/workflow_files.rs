@@ -107,6 +107,30 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::from(1));
             }
             let backend = Backend::connect(&target).await?;
+            // Through the database, the checks the server runs on `POST /workflow` are run
+            // here, with the server's configuration (its destination policy and secrets);
+            // through a server, the server runs them.
+            if let Backend::Db(_, cfg) = &backend {
+                let refused: Refused = defs
+                    .iter()
+                    .filter_map(|(path, def)| {
+                        crate::ops::workflows::compile_checked(cfg, def.clone())
+                            .err()
+                            .map(|e| (path.clone(), anyhow!(e.message())))
+                    })
+                    .collect();
+                if !refused.is_empty() {
+                    for (path, why) in &refused {
+                        eprintln!("{}: error: {why:#}", path.display());
+                    }
+                    eprintln!(
+                        "clamp workflows: {} of {} files are refused; nothing applied",
+                        refused.len(),
+                        defs.len()
+                    );
+                    return Ok(ExitCode::from(1));
+                }
+            }
             let refused = check_includes(&backend, &defs).await?;
             if !refused.is_empty() {
                 for (path, why) in &refused {
@@ -377,7 +401,8 @@ enum Backend {
         base: String,
         token: Option<String>,
     },
-    Db(crate::store::Pool),
+    /// The database, and the server's configuration read from the environment.
+    Db(crate::store::Pool, Box<Config>),
 }
 
 impl Backend {
@@ -410,7 +435,8 @@ impl Backend {
         crate::store::migrate::run(&mut client)
             .await
             .map_err(|e| anyhow!(crate::error_chain::one_line(&e)))?;
-        Ok(Backend::Db(crate::store::pool::build(db, &cfg, 1)))
+        let pool = crate::store::pool::build(db, &cfg, 1);
+        Ok(Backend::Db(pool, Box::new(cfg)))
     }
 
     /// Sends one request to the server; its status and JSON answer.
@@ -461,7 +487,7 @@ impl Backend {
                 let (status, v) = self.call(hyper::Method::GET, &path, None).await?;
                 Ok((status == 200).then_some(v))
             }
-            Backend::Db(pool) => {
+            Backend::Db(pool, _) => {
                 let conn = pool.get().await?;
                 Ok(queries::latest_definition(&conn, name).await?)
             }
@@ -480,7 +506,7 @@ impl Backend {
                 }
                 Ok(v)
             }
-            Backend::Db(pool) => {
+            Backend::Db(pool, _) => {
                 let conn = pool.get().await?;
                 let mut def = def.clone();
                 let id = crate::ids::new_v7();
@@ -504,7 +530,7 @@ impl Backend {
                 }
                 Ok(v)
             }
-            Backend::Db(pool) => {
+            Backend::Db(pool, _) => {
                 let conn = pool.get().await?;
                 match queries::put_workflow(&conn, def).await {
                     Ok(Versioned::New(v) | Versioned::Unchanged(v)) => Ok(v),
@@ -533,7 +559,7 @@ impl Backend {
                 }
                 Ok(out)
             }
-            Backend::Db(pool) => {
+            Backend::Db(pool, _) => {
                 let conn = pool.get().await?;
                 let defs = queries::all_workflows(&conn.client).await?;
                 Ok(defs

@@ -111,9 +111,13 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
 async fn connect(core: &Core) -> Result<Client, ConsumerError> {
     let b = &core.app.config.brokers;
     client(
-        &b.kafka_brokers,
+        b.kafka_brokers
+            .split(',')
+            .map(|b| b.trim().to_string())
+            .collect(),
         Duration::from_secs(10),
         &core.app.outbound.kafka,
+        None,
     )
     .await
     .map_err(|e| {

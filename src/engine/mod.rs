@@ -125,7 +125,7 @@ impl Executor {
             ),
             kafka: publish::kafka::KafkaProducer::new(
                 app.metrics.clone(),
-                app.outbound.kafka.clone(),
+                app.outbound.kafka_steps.clone(),
                 cfg.destinations.clone(),
             ),
             app,

@@ -93,8 +93,9 @@ pub async fn send_kafka(
         .await
 }
 
-/// A broker connection string with its secrets filled in (None: it names none); a secret
-/// gone since the workflow was defined fails the step, naming it.
+/// A broker connection string with its secrets filled in, percent-encoded so that each
+/// stays one user, password or virtual host (None: it names none); a secret gone since
+/// the workflow was defined fails the step, naming it.
 fn with_secrets(exec: &Executor, text: &str) -> Result<Option<String>, CallError> {
     if !crate::secrets::refers(text) {
         return Ok(None);
@@ -102,7 +103,7 @@ fn with_secrets(exec: &Executor, text: &str) -> Result<Option<String>, CallError
     exec.app
         .config
         .secrets
-        .resolve(text, crate::secrets::as_is)
+        .resolve(text, crate::workflow::brokers::encode_secret)
         .map(Some)
         .map_err(|e| CallError::new(CallErrorKind::Other, e.to_string()))
 }

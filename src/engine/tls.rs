@@ -10,16 +10,31 @@ use rskafka::client::{Credentials, SaslConfig};
 
 use crate::config::{Config, KafkaSasl, SaslMechanism};
 use crate::tls::{self, TlsError, Verify};
+use crate::workflow::brokers::{KafkaMechanism, KafkaProtocol, KafkaTarget};
 
 /// The engine's TLS settings for each kind of downstream.
 pub struct Outbound {
     /// HTTPS steps: the system's roots and `--step-ca-file`, host names checked,
     /// `--step-client-cert` presented when a server asks. HTTP/1.1 only.
     pub https: Arc<rustls::ClientConfig>,
-    /// Kafka: TLS when the security protocol says so, and SASL.
+    /// The server's own Kafka connections (the response consumer): TLS when the
+    /// security protocol says so, and SASL with the server's credentials.
     pub kafka: KafkaTransport,
+    /// Kafka steps: the TLS a step's connection uses when it is secured (the system's
+    /// roots and `--kafka-ca-file`), and whether a plain `host:port` list is (as the
+    /// server's own connections are). A step's credentials are its own, never the
+    /// server's (`workflow::brokers`).
+    pub kafka_steps: KafkaSteps,
     /// `amqps://`: `--amqp-ca-file` beside the AMQP client's own roots.
     pub amqp: lapin::tcp::OwnedTLSConfig,
+}
+
+/// How Kafka steps' connections are secured.
+#[derive(Clone)]
+pub struct KafkaSteps {
+    pub tls: Arc<rustls::ClientConfig>,
+    /// A plain `host:port` list is TLS (the server's protocol is `SSL` or `SASL_SSL`).
+    pub list_tls: bool,
 }
 
 /// How a Kafka connection is secured.
@@ -43,17 +58,18 @@ impl Outbound {
             &[],
         )?;
         let k = &config.brokers.kafka_security;
+        let kafka_tls = Arc::new(tls::client(
+            Verify::Full(tls::roots(true, k.ca_file.as_deref())?),
+            None,
+            &[],
+        )?);
         let kafka = KafkaTransport {
-            tls: if k.tls {
-                Some(Arc::new(tls::client(
-                    Verify::Full(tls::roots(true, k.ca_file.as_deref())?),
-                    None,
-                    &[],
-                )?))
-            } else {
-                None
-            },
+            tls: k.tls.then(|| kafka_tls.clone()),
             sasl: k.sasl.as_ref().map(sasl),
+        };
+        let kafka_steps = KafkaSteps {
+            tls: kafka_tls,
+            list_tls: k.tls,
         };
         let amqp = lapin::tcp::OwnedTLSConfig {
             identity: None,
@@ -74,6 +90,7 @@ impl Outbound {
         Ok(Outbound {
             https: Arc::new(https),
             kafka,
+            kafka_steps,
             amqp,
         })
     }
@@ -85,5 +102,24 @@ fn sasl(s: &KafkaSasl) -> SaslConfig {
         SaslMechanism::Plain => SaslConfig::Plain(c),
         SaslMechanism::ScramSha256 => SaslConfig::ScramSha256(c),
         SaslMechanism::ScramSha512 => SaslConfig::ScramSha512(c),
+    }
+}
+
+impl KafkaSteps {
+    /// How a step's connection to `target` is secured: its own protocol and credentials
+    /// (a plain list: TLS as the server's own connections, and no credentials at all).
+    pub fn transport(&self, target: &KafkaTarget) -> KafkaTransport {
+        let tls = target.protocol.map_or(self.list_tls, KafkaProtocol::tls);
+        KafkaTransport {
+            tls: tls.then(|| self.tls.clone()),
+            sasl: target.credentials.as_ref().map(|c| {
+                let creds = Credentials::new(c.user.clone(), c.password.clone());
+                match c.mechanism {
+                    KafkaMechanism::Plain => SaslConfig::Plain(creds),
+                    KafkaMechanism::ScramSha256 => SaslConfig::ScramSha256(creds),
+                    KafkaMechanism::ScramSha512 => SaslConfig::ScramSha512(creds),
+                }
+            }),
+        }
     }
 }

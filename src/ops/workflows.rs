@@ -9,17 +9,19 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::{OpError, Result};
+use crate::config::Config;
 use crate::destinations::Destinations;
 use crate::secrets::Secrets;
 use crate::state::Core;
 use crate::store::queries::{self, Versioned, WorkflowSort};
 use crate::store::{LoadError, StoreError};
+use crate::workflow::brokers::{self, AmqpTarget, Endpoint, KafkaTarget};
 use crate::workflow::model::{MapBody, MapVal};
 use crate::workflow::validate::includes;
 use crate::workflow::{compile, set_default_reply_to, Val, Workflow, WorkflowDef};
 
-/// A definition as posted, validated and compiled (its version left to the store): the
-/// steps' broker replies default to the server's response queue and topic.
+/// A definition as posted, validated, compiled and checked (its version left to the
+/// store).
 pub fn compile_posted(core: &Core, body: &[u8]) -> Result<Workflow> {
     let mut def: WorkflowDef = match serde_json::from_slice::<serde_json::Value>(body) {
         Ok(v @ serde_json::Value::Object(_)) => serde_json::from_value(v)
@@ -36,10 +38,17 @@ pub fn compile_posted(core: &Core, body: &[u8]) -> Result<Workflow> {
         }
     };
     def.version = 1;
-    let b = &core.app.config.brokers;
+    compile_checked(&core.app.config, def)
+}
+
+/// A definition compiled and checked as `POST /workflow` checks it, wherever it comes
+/// from (`clamp workflows apply` too): the steps' broker replies default to the server's
+/// response queue and topic, every secret a step names exists, and every destination is
+/// one the policy allows.
+pub fn compile_checked(cfg: &Config, mut def: WorkflowDef) -> Result<Workflow> {
+    let b = &cfg.brokers;
     set_default_reply_to(&mut def, &b.amqp_response_queue, &b.kafka_response_topic);
     let wf = compile(def).map_err(|e| OpError::BadRequest(e.0))?;
-    let cfg = &core.app.config;
     check_calls(&cfg.secrets, &cfg.destinations, &wf)?;
     Ok(wf)
 }
@@ -83,11 +92,37 @@ fn check_calls(secrets: &Secrets, policy: &Destinations, wf: &Workflow) -> Resul
         _ => Ok(()),
     })?;
     each_call(wf, &|v: &Val| match v {
-        Val::Http(h) => h.url.host().map_or(Ok(()), |host| policy.check_host(host)),
-        Val::Amqp(a) if !a.connection_url.is_empty() => policy.check_brokers(&a.connection_url),
-        Val::Kafka(k) if !k.connection_url.is_empty() => policy.check_brokers(&k.connection_url),
+        Val::Http(h) => h.url.host().map_or(Ok(()), |host| {
+            policy.check_host(host).map_err(|e| e.to_string())
+        }),
+        Val::Amqp(a) => broker_hosts(&a.connection_url, |t| {
+            AmqpTarget::read(t).map(|t| vec![t.endpoint])
+        })
+        .and_then(|hosts| check_hosts(policy, &hosts)),
+        Val::Kafka(k) => broker_hosts(&k.connection_url, |t| {
+            KafkaTarget::read(t).map(|t| t.brokers)
+        })
+        .and_then(|hosts| check_hosts(policy, &hosts)),
         _ => Ok(()),
     })
+}
+
+/// The brokers a connection string names, read as its client will read it (secret
+/// references standing in for their values: they may not give a host).
+fn broker_hosts(
+    text: &str,
+    read: impl Fn(&str) -> std::result::Result<Vec<Endpoint>, String>,
+) -> std::result::Result<Vec<Endpoint>, String> {
+    let hosts = read(&brokers::for_definition(text)?)?;
+    hosts.iter().try_for_each(brokers::refuse_secret_host)?;
+    Ok(hosts)
+}
+
+fn check_hosts(policy: &Destinations, hosts: &[Endpoint]) -> std::result::Result<(), String> {
+    hosts
+        .iter()
+        .try_for_each(|e| policy.check_host(&e.host.as_str()))
+        .map_err(|e| e.to_string())
 }
 
 /// A workflow still to look at while checking includes: the path to it, its name and

@@ -1,6 +1,7 @@
 //! Workflows as pure data and logic: definitions, validation, `when` conditions and
 //! transforms. Nothing here does I/O, so all of it is tested with plain unit tests.
 
+pub(crate) mod brokers;
 pub(crate) mod expr;
 pub(crate) mod fan;
 pub(crate) mod model;

@@ -635,11 +635,11 @@ fn http_method(val: &Value, at: &str) -> Result<hyper::Method, ValidationError> 
 fn amqp_val(val: &Value, at: &str) -> Result<AmqpVal, ValidationError> {
     let connection_url = str_field(val, "connection_url")
         .ok_or_else(|| ValidationError(format!("{at}.val.connection_url is required")))?;
-    if !(connection_url.starts_with("amqp://") || connection_url.starts_with("amqps://")) {
-        return err(format!(
-            "{at}.val.connection_url must be an amqp:// or amqps:// URL"
-        ));
-    }
+    // Read as the client will read it (secret references standing in for their values).
+    super::brokers::for_definition(connection_url)
+        .and_then(|text| super::brokers::AmqpTarget::read(&text))
+        .and_then(|t| super::brokers::refuse_secret_host(&t.endpoint))
+        .map_err(|why| ValidationError(format!("{at}.val.connection_url: {why}")))?;
     let queue_name = str_field(val, "queue_name").unwrap_or_default().to_string();
     let exchange_name = str_field(val, "exchange_name")
         .unwrap_or_default()
@@ -675,15 +675,20 @@ fn kafka_val(val: &Value, at: &str) -> Result<KafkaVal, ValidationError> {
             "{at}.val.topic_name may hold only letters, digits, '.', '_' and '-' (at most 249)"
         ));
     }
+    // Read by the one parser the Kafka client is built from.
+    super::brokers::for_definition(connection_url)
+        .and_then(|text| super::brokers::KafkaTarget::read(&text))
+        .and_then(|t| {
+            t.brokers
+                .iter()
+                .try_for_each(super::brokers::refuse_secret_host)
+        })
+        .map_err(|why| {
+            ValidationError(format!(
+                "{at}.val.connection_url must be host:port[,host:port…] or kafka://… ({why})"
+            ))
+        })?;
     let brokers: Vec<&str> = connection_url.split(',').map(str::trim).collect();
-    if brokers.iter().any(|b| {
-        b.rsplit_once(':')
-            .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
-    }) {
-        return err(format!(
-            "{at}.val.connection_url must be host:port[,host:port…] (Kafka bootstrap brokers)"
-        ));
-    }
     Ok(KafkaVal {
         connection_url: brokers.join(","),
         topic_name: topic_name.to_string(),

@@ -34,6 +34,11 @@ pub fn tansu_bin() -> String {
 /// Starts a tansu broker with memory storage on `port` and waits until it listens.
 /// The broker gets SIGKILL when the thread that started it ends.
 fn start_tansu(port: u16) -> std::process::Child {
+    start_tansu_advertising(port, &format!("tcp://127.0.0.1:{port}"))
+}
+
+/// The same, telling clients in its metadata that it is at `advertised`.
+pub fn start_tansu_advertising(port: u16, advertised: &str) -> std::process::Child {
     let url = format!("tcp://127.0.0.1:{port}");
     let mut cmd = std::process::Command::new(tansu_bin());
     cmd.args([
@@ -41,7 +46,7 @@ fn start_tansu(port: u16) -> std::process::Child {
         "--listener-url",
         &url,
         "--advertised-listener-url",
-        &url,
+        advertised,
         "--storage-engine",
         "memory://tansu/",
     ])
@@ -605,5 +610,98 @@ async fn a_kafka_step_without_a_reply_in_time_is_sent_again_then_fails() {
     let v = s.get(&format!("/serviceRequest/{id}")).await.json();
     assert_eq!(v["status"], "FAILED", "{v}");
     assert_eq!(d.received("/api/echo").len(), 1);
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_the_clusters_metadata_names_is_judged_before_it_is_dialled() {
+    // A broker that tells clients, in its metadata, to reach it as localhost:<front>; the
+    // front records every connection and forwards it to the broker.
+    let port = free_port();
+    let upstream: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let front = Recorder::start("127.0.0.1:0", Some(upstream)).await;
+    let advertised = format!("localhost:{}", front.addr.port());
+    let _broker = Killed(start_tansu_advertising(
+        port,
+        &format!("tcp://{advertised}"),
+    ));
+    let admin = ClientBuilder::new(vec![upstream.to_string()])
+        .build()
+        .await
+        .unwrap();
+    admin
+        .controller_client()
+        .unwrap()
+        .create_topic("advertised", 1, 1, 5_000)
+        .await
+        .unwrap();
+    let step = |name: &str| {
+        json!({"name": name, "steps": [{"name": "call", "mode": "KAFKA",
+            "val": {"connection_url": upstream.to_string(), "topic_name": "advertised"}}]})
+    };
+    // The name the metadata gives is denied; the bootstrap address is not.
+    front.reset();
+    let db = TestDb::new();
+    let mut cfg = config(&db.url);
+    cfg.destinations = std::sync::Arc::new(
+        clamp::destinations::Destinations::new::<&str>(&[], &["localhost"]).unwrap(),
+    );
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&step("meta")).await;
+    let id = create_request(&s, "meta", &json!({})).await;
+    let v = wait_status(&s, &id, &["FAILED", "PAUSED"], Duration::from_secs(30)).await;
+    assert_eq!(v["status"], "FAILED", "{v}");
+    let reason = v["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("refused by the destination policy")
+            && reason.contains(&advertised)
+            && reason.contains("that the cluster named"),
+        "{reason}"
+    );
+    assert_eq!(front.dialled(), 0, "the advertised broker was dialled");
+    s.shutdown().await;
+    // With nothing denied, the same step reaches the broker where its metadata says.
+    let db = TestDb::new();
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&step("meta")).await;
+    let id = create_request(&s, "meta", &json!({})).await;
+    wait_status(&s, &id, &["PAUSED"], Duration::from_secs(30)).await;
+    assert!(front.dialled() > 0);
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_step_to_another_broker_gets_none_of_the_servers_credentials() {
+    let (k, steps, _) = Kafka::with_step_topic().await;
+    // Every byte a step's client sends to the broker passes the recorder.
+    let front = Recorder::start("127.0.0.1:0", Some(broker())).await;
+    let db = TestDb::new();
+    let mut cfg = config(&db.url);
+    cfg.brokers.kafka_security = clamp::config::KafkaSecurity {
+        tls: false,
+        ca_file: None,
+        sasl: Some(clamp::config::KafkaSasl {
+            // SCRAM's first message names the user before the broker can refuse it.
+            mechanism: clamp::config::SaslMechanism::ScramSha256,
+            username: "server-own-user-5b1c".into(),
+            password: "server-own-password-8d2e".into(),
+        }),
+    };
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(
+        &json!({"name": "k", "steps": [{"name": "call", "mode": "KAFKA",
+        "val": {"connection_url": front.addr.to_string(), "topic_name": steps}}]}),
+    )
+    .await;
+    let id = create_request(&s, "k", &json!({"n": 1})).await;
+    let v = wait_status(&s, &id, &["PAUSED", "FAILED"], Duration::from_secs(30)).await;
+    assert!(front.dialled() > 0);
+    assert!(
+        !front.heard(b"server-own-user-5b1c"),
+        "the server's user was sent"
+    );
+    assert!(!front.heard(b"server-own-password-8d2e"));
+    assert_eq!(v["status"], "PAUSED", "{v}");
+    k.paused(&s, &id, &steps).await;
     s.shutdown().await;
 }

@@ -22,6 +22,7 @@ use crate::pki::Ca;
 use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(20);
+const ODD_PASSWORD: &str = "p@ss:w/rd %x?#";
 
 /// A RabbitMQ node with a TLS listener only, stopped and removed on drop.
 struct TlsRabbit {
@@ -153,13 +154,15 @@ async fn amqps_steps_and_responses_go_over_tls() {
     s.shutdown().await;
 }
 
-/// tansu with SQLite storage (which keeps SCRAM credentials) behind a TLS terminator.
+/// tansu with SQLite storage (which keeps SCRAM credentials) behind a TLS terminator,
+/// which reaches it through a recorder (what clients say inside TLS, SASL included).
 struct SecureKafka {
     dir: std::path::PathBuf,
     _broker: Spawned,
     /// Where clients connect: the terminator, as `localhost:<port>`.
     pub bootstrap: String,
     tls: Arc<rustls::ClientConfig>,
+    pub inside: Recorder,
 }
 
 fn tansu(dir: &std::path::Path, port: u16, advertised: &str, auth: bool) -> Spawned {
@@ -207,6 +210,8 @@ impl SecureKafka {
             for (user, password, mechanism) in [
                 ("clamp256", "secret-256", "scram256"),
                 ("clamp512", "secret-512", "scram512"),
+                // A password that must be percent-encoded into a connection string.
+                ("clamp-odd", ODD_PASSWORD, "scram256"),
             ] {
                 let out = std::process::Command::new(crate::broker_kafka::tansu_bin())
                     .current_dir(&dir)
@@ -225,6 +230,12 @@ impl SecureKafka {
         let front = terminator.local_addr().unwrap().port();
         let port = free_port();
         let broker = tansu(&dir, port, &format!("tcp://localhost:{front}"), true);
+        let inside = Recorder::start(
+            "127.0.0.1:0",
+            Some(format!("127.0.0.1:{port}").parse().unwrap()),
+        )
+        .await;
+        let through = inside.addr;
         let acceptor = tokio_rustls::TlsAcceptor::from(Ca::server_config(
             &ca.server("kafka", &["localhost", "127.0.0.1"]),
             None,
@@ -236,9 +247,7 @@ impl SecureKafka {
                     let Ok(mut client) = acceptor.accept(client).await else {
                         return;
                     };
-                    let Ok(mut upstream) =
-                        tokio::net::TcpStream::connect(("127.0.0.1", port)).await
-                    else {
+                    let Ok(mut upstream) = tokio::net::TcpStream::connect(through).await else {
                         return;
                     };
                     let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
@@ -250,6 +259,7 @@ impl SecureKafka {
             _broker: broker,
             bootstrap: format!("localhost:{front}"),
             tls: ca.client_config_plain(),
+            inside,
         }
     }
 
@@ -312,9 +322,22 @@ async fn kafka_steps_and_responses_go_over_tls_with_scram() {
         "clamp256",
         "secret-256",
     );
+    // The step's credentials are its own, from its connection string and a secret.
+    let secrets =
+        std::env::temp_dir().join(format!("clamp-it-kafka-secrets-{}", fastrand::u32(..)));
+    std::fs::create_dir_all(&secrets).unwrap();
+    std::fs::write(secrets.join("kafka_512"), "secret-512\n").unwrap();
+    std::fs::write(secrets.join("kafka_odd"), ODD_PASSWORD).unwrap();
+    cfg.secrets = Arc::new(clamp::secrets::Secrets::new(Some(secrets.clone())));
+    let own = |user: &str, secret: &str, mechanism: &str| {
+        format!(
+            "kafka://{user}:{{{{secret:{secret}}}}}@{}?security.protocol=SASL_SSL&sasl.mechanism={mechanism}",
+            kafka.bootstrap
+        )
+    };
     let s = TestServer::start(cfg).await;
     s.create_workflow(&json!({"name": "kafka-tls", "steps": [
-        {"name": "ask", "mode": "KAFKA", "val": {"connection_url": kafka.bootstrap, "topic_name": "tls-steps"}}]}))
+        {"name": "ask", "mode": "KAFKA", "val": {"connection_url": own("clamp512", "kafka_512", "SCRAM-SHA-512"), "topic_name": "tls-steps"}}]}))
     .await;
     let id = create_request(&s, "kafka-tls", &json!({"claim": 11})).await;
     let steps = admin
@@ -352,27 +375,38 @@ async fn kafka_steps_and_responses_go_over_tls_with_scram() {
     assert_eq!(v["steps"][1]["payload"]["response"]["approved"], true);
     s.shutdown().await;
 
-    // SCRAM-SHA-512 too. (A wrong password is not tried: tansu 0.6 leaves a client with a
-    // wrong SCRAM proof waiting instead of answering that the authentication failed.)
+    // A step never carries the server's own credentials (the consumer's, SCRAM-SHA-256 as
+    // clamp256 here, with no consumer running): only its own. Its password needs
+    // percent-encoding into the connection string; SCRAM authenticates only if the
+    // step's client got it back exactly. (A wrong password is not tried: tansu 0.6 leaves
+    // a client with a wrong SCRAM proof waiting instead of answering that it failed.)
     let db = TestDb::new();
     let mut cfg = config(&db.url);
     cfg.brokers.kafka_security = security(
         &ca,
-        clamp::config::SaslMechanism::ScramSha512,
-        "clamp512",
-        "secret-512",
+        clamp::config::SaslMechanism::ScramSha256,
+        "clamp256",
+        "secret-256",
     );
+    cfg.secrets = Arc::new(clamp::secrets::Secrets::new(Some(secrets.clone())));
     let s = TestServer::start(cfg).await;
-    s.create_workflow(&json!({"name": "kafka-tls-512", "steps": [
-        {"name": "ask", "mode": "KAFKA", "val": {"connection_url": kafka.bootstrap, "topic_name": "tls-steps"}}]}))
+    kafka.inside.reset();
+    s.create_workflow(&json!({"name": "kafka-tls-own", "steps": [
+        {"name": "ask", "mode": "KAFKA", "val": {"connection_url": own("clamp-odd", "kafka_odd", "SCRAM-SHA-256"), "topic_name": "tls-steps"}}]}))
     .await;
-    let id = create_request(&s, "kafka-tls-512", &json!({"user": "clamp512"})).await;
+    let id = create_request(&s, "kafka-tls-own", &json!({"user": "clamp-odd"})).await;
     wait_status(&s, &id, &["PAUSED"], WAIT).await;
     let (records, _) = steps.fetch_records(0, 1..1_000_000, 200).await.unwrap();
     assert!(records
         .iter()
         .any(|r| r.record.key.as_deref() == Some(id.as_bytes())));
+    assert!(kafka.inside.heard(b"n=clamp-odd,"), "the step's own user");
+    assert!(
+        !kafka.inside.heard(b"clamp256"),
+        "the server's user went to a step's broker"
+    );
     s.shutdown().await;
+    std::fs::remove_dir_all(&secrets).unwrap();
 
     // Without TLS the terminator answers nothing a Kafka client understands.
     let plain = ClientBuilder::new(vec![kafka.bootstrap.clone()])

@@ -200,3 +200,93 @@ async fn files_with_fan_outs_waits_and_events_apply_and_reapply_unchanged() {
     assert_eq!(out.matches("unchanged (version 1)").count(), 2, "{out}");
     s.shutdown().await;
 }
+
+/// `clamp workflows …` with extra environment (the server's settings).
+fn clamp_with_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_clamp"))
+        .arg("workflows")
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("clamp runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_through_the_database_refuses_what_the_api_refuses() {
+    let db = TestDb::new();
+    let secrets = tempdir("apply-secrets");
+    std::fs::write(secrets.join("PAY_KEY"), "k").unwrap();
+    // The server's settings, as the API has them, in the environment apply reads.
+    let env = [
+        ("CLAMP_DENY_DESTINATIONS", "10.0.0.0/8"),
+        ("CLAMP_SECRETS_DIR", secrets.to_str().unwrap()),
+    ];
+    let mut cfg = config(&db.url);
+    cfg.destinations = std::sync::Arc::new(
+        clamp::destinations::Destinations::new::<&str>(&[], &["10.0.0.0/8"]).unwrap(),
+    );
+    cfg.secrets = std::sync::Arc::new(clamp::secrets::Secrets::new(Some(secrets.clone())));
+    let s = TestServer::start(cfg).await;
+    let amqp = |name: &str, url: &str| {
+        json!({"name": name, "steps": [{"name": "a", "mode": "AMQP",
+            "val": {"connection_url": url, "queue_name": "q"}}]})
+    };
+    let http_header = |name: &str, header: &str| {
+        json!({"name": name, "steps": [{"name": "a", "mode": "HTTP",
+            "val": {"method": "POST", "url": "http://payments.example/x", "headers": header}}]})
+    };
+    for (file, def, needle) in [
+        (
+            "denied.json",
+            json!({"name": "denied", "steps": [{"name": "a", "mode": "HTTP",
+            "val": {"method": "POST", "url": "http://10.1.2.3/x"}}]}),
+            "10.0.0.0/8",
+        ),
+        (
+            "metadata.json",
+            amqp("metadata", "amqp://g:g@169.254.169.254:5672/"),
+            "169.254",
+        ),
+        (
+            "file.json",
+            amqp("file", "amqp://g:{{secret:/etc/hostname}}@rabbit:5672/"),
+            "not a secret name",
+        ),
+        (
+            "missing.json",
+            http_header("missing", "X-Key:{{secret:NOPE_9}};"),
+            "NOPE_9",
+        ),
+    ] {
+        let api = s.post_json("/workflow", &def).await.expect_error(400);
+        assert!(api.contains(needle), "the API: {api}");
+        let dir = tempdir("apply-refused");
+        write(&dir, file, &def);
+        let (code, out, err) = clamp_with_env(
+            &["apply", "--database-url", &db.url, dir.to_str().unwrap()],
+            &env,
+        );
+        assert_eq!(code, 1, "{file} was applied: {out}{err}");
+        assert!(err.contains(needle), "{file}: {err}");
+        assert!(err.contains("nothing applied"), "{err}");
+    }
+    assert_eq!(db.count("SELECT count(*) FROM workflows").await, 0);
+    // What the API accepts, apply accepts.
+    let dir = tempdir("apply-accepted");
+    write(
+        &dir,
+        "ok.json",
+        &http_header("ok", "X-Key:{{secret:PAY_KEY}};"),
+    );
+    let (code, out, err) = clamp_with_env(
+        &["apply", "--database-url", &db.url, dir.to_str().unwrap()],
+        &env,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    s.shutdown().await;
+}

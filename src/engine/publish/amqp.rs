@@ -12,8 +12,10 @@ use parking_lot::Mutex;
 use tokio::sync::OnceCell;
 
 use super::{Attempt, StepMessage};
+use crate::destinations::{Destinations, DialError};
 use crate::engine::call::CallError;
 use crate::metrics::Metrics;
+use crate::workflow::brokers::AmqpTarget;
 use crate::workflow::AmqpVal;
 
 /// A confirm-mode channel on its own connection, opened on first use.
@@ -28,11 +30,13 @@ pub struct AmqpPublisher {
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     metrics: Arc<Metrics>,
     tls: OwnedTLSConfig,
-    /// Where steps may call: a new connection's broker is checked before it is opened.
-    policy: Arc<crate::destinations::Destinations>,
+    /// Where steps may call: every connection a step's broker needs dials only what it
+    /// allows.
+    policy: Arc<Destinations>,
 }
 
-/// Connects to `url` (`amqp://`, or `amqps://` with `tls`'s extra CA).
+/// Connects to the server's own broker at `url` (`amqp://`, or `amqps://` with `tls`'s
+/// extra CA): the response consumer's, which the operator configured, not a step's.
 pub(crate) async fn connect(url: &str, tls: &OwnedTLSConfig) -> Result<Connection, lapin::Error> {
     Connection::connect_with_config(
         url,
@@ -51,21 +55,93 @@ pub(crate) fn connect_error(e: &lapin::Error) -> (bool, String) {
     }
 }
 
+/// Connects a step to its broker: the host the URL's one reading gives
+/// (`workflow::brokers`), dialled at an address the policy judged, so that neither a
+/// second reading of the URL nor a second resolution of the name can reach another.
+/// Every reconnection the client makes goes through the same dial.
+async fn connect_checked(
+    target: &AmqpTarget,
+    tls: &OwnedTLSConfig,
+    policy: &Arc<Destinations>,
+) -> Result<Connection, lapin::Error> {
+    let (host, port, secure) = (
+        target.endpoint.host.as_str().into_owned(),
+        target.endpoint.port,
+        target.tls,
+    );
+    let (tls, policy) = (tls.clone(), policy.clone());
+    Connection::connector(
+        target.uri.clone(),
+        lapin::runtime::default_runtime()?,
+        async move |_uri, runtime| {
+            let addrs = policy
+                .addrs(&host, port)
+                .await
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e))?;
+            let stream = lapin::tcp::AsyncTcpStream::connect(&runtime, addrs).await?;
+            Ok(if secure {
+                stream.into_tls(&host, tls.as_ref()).await?
+            } else {
+                stream
+            })
+        },
+        ConnectionProperties::default(),
+    )
+    .await
+}
+
 async fn open_channel(
     url: &str,
     tls: &OwnedTLSConfig,
-) -> Result<(Connection, Channel), lapin::Error> {
-    let conn = connect(url, tls).await?;
-    let ch = conn.create_channel().await?;
-    ch.confirm_select(ConfirmSelectOptions::default()).await?;
-    Ok((conn, ch))
+    policy: &Arc<Destinations>,
+) -> Result<(Connection, Channel), Attempt> {
+    let target = AmqpTarget::read(url).map_err(Attempt::Refused)?;
+    let conn = match connect_checked(&target, tls, policy).await {
+        Ok(c) => c,
+        Err(e) => return Err(refusal(&e).unwrap_or_else(|| attempt_error(&e))),
+    };
+    let confirmed = async {
+        let ch = conn.create_channel().await?;
+        ch.confirm_select(ConfirmSelectOptions::default()).await?;
+        Ok::<_, lapin::Error>(ch)
+    };
+    match confirmed.await {
+        Ok(ch) => Ok((conn, ch)),
+        Err(e) => Err(Attempt::Retry(e.to_string())),
+    }
+}
+
+/// A dial the policy refused: permanent, said as the policy says it.
+fn refusal(e: &lapin::Error) -> Option<Attempt> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        // The dial's error travels inside an io::Error, whose `source` skips it.
+        let inner = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|i| i.downcast_ref::<DialError>());
+        if let Some(DialError::Refused(why)) = inner {
+            return Some(Attempt::Refused(why.to_string()));
+        }
+        source = err.source();
+    }
+    None
+}
+
+/// A failed connection: a failed certificate check is permanent (it fails the same way
+/// next time), anything else transient.
+fn attempt_error(e: &lapin::Error) -> Attempt {
+    match connect_error(e) {
+        (true, why) => Attempt::Refused(why),
+        (false, why) => Attempt::Retry(why),
+    }
 }
 
 impl AmqpPublisher {
     pub fn new(
         metrics: Arc<Metrics>,
         tls: OwnedTLSConfig,
-        policy: Arc<crate::destinations::Destinations>,
+        policy: Arc<Destinations>,
     ) -> AmqpPublisher {
         AmqpPublisher {
             slots: Mutex::new(HashMap::new()),
@@ -114,15 +190,9 @@ impl AmqpPublisher {
             .entry(url.to_string())
             .or_default()
             .clone();
-        if slot.open.get().is_none() {
-            // Refused before connecting: permanent, as a broker's no is.
-            if let Err(e) = self.policy.check_connection(url).await {
-                return Err(Attempt::Refused(e.to_string()));
-            }
-        }
         let ch = match slot
             .open
-            .get_or_try_init(|| open_channel(url, &self.tls))
+            .get_or_try_init(|| open_channel(url, &self.tls, &self.policy))
             .await
         {
             Ok((_, ch)) if ch.status().connected() => ch.clone(),
@@ -132,11 +202,7 @@ impl AmqpPublisher {
             }
             Err(e) => {
                 self.forget(url, &slot);
-                // A certificate check that failed fails the same way next time.
-                return Err(match connect_error(&e) {
-                    (true, why) => Attempt::Refused(why),
-                    (false, why) => Attempt::Retry(why),
-                });
+                return Err(e);
             }
         };
         // `mandatory`: a message no queue takes comes back instead of vanishing.

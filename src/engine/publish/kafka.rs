@@ -14,14 +14,18 @@ use rskafka::BackoffConfig;
 use tokio::sync::OnceCell;
 
 use super::{Attempt, StepMessage};
+use crate::destinations::{Destinations, Relay};
 use crate::engine::call::CallError;
-use crate::engine::tls::KafkaTransport;
+use crate::engine::tls::{KafkaSteps, KafkaTransport};
 use crate::metrics::Metrics;
+use crate::workflow::brokers::KafkaTarget;
 use crate::workflow::KafkaVal;
 
-/// A topic's partitions, ready to produce to.
+/// A topic's partitions, ready to produce to, and the relay their client reaches its
+/// brokers through (it lives as long as the client).
 struct TopicWriter {
     partitions: Vec<PartitionClient>,
+    relay: Relay,
 }
 
 type Cell<T> = Arc<OnceCell<Arc<T>>>;
@@ -31,20 +35,24 @@ type Cell<T> = Arc<OnceCell<Arc<T>>>;
 pub struct KafkaProducer {
     topics: Mutex<HashMap<(String, String), Cell<TopicWriter>>>,
     metrics: Arc<Metrics>,
-    transport: KafkaTransport,
-    /// Where steps may call: a new client's bootstrap brokers are checked before it is
-    /// built.
-    policy: Arc<crate::destinations::Destinations>,
+    /// How steps' connections are secured (never with the server's credentials).
+    steps: KafkaSteps,
+    /// Where steps may call: a client's bootstrap brokers are judged before it is built,
+    /// and every broker it then dials (those the cluster's metadata names too) by the
+    /// relay it reaches them through.
+    policy: Arc<Destinations>,
 }
 
 /// Builds a client that gives up on an unreachable cluster instead of retrying forever,
-/// over TLS and with SASL as `transport` says.
+/// over TLS and with SASL as `transport` says, reaching its brokers through `proxy` when
+/// one is given (a step's relay).
 pub(crate) async fn client(
-    brokers: &str,
+    brokers: Vec<String>,
     deadline: Duration,
     transport: &KafkaTransport,
+    proxy: Option<String>,
 ) -> Result<Client, KafkaError> {
-    let mut b = ClientBuilder::new(brokers.split(',').map(|b| b.trim().to_string()).collect())
+    let mut b = ClientBuilder::new(brokers)
         .client_id("clamp")
         .backoff_config(BackoffConfig {
             init_backoff: Duration::from_millis(50),
@@ -57,6 +65,9 @@ pub(crate) async fn client(
     }
     if let Some(sasl) = &transport.sasl {
         b = b.sasl_config(sasl.clone());
+    }
+    if let Some(proxy) = proxy {
+        b = b.socks5_proxy(proxy);
     }
     b.build().await
 }
@@ -73,19 +84,42 @@ pub(crate) fn connect_error(e: &KafkaError) -> (bool, String) {
     (auth, format!("cannot connect: {text}"))
 }
 
+/// A step's client for `connection` (read once, `workflow::brokers`) and its topic's
+/// partitions. Its bootstrap brokers are judged first; the client then reaches every
+/// broker through a relay that judges each, so a refusal there (a broker the cluster's
+/// metadata names) fails the step permanently, naming that broker.
 async fn open_topic(
-    brokers: &str,
+    connection: &str,
     topic: &str,
-    transport: &KafkaTransport,
+    steps: &KafkaSteps,
+    policy: &Arc<Destinations>,
 ) -> Result<TopicWriter, Attempt> {
-    let retry = |e: KafkaError| Attempt::Retry(e.to_string());
-    let c = client(brokers, Duration::from_secs(5), transport)
+    let target = KafkaTarget::read(connection).map_err(Attempt::Refused)?;
+    for b in &target.brokers {
+        policy
+            .check_host(&b.host.as_str())
+            .map_err(|e| Attempt::Refused(e.to_string()))?;
+    }
+    let relay = Relay::start(policy.clone())
         .await
-        .map_err(|e| match connect_error(&e) {
+        .map_err(|e| Attempt::Retry(format!("cannot start the broker relay: {e}")))?;
+    let failed = |e: KafkaError| match relay.take_refusal() {
+        Some(why) => Attempt::Refused(why.to_string()),
+        None => match connect_error(&e) {
             (true, why) => Attempt::Refused(why),
             (false, why) => Attempt::Retry(why),
-        })?;
-    let topics = c.list_topics().await.map_err(retry)?;
+        },
+    };
+    let transport = steps.transport(&target);
+    let c = client(
+        target.bootstrap(),
+        Duration::from_secs(5),
+        &transport,
+        Some(relay.proxy()),
+    )
+    .await
+    .map_err(failed)?;
+    let topics = c.list_topics().await.map_err(failed)?;
     let Some(t) = topics.into_iter().find(|t| t.name == topic) else {
         return Err(Attempt::Refused(format!("topic '{topic}' does not exist")));
     };
@@ -94,7 +128,7 @@ async fn open_topic(
         partitions.push(
             c.partition_client(topic, p, UnknownTopicHandling::Retry)
                 .await
-                .map_err(retry)?,
+                .map_err(failed)?,
         );
     }
     if partitions.is_empty() {
@@ -102,19 +136,19 @@ async fn open_topic(
             "topic '{topic}' has no partitions"
         )));
     }
-    Ok(TopicWriter { partitions })
+    Ok(TopicWriter { partitions, relay })
 }
 
 impl KafkaProducer {
     pub fn new(
         metrics: Arc<Metrics>,
-        transport: KafkaTransport,
-        policy: Arc<crate::destinations::Destinations>,
+        steps: KafkaSteps,
+        policy: Arc<Destinations>,
     ) -> KafkaProducer {
         KafkaProducer {
             topics: Mutex::new(HashMap::new()),
             metrics,
-            transport,
+            steps,
             policy,
         }
     }
@@ -147,17 +181,16 @@ impl KafkaProducer {
             .entry(slot_key.clone())
             .or_default()
             .clone();
-        if slot.get().is_none() {
-            // Refused before connecting: permanent, as a missing topic is.
-            if let Err(e) = self.policy.check_connection(&val.connection_url).await {
-                return Err(Attempt::Refused(e.to_string()));
-            }
-        }
         let writer = match slot
             .get_or_try_init(|| async {
-                open_topic(&val.connection_url, &val.topic_name, &self.transport)
-                    .await
-                    .map(Arc::new)
+                open_topic(
+                    &val.connection_url,
+                    &val.topic_name,
+                    &self.steps,
+                    &self.policy,
+                )
+                .await
+                .map(Arc::new)
             })
             .await
         {
@@ -176,7 +209,11 @@ impl KafkaProducer {
             Ok(_) => Ok(()),
             Err(e) => {
                 self.forget(&slot_key, &slot);
-                Err(Attempt::Retry(e.to_string()))
+                // A leader that moved to a broker the policy refuses fails the step.
+                Err(match writer.relay.take_refusal() {
+                    Some(why) => Attempt::Refused(why.to_string()),
+                    None => Attempt::Retry(e.to_string()),
+                })
             }
         }
     }

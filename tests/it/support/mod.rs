@@ -6,6 +6,7 @@
 //! - `binary`: the real binary as a child process, and waiting for it to be healthy;
 //! - `http`: a small HTTP client (one request per connection, or a keep-alive one);
 //! - `proxy`: a TCP proxy that can cut or stall the server's Postgres connections;
+//! - `recorder`: a listener that records whether it was dialled, and what it heard;
 //! - `waiting`: `wait_for` and its kin, the one way tests wait for a condition;
 //! - `metrics`: reading a value out of a metrics exposition;
 //! - `alone`: the machine to one test that bounds how long the server takes.
@@ -18,6 +19,7 @@ mod database;
 mod http;
 mod metrics;
 mod proxy;
+mod recorder;
 mod server;
 mod waiting;
 
@@ -26,5 +28,6 @@ pub use database::*;
 pub use http::*;
 pub use metrics::*;
 pub use proxy::*;
+pub use recorder::*;
 pub use server::*;
 pub use waiting::*;

@@ -4,14 +4,24 @@
 //! can define a workflow); `--deny-destinations` refuses more, and `--allow-destinations`,
 //! when given, refuses everything it does not name. Rules are networks (`10.0.0.0/8`, an
 //! address), host names (`payments.internal`) or domains (`.internal`: every name under
-//! it). A workflow is checked when it is defined (a literal address, a name), and an HTTP
+//! it). A workflow is checked when it is defined (a literal address, a name), and every
 //! call again after name resolution, whose denied addresses are dropped (a name that
-//! resolves only to denied ones is refused), so DNS cannot slip past the policy.
+//! resolves only to denied ones is refused): each client dials only the addresses that
+//! were judged (`resolver`), and Kafka's clients reach every broker, the ones a cluster's
+//! metadata names too, through a relay that judges each (`relay`). An address is judged
+//! with the address it reaches (`reaches`: `0.0.0.0`, `::`, NAT64 and 6to4 forms), so no
+//! spelling of a denied address gets past. Broker connection strings are read by
+//! `workflow::brokers`, the one reading the clients are built from.
+
+mod relay;
+mod resolver;
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 
 use ipnet::IpNet;
+
+pub use relay::Relay;
+pub use resolver::{DialError, Resolver};
 
 /// Refused always: link-local networks and the metadata services' addresses and names.
 pub const ALWAYS_DENIED: &[&str] = &[
@@ -102,12 +112,53 @@ impl Default for Destinations {
     }
 }
 
-/// An address as the policy sees it: an IPv4 address mapped into IPv6 is the IPv4 one.
-fn plain(ip: IpAddr) -> IpAddr {
+/// The address a connection to `ip` reaches, as the policy judges it: the unspecified
+/// addresses reach this host (Linux connects `0.0.0.0` and `::` to loopback), and an IPv6
+/// address that carries an IPv4 one reaches that (IPv4-mapped and -compatible forms,
+/// NAT64's well-known and local-use prefixes, 6to4). None: `ip` is itself the target.
+pub fn reaches(ip: IpAddr) -> Option<IpAddr> {
+    use std::net::{Ipv4Addr, Ipv6Addr};
     match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
+        // "This network": connect() on Linux treats 0.0.0.0 as this host.
+        IpAddr::V4(v4) if v4.octets()[0] == 0 => Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        IpAddr::V4(_) => None,
+        IpAddr::V6(v6) if v6.is_unspecified() => Some(IpAddr::V6(Ipv6Addr::LOCALHOST)),
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            let o = v6.octets();
+            let last32 = Ipv4Addr::new(o[12], o[13], o[14], o[15]);
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                Some(IpAddr::V4(v4))
+            } else if s[..6] == [0; 6] && !v6.is_loopback() {
+                // IPv4-compatible (::a.b.c.d, deprecated but still parsed).
+                Some(IpAddr::V4(last32))
+            } else if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] || s[..3] == [0x64, 0xff9b, 1] {
+                // NAT64: 64:ff9b::/96 (RFC 6052) and 64:ff9b:1::/48 (RFC 8215), whose
+                // gateways use the last 32 bits as the IPv4 destination.
+                Some(IpAddr::V4(last32))
+            } else if s[0] == 0x2002 {
+                // 6to4 (2002::/16): the IPv4 address follows the prefix.
+                Some(IpAddr::V4(Ipv4Addr::new(o[2], o[3], o[4], o[5])))
+            } else {
+                None
+            }
+        }
     }
+}
+
+/// An address and what it reaches, each of which the rules judge.
+fn judged(ip: IpAddr) -> impl Iterator<Item = IpAddr> {
+    let mut first = Some(ip);
+    let mut next = reaches(ip);
+    std::iter::from_fn(move || {
+        if let Some(ip) = first.take() {
+            return Some(ip);
+        }
+        let ip = next.take()?;
+        // A chain ends at once (`::ffff:0.0.0.0` reaches 0.0.0.0, which reaches 127.0.0.1).
+        next = reaches(ip);
+        Some(ip)
+    })
 }
 
 impl Destinations {
@@ -164,21 +215,27 @@ impl Destinations {
     }
 
     /// An address a call would connect to, for the host `name` (None: a literal address).
+    /// The address is judged with every address it reaches (`reaches`): refused when any
+    /// of them is denied; with an allow-list, let through when the one it finally reaches
+    /// (or the name) is allowed.
     pub fn check_addr(&self, name: Option<&str>, ip: IpAddr) -> Result<(), Refused> {
-        let ip = plain(ip);
+        let target = judged(ip).last().unwrap_or(ip);
         let shown = match name {
             Some(n) => format!("{n} ({ip})"),
+            None if target != ip => format!("{ip} (which reaches {target})"),
             None => ip.to_string(),
         };
-        if let Some(i) = self.deny.iter().position(|r| r.holds(ip)) {
-            return Err(Refused(format!(
-                "{shown} is in {} ({})",
-                self.deny[i],
-                self.why_denied(i)
-            )));
+        for at in judged(ip) {
+            if let Some(i) = self.deny.iter().position(|r| r.holds(at)) {
+                return Err(Refused(format!(
+                    "{shown} is in {} ({})",
+                    self.deny[i],
+                    self.why_denied(i)
+                )));
+            }
         }
         if self.allow.is_empty()
-            || self.allow.iter().any(|r| r.holds(ip))
+            || self.allow.iter().any(|r| r.holds(target))
             || name.is_some_and(|n| self.allow.iter().any(|r| r.names(n)))
         {
             return Ok(());
@@ -204,115 +261,6 @@ impl Destinations {
             (true, Some(e)) => Err(e),
             _ => Ok(kept),
         }
-    }
-
-    /// The hosts of a broker connection string: an AMQP URL's, or Kafka's
-    /// `host:port[,host:port…]`.
-    pub fn check_brokers(&self, connection: &str) -> Result<(), Refused> {
-        if let Some((_, rest)) = connection.split_once("://") {
-            let authority = rest.split(['/', '?']).next().unwrap_or("");
-            let hostport = authority.rsplit('@').next().unwrap_or("");
-            return self.check_host(host_of(hostport));
-        }
-        for b in connection.split(',') {
-            self.check_host(host_of(b.trim()))?;
-        }
-        Ok(())
-    }
-}
-
-impl Destinations {
-    /// A broker connection about to be opened: every host of its connection string (an
-    /// AMQP URL's, Kafka's bootstrap list), by name and by every address it resolves to
-    /// now. The broker's client resolves the name again when it connects, so one denied
-    /// address among a name's refuses it (the client might pick that one). A name that
-    /// does not resolve is left to the client's own error.
-    pub async fn check_connection(&self, connection: &str) -> Result<(), Refused> {
-        let (hosts, default_port): (Vec<&str>, u16) = match connection.split_once("://") {
-            Some((scheme, rest)) => {
-                let authority = rest.split(['/', '?']).next().unwrap_or("");
-                let port = if scheme == "amqps" { 5671 } else { 5672 };
-                (vec![authority.rsplit('@').next().unwrap_or("")], port)
-            }
-            None => (connection.split(',').map(str::trim).collect(), 9092),
-        };
-        for hostport in hosts {
-            let host = host_of(hostport);
-            self.check_host(host)?;
-            let bare = host.trim_matches(['[', ']']);
-            if bare.parse::<IpAddr>().is_ok() {
-                continue;
-            }
-            let port = hostport
-                .rsplit_once(':')
-                .and_then(|(_, p)| p.parse().ok())
-                .unwrap_or(default_port);
-            if let Ok(addrs) = tokio::net::lookup_host((bare, port)).await {
-                for a in addrs {
-                    self.check_addr(Some(bare), a.ip())?;
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The host of `host:port` (an IPv6 address in brackets keeps them).
-fn host_of(hostport: &str) -> &str {
-    if hostport.starts_with('[') {
-        return hostport
-            .split(']')
-            .next()
-            .map_or(hostport, |h| &hostport[..h.len() + 1]);
-    }
-    match hostport.rsplit_once(':') {
-        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
-        _ => hostport,
-    }
-}
-
-/// The name resolver of HTTP steps: the system's (getaddrinfo, as hyper's), then the
-/// policy's filter, so a name is checked by the addresses the call will use.
-#[derive(Clone)]
-pub struct Resolver {
-    gai: hyper_util::client::legacy::connect::dns::GaiResolver,
-    policy: Arc<Destinations>,
-}
-
-impl Resolver {
-    pub fn new(policy: Arc<Destinations>) -> Resolver {
-        Resolver {
-            gai: hyper_util::client::legacy::connect::dns::GaiResolver::new(),
-            policy,
-        }
-    }
-}
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-impl tower_service::Service<hyper_util::client::legacy::connect::dns::Name> for Resolver {
-    type Response = std::vec::IntoIter<SocketAddr>;
-    type Error = BoxError;
-    type Future = std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Self::Response, BoxError>> + Send>,
-    >;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), BoxError>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, name: hyper_util::client::legacy::connect::dns::Name) -> Self::Future {
-        let mut gai = self.gai.clone();
-        let policy = self.policy.clone();
-        Box::pin(async move {
-            policy.check_host(name.as_str())?;
-            let host = name.as_str().to_string();
-            let addrs: Vec<SocketAddr> = gai.call(name).await?.collect();
-            Ok(policy.filter(&host, addrs)?.into_iter())
-        })
     }
 }
 
@@ -379,13 +327,41 @@ mod tests {
     }
 
     #[test]
-    fn broker_connection_strings_are_read_for_their_hosts() {
-        let d = Destinations::default();
-        assert!(d
-            .check_brokers("amqp://u:p@169.254.169.254:5672/%2f")
-            .is_err());
-        assert!(d.check_brokers("amqps://rabbit:5671/vhost").is_ok());
-        assert!(d.check_brokers("kafka-1:9092,169.254.1.1:9092").is_err());
-        assert!(d.check_brokers("kafka-1:9092,[::1]:9092").is_ok());
+    fn every_spelling_of_an_address_is_judged_by_what_it_reaches() {
+        let d = Destinations::new::<&str>(&[], &["127.0.0.0/8", "::1", "10.0.0.0/8"]).unwrap();
+        for host in [
+            "127.0.0.1",
+            "0.0.0.0",
+            "0.1.2.3",
+            "[::]",
+            "[::1]",
+            "[::ffff:127.0.0.1]",
+            "[::ffff:0.0.0.0]",
+            "[::127.0.0.1]",
+            "[64:ff9b::7f00:1]",
+            "[64:ff9b::10.1.2.3]",
+            "[64:ff9b:1::a01:203]",
+            "[2002:7f00:1::]",
+            "[2002:a01:203:1::5]",
+        ] {
+            let e = d.check_host(host).unwrap_err();
+            assert!(e.0.contains("--deny-destinations"), "{host}: {e}");
+        }
+        for host in [
+            "8.8.8.8",
+            "[64:ff9b::808:808]",
+            "[2002:808:808::]",
+            "[2001:db8::1]",
+        ] {
+            assert_eq!(d.check_host(host), Ok(()), "{host}");
+        }
+        // A name that resolves to 0.0.0.0 reaches this host too.
+        let a = |s: &str| -> SocketAddr { s.parse().unwrap() };
+        assert!(d.filter("sneaky.example", vec![a("0.0.0.0:80")]).is_err());
+        // With an allow-list, what a translated address reaches is what must be allowed.
+        let allow = Destinations::new::<&str>(&["10.0.0.0/8"], &[]).unwrap();
+        assert!(allow.check_host("[64:ff9b::10.1.2.3]").is_ok());
+        assert!(allow.check_host("[64:ff9b::808:808]").is_err());
+        assert_eq!(reaches("192.0.2.1".parse().unwrap()), None);
     }
 }
