@@ -312,6 +312,15 @@ pub struct Metrics {
     pub events_expired: Counter,
     /// Finished service requests deleted by the retention policy.
     pub retention_deleted: Counter,
+    /// Audit records and dead letters deleted past their age, and console sessions past
+    /// their expiry.
+    pub audit_deleted: Counter,
+    pub dead_letters_deleted: Counter,
+    pub sessions_expired: Counter,
+    /// Console sign-ins refused: a token not accepted, and attempts past the per-address
+    /// rate (answered 429 unlooked at). Counted, not written to the audit trail.
+    pub sign_ins_refused: Counter,
+    pub sign_ins_limited: Counter,
     /// Step responses consumed from brokers, by outcome.
     pub broker_replies: Family<BrokerLabel, Counter>,
     /// Step messages published to brokers, by outcome (sent, failed).
@@ -448,6 +457,11 @@ impl Metrics {
             events_kept_taken: Counter::default(),
             events_expired: Counter::default(),
             retention_deleted: Counter::default(),
+            audit_deleted: Counter::default(),
+            dead_letters_deleted: Counter::default(),
+            sessions_expired: Counter::default(),
+            sign_ins_refused: Counter::default(),
+            sign_ins_limited: Counter::default(),
             broker_replies: Family::default(),
             broker_published: Family::default(),
             step_retries: Family::default(),
@@ -605,6 +619,35 @@ impl Metrics {
             "Finished service requests deleted by the retention policy",
             self.retention_deleted.clone(),
         );
+        for (name, help, c) in [
+            (
+                "clamp_audit_deleted",
+                "Audit records deleted past --audit-retention-days",
+                &self.audit_deleted,
+            ),
+            (
+                "clamp_dead_letters_deleted",
+                "Dead-lettered messages deleted past --dead-letter-retention-days",
+                &self.dead_letters_deleted,
+            ),
+            (
+                "clamp_console_sessions_expired",
+                "Console sessions deleted past their idle or absolute expiry",
+                &self.sessions_expired,
+            ),
+            (
+                "clamp_console_sign_ins_refused",
+                "Console sign-ins refused: the token was not accepted",
+                &self.sign_ins_refused,
+            ),
+            (
+                "clamp_console_sign_ins_limited",
+                "Console sign-in attempts refused unlooked at: past the per-address rate",
+                &self.sign_ins_limited,
+            ),
+        ] {
+            registry.register(name, help, c.clone());
+        }
         registry.register(
             "clamp_broker_replies",
             "Step responses consumed from a broker, by broker and outcome \

@@ -185,6 +185,21 @@ fn start_background(
             stop.clone(),
         )));
     }
+    // What clamp keeps besides requests, past its age: one task per instance too.
+    if index == 0 {
+        let cfg = &core.app.config;
+        background.push(tokio::spawn(crate::store::housekeeping::run(
+            core.pool.clone(),
+            crate::store::housekeeping::Ages {
+                kept: cfg.housekeeping,
+                session_idle: cfg.session_idle,
+                session_max: cfg.session_max,
+            },
+            cfg.retention_interval,
+            core.app.metrics.clone(),
+            stop.clone(),
+        )));
+    }
     // Expired idempotency keys: one task per instance too, on the retention schedule.
     if index == 0 {
         background.push(tokio::spawn(crate::store::idempotency::run_cleanup(
@@ -257,10 +272,11 @@ async fn accept_loop(
             biased;
             _ = shutdown.changed() => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
+                Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
                     let core = core.clone();
-                    let state = Arc::new(ConnState::default());
+                    let local = stream.local_addr().ok().map(|a| a.ip());
+                    let state = Arc::new(ConnState::at(local, Some(peer.ip())));
                     let io = ConnIo::new(stream, state.clone(), timeouts);
                     let service = service_fn(move |req| {
                         let (core, state) = (core.clone(), state.clone());

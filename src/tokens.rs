@@ -164,29 +164,19 @@ impl Tokens {
         found
     }
 
-    /// The console session a cookie value names (`session_value`), compared likewise.
-    pub fn find_session(&self, cookie: &[u8]) -> Option<&Caller> {
-        let mut found = None;
-        for t in &self.0 {
-            if bool::from(session_of(&t.digest).as_bytes().ct_eq(cookie)) && found.is_none() {
-                found = Some(&t.caller);
-            }
-        }
-        found
+    /// Who holds the token whose digest is `d` (a console session's), compared likewise:
+    /// None once that token has left the tokens in force.
+    pub fn find_digest_of(&self, d: &[u8]) -> Option<&Caller> {
+        let d: [u8; 32] = d.try_into().ok()?;
+        self.find_digest(&d)
     }
 
-    /// The console session cookie's value for a token: derived from its digest, so the
-    /// cookie holds neither the token nor what the file holds.
-    pub fn session_value(token: &[u8]) -> String {
-        session_of(&digest(token))
+    /// The digest of the accepted token `presented`, with its holder (a console session
+    /// keeps the digest, to know whose it is and to end when it leaves).
+    pub fn find_with_digest(&self, presented: &[u8]) -> Option<(&Caller, [u8; 32])> {
+        let d = digest(presented);
+        self.find_digest(&d).map(|c| (c, d))
     }
-}
-
-fn session_of(d: &[u8; 32]) -> String {
-    let mut h = Sha256::new();
-    h.update(b"clamp console session\0");
-    h.update(d);
-    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn parse_hex(hex: &str) -> Option<[u8; 32]> {
@@ -218,6 +208,9 @@ pub struct ApiTokens {
     list: Tokens,
     file: Option<PathBuf>,
     current: RwLock<Arc<Tokens>>,
+    /// Tokens were on when the server started: no reload may turn them off (an emptied
+    /// file during a rotation must not open the server to anyone).
+    started_on: bool,
 }
 
 impl std::fmt::Debug for ApiTokens {
@@ -234,13 +227,25 @@ impl Default for ApiTokens {
 
 impl ApiTokens {
     /// `list` (from `--api-tokens`) and the tokens of `file`, read now.
+    /// A tokens file that gives no token (and no list beside it) is refused: whoever
+    /// names a tokens file means to have tokens.
     pub fn new(list: Tokens, file: Option<PathBuf>) -> Result<ApiTokens, String> {
-        let t = ApiTokens {
+        let mut t = ApiTokens {
             current: RwLock::new(Arc::new(list.clone())),
             list,
             file,
+            started_on: false,
         };
-        t.reload()?;
+        let n = t.reload()?;
+        if n == 0 {
+            if let Some(path) = &t.file {
+                return Err(format!(
+                    "{}: gives no token (a line name:role:token at least)",
+                    path.display()
+                ));
+            }
+        }
+        t.started_on = n > 0;
         Ok(t)
     }
 
@@ -255,8 +260,10 @@ impl ApiTokens {
         self.current.read().clone()
     }
 
+    /// Whether tokens are on: fixed when the server starts, since no reload may turn
+    /// them off, and a server started without them has no file to read.
     pub fn is_on(&self) -> bool {
-        self.current.read().is_on()
+        self.started_on
     }
 
     /// The tokens file, if one is set.
@@ -265,7 +272,9 @@ impl ApiTokens {
     }
 
     /// Reads the file again (the list stays); on an error the tokens in force stay too.
-    /// Returns how many tokens are in force.
+    /// A server started with tokens refuses a file that would leave none in force: only
+    /// a restart without tokens turns authentication off. Returns how many tokens are in
+    /// force.
     pub fn reload(&self) -> Result<usize, String> {
         let mut all = self.list.clone();
         if let Some(path) = &self.file {
@@ -276,8 +285,74 @@ impl ApiTokens {
             all.0.extend(from_file.0);
         }
         let n = all.0.len();
+        if n == 0 && self.started_on {
+            return Err(format!(
+                "{}: gives no token, which would turn authentication off; a server started \
+                 with tokens keeps them until it is restarted without",
+                self.file
+                    .as_deref()
+                    .map_or("(no file)".into(), |p| p.display().to_string())
+            ));
+        }
         *self.current.write() = Arc::new(all);
         Ok(n)
+    }
+}
+
+/// Console sign-in attempts per client address: a token bucket each, holding a minute's
+/// worth of attempts and refilled at that rate, so a guesser gets a handful a minute
+/// while a person who mistyped is never held up. The table is bounded: past
+/// `MAX_ADDRESSES`, full buckets (addresses that stopped trying) are forgotten first,
+/// then the oldest.
+pub struct SignInLimiter {
+    per_minute: f64,
+    buckets: parking_lot::Mutex<std::collections::HashMap<std::net::IpAddr, Bucket>>,
+}
+
+#[derive(Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at: std::time::Instant,
+}
+
+/// Addresses the limiter remembers at most.
+const MAX_ADDRESSES: usize = 10_000;
+
+impl SignInLimiter {
+    pub fn new(per_minute: u32) -> SignInLimiter {
+        SignInLimiter {
+            per_minute: f64::from(per_minute.max(1)),
+            buckets: parking_lot::Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    /// Takes an attempt for `addr`: Ok, or how long until the next one is allowed.
+    pub fn attempt(&self, addr: std::net::IpAddr) -> Result<(), std::time::Duration> {
+        let now = std::time::Instant::now();
+        let rate = self.per_minute / 60.0;
+        let mut map = self.buckets.lock();
+        if map.len() >= MAX_ADDRESSES && !map.contains_key(&addr) {
+            let full = self.per_minute;
+            map.retain(|_, b| b.tokens + b.at.elapsed().as_secs_f64() * rate < full);
+            if map.len() >= MAX_ADDRESSES {
+                let mut ages: Vec<std::time::Instant> = map.values().map(|b| b.at).collect();
+                ages.sort_unstable();
+                let cut = ages[ages.len() / 2];
+                map.retain(|_, b| b.at > cut);
+            }
+        }
+        let b = map.entry(addr).or_insert(Bucket {
+            tokens: self.per_minute,
+            at: now,
+        });
+        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * rate).min(self.per_minute);
+        b.at = now;
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(std::time::Duration::from_secs_f64((1.0 - b.tokens) / rate))
+        }
     }
 }
 
@@ -310,12 +385,10 @@ mod tests {
             Some(("ci".into(), Role::Admin))
         );
         assert_eq!(who("dash-token-012345678"), None);
-        let s = Tokens::session_value(b"hashed-token-0123456789");
-        assert_eq!(
-            t.find_session(s.as_bytes()).map(|c| c.role),
-            Some(Role::Operate)
-        );
-        assert!(t.find_session(b"0000").is_none());
+        let (c, d) = t.find_with_digest(b"hashed-token-0123456789").unwrap();
+        assert_eq!(c.role, Role::Operate);
+        assert_eq!(t.find_digest_of(&d).map(|c| c.role), Some(Role::Operate));
+        assert!(t.find_digest_of(b"0000").is_none());
         assert_eq!(format!("{t:?}"), "Tokens(3 configured)");
     }
 
@@ -361,5 +434,52 @@ mod tests {
         assert!(t.reload().is_err());
         assert_eq!(role("dash-token-0123456789"), Some(Role::Operate));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn no_reload_turns_tokens_off_and_no_empty_file_starts_them() {
+        let dir = std::env::temp_dir().join(format!("clamp-tokens-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("tokens");
+        std::fs::write(&file, "# nobody yet\n").unwrap();
+        let e = ApiTokens::new(Tokens::default(), Some(file.clone())).unwrap_err();
+        assert!(e.contains("gives no token"), "{e}");
+        std::fs::write(&file, "dash:read:dash-token-0123456789\n").unwrap();
+        let t = ApiTokens::new(Tokens::default(), Some(file.clone())).unwrap();
+        for emptied in ["", "\n# all gone\n"] {
+            std::fs::write(&file, emptied).unwrap();
+            let e = t.reload().unwrap_err();
+            assert!(e.contains("would turn authentication off"), "{e}");
+            assert!(t.is_on());
+            assert!(t.current().find(b"dash-token-0123456789").is_some());
+        }
+        std::fs::remove_file(&file).unwrap();
+        assert!(t.reload().is_err());
+        assert!(t.is_on());
+        // Without tokens at start, there is nothing to keep.
+        assert!(!ApiTokens::default().is_on());
+        assert_eq!(ApiTokens::default().reload(), Ok(0));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn sign_ins_are_limited_per_address() {
+        let l = SignInLimiter::new(3);
+        let a: std::net::IpAddr = "10.0.0.1".parse().unwrap();
+        let b: std::net::IpAddr = "10.0.0.2".parse().unwrap();
+        for _ in 0..3 {
+            assert!(l.attempt(a).is_ok());
+        }
+        let wait = l.attempt(a).unwrap_err();
+        assert!(
+            wait > std::time::Duration::from_secs(15) && wait <= std::time::Duration::from_secs(20),
+            "{wait:?}"
+        );
+        assert!(l.attempt(b).is_ok(), "another address is not held up");
+        // The table stays bounded.
+        for i in 0..(MAX_ADDRESSES as u32 + 10) {
+            let _ = l.attempt(std::net::IpAddr::V4(std::net::Ipv4Addr::from(i)));
+        }
+        assert!(l.buckets.lock().len() <= MAX_ADDRESSES);
     }
 }

@@ -73,6 +73,12 @@ pub struct Args {
     #[arg(long, env = "CLAMP_ALLOW_UNAUTHENTICATED", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub allow_unauthenticated: bool,
 
+    /// With no API tokens, host names besides loopback names and the server's own
+    /// addresses that requests may give in `Host` and pages may send them from (`Origin`):
+    /// a compose service name, an ingress. `.corp.example` names every name under it.
+    #[arg(long, env = "CLAMP_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+
     /// Postgres URL. Wins over CLAMP_DB_CONNECTION_STR when both are set.
     #[arg(long, env = env::DATABASE_URL)]
     pub database_url: Option<String>,
@@ -299,6 +305,33 @@ pub struct Args {
     /// finished; 0 keeps them forever.
     #[arg(long, env = "CLAMP_RETENTION_DAYS", default_value_t = 0.0)]
     pub retention_days: f64,
+
+    /// Delete audit records this many days after they were written; 0 keeps them forever.
+    #[arg(long, env = "CLAMP_AUDIT_RETENTION_DAYS", default_value_t = 365.0)]
+    pub audit_retention_days: f64,
+
+    /// Delete dead-lettered broker messages this many days after they were set aside; 0
+    /// keeps them forever.
+    #[arg(long, env = "CLAMP_DEAD_LETTER_RETENTION_DAYS", default_value_t = 30.0)]
+    pub dead_letter_retention_days: f64,
+
+    /// Delete delivered events this many days after their keep window ended (until then
+    /// a redelivery with the same id still counts once).
+    #[arg(long, env = "CLAMP_EVENT_RETENTION_DAYS", default_value_t = 1.0)]
+    pub event_retention_days: f64,
+
+    /// A console session ends after this many minutes without a page or action.
+    #[arg(long, env = "CLAMP_CONSOLE_SESSION_IDLE_MINUTES", default_value_t = 60)]
+    pub console_session_idle_minutes: u64,
+
+    /// A console session ends this many hours after sign-in, however busy.
+    #[arg(long, env = "CLAMP_CONSOLE_SESSION_MAX_HOURS", default_value_t = 12)]
+    pub console_session_max_hours: u64,
+
+    /// Console sign-in attempts allowed per client address and minute (instance-wide);
+    /// beyond it an attempt is answered 429 without looking at its token.
+    #[arg(long, env = "CLAMP_SIGN_IN_ATTEMPTS_PER_MINUTE", default_value_t = 10)]
+    pub sign_in_attempts_per_minute: u32,
 
     /// Consume step responses from the AMQP queue `--amqp-response-queue`.
     #[arg(long, env = env::ENABLE_AMQP_INTEGRATION, default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
@@ -528,6 +561,16 @@ pub struct Config {
     /// How long finished requests are kept (None: forever), and how often that is enforced.
     pub retention: Option<Duration>,
     pub retention_interval: Duration,
+    /// How long what clamp keeps besides requests is kept (None: forever).
+    pub housekeeping: Housekeeping,
+    /// With tokens off, the extra names `Host` and `Origin` may give (lower case; a
+    /// leading `.` names a domain).
+    pub allowed_hosts: Vec<String>,
+    /// Console sessions: idle and absolute expiry.
+    pub session_idle: Duration,
+    pub session_max: Duration,
+    /// Console sign-in attempts per client address and minute.
+    pub sign_in_per_minute: u32,
     pub log_level: String,
     pub log_format: crate::telemetry::LogFormat,
     /// Spans exported over OTLP (None: tracing off; `traceparent` is still passed on).
@@ -639,6 +682,15 @@ impl Config {
             retention: (a.retention_days > 0.0)
                 .then(|| Duration::from_secs_f64(a.retention_days * 86_400.0)),
             retention_interval: Duration::from_secs(60),
+            housekeeping: Housekeeping {
+                audit: days(a.audit_retention_days),
+                dead_letters: days(a.dead_letter_retention_days),
+                events_after_keep: Duration::from_secs_f64(a.event_retention_days * 86_400.0),
+            },
+            allowed_hosts: allowed_hosts(&a.allowed_hosts)?,
+            session_idle: Duration::from_secs(a.console_session_idle_minutes * 60),
+            session_max: Duration::from_secs(a.console_session_max_hours * 3600),
+            sign_in_per_minute: a.sign_in_attempts_per_minute,
             log_level: a.log_level,
             log_format: a.trace.log_format,
             trace,
@@ -660,6 +712,44 @@ impl Config {
         c.brokers.kafka_enabled = false;
         c
     }
+}
+
+/// How long what clamp keeps besides requests is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Housekeeping {
+    /// Audit records (None: forever).
+    pub audit: Option<Duration>,
+    /// Dead-lettered messages (None: forever).
+    pub dead_letters: Option<Duration>,
+    /// Delivered events, past their keep window.
+    pub events_after_keep: Duration,
+}
+
+/// A number of days as a retention age (0: forever).
+fn days(d: f64) -> Option<Duration> {
+    (d > 0.0).then(|| Duration::from_secs_f64(d * 86_400.0))
+}
+
+/// `--allowed-hosts`: host names or `.domains`, lower case.
+fn allowed_hosts(list: &[String]) -> Result<Vec<String>, ConfigError> {
+    list.iter()
+        .map(|h| h.trim().trim_end_matches('.').to_ascii_lowercase())
+        .filter(|h| !h.is_empty())
+        .map(|h| {
+            let name = h.strip_prefix('.').unwrap_or(&h);
+            let ok = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
+            if ok {
+                Ok(h)
+            } else {
+                Err(ConfigError(format!(
+                    "CLAMP_ALLOWED_HOSTS: {h:?} is not a host name or a .domain"
+                )))
+            }
+        })
+        .collect()
 }
 
 /// The database: `--database-url`, else Clamp's connection string, else the default.
@@ -756,6 +846,31 @@ fn check_timeouts(a: &Args) -> Result<(), ConfigError> {
         || a.keep_alive_timeout_ms == 0
     {
         return Err(ConfigError("timeouts must be at least 1 ms".into()));
+    }
+    for (name, d) in [
+        ("CLAMP_AUDIT_RETENTION_DAYS", a.audit_retention_days),
+        (
+            "CLAMP_DEAD_LETTER_RETENTION_DAYS",
+            a.dead_letter_retention_days,
+        ),
+        ("CLAMP_EVENT_RETENTION_DAYS", a.event_retention_days),
+    ] {
+        if !(d >= 0.0 && d.is_finite()) {
+            return Err(ConfigError(format!(
+                "{name} must be a number of days, 0 or more"
+            )));
+        }
+    }
+    if a.console_session_idle_minutes == 0 || a.console_session_max_hours == 0 {
+        return Err(ConfigError(
+            "CLAMP_CONSOLE_SESSION_IDLE_MINUTES and CLAMP_CONSOLE_SESSION_MAX_HOURS must be 1 or more"
+                .into(),
+        ));
+    }
+    if a.sign_in_attempts_per_minute == 0 {
+        return Err(ConfigError(
+            "CLAMP_SIGN_IN_ATTEMPTS_PER_MINUTE must be 1 or more".into(),
+        ));
     }
     if !(a.retention_days >= 0.0 && a.retention_days.is_finite()) {
         return Err(ConfigError(

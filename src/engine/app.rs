@@ -39,6 +39,8 @@ pub struct App {
     pub freed: super::slots::Freed,
     /// Creates of limited workflows, written in batches (`slots`).
     pub limited: super::slots::LimitedCreates,
+    /// Console sign-in attempts per client address, for the whole process.
+    pub sign_ins: crate::tokens::SignInLimiter,
 }
 
 impl App {
@@ -74,6 +76,7 @@ impl App {
             paused: Default::default(),
             freed: Default::default(),
             limited: Default::default(),
+            sign_ins: crate::tokens::SignInLimiter::new(config.sign_in_per_minute),
             config,
             db,
             outbound,

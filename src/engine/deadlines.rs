@@ -22,8 +22,6 @@ use crate::store::deadlines::{self, End, Expire, Overdue};
 
 /// Most overdue requests timed out per look.
 const BATCH: i64 = 100;
-/// Most expired events deleted per look.
-const FORGET_BATCH: i64 = 1000;
 
 impl Executor {
     /// Times out the answers that are overdue.
@@ -55,12 +53,6 @@ impl Executor {
         }
         if woke {
             self.wake();
-        }
-        // Events kept past their window by more than a day: no longer deduplicated.
-        if let Ok(conn) = self.pool.get().await {
-            if let Ok(n) = crate::store::events::forget(&conn, FORGET_BATCH).await {
-                self.app.metrics.events_expired.inc_by(n);
-            }
         }
     }
 

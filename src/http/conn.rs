@@ -12,6 +12,7 @@
 
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -39,16 +40,29 @@ pub struct ConnState {
     idle_since_ms: AtomicU64,
     linger: AtomicBool,
     epoch: Instant,
+    /// The address the client connected to (which `Host` may name) and the client's own
+    /// (sign-in attempts are limited per client address).
+    pub local: Option<IpAddr>,
+    pub peer: Option<IpAddr>,
 }
 
 impl Default for ConnState {
     fn default() -> Self {
+        ConnState::at(None, None)
+    }
+}
+
+impl ConnState {
+    /// A connection from `peer` to `local`.
+    pub fn at(local: Option<IpAddr>, peer: Option<IpAddr>) -> ConnState {
         ConnState {
             in_flight: AtomicU32::new(0),
             dispatched: AtomicU64::new(0),
             idle_since_ms: AtomicU64::new(0),
             linger: AtomicBool::new(false),
             epoch: Instant::now(),
+            local,
+            peer,
         }
     }
 }

@@ -14,6 +14,7 @@ pub(crate) mod console;
 pub(crate) mod counts;
 pub(crate) mod delayed;
 pub(crate) mod events;
+mod origin;
 pub(crate) mod outage;
 pub(crate) mod rerun;
 pub(crate) mod response;
@@ -235,7 +236,7 @@ pub async fn handle(core: Arc<Core>, conn: Arc<ConnState>, req: Request<Incoming
             crate::telemetry::incoming(&parts.headers),
         )
     });
-    let (route, mut resp) = dispatch(&core, &parts, &mut body, server.as_ref()).await;
+    let (route, mut resp) = dispatch(&core, &conn, &parts, &mut body, server.as_ref()).await;
     if let (Some(t), Some(span)) = (&core.app.tracing, server.filter(|s| s.ctx.sampled())) {
         let template = template(route);
         t.end_server(
@@ -340,15 +341,27 @@ fn template(route: Route) -> &'static str {
 
 async fn dispatch(
     core: &Core,
+    conn: &ConnState,
     parts: &Parts,
     body: &mut Body,
     server: Option<&crate::telemetry::ServerSpan>,
 ) -> (Route, Resp) {
+    // With no token to ask for, browsers' cross-site requests are refused (`origin`).
+    let cross_site = || {
+        if core.app.config.api_tokens.is_on() {
+            return None;
+        }
+        origin::refused(&parts.headers, conn.local, &core.app.config.allowed_hosts)
+            .map(|why| error(StatusCode::FORBIDDEN, &why))
+    };
     // The console routes its own pages and signs its users in (`console::session`).
     if console::owns(parts.uri.path()) {
+        if let Some(refused) = cross_site() {
+            return (Route::Console, refused);
+        }
         return (
             Route::Console,
-            Box::pin(console::handle(core, parts, body)).await,
+            Box::pin(console::handle(core, conn, parts, body)).await,
         );
     }
     let (def, arg) = match resolve(&parts.method, parts.uri.path()) {
@@ -362,6 +375,11 @@ async fn dispatch(
         Err(Miss::MethodNotAllowed(allowed)) => return (Route::NotFound, not_allowed(&allowed)),
     };
     let route = def.route;
+    if !matches!(route, Route::Health | Route::Ready) {
+        if let Some(refused) = cross_site() {
+            return (route, refused);
+        }
+    }
     let open = def.open || (route == Route::Metrics && core.app.config.metrics_open);
     let mut caller = None;
     if !open {

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
 use hyper::http::request::Parts;
 use hyper::StatusCode;
 
@@ -24,11 +24,14 @@ use crate::status::{RequestStatus, DELETED};
 /// The forwardable headers as a JSON array of `[name, value]` pairs (order and
 /// repeats kept). Values that are not UTF-8 are dropped. With a server span (tracing on),
 /// the trace context kept is that span's instead of the caller's: the request's span is
-/// its child (`telemetry::request_span_id`).
+/// its child (`telemetry::request_span_id`). An `Authorization` the operator forwards is
+/// kept only when it is not one of clamp's own bearer tokens (`tokens`): clamp's token
+/// is never stored with a request nor sent to a step.
 pub fn forwardable_headers(
     deny: &[&str],
     headers: &HeaderMap,
     server: Option<&crate::telemetry::ServerSpan>,
+    tokens: &crate::tokens::ApiTokens,
 ) -> Bytes {
     let mut out = Vec::with_capacity(64);
     out.push(b'[');
@@ -48,6 +51,9 @@ pub fn forwardable_headers(
             continue;
         }
         let Ok(v) = value.to_str() else { continue };
+        if name == AUTHORIZATION && is_clamps_token(tokens, v) {
+            continue;
+        }
         if out.len() > 1 {
             out.push(b',');
         }
@@ -60,6 +66,16 @@ pub fn forwardable_headers(
     }
     out.push(b']');
     Bytes::from(out)
+}
+
+/// Whether an `Authorization` value presents one of clamp's own tokens (in force now, or
+/// any bearer token while tokens are on, since it was presented to clamp).
+fn is_clamps_token(tokens: &crate::tokens::ApiTokens, value: &str) -> bool {
+    let Some((scheme, token)) = value.trim().split_once(' ') else {
+        return false;
+    };
+    scheme.eq_ignore_ascii_case("bearer")
+        && (tokens.is_on() || tokens.current().find(token.trim().as_bytes()).is_some())
 }
 
 static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -143,7 +159,12 @@ pub async fn create(
     if let Err(e) = crate::ops::create::admit(core) {
         return op_error(e);
     }
-    let headers = forwardable_headers(&app.config.header_denylist, &parts.headers, server);
+    let headers = forwardable_headers(
+        &app.config.header_denylist,
+        &parts.headers,
+        server,
+        &app.config.api_tokens,
+    );
     let body = match body.read_request(parts, &app.config).await {
         Ok(b) => b,
         Err(resp) => return resp,
@@ -374,7 +395,8 @@ mod tests {
         h.insert("host", "x".parse().unwrap());
         h.append("x-multi", "1".parse().unwrap());
         h.append("x-multi", "2 \"q\"".parse().unwrap());
-        let b = forwardable_headers(crate::config::DEFAULT_HEADER_DENYLIST, &h, None);
+        let off = crate::tokens::ApiTokens::default();
+        let b = forwardable_headers(crate::config::DEFAULT_HEADER_DENYLIST, &h, None, &off);
         let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
         assert_eq!(
             v,
@@ -385,8 +407,22 @@ mod tests {
             ])
         );
         assert_eq!(
-            &forwardable_headers(&[], &HeaderMap::new(), None)[..],
+            &forwardable_headers(&[], &HeaderMap::new(), None, &off)[..],
             b"[]"
         );
+        // Forwarded on purpose: a downstream's credentials go on, clamp's own never.
+        let on = crate::tokens::ApiTokens::from_list(&["clamp-token-0123456789"]);
+        for (value, tokens, kept) in [
+            ("Basic dXNlcjpwdw==", &*on, true),
+            ("Bearer clamp-token-0123456789", &*on, false),
+            ("bearer some-other-bearer-token", &*on, false),
+            ("Bearer downstream-token", &off, true),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert("authorization", value.parse().unwrap());
+            let b = forwardable_headers(&[], &h, None, tokens);
+            let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+            assert_eq!(v.as_array().unwrap().len(), usize::from(kept), "{value}");
+        }
     }
 }

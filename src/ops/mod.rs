@@ -24,6 +24,7 @@ pub mod lists;
 pub mod read;
 pub mod respond;
 pub mod schedules;
+pub mod sessions;
 pub mod workflows;
 
 use crate::engine::EngineError;

@@ -2,7 +2,10 @@
 //! takes an event delivered earlier and still kept (`kept`), or pauses naming the event
 //! and key it waits for (`pause`), found by delivery through a partial index. Delivery
 //! (`deliver`) stores the event once by its id, resumes every request paused on that
-//! event and key, and keeps the event for requests that reach the step later.
+//! event and key, and keeps the event for requests that reach the step later. What each
+//! request took is recorded (`event_takes`, by the statement that resumes it or with the
+//! kept event it takes), so an event resumes a request at most once: a later EVENT step
+//! of the same request does not take it again.
 //!
 //! The two sides meet under one transaction-scoped advisory lock per (event, key): a
 //! request checks for a kept event and pauses under it, and a delivery stores its event
@@ -23,9 +26,20 @@ use super::Result;
 pub(super) const LOCK: &str =
     "SELECT pg_advisory_xact_lock(hashtext($1::text), hashtext($2::text))";
 
-/// `$1` event, `$2` key: the latest event still kept for it.
-pub(super) const KEPT: &str = "SELECT payload FROM events \
-     WHERE event = $1 AND key = $2 AND keep_until > now() ORDER BY received_at DESC LIMIT 1";
+/// `$1` event, `$2` key, `$3` the request, `$4` its EVENT step: the latest event still
+/// kept for it that no other step of the request took (an event resumes a request at
+/// most once; the same step takes it again when it runs again after a crash).
+pub(super) const KEPT: &str = "SELECT e.payload, e.id FROM events e \
+     WHERE e.event = $1 AND e.key = $2 AND e.keep_until > now() \
+       AND NOT EXISTS (SELECT 1 FROM event_takes t WHERE t.service_request_id = $3 \
+           AND t.event = e.event AND t.event_id = e.id AND t.step_id <> $4) \
+     ORDER BY e.received_at DESC LIMIT 1";
+
+/// `$1` the request, `$2` its EVENT step, `$3` event, `$4` the event's id: the take of a
+/// kept event, in the transaction that found it.
+pub(super) const TAKE: &str =
+    "INSERT INTO event_takes (service_request_id, step_id, event, event_id) \
+     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
 
 /// `$1` id, `$2` step, `$3` owner, `$4` event, `$5` key, `$6` step name, `$7` the step's
 /// request, `$8` started (ms), `$9` timeout (ms, NULL: none), `$10` the step after it (0:
@@ -85,10 +99,18 @@ pub enum AtStep {
 pub async fn wait(conn: &mut PgConn, w: &Waiting<'_>) -> Result<AtStep> {
     let lock = conn.stmt(LOCK).await?;
     let kept = conn.stmt(KEPT).await?;
+    let take = conn.stmt(TAKE).await?;
     let pause = conn.stmt(PAUSE).await?;
     let tx = conn.client.transaction().await?;
     tx.query_one(&lock, &[&w.event, &w.key]).await?;
-    if let Some(row) = tx.query_opt(&kept, &[&w.event, &w.key]).await? {
+    let step = w.step_id as i32;
+    if let Some(row) = tx
+        .query_opt(&kept, &[&w.event, &w.key, &w.id, &step])
+        .await?
+    {
+        let event_id: &str = row.get(1);
+        tx.execute(&take, &[&w.id, &step, &w.event, &event_id])
+            .await?;
         tx.commit().await?;
         return Ok(AtStep::Kept(row.get(0)));
     }
@@ -161,6 +183,10 @@ WITH fresh AS (
     RETURNING w.step, w.leased, ",
     crate::store::sql::claimed_columns!("s"),
     "
+), took AS (
+    INSERT INTO event_takes (service_request_id, step_id, event, event_id)
+    SELECT r.id, r.step, $1, $2 FROM resumed r
+    ON CONFLICT DO NOTHING
 ), answered AS (
     UPDATE steps_status st SET status = ",
     crate::status::status_sql!(Completed),
@@ -180,9 +206,10 @@ SELECT f.keep_until, r.step, r.leased, r.id, r.workflow_name, r.status,
 FROM fresh f LEFT JOIN resumed r ON true"
 );
 
-/// `$1` how many: events kept until more than a day ago (their ids no longer deduplicated).
+/// `$1` age past the keep window (ms), `$2` how many: events kept until longer ago than
+/// the age (their ids no longer deduplicate a redelivery); run by the housekeeping.
 pub(super) const FORGET: &str = "DELETE FROM events WHERE ctid IN (SELECT ctid FROM events \
-     WHERE keep_until < now() - interval '1 day' LIMIT $1)";
+     WHERE keep_until < now() - $1::float8 * interval '1 millisecond' LIMIT $2)";
 
 /// An event to deliver.
 pub struct Delivery<'a> {
@@ -290,10 +317,4 @@ pub async fn deliver(conn: &PgConn, d: &Delivery<'_>) -> Result<Delivered> {
         resumed,
         keep_until,
     })
-}
-
-/// Deletes up to `limit` events kept until more than a day ago.
-pub async fn forget(conn: &PgConn, limit: i64) -> Result<u64> {
-    let stmt = conn.stmt(FORGET).await?;
-    Ok(conn.client.execute(&stmt, &[&limit]).await?)
 }

@@ -33,6 +33,10 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (21, include_str!("migrations/0021_audit.sql")),
     (22, include_str!("migrations/0022_concurrency.sql")),
     (23, include_str!("migrations/0023_priorities.sql")),
+    (
+        24,
+        include_str!("migrations/0024_sessions_and_event_takes.sql"),
+    ),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.

@@ -34,6 +34,8 @@ WITH doomed AS (
     FOR UPDATE SKIP LOCKED
 ), steps AS (
     DELETE FROM steps_status WHERE service_request_id IN (SELECT id FROM doomed)
+), takes AS (
+    DELETE FROM event_takes WHERE service_request_id IN (SELECT id FROM doomed)
 )
 DELETE FROM service_requests WHERE id IN (SELECT id FROM doomed)"
 );

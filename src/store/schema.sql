@@ -16,6 +16,16 @@ CREATE TABLE audit_log (
 ALTER TABLE audit_log ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id);
 CREATE UNIQUE INDEX audit_log_pkey ON public.audit_log USING btree (id);
 
+CREATE TABLE console_sessions (
+    id_hash bytea NOT NULL,
+    token_digest bytea NOT NULL,
+    created_at timestamp with time zone NOT NULL DEFAULT now(),
+    seen_at timestamp with time zone NOT NULL DEFAULT now()
+);
+ALTER TABLE console_sessions ADD CONSTRAINT console_sessions_pkey PRIMARY KEY (id_hash);
+CREATE UNIQUE INDEX console_sessions_pkey ON public.console_sessions USING btree (id_hash);
+CREATE INDEX console_sessions_seen ON public.console_sessions USING btree (seen_at);
+
 CREATE TABLE dead_letters (
     id bigint NOT NULL DEFAULT nextval('dead_letters_id_seq'::regclass),
     source text NOT NULL,
@@ -28,6 +38,15 @@ CREATE TABLE dead_letters (
 );
 ALTER TABLE dead_letters ADD CONSTRAINT dead_letters_pkey PRIMARY KEY (id);
 CREATE UNIQUE INDEX dead_letters_pkey ON public.dead_letters USING btree (id);
+
+CREATE TABLE event_takes (
+    service_request_id uuid NOT NULL,
+    event text NOT NULL,
+    event_id text NOT NULL,
+    step_id integer NOT NULL
+);
+ALTER TABLE event_takes ADD CONSTRAINT event_takes_pkey PRIMARY KEY (service_request_id, event, event_id);
+CREATE UNIQUE INDEX event_takes_pkey ON public.event_takes USING btree (service_request_id, event, event_id);
 
 CREATE TABLE events (
     event text NOT NULL,

@@ -10,8 +10,9 @@
 
 use super::{
     audit, buffer, cancel, children, connect, dead_letters, deadlines, delayed, events, fan,
-    idempotency, kafka_offsets, lanes, leases, migrate, pool, queries, rerun, retention, retry,
-    schedules, search, slots, stats, status, step_responses, transitions,
+    housekeeping, idempotency, kafka_offsets, lanes, leases, migrate, pool, queries, rerun,
+    retention, retry, schedules, search, sessions, slots, stats, status, step_responses,
+    transitions,
 };
 
 /// Every fixed statement of the store, expanded: (`file::CONST`, text), grouped by file.
@@ -86,6 +87,12 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("deadlines::TIMERS", deadlines::TIMERS),
         ("audit::RECORD", audit::RECORD),
         ("audit::LIST", audit::LIST),
+        ("sessions::CREATE", sessions::CREATE),
+        ("sessions::TOUCH", sessions::TOUCH),
+        ("sessions::END", sessions::END),
+        ("housekeeping::AUDIT", housekeeping::AUDIT),
+        ("housekeeping::DEAD_LETTERS", housekeeping::DEAD_LETTERS),
+        ("housekeeping::SESSIONS", housekeeping::SESSIONS),
         ("events::LOCK", events::LOCK),
         ("events::KEPT", events::KEPT),
         ("events::PAUSE", events::PAUSE),
@@ -93,6 +100,7 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("events::BEGIN", events::BEGIN),
         ("events::COMMIT", events::COMMIT),
         ("events::FORGET", events::FORGET),
+        ("events::TAKE", events::TAKE),
         ("schedules::INSERT", schedules::INSERT),
         ("schedules::NOW", schedules::NOW),
         ("schedules::GET", schedules::GET),

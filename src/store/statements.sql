@@ -842,14 +842,53 @@ SELECT id, to_json(at) #>> '{}', actor, action, target, outcome
     ORDER BY id DESC
     LIMIT $2;
 
+-- sessions::CREATE
+INSERT INTO console_sessions (id_hash, token_digest) VALUES ($1, $2);
+
+-- sessions::TOUCH
+UPDATE console_sessions SET seen_at = now()
+    WHERE id_hash = $1 AND seen_at > now() - $2::float8 * interval '1 millisecond' AND created_at > now() - $3::float8 * interval '1 millisecond'
+    RETURNING token_digest;
+
+-- sessions::END
+DELETE FROM console_sessions WHERE id_hash = $1;
+
+-- housekeeping::AUDIT
+DELETE
+    FROM audit_log
+    WHERE id IN (SELECT id
+        FROM audit_log
+        WHERE at < now() - $1::float8 * interval '1 millisecond'
+        ORDER BY id
+        LIMIT $2);
+
+-- housekeeping::DEAD_LETTERS
+DELETE
+    FROM dead_letters
+    WHERE id IN (SELECT id
+        FROM dead_letters
+        WHERE created_at < now() - $1::float8 * interval '1 millisecond'
+        ORDER BY id
+        LIMIT $2);
+
+-- housekeeping::SESSIONS
+DELETE
+    FROM console_sessions
+    WHERE id_hash IN (SELECT id_hash
+        FROM console_sessions
+        WHERE seen_at < now() - $1::float8 * interval '1 millisecond' OR created_at < now() - $2::float8 * interval '1 millisecond'
+        LIMIT $3);
+
 -- events::LOCK
 SELECT pg_advisory_xact_lock(hashtext($1::text), hashtext($2::text));
 
 -- events::KEPT
-SELECT payload
-    FROM events
-    WHERE event = $1 AND key = $2 AND keep_until > now()
-    ORDER BY received_at DESC
+SELECT e.payload, e.id
+    FROM events e
+    WHERE e.event = $1 AND e.key = $2 AND e.keep_until > now() AND NOT EXISTS (SELECT 1
+        FROM event_takes t
+        WHERE t.service_request_id = $3 AND t.event = e.event AND t.event_id = e.id AND t.step_id <> $4)
+    ORDER BY e.received_at DESC
     LIMIT 1;
 
 -- events::PAUSE
@@ -896,6 +935,10 @@ WITH fresh AS (
             coalesce(s.workflow_version, 1) AS version, s.parent_id, s.retries,
             CASE WHEN s.failed_step_id IS NULL THEN extract(epoch
         FROM s.deadline - now())::float8 * 1000 END AS deadline_in_ms, s.priority
+), took AS (
+    INSERT INTO event_takes (service_request_id, step_id, event, event_id)
+    SELECT r.id, r.step, $1, $2 FROM resumed r
+    ON CONFLICT DO NOTHING
 ), answered AS (
     UPDATE steps_status st SET status = 'COMPLETED', response = $4, finished_at = now(),
         time_taken_ms = round(extract(epoch FROM now() - st.started_at) * 1000)::bigint
@@ -919,7 +962,15 @@ COMMIT;
 -- events::FORGET
 DELETE
     FROM events
-    WHERE ctid IN (SELECT ctid FROM events WHERE keep_until < now() - interval '1 day' LIMIT $1);
+    WHERE ctid IN (SELECT ctid
+        FROM events
+        WHERE keep_until < now() - $1::float8 * interval '1 millisecond'
+        LIMIT $2);
+
+-- events::TAKE
+INSERT INTO event_takes (service_request_id, step_id, event, event_id)
+    VALUES ($1, $2, $3, $4)
+    ON CONFLICT DO NOTHING;
 
 -- schedules::INSERT
 INSERT INTO schedules (name, definition, paused, next_fire_at)
@@ -1043,6 +1094,8 @@ WITH doomed AS (
     FOR UPDATE SKIP LOCKED
 ), steps AS (
     DELETE FROM steps_status WHERE service_request_id IN (SELECT id FROM doomed)
+), takes AS (
+    DELETE FROM event_takes WHERE service_request_id IN (SELECT id FROM doomed)
 )
 DELETE FROM service_requests WHERE id IN (SELECT id FROM doomed);
 

@@ -463,7 +463,19 @@ async fn a_hangup_reads_the_tokens_file_again() {
     let dir = scratch();
     let file = tokens_file(&dir, &format!("dash:read:{READ}\n"));
     let port = free_port();
-    let server = spawn_binary_with(&db.url, port, &["--tokens-file", file.to_str().unwrap()]);
+    // Its logs are read at the end (warnings and errors only: the pipe never fills).
+    let server = Spawned(
+        Command::new(env!("CARGO_BIN_EXE_clamp"))
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--database-url", &db.url, "--threads", "1"])
+            .args(["--tokens-file", file.to_str().unwrap()])
+            .env_remove("CLAMP_API_TOKENS")
+            .env("LOG_LEVEL", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     wait_healthy(port).await;
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let get = |token: &'static str| async move {
@@ -502,7 +514,34 @@ async fn a_hangup_reads_the_tokens_file_again() {
         .success());
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(get(OPERATE).await, 200);
-    drop(server);
+    // An emptied file (a mistaken `: > tokens` during a rotation) would turn tokens off:
+    // it is refused too, and nothing is served without a token afterwards.
+    for emptied in ["", "# rotating\n"] {
+        std::fs::write(&file, emptied).unwrap();
+        assert!(Command::new("kill")
+            .args(["-HUP", &pid])
+            .status()
+            .unwrap()
+            .success());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(get(OPERATE).await, 200, "the token in force stays");
+        let anyone = send(addr, Method::GET, "/audit", None, &[]).await;
+        assert_eq!(anyone.status, 401, "{}", anyone.text());
+        let define = send(
+            addr,
+            Method::POST,
+            "/workflow",
+            Some(br#"{"name":"open","steps":[]}"#.to_vec()),
+            &[],
+        )
+        .await;
+        assert_eq!(define.status, 401, "{}", define.text());
+    }
+    let logs = logs_of(server);
+    assert!(
+        logs.contains("would turn authentication off"),
+        "the refusal is logged: {logs}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

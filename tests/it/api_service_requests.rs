@@ -247,3 +247,87 @@ async fn exposes_metrics_and_readiness() {
     }
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_authorization_is_never_clamps_own_token_and_never_shown() {
+    let db = TestDb::new();
+    let d = crate::downstream::Downstream::start().await;
+    const TOKEN: &str = "forward-token-0123456789";
+    // The operator forwards Authorization to steps (--forward-headers authorization).
+    let mut cfg = config(&db.url);
+    cfg.header_denylist.retain(|h| *h != "authorization");
+    cfg.api_tokens = clamp::tokens::ApiTokens::from_list(&[TOKEN]);
+    let s = TestServer::start(cfg).await;
+    let auth = format!("Bearer {TOKEN}");
+    let h = [("authorization", auth.as_str())];
+    let wf = json!({"name": "fwd", "steps": [
+        {"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]});
+    let r = send(
+        s.addr,
+        hyper::Method::POST,
+        "/workflow",
+        Some(wf.to_string().into_bytes()),
+        &h,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = send(
+        s.addr,
+        hyper::Method::POST,
+        "/serviceRequest/fwd",
+        Some(b"{}".to_vec()),
+        &[("authorization", auth.as_str()), ("x-trace-me", "1")],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    d.wait_for("/api/echo").await;
+    let got = &d.received("/api/echo")[0];
+    assert_eq!(got.headers.get("x-trace-me").map(String::as_str), Some("1"));
+    assert!(
+        !got.headers.contains_key("authorization"),
+        "clamp's token went to a step"
+    );
+    assert_eq!(
+        db.count(&format!(
+            "SELECT count(*) FROM service_requests WHERE headers LIKE '%{TOKEN}%'"
+        ))
+        .await,
+        0,
+        "clamp's token was stored"
+    );
+    s.shutdown().await;
+    // With tokens off, a downstream's own credentials go on, and the console hides them.
+    let mut cfg = config(&db.url);
+    cfg.header_denylist.retain(|h| *h != "authorization");
+    let s = TestServer::start(cfg).await;
+    let id = {
+        let r = send(
+            s.addr,
+            hyper::Method::POST,
+            "/serviceRequest/fwd",
+            Some(b"{}".to_vec()),
+            &[("authorization", "Bearer downstream-secret-77")],
+        )
+        .await;
+        r.json()["serviceRequestId"].as_str().unwrap().to_string()
+    };
+    wait_status(&s, &id, &["COMPLETED"], std::time::Duration::from_secs(20)).await;
+    let calls = d.received("/api/echo");
+    assert_eq!(
+        calls[1].headers.get("authorization").map(String::as_str),
+        Some("Bearer downstream-secret-77")
+    );
+    let page = s
+        .get(&format!("/console/serviceRequests/{id}"))
+        .await
+        .text();
+    assert!(
+        page.contains("authorization") && page.contains("(hidden)"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("downstream-secret-77"),
+        "the console showed a credential"
+    );
+    s.shutdown().await;
+}

@@ -360,6 +360,13 @@ async fn the_console_asks_for_a_token_and_refuses_forged_actions() {
         .to_str()
         .unwrap()
         .contains("Max-Age=0"));
+    // On the server too: the old cookie is no longer a session.
+    let r = get(
+        "/console/workflows".into(),
+        vec![("cookie", cookies.clone())],
+    )
+    .await;
+    assert_eq!(r.status, 303, "{}", r.text());
     s.shutdown().await;
 }
 

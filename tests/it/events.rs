@@ -493,3 +493,58 @@ async fn an_event_racing_its_timeout_resolves_once() {
     eprintln!("event against timeout: {completed} took the event, {failed} timed out");
     assert_eq!(completed + failed, ids.len());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_resumes_a_request_at_most_once() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    // A two-person approval: two EVENT steps on the same event and key.
+    let second = json!({"name": "second", "mode": "EVENT",
+        "val": {"event": "claim.approved", "key": "approval.request.claim"}});
+    s.create_workflow(&json!({"name": "two", "steps": [
+        approval(None), second, http("after", d.url("/api/echo"))]}))
+        .await;
+    let id = create_request(&s, "two", &json!({"claim": "T"})).await;
+    wait_status(&s, &id, &["PAUSED"], WAIT).await;
+    deliver(&s, "T", json!({"by": "ann"}), json!({"id": "ann-1"})).await;
+    // The first step is resumed; the second does not take the same event from the kept
+    // window, and waits for its own.
+    let v = wait_for_seen("the second approval step to wait", WAIT, || async {
+        let v = s.get(&format!("/serviceRequest/{id}")).await.json();
+        (v["status"] == "PAUSED" && v["awaitingEvent"]["step_id"] == 2)
+            .then_some(v.clone())
+            .ok_or(v)
+    })
+    .await;
+    assert_eq!(
+        v["steps"][1]["payload"]["response"],
+        json!({"by": "ann"}),
+        "{v}"
+    );
+    // The same delivery again counts once, and resumes nothing.
+    let again = deliver(&s, "T", json!({"by": "ann"}), json!({"id": "ann-1"})).await;
+    assert_eq!(
+        (&again["duplicate"], &again["matched"]),
+        (&json!(true), &json!(0)),
+        "{again}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        d.received("/api/echo").is_empty(),
+        "one approval was enough"
+    );
+    deliver(&s, "T", json!({"by": "bob"}), json!({"id": "bob-1"})).await;
+    let v = wait_status(&s, &id, &["COMPLETED"], WAIT).await;
+    assert_eq!(response_of(&v, "second"), json!({"by": "bob"}), "{v}");
+    assert_eq!(d.received("/api/echo").len(), 1);
+    // Both approvals kept before a request reaches its steps: each step takes one, the
+    // latest first.
+    deliver(&s, "E", json!({"by": "cy"}), json!({"id": "cy-1"})).await;
+    deliver(&s, "E", json!({"by": "di"}), json!({"id": "di-1"})).await;
+    let early = create_request(&s, "two", &json!({"claim": "E"})).await;
+    let v = wait_status(&s, &early, &["COMPLETED"], WAIT).await;
+    assert_eq!(response_of(&v, "approval"), json!({"by": "di"}), "{v}");
+    assert_eq!(response_of(&v, "second"), json!({"by": "cy"}), "{v}");
+    s.shutdown().await;
+}

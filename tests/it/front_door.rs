@@ -62,7 +62,7 @@ async fn read_response(c: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Raw> {
 
 fn request(method: &str, path: &str, extra: &str, body: &[u8]) -> Vec<u8> {
     let mut r = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n",
         body.len()
     )
     .into_bytes();
@@ -135,10 +135,10 @@ async fn a_body_over_the_limit_gets_a_readable_413_then_a_close() {
     for chunked in [false, true] {
         let mut c = TcpStream::connect(s.addr).await.unwrap();
         let head = if chunked {
-            "POST /serviceRequest/wf HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            "POST /serviceRequest/wf HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
                 .to_string()
         } else {
-            format!("POST /serviceRequest/wf HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n\r\n")
+            format!("POST /serviceRequest/wf HTTP/1.1\r\nHost: localhost\r\nContent-Length: {size}\r\n\r\n")
         };
         // A plain client: it sends its whole upload, and only then reads the answer.
         let mut upload = head.into_bytes();
@@ -696,5 +696,111 @@ async fn a_pending_retry_does_not_run_after_a_cancel() {
     let v = s.get(&format!("/serviceRequest/{id}")).await.json();
     assert_eq!(v["status"], "CANCELLED");
     assert!(v.get("retrying").is_none(), "{v}");
+    s.shutdown().await;
+}
+
+/// Sends `head` (a request head without its final blank line) and `body` on a fresh
+/// connection; the status and body.
+async fn raw(addr: std::net::SocketAddr, head: &str, body: &[u8]) -> (u16, String) {
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    let mut req = format!(
+        "{head}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(body);
+    c.write_all(&req).await.unwrap();
+    let mut buf = Vec::new();
+    let r = read_response(&mut c, &mut buf).await.expect("an answer");
+    (r.status, String::from_utf8_lossy(&r.body).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tokens_off_cross_site_requests_are_refused() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let mut cfg = config(&db.url);
+    cfg.allowed_hosts = vec!["clamp".into(), ".corp.example".into()];
+    let s = TestServer::start(cfg).await;
+    let here = s.addr.to_string();
+    let port = s.addr.port();
+    let wf = json!({"name": "plain", "steps": [
+        {"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]});
+    let define = wf.to_string();
+    // A page of another site posting text/plain (no preflight), and a page whose name
+    // was rebound to this address: refused, and nothing defined.
+    for head in [
+        format!("POST /workflow HTTP/1.1\r\nHost: {here}\r\nContent-Type: text/plain\r\nOrigin: https://evil.example"),
+        "POST /workflow HTTP/1.1\r\nHost: attacker.example\r\nContent-Type: text/plain".to_string(),
+        format!("POST /workflow HTTP/1.1\r\nHost: attacker.example:{port}\r\nOrigin: http://attacker.example:{port}"),
+        format!("POST /workflow HTTP/1.1\r\nHost: {here}\r\nOrigin: null"),
+        format!("POST /workflow HTTP/1.1\r\nHost: localhost:{port}\r\nOrigin: http://localhost:3000"),
+    ] {
+        let (status, body) = raw(s.addr, &head, define.as_bytes()).await;
+        assert_eq!(status, 403, "{head}: {body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["code"], 403, "{body}");
+        assert!(
+            v["message"].as_str().unwrap().contains("not this server's"),
+            "{body}"
+        );
+    }
+    assert_eq!(s.get("/workflow/plain").await.status, 404);
+    // Reads and the console too: a rebinding page would read them as its own.
+    for path in ["/serviceRequests", "/console", "/metrics"] {
+        let (status, _) = raw(
+            s.addr,
+            &format!("GET {path} HTTP/1.1\r\nHost: attacker.example:{port}"),
+            b"",
+        )
+        .await;
+        assert_eq!(status, 403, "{path}");
+    }
+    // Health and readiness tell nothing: open whatever the Host.
+    let (status, _) = raw(
+        s.addr,
+        "GET /health HTTP/1.1\r\nHost: attacker.example",
+        b"",
+    )
+    .await;
+    assert_eq!(status, 200);
+    // curl -d (no Origin, any Content-Type), this server's own pages, loopback names and
+    // the names the operator allowed: served as before.
+    for head in [
+        format!("POST /workflow HTTP/1.1\r\nHost: {here}\r\nContent-Type: application/x-www-form-urlencoded"),
+        format!("PUT /workflow/plain HTTP/1.1\r\nHost: localhost:{port}\r\nContent-Type: text/plain\r\nOrigin: http://localhost:{port}"),
+        format!("PUT /workflow/plain HTTP/1.1\r\nHost: clamp:{port}"),
+        "PUT /workflow/plain HTTP/1.1\r\nHost: api.corp.example\r\nOrigin: https://console.corp.example".to_string(),
+        "PUT /workflow/plain HTTP/1.0".to_string(),
+    ] {
+        let (status, body) = raw(s.addr, &head, define.as_bytes()).await;
+        assert_eq!(status, 200, "{head}: {body}");
+    }
+    let (status, body) = raw(
+        s.addr,
+        &format!("POST /serviceRequest/plain HTTP/1.1\r\nHost: {here}\r\nContent-Type: text/plain"),
+        b"{\"n\":1}",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = raw(
+        s.addr,
+        &format!("POST /serviceRequest/plain HTTP/1.1\r\nHost: {here}\r\nContent-Type: text/plain\r\nOrigin: https://evil.example"),
+        b"{\"n\":2}",
+    )
+    .await;
+    assert_eq!(status, 403);
+    s.shutdown().await;
+    // With tokens on, the token is the guard: a foreign Origin with a valid token is served.
+    let mut cfg = config(&db.url);
+    cfg.api_tokens = clamp::tokens::ApiTokens::from_list(&["cross-token-0123456789"]);
+    let s = TestServer::start(cfg).await;
+    let (status, body) = raw(
+        s.addr,
+        "GET /workflow/plain HTTP/1.1\r\nHost: attacker.example\r\nOrigin: https://evil.example\r\nAuthorization: Bearer cross-token-0123456789",
+        b"",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
     s.shutdown().await;
 }

@@ -26,7 +26,7 @@ async fn read_until_close(stream: &mut TcpStream, limit: Duration) -> (String, b
 async fn too_many_headers_get_431() {
     let db = TestDb::new();
     let s = TestServer::start(config(&db.url)).await;
-    let mut req = String::from("GET /health HTTP/1.1\r\nHost: x\r\n");
+    let mut req = String::from("GET /health HTTP/1.1\r\nHost: localhost\r\n");
     for i in 0..150 {
         req.push_str(&format!("X-H{i}: v\r\n"));
     }
@@ -50,7 +50,7 @@ async fn slow_and_idle_clients_are_disconnected() {
 
     // Partial headers, then silence.
     let mut c = TcpStream::connect(s.addr).await.unwrap();
-    c.write_all(b"POST /serviceRequest/wf HTTP/1.1\r\nHost: x\r\n")
+    c.write_all(b"POST /serviceRequest/wf HTTP/1.1\r\nHost: localhost\r\n")
         .await
         .unwrap();
     let started = Instant::now();
@@ -65,7 +65,7 @@ async fn slow_and_idle_clients_are_disconnected() {
     // A head that trickles in is bounded from its first byte, not per byte.
     let mut c = TcpStream::connect(s.addr).await.unwrap();
     let started = Instant::now();
-    for b in b"GET /health HTTP/1.1\r\nHost: x\r\n".chunks(4) {
+    for b in b"GET /health HTTP/1.1\r\nHost: localhost\r\n".chunks(4) {
         if c.write_all(b).await.is_err() {
             break;
         }
@@ -77,7 +77,7 @@ async fn slow_and_idle_clients_are_disconnected() {
 
     // An idle keep-alive connection is closed after the idle timeout, not the header one.
     let mut c = TcpStream::connect(s.addr).await.unwrap();
-    c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    c.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await
         .unwrap();
     let started = Instant::now();
@@ -103,7 +103,7 @@ async fn a_body_that_stops_arriving_gets_408() {
     s.create_workflow(&simple_workflow("wf")).await;
     let mut c = TcpStream::connect(s.addr).await.unwrap();
     c.write_all(
-        b"POST /serviceRequest/wf HTTP/1.1\r\nHost: x\r\nContent-Length: 20\r\n\r\n{\"a\":",
+        b"POST /serviceRequest/wf HTTP/1.1\r\nHost: localhost\r\nContent-Length: 20\r\n\r\n{\"a\":",
     )
     .await
     .unwrap();
@@ -126,7 +126,7 @@ async fn malformed_requests_get_400_and_harm_nothing() {
     let s = TestServer::start(config(&db.url)).await;
     for garbage in [
         &b"THIS IS NOT HTTP\r\n\r\n"[..],
-        b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: localhost\r\nContent-Length: abc\r\n\r\n",
         b"\x00\x01\x02\x03\r\n\r\n",
     ] {
         let mut c = TcpStream::connect(s.addr).await.unwrap();
@@ -136,7 +136,7 @@ async fn malformed_requests_get_400_and_harm_nothing() {
     }
     // A body cut short: the client goes away mid-body.
     let mut c = TcpStream::connect(s.addr).await.unwrap();
-    c.write_all(b"POST /workflow HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"na")
+    c.write_all(b"POST /workflow HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\n{\"na")
         .await
         .unwrap();
     drop(c);
@@ -153,7 +153,7 @@ async fn graceful_shutdown_answers_in_flight_requests() {
     // Start a request whose body is still arriving when shutdown begins.
     let mut c = TcpStream::connect(addr).await.unwrap();
     c.write_all(
-        b"POST /serviceRequest/wf HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 9\r\n\r\n{\"a\":",
+        b"POST /serviceRequest/wf HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\nContent-Length: 9\r\n\r\n{\"a\":",
     )
     .await
     .unwrap();

@@ -9,6 +9,7 @@ mod broker_kafka;
 mod children;
 mod concurrency;
 mod console;
+mod console_sessions;
 mod deadlines;
 mod delayed;
 mod destinations;

@@ -94,3 +94,62 @@ async fn finished_requests_past_the_retention_are_deleted_and_nothing_else() {
     assert!(m.contains("clamp_retention_deleted_total 2"), "{m}");
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_records_dead_letters_events_and_sessions_go_past_their_age() {
+    let db = TestDb::new();
+    let mut cfg = config(&db.url);
+    cfg.retention_interval = Duration::from_millis(100);
+    cfg.housekeeping = clamp::config::Housekeeping {
+        audit: Some(Duration::from_secs(2 * 86_400)),
+        dead_letters: Some(Duration::from_secs(86_400)),
+        events_after_keep: Duration::from_secs(3600),
+    };
+    cfg.session_idle = Duration::from_secs(600);
+    cfg.session_max = Duration::from_secs(3600);
+    let s = TestServer::start(cfg).await;
+    let c = db.client().await;
+    for sql in [
+        "INSERT INTO audit_log (at, actor, action, target, outcome) VALUES \
+         (now() - interval '3 days', 'a', 'old', 't', 'ok'), (now() - interval '1 day', 'a', 'kept', 't', 'ok')",
+        "INSERT INTO dead_letters (source, topic, body, reason, created_at) VALUES \
+         ('amqp', 'q', 'x', 'old', now() - interval '2 days'), ('amqp', 'q', 'y', 'kept', now() - interval '1 hour')",
+        "INSERT INTO events (event, id, key, payload, keep_until) VALUES \
+         ('e', 'old', 'k', '{}', now() - interval '2 hours'), ('e', 'kept', 'k', '{}', now() - interval '30 minutes')",
+        "INSERT INTO console_sessions (id_hash, token_digest, created_at, seen_at) VALUES \
+         ('\\x01', '\\x01', now() - interval '2 hours', now() - interval '1 minute'), \
+         ('\\x02', '\\x02', now() - interval '30 minutes', now() - interval '20 minutes'), \
+         ('\\x03', '\\x03', now() - interval '30 minutes', now() - interval '1 minute')",
+    ] {
+        c.batch_execute(sql).await.unwrap();
+    }
+    wait_for_seen("the housekeeping pass", Duration::from_secs(20), || async {
+        let left = (
+            db.count("SELECT count(*) FROM audit_log").await,
+            db.count("SELECT count(*) FROM dead_letters").await,
+            db.count("SELECT count(*) FROM events").await,
+            db.count("SELECT count(*) FROM console_sessions").await,
+        );
+        (left == (1, 1, 1, 1))
+            .then_some(())
+            .ok_or(format!("{left:?}"))
+    })
+    .await;
+    for (table, column, kept) in [
+        ("audit_log", "action", "kept"),
+        ("dead_letters", "reason", "kept"),
+        ("events", "id", "kept"),
+    ] {
+        let row = c
+            .query_one(&format!("SELECT {column} FROM {table}"), &[])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, String>(0), kept, "{table}");
+    }
+    let m = s.get("/metrics").await.text();
+    assert_eq!(metric(&m, "clamp_audit_deleted_total"), 1.0);
+    assert_eq!(metric(&m, "clamp_dead_letters_deleted_total"), 1.0);
+    assert_eq!(metric(&m, "clamp_events_expired_total"), 1.0);
+    assert_eq!(metric(&m, "clamp_console_sessions_expired_total"), 2.0);
+    s.shutdown().await;
+}

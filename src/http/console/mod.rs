@@ -23,6 +23,7 @@ use hyper::{Method, Response, StatusCode};
 use maud::html;
 
 use super::body::Body;
+use super::conn::ConnState;
 use super::response::Resp;
 use crate::ops::OpError;
 use crate::state::Core;
@@ -34,7 +35,7 @@ pub fn owns(path: &str) -> bool {
     path == "/console" || path.starts_with("/console/")
 }
 
-pub async fn handle(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
+pub async fn handle(core: &Core, conn: &ConnState, parts: &Parts, body: &mut Body) -> Resp {
     let tokens = core.app.config.api_tokens.current();
     let mut ctx = session::context(
         &tokens,
@@ -49,10 +50,14 @@ pub async fn handle(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
         (&Method::GET, ["console.css"]) => return asset(layout::CSS, "text/css; charset=utf-8"),
         (&Method::GET, ["favicon.svg"]) => return asset(layout::ICON, "image/svg+xml"),
         (&Method::GET, ["login"]) => return login_page(&ctx, parts.uri.query(), None),
-        (&Method::POST, ["login"]) => return login(core, &ctx, parts, body).await,
+        (&Method::POST, ["login"]) => return login(core, conn, &ctx, parts, body).await,
         _ => {}
     }
-    let Some(caller) = session::signed_in(&tokens, &parts.headers) else {
+    let caller = match signed_in(core, &tokens, parts).await {
+        Ok(c) => c,
+        Err(e) => return op_problem(&ctx, e),
+    };
+    let Some(caller) = caller else {
         if method == Method::GET {
             let next = parts
                 .uri
@@ -102,6 +107,24 @@ pub async fn handle(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
         (&Method::POST, ["logout"]) => logout(core, &ctx, parts, body).await,
         _ => layout::problem(StatusCode::NOT_FOUND, &ctx, "no such page in the console"),
     }
+}
+
+/// Who the browser is signed in as: anyone with tokens off, else whom its session
+/// (`ops::sessions`) or its bearer token names.
+async fn signed_in(
+    core: &Core,
+    tokens: &crate::tokens::Tokens,
+    parts: &Parts,
+) -> Result<Option<crate::tokens::Caller>, OpError> {
+    if !tokens.is_on() {
+        return Ok(Some(crate::tokens::Caller::anonymous()));
+    }
+    if let Some(id) = session::cookie(&parts.headers, session::SESSION_COOKIE) {
+        if let Some(c) = crate::ops::sessions::session(core, id).await? {
+            return Ok(Some(c));
+        }
+    }
+    Ok(super::auth::caller(tokens, &parts.headers).ok())
 }
 
 /// Records an action the console took (or refused) in the audit trail: `ok` when it was
@@ -202,40 +225,59 @@ fn login_page(ctx: &Ctx, query: Option<&str>, problem: Option<&str>) -> Resp {
     layout::html_resp(status, ctx, layout::page(ctx, Nav::None, "Sign in", body))
 }
 
-async fn login(core: &Core, ctx: &Ctx, parts: &Parts, body: &mut Body) -> Resp {
-    let tokens = core.app.config.api_tokens.current();
+async fn login(core: &Core, conn: &ConnState, ctx: &Ctx, parts: &Parts, body: &mut Body) -> Resp {
     let form = match actions::checked_form(core, ctx, parts, body).await {
         Ok(f) => f,
         Err(r) => return r,
     };
-    if !tokens.is_on() {
+    if !core.app.config.api_tokens.is_on() {
         return layout::see_other("/console", ctx);
     }
     let token = actions::field(&form, "token").unwrap_or("").trim();
-    let Some(who) = tokens.find(token.as_bytes()).cloned() else {
-        let nobody = crate::tokens::Caller {
-            name: "(unknown token)".into(),
-            role: crate::tokens::Role::Read,
-        };
-        crate::ops::audit::record(core, &nobody, "console sign-in", "console", "refused").await;
-        return login_page(ctx, parts.uri.query(), Some("That token is not accepted."));
-    };
-    crate::ops::audit::record(core, &who, "console sign-in", "console", "ok").await;
-    let mut r = layout::see_other(&next_page(parts.uri.query()), ctx);
-    r.headers_mut().append(
-        SET_COOKIE,
-        session::session_cookie(Some(token.as_bytes()), ctx.secure),
-    );
-    r
+    use crate::ops::sessions::SignIn;
+    match crate::ops::sessions::sign_in(core, conn.peer, token).await {
+        Ok(SignIn::Started { session, .. }) => {
+            let mut r = layout::see_other(&next_page(parts.uri.query()), ctx);
+            r.headers_mut().append(
+                SET_COOKIE,
+                session::session_cookie(Some(&session), ctx.secure, core.app.config.session_max),
+            );
+            r
+        }
+        Ok(SignIn::Refused) => {
+            login_page(ctx, parts.uri.query(), Some("That token is not accepted."))
+        }
+        Ok(SignIn::Limited(wait)) => {
+            let mut r = login_page(
+                ctx,
+                parts.uri.query(),
+                Some("Too many sign-in attempts from this address; wait a minute and try again."),
+            );
+            *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+            let secs = wait.as_secs().max(1).to_string();
+            if let Ok(v) = HeaderValue::from_str(&secs) {
+                r.headers_mut().insert(hyper::header::RETRY_AFTER, v);
+            }
+            r
+        }
+        Err(e) => op_problem(ctx, e),
+    }
 }
 
 async fn logout(core: &Core, ctx: &Ctx, parts: &Parts, body: &mut Body) -> Resp {
     if let Err(r) = actions::checked_form(core, ctx, parts, body).await {
         return r;
     }
+    if let Some(id) = session::cookie(&parts.headers, session::SESSION_COOKIE) {
+        if let Err(e) = crate::ops::sessions::sign_out(core, id).await {
+            return op_problem(ctx, e);
+        }
+    }
     let mut r = layout::see_other("/console/login", ctx);
-    r.headers_mut()
-        .append(SET_COOKIE, session::session_cookie(None, ctx.secure));
+    r.headers_mut().append(
+        SET_COOKIE,
+        session::session_cookie(None, ctx.secure, core.app.config.session_max),
+    );
     r
 }
 

@@ -116,7 +116,7 @@ pub async fn render(
         @if !d.headers.is_empty() {
             h2 { "Forwarded headers" }
             div.scroll { table.headers {
-                tbody { @for (k, v) in &d.headers { tr { td.mono { (k) } td.mono { (v) } } } }
+                tbody { @for (k, v) in &d.headers { tr { td.mono { (k) } td.mono { (shown(k, v)) } } } }
             } }
         }
     };
@@ -408,5 +408,17 @@ fn actions(ctx: &Ctx, id: Uuid, f: &Found, wf: Option<&Arc<Workflow>>) -> Markup
                 }
             }
         }
+    }
+}
+
+/// A forwarded header's value as the page shows it: credentials never (an operator who
+/// forwards `Authorization` to steps passes a downstream's secret along; it is not the
+/// console's to show).
+fn shown<'v>(name: &str, value: &'v str) -> &'v str {
+    const HIDDEN: &[&str] = &["authorization", "proxy-authorization", "cookie"];
+    if HIDDEN.iter().any(|h| name.eq_ignore_ascii_case(h)) {
+        "(hidden)"
+    } else {
+        value
     }
 }

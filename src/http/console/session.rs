@@ -1,12 +1,13 @@
 //! Who may use the console, and proof that an action came from its own pages.
 //!
-//! With tokens set, the console asks for a token once per browser session: the login
-//! form checks it as the API checks a bearer token, and sets a session cookie (no
-//! expiry: it ends with the browser session) holding a digest of the token, never the
-//! token. Every page and action then needs that cookie (or a bearer token), and the
-//! token's role decides which actions the pages offer and accept (`ops::access`). Every
-//! instance accepts it, since it depends on the token alone; rotating a token out ends
-//! its sessions.
+//! With tokens set, the console asks for a token: the sign-in form checks it as the API
+//! checks a bearer token (limited per client address), and sets a session cookie holding
+//! a random session id (`ops::sessions`), never the token nor anything derived from it.
+//! The session is kept in Postgres, so every instance accepts it; it ends after
+//! `--console-session-idle-minutes` unused, `--console-session-max-hours` after sign-in,
+//! at sign-out, and when its token leaves the tokens file. Every page and action needs
+//! that cookie (or a bearer token), and the token's role decides which actions the pages
+//! offer and accept (`ops::access`).
 //!
 //! Cross-site request forgery: every form carries a random value that is also in a
 //! cookie only this origin can read back (double submit); an action whose form value does
@@ -77,26 +78,18 @@ pub fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
         .map(|(_, v)| v.trim())
 }
 
-/// Who the browser is signed in as: anyone with tokens off, else the holder of the token
-/// its session cookie or bearer token names.
-pub fn signed_in(tokens: &Tokens, headers: &HeaderMap) -> Option<Caller> {
-    if !tokens.is_on() {
-        return Some(Caller::anonymous());
-    }
-    if let Some(c) = cookie(headers, SESSION_COOKIE).and_then(|v| tokens.find_session(v.as_bytes()))
-    {
-        return Some(c.clone());
-    }
-    crate::http::auth::caller(tokens, headers).ok()
-}
-
-/// The `Set-Cookie` of a session for `token` (or, None, one that ends it).
-pub fn session_cookie(token: Option<&[u8]>, secure: bool) -> HeaderValue {
-    let c = match token {
-        Some(t) => format!(
-            "{SESSION_COOKIE}={}; {}",
-            Tokens::session_value(t),
-            attributes(secure)
+/// The `Set-Cookie` of a session (or, None, one that ends it); the browser keeps it no
+/// longer than the session's absolute expiry.
+pub fn session_cookie(
+    session: Option<&str>,
+    secure: bool,
+    max: std::time::Duration,
+) -> HeaderValue {
+    let c = match session {
+        Some(id) => format!(
+            "{SESSION_COOKIE}={id}; {}; Max-Age={}",
+            attributes(secure),
+            max.as_secs()
         ),
         None => format!("{SESSION_COOKIE}=; {}; Max-Age=0", attributes(secure)),
     };
@@ -159,33 +152,6 @@ mod tests {
         assert_eq!(cookie(&h, CSRF_COOKIE), Some("abc"));
         assert_eq!(cookie(&h, "c"), Some("3"));
         assert_eq!(cookie(&h, "d"), None);
-    }
-
-    #[test]
-    fn a_session_is_a_digest_of_an_accepted_token_and_names_its_holder() {
-        let tokens =
-            Tokens::parse_file("admin:admin:s3cret-0123456789ab\ndash:read:other-0123456789abcd\n")
-                .unwrap();
-        let session = Tokens::session_value(b"other-0123456789abcd");
-        assert!(!session.contains("other"));
-        let good = format!("{SESSION_COOKIE}={session}");
-        let who = signed_in(&tokens, &headers(&[("cookie", &good)])).unwrap();
-        assert_eq!(who.role, crate::tokens::Role::Read);
-        let bad = format!(
-            "{SESSION_COOKIE}={}",
-            Tokens::session_value(b"guess-0123456789abcd")
-        );
-        assert!(signed_in(&tokens, &headers(&[("cookie", &bad)])).is_none());
-        assert!(signed_in(&tokens, &headers(&[])).is_none());
-        let bearer = signed_in(
-            &tokens,
-            &headers(&[("authorization", "Bearer s3cret-0123456789ab")]),
-        );
-        assert_eq!(bearer.unwrap().role, crate::tokens::Role::Admin);
-        assert_eq!(
-            signed_in(&Tokens::default(), &headers(&[])),
-            Some(Caller::anonymous())
-        );
     }
 
     #[test]
