@@ -129,5 +129,41 @@ class Cli(unittest.TestCase):
         self.assertEqual(out, "4\n")
 
 
+
+class Soak(unittest.TestCase):
+    """scripts/soak_report.py's arithmetic: windows between samples, and the summary."""
+
+    def rows(self, completed, ticks, gb):
+        return [
+            {"minute": str(i), "t": str(60.0 * i), "completed": str(c), "created": "0",
+             "dropped": "0", "failed": "0", "server_ticks": str(t), "pg_ticks": str(t),
+             "bytes": str(int(g * 1e9)), "dead": "0", "vacuums": str(i), "live": "0",
+             "partitions": "1", "wal": str(1000 * c)}
+            for i, (c, t, g) in enumerate(zip(completed, ticks, gb))
+        ]
+
+    def test_windows_are_differences_per_second_and_per_request(self):
+        import soak_report
+        ws = soak_report.windows(self.rows([0, 6000, 12000], [0, 30, 90], [1, 2, 3]))
+        self.assertEqual([w["minute"] for w in ws], [1, 2])
+        self.assertEqual(ws[0]["rate"], 100.0)
+        # 30 ticks each of server and Postgres over 6,000 requests: 50 µs apiece.
+        self.assertAlmostEqual(ws[0]["server_us"], 50.0)
+        self.assertAlmostEqual(ws[0]["cpu_us"], 100.0)
+        self.assertAlmostEqual(ws[1]["cpu_us"], 200.0)
+        self.assertEqual(ws[1]["gb"], 3.0)
+        self.assertEqual(ws[1]["vacuums"], 1)
+        self.assertEqual(ws[1]["wal_per"], 1000.0)
+
+    def test_summary_compares_first_and_last_and_the_size_spread(self):
+        import soak_report
+        ws = [{"minute": m, "rate": 100.0 if m <= 5 else 90.0, "cpu_us": 10.0 if m <= 5 else 11.0,
+               "gb": 1.0 + (m >= 12) * 0.1} for m in range(1, 21)]
+        s = soak_report.summary(ws)
+        self.assertAlmostEqual(s["rate_ratio"], 0.9)
+        self.assertAlmostEqual(s["cpu_ratio"], 1.1)
+        self.assertAlmostEqual(s["size_spread"], 1.1)
+
+
 if __name__ == "__main__":
     unittest.main()
