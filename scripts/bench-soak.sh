@@ -109,7 +109,9 @@ fi
 size_sql="SELECT coalesce(sum(pg_total_relation_size(t.relid)), 0)::bigint
   FROM (VALUES ('service_requests'), ('steps_status'), ('event_takes'), ('fan_joins'),
                ('idempotency_keys'), ('events'), ('dead_letters'), ('audit_log')) v(name)
-  JOIN LATERAL (SELECT relid FROM pg_partition_tree(to_regclass(v.name)) WHERE isleaf) t ON true"
+  JOIN LATERAL (SELECT relid FROM pg_partition_tree(to_regclass(v.name)) WHERE isleaf
+                UNION SELECT to_regclass(v.name)
+                WHERE (SELECT relkind FROM pg_class WHERE oid = to_regclass(v.name)) = 'r') t ON true"
 stats_sql="SELECT coalesce(sum(n_dead_tup), 0), coalesce(sum(autovacuum_count + vacuum_count), 0),
     coalesce(sum(n_live_tup), 0), count(*) FILTER (WHERE relname ~ '^service_requests_p')
   FROM pg_stat_user_tables WHERE relname ~ '^(service_requests|steps_status)'"
