@@ -157,6 +157,24 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         tracing::info!(n_applied, "applied migrations");
     }
     let metrics = Arc::new(Metrics::new());
+    // The partition sets a first create needs, before anything is served.
+    let keep_client =
+        store::migrate::connect_or_create(&db)
+            .await
+            .map_err(|e| StartError::Migrate {
+                url: url.clone(),
+                reason: error_chain::one_line(&e),
+            })?;
+    store::keeper::prepare(
+        keep_client,
+        store::keeper::Keeping::from_config(&config),
+        metrics.clone(),
+    )
+    .await
+    .map_err(|e| StartError::Migrate {
+        url: url.clone(),
+        reason: format!("partitions: {}", error_chain::one_line(&e)),
+    })?;
     let tracing = match &config.trace {
         Some(t) => Some(
             telemetry::Tracing::start(t, metrics.trace_spans.clone())

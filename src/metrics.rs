@@ -310,8 +310,12 @@ pub struct Metrics {
     pub events_kept_taken: Counter,
     /// Kept events deleted a day after their window passed.
     pub events_expired: Counter,
-    /// Finished service requests deleted by the retention policy.
+    /// Finished service requests dropped by the retention policy (with their sets).
     pub retention_deleted: Counter,
+    /// The request tables' partition sets: attached now, created, dropped.
+    pub partitions: Gauge,
+    pub partitions_created: Counter,
+    pub partitions_dropped: Counter,
     /// Audit records and dead letters deleted past their age, and console sessions past
     /// their expiry.
     pub audit_deleted: Counter,
@@ -457,6 +461,9 @@ impl Metrics {
             events_kept_taken: Counter::default(),
             events_expired: Counter::default(),
             retention_deleted: Counter::default(),
+            partitions: Gauge::default(),
+            partitions_created: Counter::default(),
+            partitions_dropped: Counter::default(),
             audit_deleted: Counter::default(),
             dead_letters_deleted: Counter::default(),
             sessions_expired: Counter::default(),
@@ -616,8 +623,23 @@ impl Metrics {
         }
         registry.register(
             "clamp_retention_deleted",
-            "Finished service requests deleted by the retention policy",
+            "Finished service requests dropped by the retention policy, with their partition sets",
             self.retention_deleted.clone(),
+        );
+        registry.register(
+            "clamp_partitions",
+            "Partition sets of the request tables attached (as the last keeper pass here saw them)",
+            self.partitions.clone(),
+        );
+        registry.register(
+            "clamp_partitions_created",
+            "Partition sets created ahead by this instance's keeper",
+            self.partitions_created.clone(),
+        );
+        registry.register(
+            "clamp_partitions_dropped",
+            "Partition sets dropped by this instance's keeper (retention)",
+            self.partitions_dropped.clone(),
         );
         for (name, help, c) in [
             (

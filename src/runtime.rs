@@ -175,12 +175,12 @@ fn start_background(
             stop.clone(),
         )));
     }
-    // Retention is one task per instance (several instances share the work safely).
-    if let (Some(keep), 0) = (core.app.config.retention, index) {
-        background.push(tokio::spawn(crate::store::retention::run(
-            core.pool.clone(),
-            keep,
-            core.app.config.retention_interval,
+    // The partitions' keeper (sets ahead, retention): one task per instance, one at work
+    // at a time across instances.
+    if index == 0 {
+        background.push(tokio::spawn(crate::store::keeper::run(
+            core.app.db.clone(),
+            crate::store::keeper::Keeping::from_config(&core.app.config),
             core.app.metrics.clone(),
             stop.clone(),
         )));

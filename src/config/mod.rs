@@ -301,10 +301,69 @@ pub struct Args {
     #[arg(long, env = "CLAMP_STEP_WRITE_CONCURRENCY", default_value_t = 1)]
     pub step_write_concurrency: usize,
 
-    /// Delete finished service requests (and their step records) this many days after they
-    /// finished; 0 keeps them forever.
+    /// Drop finished service requests (and their step records) this many days after they
+    /// finished: COMPLETED ones, and FAILED and CANCELLED ones unless their own settings
+    /// say otherwise; 0 keeps them forever. Requests go by whole partition sets.
     #[arg(long, env = "CLAMP_RETENTION_DAYS", default_value_t = 0.0)]
     pub retention_days: f64,
+
+    /// FAILED requests' age instead of --retention-days (0 keeps them forever).
+    #[arg(long, env = "CLAMP_RETENTION_FAILED_DAYS")]
+    pub retention_failed_days: Option<f64>,
+
+    /// CANCELLED requests' age instead of --retention-days (0 keeps them forever).
+    #[arg(long, env = "CLAMP_RETENTION_CANCELLED_DAYS")]
+    pub retention_cancelled_days: Option<f64>,
+
+    /// Before a partition set is dropped, write its requests (with their steps) to
+    /// `<dir>/service_requests_p<range start>.jsonl`, one JSON line each, synced.
+    #[arg(long, env = "CLAMP_RETENTION_EXPORT_DIR")]
+    pub retention_export_dir: Option<std::path::PathBuf>,
+
+    /// Requests a partition set is sized to hold at the current rate.
+    #[arg(long, env = "CLAMP_PARTITION_ROWS", default_value_t = 2_000_000)]
+    pub partition_rows: u64,
+
+    /// The narrowest a partition set's range of time may be, in seconds.
+    #[arg(long, env = "CLAMP_PARTITION_MIN_SECONDS", default_value_t = 60.0)]
+    pub partition_min_seconds: f64,
+
+    /// The widest a partition set's range of time may be, in seconds.
+    #[arg(long, env = "CLAMP_PARTITION_MAX_SECONDS", default_value_t = 86_400.0)]
+    pub partition_max_seconds: f64,
+
+    /// How far ahead of the database's clock partition sets exist (two sets at least).
+    #[arg(long, env = "CLAMP_PARTITION_AHEAD_SECONDS", default_value_t = 300.0)]
+    pub partition_ahead_seconds: f64,
+
+    /// How far behind the database's clock an instance's clock may be: no partition set
+    /// whose range ended less than this long ago is dropped (it may still get requests).
+    #[arg(
+        long,
+        env = "CLAMP_PARTITION_SKEW_SECONDS",
+        default_value_t = 300.0,
+        hide = true
+    )]
+    pub partition_skew_seconds: f64,
+
+    /// How often the partitions' keeper works (creating sets, dropping them).
+    #[arg(
+        long,
+        env = "CLAMP_PARTITION_INTERVAL_MS",
+        default_value_t = 10_000,
+        hide = true
+    )]
+    pub partition_interval_ms: u64,
+
+    /// The least time between choosing the bound of an upgraded database's first partition
+    /// and that bound (validating it must end before).
+    #[arg(
+        long,
+        env = "CLAMP_PARTITION_CONVERT_SECONDS",
+        default_value_t = 120.0,
+        hide = true
+    )]
+    pub partition_convert_seconds: f64,
 
     /// Delete audit records this many days after they were written; 0 keeps them forever.
     #[arg(long, env = "CLAMP_AUDIT_RETENTION_DAYS", default_value_t = 365.0)]
@@ -558,8 +617,10 @@ pub struct Config {
     pub header_denylist: Vec<&'static str>,
     pub brokers: BrokerConfig,
     pub step_write_concurrency: usize,
-    /// How long finished requests are kept (None: forever), and how often that is enforced.
-    pub retention: Option<Duration>,
+    /// How long finished requests are kept, by status, and where dropped ones are written.
+    pub retention: Retention,
+    /// How the request tables' partition sets are sized and kept.
+    pub partitioning: Partitioning,
     pub retention_interval: Duration,
     /// How long what clamp keeps besides requests is kept (None: forever).
     pub housekeeping: Housekeeping,
@@ -679,8 +740,21 @@ impl Config {
                 kafka_security,
             },
             step_write_concurrency: a.step_write_concurrency,
-            retention: (a.retention_days > 0.0)
-                .then(|| Duration::from_secs_f64(a.retention_days * 86_400.0)),
+            retention: Retention {
+                completed: days(a.retention_days),
+                failed: days(a.retention_failed_days.unwrap_or(a.retention_days)),
+                cancelled: days(a.retention_cancelled_days.unwrap_or(a.retention_days)),
+                export_dir: a.retention_export_dir.clone(),
+            },
+            partitioning: Partitioning {
+                rows: a.partition_rows.max(1),
+                min: Duration::from_secs_f64(a.partition_min_seconds),
+                max: Duration::from_secs_f64(a.partition_max_seconds),
+                ahead: Duration::from_secs_f64(a.partition_ahead_seconds),
+                every: Duration::from_millis(a.partition_interval_ms.max(100)),
+                skew: Duration::from_secs_f64(a.partition_skew_seconds.max(0.0)),
+                convert: Duration::from_secs_f64(a.partition_convert_seconds),
+            },
             retention_interval: Duration::from_secs(60),
             housekeeping: Housekeeping {
                 audit: days(a.audit_retention_days),
@@ -712,6 +786,40 @@ impl Config {
         c.brokers.kafka_enabled = false;
         c
     }
+}
+
+/// How long finished requests are kept (None: forever), by status.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Retention {
+    pub completed: Option<Duration>,
+    pub failed: Option<Duration>,
+    pub cancelled: Option<Duration>,
+    /// Where dropped partition sets are written first, if anywhere.
+    pub export_dir: Option<std::path::PathBuf>,
+}
+
+impl Retention {
+    /// Whether any finished request is ever dropped.
+    pub fn is_on(&self) -> bool {
+        self.completed.is_some() || self.failed.is_some() || self.cancelled.is_some()
+    }
+}
+
+/// How the request tables' partition sets are sized and kept (`store::partitions`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Partitioning {
+    /// Requests a set is sized to hold at the current rate.
+    pub rows: u64,
+    pub min: Duration,
+    pub max: Duration,
+    /// How far ahead of now sets exist.
+    pub ahead: Duration,
+    /// How often the keeper works.
+    pub every: Duration,
+    /// How far behind an instance's clock may be (no younger set is dropped).
+    pub skew: Duration,
+    /// The least time an upgraded database's conversion gets to validate its bound.
+    pub convert: Duration,
 }
 
 /// How long what clamp keeps besides requests is kept.
@@ -870,6 +978,35 @@ fn check_timeouts(a: &Args) -> Result<(), ConfigError> {
     if a.sign_in_attempts_per_minute == 0 {
         return Err(ConfigError(
             "CLAMP_SIGN_IN_ATTEMPTS_PER_MINUTE must be 1 or more".into(),
+        ));
+    }
+    for (name, d) in [
+        (
+            "CLAMP_RETENTION_FAILED_DAYS",
+            a.retention_failed_days.unwrap_or(0.0),
+        ),
+        (
+            "CLAMP_RETENTION_CANCELLED_DAYS",
+            a.retention_cancelled_days.unwrap_or(0.0),
+        ),
+    ] {
+        if !(d >= 0.0 && d.is_finite()) {
+            return Err(ConfigError(format!(
+                "{name} must be a number of days, 0 or more"
+            )));
+        }
+    }
+    let ok = |s: f64| s.is_finite() && s >= 1.0;
+    if !(ok(a.partition_min_seconds)
+        && ok(a.partition_max_seconds)
+        && a.partition_min_seconds <= a.partition_max_seconds
+        && a.partition_ahead_seconds.is_finite()
+        && a.partition_ahead_seconds >= 0.0
+        && ok(a.partition_convert_seconds))
+    {
+        return Err(ConfigError(
+            "CLAMP_PARTITION_MIN_SECONDS and CLAMP_PARTITION_MAX_SECONDS must be 1 or more,              the first at most the second; CLAMP_PARTITION_AHEAD_SECONDS 0 or more"
+                .into(),
         ));
     }
     if !(a.retention_days >= 0.0 && a.retention_days.is_finite()) {
@@ -1037,7 +1174,40 @@ mod tests {
         assert!(c.api_tokens.is_on());
         assert!(!format!("{c:?}").contains("0123456789abcdef"));
         let c = Config::from_args(Args::parse_from(["clamp", "--retention-days", "0.5"])).unwrap();
-        assert_eq!(c.retention, Some(Duration::from_secs(43_200)));
+        let half = Some(Duration::from_secs(43_200));
+        assert_eq!(
+            (
+                c.retention.completed,
+                c.retention.failed,
+                c.retention.cancelled
+            ),
+            (half, half, half)
+        );
+        let c = Config::from_args(Args::parse_from([
+            "clamp",
+            "--retention-days",
+            "0.5",
+            "--retention-failed-days",
+            "0",
+            "--retention-cancelled-days",
+            "1",
+        ]))
+        .unwrap();
+        assert_eq!(
+            (
+                c.retention.completed,
+                c.retention.failed,
+                c.retention.cancelled
+            ),
+            (half, None, Some(Duration::from_secs(86_400)))
+        );
+        assert!(bad(&[
+            "--partition-min-seconds",
+            "600",
+            "--partition-max-seconds",
+            "60"
+        ])
+        .contains("PARTITION"));
     }
 
     #[test]

@@ -67,8 +67,11 @@ impl App {
             config.downstream_wait,
             metrics.clone(),
         );
-        let finals =
-            super::finals::FinalAnswers::new(config.status_cache_entries, config.retention, render);
+        let finals = super::finals::FinalAnswers::new(
+            config.status_cache_entries,
+            config.retention.completed,
+            render,
+        );
         App {
             finals,
             changes: Default::default(),

@@ -234,8 +234,8 @@ pub async fn restart(
 pub(super) const COUNT: &str = concat!(
     "\
 WITH child AS (
-    UPDATE service_requests c SET parent_told = true
-    WHERE c.id = ANY($1::uuid[]) AND c.fan_index IS NOT NULL AND NOT c.parent_told AND c.status IN (",
+    UPDATE service_requests c SET parent_told = true FROM unnest($1::uuid[]) AS u(id)
+    WHERE c.id = u.id AND c.fan_index IS NOT NULL AND NOT c.parent_told AND c.status IN (",
     crate::status::status_sql!(Completed),
     ", ",
     crate::status::status_sql!(Failed),

@@ -152,7 +152,7 @@ pub(super) const RELEASE: &str = concat!(
      lease_until = CASE WHEN $3::float8 > 0 THEN ",
     crate::store::sql::now_plus_ms!("$3"),
     " ELSE '-infinity' END \
-     WHERE lease_owner = $1 AND id = ANY($2)"
+     FROM unnest($2::uuid[]) AS u(id) WHERE service_requests.id = u.id AND lease_owner = $1"
 );
 
 /// Gives up the leases `owner` holds on `ids`, so another instance can continue them

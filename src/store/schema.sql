@@ -44,9 +44,9 @@ CREATE TABLE event_takes (
     event text NOT NULL,
     event_id text NOT NULL,
     step_id integer NOT NULL
-);
+) PARTITION BY RANGE (service_request_id);
 ALTER TABLE event_takes ADD CONSTRAINT event_takes_pkey PRIMARY KEY (service_request_id, event, event_id);
-CREATE UNIQUE INDEX event_takes_pkey ON public.event_takes USING btree (service_request_id, event, event_id);
+CREATE UNIQUE INDEX event_takes_pkey ON ONLY public.event_takes USING btree (service_request_id, event, event_id);
 
 CREATE TABLE events (
     event text NOT NULL,
@@ -71,11 +71,10 @@ CREATE TABLE fan_joins (
     tolerated integer NOT NULL,
     branches text[],
     done boolean NOT NULL DEFAULT false
-);
-ALTER TABLE fan_joins ADD CONSTRAINT fan_joins_parent_id_fkey FOREIGN KEY (parent_id) REFERENCES service_requests(id) ON DELETE CASCADE;
+) PARTITION BY RANGE (parent_id);
 ALTER TABLE fan_joins ADD CONSTRAINT fan_joins_pkey PRIMARY KEY (parent_id, step_id);
-CREATE INDEX fan_joins_due ON public.fan_joins USING btree (parent_id) WHERE (NOT done);
-CREATE UNIQUE INDEX fan_joins_pkey ON public.fan_joins USING btree (parent_id, step_id);
+CREATE INDEX fan_joins_due ON ONLY public.fan_joins USING btree (parent_id) WHERE (NOT done);
+CREATE UNIQUE INDEX fan_joins_pkey ON ONLY public.fan_joins USING btree (parent_id, step_id);
 
 CREATE TABLE idempotency_keys (
     key_hash uuid NOT NULL,
@@ -158,28 +157,28 @@ CREATE TABLE service_requests (
     concurrency_key text,
     admitted_at timestamp with time zone,
     priority smallint
-) WITH (fillfactor=50);
+) PARTITION BY RANGE (id);
 ALTER TABLE service_requests ADD CONSTRAINT service_requests_pkey PRIMARY KEY (id);
-CREATE INDEX service_requests_admitted ON public.service_requests USING btree (workflow_name, concurrency_key, admitted_at) WHERE ((concurrency_key IS NOT NULL) AND (admitted_at IS NOT NULL));
-CREATE INDEX service_requests_answer_due ON public.service_requests USING btree (lease_until) WHERE ((status = 'PAUSED'::text) AND (lease_until > '-infinity'::timestamp with time zone));
-CREATE INDEX service_requests_by_workflow ON public.service_requests USING btree (workflow_name, id) WITH (fillfactor='50');
-CREATE INDEX service_requests_children ON public.service_requests USING btree (parent_id, id) WHERE (parent_id IS NOT NULL);
-CREATE INDEX service_requests_claim_order ON public.service_requests USING btree ((
+CREATE INDEX service_requests_admitted ON ONLY public.service_requests USING btree (workflow_name, concurrency_key, admitted_at) WHERE ((concurrency_key IS NOT NULL) AND (admitted_at IS NOT NULL));
+CREATE INDEX service_requests_answer_due ON ONLY public.service_requests USING btree (lease_until) WHERE ((status = 'PAUSED'::text) AND (lease_until > '-infinity'::timestamp with time zone));
+CREATE INDEX service_requests_by_workflow ON ONLY public.service_requests USING btree (workflow_name, id) WITH (fillfactor='50');
+CREATE INDEX service_requests_children ON ONLY public.service_requests USING btree (parent_id, id) WHERE (parent_id IS NOT NULL);
+CREATE INDEX service_requests_claim_order ON ONLY public.service_requests USING btree ((
 CASE
     WHEN (lease_until = '-infinity'::timestamp with time zone) THEN (date_part('epoch'::text, (created_at - '1970-01-01 00:00:00+00'::timestamp with time zone)) - ((COALESCE((priority)::integer, 5))::double precision * ('10000000000'::bigint)::double precision))
     WHEN (lease_until = 'infinity'::timestamp with time zone) THEN 'Infinity'::double precision
     ELSE date_part('epoch'::text, (lease_until - '1970-01-01 00:00:00+00'::timestamp with time zone))
 END), lease_until) WHERE (status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'RESUMED'::text]));
-CREATE INDEX service_requests_deadlines ON public.service_requests USING btree (deadline) WHERE ((deadline IS NOT NULL) AND (status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])));
-CREATE INDEX service_requests_event_waits ON public.service_requests USING btree (wait_event, wait_key) WHERE ((status = 'PAUSED'::text) AND (wait_event IS NOT NULL));
-CREATE INDEX service_requests_failed_or_cancelled ON public.service_requests USING btree (id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
-CREATE INDEX service_requests_failed_or_cancelled_by_workflow ON public.service_requests USING btree (workflow_name, id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
-CREATE INDEX service_requests_fan_held ON public.service_requests USING btree (parent_id, parent_step_id, fan_index) WHERE (lease_until = 'infinity'::timestamp with time zone);
-CREATE UNIQUE INDEX service_requests_pkey ON public.service_requests USING btree (id) WITH (fillfactor='50');
-CREATE INDEX service_requests_queued ON public.service_requests USING btree (workflow_name, concurrency_key, ((- COALESCE((priority)::integer, 5))), id) WHERE ((concurrency_key IS NOT NULL) AND (lease_until = 'infinity'::timestamp with time zone) AND (status = 'NEW'::text));
-CREATE INDEX service_requests_reruns ON public.service_requests USING btree (rerun_of, id) WHERE (rerun_of IS NOT NULL);
-CREATE INDEX service_requests_slots ON public.service_requests USING btree (workflow_name, concurrency_key) WHERE ((concurrency_key IS NOT NULL) AND (lease_until <> 'infinity'::timestamp with time zone) AND (status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])));
-CREATE INDEX service_requests_untold_children ON public.service_requests USING btree (id) WHERE ((parent_id IS NOT NULL) AND (NOT parent_told) AND (status = ANY (ARRAY['COMPLETED'::text, 'FAILED'::text, 'CANCELLED'::text])));
+CREATE INDEX service_requests_deadlines ON ONLY public.service_requests USING btree (deadline) WHERE ((deadline IS NOT NULL) AND (status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])));
+CREATE INDEX service_requests_event_waits ON ONLY public.service_requests USING btree (wait_event, wait_key) WHERE ((status = 'PAUSED'::text) AND (wait_event IS NOT NULL));
+CREATE INDEX service_requests_failed_or_cancelled ON ONLY public.service_requests USING btree (id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
+CREATE INDEX service_requests_failed_or_cancelled_by_workflow ON ONLY public.service_requests USING btree (workflow_name, id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
+CREATE INDEX service_requests_fan_held ON ONLY public.service_requests USING btree (parent_id, parent_step_id, fan_index) WHERE (lease_until = 'infinity'::timestamp with time zone);
+CREATE UNIQUE INDEX service_requests_pkey ON ONLY public.service_requests USING btree (id) WITH (fillfactor='50');
+CREATE INDEX service_requests_queued ON ONLY public.service_requests USING btree (workflow_name, concurrency_key, ((- COALESCE((priority)::integer, 5))), id) WHERE ((concurrency_key IS NOT NULL) AND (lease_until = 'infinity'::timestamp with time zone) AND (status = 'NEW'::text));
+CREATE INDEX service_requests_reruns ON ONLY public.service_requests USING btree (rerun_of, id) WHERE (rerun_of IS NOT NULL);
+CREATE INDEX service_requests_slots ON ONLY public.service_requests USING btree (workflow_name, concurrency_key) WHERE ((concurrency_key IS NOT NULL) AND (lease_until <> 'infinity'::timestamp with time zone) AND (status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])));
+CREATE INDEX service_requests_untold_children ON ONLY public.service_requests USING btree (id) WHERE ((parent_id IS NOT NULL) AND (NOT parent_told) AND (status = ANY (ARRAY['COMPLETED'::text, 'FAILED'::text, 'CANCELLED'::text])));
 
 CREATE TABLE steps_status (
     id bigint NOT NULL DEFAULT nextval('steps_status_id_seq'::regclass),
@@ -195,9 +194,9 @@ CREATE TABLE steps_status (
     reason text,
     attempts integer NOT NULL DEFAULT 1,
     child_id uuid
-);
+) PARTITION BY RANGE (service_request_id);
 ALTER TABLE steps_status ADD CONSTRAINT steps_status_pkey PRIMARY KEY (service_request_id, id);
-CREATE UNIQUE INDEX steps_status_pkey ON public.steps_status USING btree (service_request_id, id);
+CREATE UNIQUE INDEX steps_status_pkey ON ONLY public.steps_status USING btree (service_request_id, id);
 
 CREATE TABLE workflow_versions (
     name text NOT NULL,
@@ -262,3 +261,108 @@ CREATE TYPE step_transition AS (
 CREATE SEQUENCE audit_log_id_seq AS bigint;
 CREATE SEQUENCE dead_letters_id_seq AS bigint;
 CREATE SEQUENCE steps_status_id_seq AS bigint;
+
+-- functions
+CREATE OR REPLACE FUNCTION public.clamp_add_partitions(lo uuid, hi uuid, suffix text)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    t record;
+    part text;
+BEGIN
+    FOR t IN SELECT * FROM clamp_partitioned_tables() LOOP
+        part := t.tab || '_p' || suffix;
+        CONTINUE WHEN to_regclass(part) IS NOT NULL;
+        EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING STORAGE) WITH (%s)',
+                       part, t.tab, clamp_partition_options(t.tab));
+        EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
+                       t.tab, part, lo, hi);
+    END LOOP;
+END
+$function$;
+CREATE OR REPLACE FUNCTION public.clamp_partition_existing(bound uuid)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    t record;
+    i record;
+    old text;
+    def text;
+BEGIN
+    FOR t IN SELECT * FROM clamp_partitioned_tables() LOOP
+        CONTINUE WHEN (SELECT relkind FROM pg_class WHERE oid = t.tab::regclass) = 'p';
+        old := t.tab || '_p0';
+        EXECUTE format('ALTER TABLE %I RENAME TO %I', t.tab, old);
+        -- Index names follow the table (an index that backs a constraint renames it too).
+        FOR i IN SELECT c.relname FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
+                 WHERE x.indrelid = old::regclass LOOP
+            EXECUTE format('ALTER INDEX %I RENAME TO %I', i.relname, i.relname || '_p0');
+        END LOOP;
+        EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING STORAGE) PARTITION BY RANGE (%I)',
+                       t.tab, old, t.key);
+        EXECUTE format('ALTER TABLE %I ATTACH PARTITION %I FOR VALUES FROM (MINVALUE) TO (%L)',
+                       t.tab, old, bound);
+        -- The parent's indexes, as the old table had them: each finds its twin on the old
+        -- table and takes it as its partition.
+        FOR i IN SELECT c.relname, x.indexrelid, con.conname, con.contype
+                 FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
+                 LEFT JOIN pg_constraint con ON con.conindid = x.indexrelid
+                 WHERE x.indrelid = old::regclass LOOP
+            IF i.contype = 'p' THEN
+                EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I PRIMARY KEY (%s)%s', t.tab,
+                               left(i.conname, -3),
+                               (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY k.ord)
+                                FROM pg_index x2
+                                JOIN LATERAL unnest(x2.indkey) WITH ORDINALITY k(attnum, ord) ON true
+                                JOIN pg_attribute a ON a.attrelid = x2.indrelid AND a.attnum = k.attnum
+                                WHERE x2.indexrelid = i.indexrelid),
+                               coalesce(' WITH (' || (SELECT array_to_string(reloptions, ', ')
+                                                      FROM pg_class WHERE oid = i.indexrelid) || ')', ''));
+            ELSE
+                def := pg_get_indexdef(i.indexrelid);
+                def := regexp_replace(def, '^(CREATE (UNIQUE )?INDEX )' || i.relname || ' ON (public\.)?' || old || ' ',
+                                      '\1' || left(i.relname, -3) || ' ON ' || t.tab || ' ');
+                EXECUTE def;
+            END IF;
+        END LOOP;
+        -- What the bound's CHECK said, the partition's bound says now.
+        FOR i IN SELECT conname FROM pg_constraint
+                 WHERE conrelid = old::regclass AND conname = 'clamp_p0_bound' LOOP
+            EXECUTE format('ALTER TABLE %I DROP CONSTRAINT clamp_p0_bound', old);
+        END LOOP;
+    END LOOP;
+    -- The step records' ids come from a sequence that belonged to the old table.
+    ALTER SEQUENCE IF EXISTS steps_status_id_seq OWNED BY steps_status.id;
+END
+$function$;
+CREATE OR REPLACE FUNCTION public.clamp_partition_options(tab text)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    SELECT CASE tab
+        WHEN 'service_requests' THEN 'fillfactor = 50, autovacuum_vacuum_scale_factor = 0.02, '
+            'autovacuum_vacuum_threshold = 20000, autovacuum_vacuum_cost_delay = 0, '
+            'autovacuum_vacuum_insert_scale_factor = 0.2, autovacuum_analyze_scale_factor = 0.05'
+        ELSE 'autovacuum_vacuum_scale_factor = 0.05, autovacuum_vacuum_threshold = 20000, '
+            'autovacuum_vacuum_cost_delay = 0, autovacuum_vacuum_insert_scale_factor = 0.2'
+    END
+$function$;
+CREATE OR REPLACE FUNCTION public.clamp_partitioned_tables()
+ RETURNS TABLE(tab text, key text)
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    VALUES ('service_requests', 'id'), ('steps_status', 'service_request_id'),
+           ('fan_joins', 'parent_id'), ('event_takes', 'service_request_id')
+$function$;
+CREATE OR REPLACE FUNCTION public.clamp_v7_floor(at timestamp with time zone)
+ RETURNS uuid
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+    SELECT (lpad(to_hex(floor(extract(epoch FROM at) * 1000)::bigint), 12, '0')
+            || '70008000000000000000')::uuid
+$function$;

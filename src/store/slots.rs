@@ -184,8 +184,9 @@ pub(super) const ADMIT: &str = concat!(
 /// wait: a key nobody waits for needs no admission (one that starts waiting after this
 /// look is admitted by the next pass).
 pub(super) const KEYS_OF: &str = concat!(
-    "SELECT DISTINCT r.workflow_name, r.concurrency_key FROM service_requests r \
-     WHERE r.id = ANY($1::uuid[]) AND r.concurrency_key IS NOT NULL \
+    "SELECT DISTINCT r.workflow_name, r.concurrency_key \
+     FROM unnest($1::uuid[]) AS u(id) JOIN service_requests r ON r.id = u.id \
+     WHERE r.concurrency_key IS NOT NULL \
        AND EXISTS (SELECT 1 FROM service_requests q WHERE q.workflow_name = r.workflow_name \
                      AND q.concurrency_key = r.concurrency_key AND ",
     queued!("q"),

@@ -10,9 +10,9 @@
 
 use super::{
     audit, buffer, cancel, children, connect, dead_letters, deadlines, delayed, events, fan,
-    housekeeping, idempotency, kafka_offsets, lanes, leases, migrate, pool, queries, rerun,
-    retention, retry, schedules, search, sessions, slots, stats, status, step_responses,
-    transitions,
+    housekeeping, idempotency, kafka_offsets, keeper, lanes, leases, migrate, partitions, pool,
+    queries, rerun, retention, retry, schedules, search, sessions, slots, stats, status,
+    step_responses, transitions,
 };
 
 /// Every fixed statement of the store, expanded: (`file::CONST`, text), grouped by file.
@@ -116,7 +116,28 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("schedules::FIRE", schedules::FIRE),
         ("schedules::FIRE_AT", schedules::FIRE_AT),
         ("schedules::PRUNE", schedules::PRUNE),
-        ("retention::DELETE_FINISHED", retention::DELETE_FINISHED),
+        ("partitions::TRY_LOCK", partitions::TRY_LOCK),
+        ("partitions::LAYOUT", partitions::LAYOUT),
+        ("partitions::LIST", partitions::LIST),
+        ("partitions::ADD", partitions::ADD),
+        ("partitions::INSERTED", partitions::INSERTED),
+        ("keeper::UNLOCK", keeper::UNLOCK),
+        ("retention::STILL_OPEN", retention::STILL_OPEN),
+        ("keeper::OVERRIDES", keeper::OVERRIDES),
+        ("keeper::BOUNDS", keeper::BOUNDS),
+        ("keeper::HEAP_BYTES", keeper::HEAP_BYTES),
+        ("keeper::SWAP", keeper::SWAP),
+        ("keeper::SESSION_TIMEOUT", keeper::SESSION_TIMEOUT),
+        ("keeper::SESSION_SEQSCAN", keeper::SESSION_SEQSCAN),
+        ("keeper::SWAP_LOCK_TIMEOUT", keeper::SWAP_LOCK_TIMEOUT),
+        ("keeper::LOCK_TIMEOUT", keeper::LOCK_TIMEOUT),
+        ("keeper::STARTUP_LOCK_TIMEOUT", keeper::STARTUP_LOCK_TIMEOUT),
+        ("keeper::LOCK", keeper::LOCK),
+        ("keeper::RESET_LOCK_TIMEOUT", keeper::RESET_LOCK_TIMEOUT),
+        (
+            "keeper::RESET_STATEMENT_TIMEOUT",
+            keeper::RESET_STATEMENT_TIMEOUT,
+        ),
         // Reads.
         ("status::GET_HEADS", status::GET_HEADS),
         ("status::GET_WHOLE", status::GET_WHOLE),
@@ -163,6 +184,13 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
 /// The statements built per call, by the function that builds them, with each value in
 /// their text shown as a placeholder in braces.
 pub fn templates() -> Vec<(&'static str, String)> {
+    // A set named by placeholders, for the statements that name a set's partitions.
+    let set = partitions::Set {
+        suffix: "{suffix}".into(),
+        lo: None,
+        hi: None,
+        detaching: false,
+    };
     vec![
         (
             "buffer::set_statement_timeout",
@@ -175,6 +203,34 @@ pub fn templates() -> Vec<(&'static str, String)> {
         (
             "migrate::create_database",
             migrate::create_database("{name}"),
+        ),
+        ("retention::look_sql", retention::look_sql(&set)),
+        ("retention::export_sql", retention::export_sql(&set)),
+        (
+            "retention::detach_sql",
+            retention::detach_sql(&set, false).join(";\n"),
+        ),
+        (
+            "retention::detach_sql (finalize)",
+            retention::detach_sql(&set, true).join(";\n"),
+        ),
+        (
+            "retention::attach_sql",
+            retention::attach_sql(&set).join(";\n"),
+        ),
+        ("retention::drop_sql", retention::drop_sql(&set)),
+        (
+            "keeper::add_bound_sql",
+            keeper::add_bound_sql("{table}", "{key}", "{bound}"),
+        ),
+        (
+            "keeper::validate_bound_sql",
+            keeper::validate_bound_sql("{table}"),
+        ),
+        ("keeper::drop_bound_sql", keeper::drop_bound_sql("{table}")),
+        (
+            "keeper::statement_timeout_sql",
+            keeper::statement_timeout_sql("{ms}"),
         ),
     ]
 }

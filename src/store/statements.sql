@@ -169,8 +169,9 @@ UPDATE service_requests SET lease_until = '-infinity', admitted_at = statement_t
 
 -- slots::KEYS_OF
 SELECT DISTINCT r.workflow_name, r.concurrency_key
-    FROM service_requests r
-    WHERE r.id = ANY($1::uuid[]) AND r.concurrency_key IS NOT NULL AND EXISTS (SELECT 1
+    FROM unnest($1::uuid[]) AS u(id)
+    JOIN service_requests r ON r.id = u.id
+    WHERE r.concurrency_key IS NOT NULL AND EXISTS (SELECT 1
         FROM service_requests q
         WHERE q.workflow_name = r.workflow_name AND q.concurrency_key = r.concurrency_key AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW');
 
@@ -269,7 +270,8 @@ WHERE s.lease_owner IS NOT NULL AND s.lease_owner <> $1;
 -- leases::RELEASE
 UPDATE service_requests SET lease_owner = NULL,
     lease_until = CASE WHEN $3::float8 > 0 THEN now() + $3::float8 * interval '1 millisecond' ELSE '-infinity' END
-    WHERE lease_owner = $1 AND id = ANY($2);
+    FROM unnest($2::uuid[]) AS u(id)
+    WHERE service_requests.id = u.id AND lease_owner = $1;
 
 -- leases::LOAD_CONTEXT
 SELECT st.step_name, CASE WHEN st.request = '' THEN r.payload ELSE st.request END, st.response
@@ -617,8 +619,8 @@ UPDATE fan_joins SET finished = finished - $3, failed = 0, done = false
 
 -- fan::COUNT
 WITH child AS (
-    UPDATE service_requests c SET parent_told = true
-    WHERE c.id = ANY($1::uuid[]) AND c.fan_index IS NOT NULL AND NOT c.parent_told AND c.status IN ('COMPLETED',
+    UPDATE service_requests c SET parent_told = true FROM unnest($1::uuid[]) AS u(id)
+    WHERE c.id = u.id AND c.fan_index IS NOT NULL AND NOT c.parent_told AND c.status IN ('COMPLETED',
         'FAILED', 'CANCELLED')
     RETURNING c.parent_id, c.parent_step_id, c.status <> 'COMPLETED' AS failed
 ), per AS (
@@ -1084,20 +1086,73 @@ USING schedules s,
 WHERE f.schedule = s.name AND f.fire_at <= cut.fire_at
   AND f.fire_at < now() - interval '1 hour';
 
--- retention::DELETE_FINISHED
-WITH doomed AS (
-    SELECT id FROM service_requests
-    WHERE id < $1 AND status IN ('COMPLETED', 'FAILED')
-      AND finished_at < now() - $2::float8 * interval '1 millisecond'
-    ORDER BY id
-    LIMIT $3
-    FOR UPDATE SKIP LOCKED
-), steps AS (
-    DELETE FROM steps_status WHERE service_request_id IN (SELECT id FROM doomed)
-), takes AS (
-    DELETE FROM event_takes WHERE service_request_id IN (SELECT id FROM doomed)
-)
-DELETE FROM service_requests WHERE id IN (SELECT id FROM doomed);
+-- partitions::TRY_LOCK
+SELECT pg_try_advisory_lock($1);
+
+-- partitions::LAYOUT
+SELECT (SELECT relkind
+    FROM pg_class
+    WHERE oid = to_regclass('service_requests')) = 'p', (extract(epoch FROM now()) * 1000)::float8;
+
+-- partitions::LIST
+SELECT c.relname::text, pg_get_expr(c.relpartbound, c.oid), i.inhdetachpending
+    FROM pg_inherits i
+    JOIN pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = 'service_requests'::regclass;
+
+-- partitions::ADD
+SELECT clamp_add_partitions($1, $2, $3);
+
+-- partitions::INSERTED
+SELECT coalesce((SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = $1), 0);
+
+-- keeper::UNLOCK
+SELECT pg_advisory_unlock($1);
+
+-- retention::STILL_OPEN
+SELECT count(*)
+    FROM unnest($1::uuid[]) AS u(id)
+    JOIN service_requests s ON s.id = u.id
+    WHERE s.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED');
+
+-- keeper::OVERRIDES
+SELECT name, (definition->'retention')::text FROM workflows WHERE definition ? 'retention';
+
+-- keeper::BOUNDS
+SELECT conrelid::regclass::text, pg_get_constraintdef(oid), convalidated
+    FROM pg_constraint
+    WHERE conname = 'clamp_p0_bound';
+
+-- keeper::HEAP_BYTES
+SELECT coalesce(sum(pg_relation_size(to_regclass(t))), 0)::bigint
+    FROM unnest(ARRAY['service_requests', 'steps_status', 'fan_joins', 'event_takes']) t;
+
+-- keeper::SWAP
+SELECT clamp_partition_existing($1);
+
+-- keeper::SESSION_TIMEOUT
+SET statement_timeout = '10min';
+
+-- keeper::SESSION_SEQSCAN
+SET enable_seqscan = on;
+
+-- keeper::SWAP_LOCK_TIMEOUT
+SET LOCAL lock_timeout = '2s';
+
+-- keeper::LOCK_TIMEOUT
+SET lock_timeout = '1s';
+
+-- keeper::STARTUP_LOCK_TIMEOUT
+SET lock_timeout = '10s';
+
+-- keeper::LOCK
+SELECT pg_advisory_lock($1)::text;
+
+-- keeper::RESET_LOCK_TIMEOUT
+RESET lock_timeout;
+
+-- keeper::RESET_STATEMENT_TIMEOUT
+RESET statement_timeout;
 
 -- status::GET_HEADS
 SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_version,
@@ -1111,8 +1166,8 @@ SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_versio
         r.wait_event, r.wait_key, to_json(r.deadline) #>> '{}' AS deadline,
         CASE WHEN r.lease_until = 'infinity' AND r.status = 'NEW' THEN r.concurrency_key END AS concurrency_key,
             r.priority
-    FROM service_requests r
-    WHERE r.id = ANY($1);
+    FROM (SELECT DISTINCT unnest($1::uuid[])) AS u(id)
+    JOIN service_requests r ON r.id = u.id;
 
 -- status::GET_WHOLE
 SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_version,
@@ -1131,9 +1186,9 @@ SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_versio
         st.time_taken_ms, st.attempts, st.reason AS step_reason, st.child_id, extract(epoch
     FROM st.started_at)::float8 * 1000 AS started_ms, extract(epoch
     FROM st.finished_at)::float8 * 1000 AS finished_ms
-    FROM service_requests r
+    FROM (SELECT DISTINCT unnest($1::uuid[])) AS u(id)
+    JOIN service_requests r ON r.id = u.id
     LEFT JOIN steps_status st ON st.service_request_id = r.id
-    WHERE r.id = ANY($1)
     ORDER BY r.id, st.id;
 
 -- status::PROCEEDING
@@ -1401,3 +1456,76 @@ SELECT definition FROM workflows ORDER BY {order} LIMIT $1 OFFSET $2;
 -- migrate::create_database
 -- (a template, built per call: the parts in braces are filled in)
 CREATE DATABASE "{name}";
+
+-- retention::look_sql
+-- (a template, built per call: the parts in braces are filled in)
+SELECT count(*)::bigint,
+    count(*) FILTER (WHERE s.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED'))::bigint,
+       (extract(epoch
+           FROM max(s.finished_at + (CASE WHEN a.wf IS NULL THEN d.ms ELSE a.ms END) * interval '1 millisecond')) * 1000)::float8,
+       coalesce(bool_or(s.status IN ('COMPLETED', 'FAILED',
+           'CANCELLED') AND (CASE WHEN a.wf IS NULL THEN d.ms ELSE a.ms END) IS NULL),
+           false),
+       (extract(epoch FROM now()) * 1000)::float8,
+       (array_agg(s.id) FILTER (WHERE s.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')))[1:1000]
+FROM service_requests_p{suffix} s
+LEFT JOIN unnest($1::text[], $2::text[], $3::float8[]) a(wf, st, ms)
+       ON a.wf = s.workflow_name AND a.st = s.status
+LEFT JOIN unnest($4::text[], $5::float8[]) d(st, ms) ON d.st = s.status;
+
+-- retention::export_sql
+-- (a template, built per call: the parts in braces are filled in)
+SELECT json_build_object('request', to_jsonb(s), 'steps', coalesce((SELECT jsonb_agg(to_jsonb(st)
+    ORDER BY st.id)
+    FROM steps_status_p{suffix} st
+    WHERE st.service_request_id = s.id), '[]'::jsonb))::text
+    FROM service_requests_p{suffix} s
+    ORDER BY s.id;
+
+-- retention::detach_sql
+-- (a template, built per call: the parts in braces are filled in)
+ALTER TABLE service_requests DETACH PARTITION service_requests_p{suffix} CONCURRENTLY;
+ALTER TABLE steps_status DETACH PARTITION steps_status_p{suffix} CONCURRENTLY;
+ALTER TABLE fan_joins DETACH PARTITION fan_joins_p{suffix} CONCURRENTLY;
+ALTER TABLE event_takes DETACH PARTITION event_takes_p{suffix} CONCURRENTLY;
+
+-- retention::detach_sql (finalize)
+-- (a template, built per call: the parts in braces are filled in)
+ALTER TABLE service_requests DETACH PARTITION service_requests_p{suffix} FINALIZE;
+ALTER TABLE steps_status DETACH PARTITION steps_status_p{suffix} FINALIZE;
+ALTER TABLE fan_joins DETACH PARTITION fan_joins_p{suffix} FINALIZE;
+ALTER TABLE event_takes DETACH PARTITION event_takes_p{suffix} FINALIZE;
+
+-- retention::attach_sql
+-- (a template, built per call: the parts in braces are filled in)
+ALTER TABLE service_requests ATTACH PARTITION service_requests_p{suffix} FOR
+    VALUES
+    FROM (MINVALUE) TO (MAXVALUE);
+ALTER TABLE steps_status ATTACH PARTITION steps_status_p{suffix} FOR
+    VALUES
+    FROM (MINVALUE) TO (MAXVALUE);
+ALTER TABLE fan_joins ATTACH PARTITION fan_joins_p{suffix} FOR VALUES FROM (MINVALUE) TO (MAXVALUE);
+ALTER TABLE event_takes ATTACH PARTITION event_takes_p{suffix} FOR
+    VALUES
+    FROM (MINVALUE) TO (MAXVALUE);
+
+-- retention::drop_sql
+-- (a template, built per call: the parts in braces are filled in)
+DROP TABLE IF EXISTS service_requests_p{suffix}, steps_status_p{suffix}, fan_joins_p{suffix},
+    event_takes_p{suffix};
+
+-- keeper::add_bound_sql
+-- (a template, built per call: the parts in braces are filled in)
+ALTER TABLE {table} ADD CONSTRAINT clamp_p0_bound CHECK ({key} < '{bound}') NOT VALID;
+
+-- keeper::validate_bound_sql
+-- (a template, built per call: the parts in braces are filled in)
+ALTER TABLE {table} VALIDATE CONSTRAINT clamp_p0_bound;
+
+-- keeper::drop_bound_sql
+-- (a template, built per call: the parts in braces are filled in)
+ALTER TABLE {table} DROP CONSTRAINT IF EXISTS clamp_p0_bound;
+
+-- keeper::statement_timeout_sql
+-- (a template, built per call: the parts in braces are filled in)
+SET statement_timeout = {ms};

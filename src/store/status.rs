@@ -44,11 +44,13 @@ macro_rules! step_columns {
     };
 }
 
-/// The rows of the requests `$1`, for those whose step rows the reader has already.
+/// The rows of the requests `$1`, for those whose step rows the reader has already. The
+/// ids are joined one by one (not `= ANY($1)`), so each is looked up in the partition of
+/// its time only: an array condition is not pruned, and would probe every partition.
 pub const GET_HEADS: &str = concat!(
     "SELECT ",
     head_columns!(),
-    " FROM service_requests r WHERE r.id = ANY($1)"
+    " FROM (SELECT DISTINCT unnest($1::uuid[])) AS u(id) JOIN service_requests r ON r.id = u.id"
 );
 
 /// The requests `$1` with their step attempts, oldest first: many status reads in one
@@ -57,8 +59,8 @@ pub const GET_WHOLE: &str = concat!(
     "SELECT ",
     head_columns!(),
     step_columns!(),
-    " FROM service_requests r LEFT JOIN steps_status st ON st.service_request_id = r.id \
-     WHERE r.id = ANY($1) ORDER BY r.id, st.id"
+    " FROM (SELECT DISTINCT unnest($1::uuid[])) AS u(id) JOIN service_requests r ON r.id = u.id \
+     LEFT JOIN steps_status st ON st.service_request_id = r.id ORDER BY r.id, st.id"
 );
 
 /// Of the PAUSED requests `$1`, those at a fan-out step with a child that can proceed

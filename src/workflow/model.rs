@@ -44,6 +44,10 @@ pub struct WorkflowDef {
     /// or per minute, across instances; the others wait, as for `concurrency`.
     #[serde(default, rename = "rateLimit", skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<RateLimitDef>,
+    /// Beyond Clamp: how long its finished requests are kept, by status (ISO 8601; null
+    /// forever), over the server's ages (`workflow::retention`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<std::collections::BTreeMap<String, Option<String>>>,
 }
 
 /// A workflow's `rateLimit` as written: a key as `concurrency`'s (the same one when both

@@ -152,6 +152,9 @@ fn compile_in(mut def: WorkflowDef, scope: &Scope) -> Result<Workflow, Validatio
                 Val::Wait(super::model::WaitVal::Until(_)) | Val::Event(_)
             )
     });
+    if let Some(r) = &def.retention {
+        super::retention::check(r).map_err(ValidationError)?;
+    }
     let concurrency = match (&def.concurrency, &def.rate_limit) {
         (None, None) => None,
         _ if scope.depth > 0 => None,

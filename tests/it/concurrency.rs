@@ -211,8 +211,10 @@ async fn a_backlog_on_one_key_does_not_delay_another_key() {
     c.execute(
         "INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, \
          lease_until, concurrency_key) \
-         SELECT gen_random_uuid(), 'tenant', '{\"k\":\"big\"}', '[]', NULL, 'infinity', 'big' \
-         FROM generate_series(1, 50000)",
+         SELECT (lpad(to_hex(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0') \
+                 || '7' || substr(md5(g::text), 1, 3) || '8' || substr(md5(g::text), 4, 15))::uuid, \
+                'tenant', '{\"k\":\"big\"}', '[]', NULL, 'infinity', 'big' \
+         FROM generate_series(1, 50000) g",
         &[],
     )
     .await

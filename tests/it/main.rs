@@ -26,6 +26,7 @@ mod hardening;
 mod idempotency_cleanup;
 mod lanes;
 mod openapi;
+mod partitions;
 mod pki;
 mod priority;
 mod rerun;

@@ -92,10 +92,13 @@ async fn render(c: &Client) -> String {
     out
 }
 
+/// Tables and partitioned tables, not their partitions (named by the time they begin,
+/// made by the server as time goes: `store::partitions`).
 const TABLES: &str = "\
-SELECT c.oid, c.relname, coalesce(array_to_string(c.reloptions, ', '), '')
+SELECT c.oid, c.relname, coalesce(array_to_string(c.reloptions, ', '), ''),
+       CASE WHEN c.relkind = 'p' THEN pg_get_partkeydef(c.oid) END
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p')
+WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition
 ORDER BY c.relname";
 
 const COLUMNS: &str = "\
@@ -161,6 +164,7 @@ async fn tables(c: &Client, out: &mut String) {
         let oid: u32 = t.get(0);
         let name: String = t.get(1);
         let options: String = t.get(2);
+        let partitioned: Option<String> = t.get(3);
         let _ = writeln!(out, "\nCREATE TABLE {name} (");
         let columns = c.query(COLUMNS, &[&oid]).await.expect("columns");
         let n = columns.len();
@@ -177,9 +181,12 @@ async fn tables(c: &Client, out: &mut String) {
             let comma = if i + 1 < n { "," } else { "" };
             let _ = writeln!(out, "{line}{comma}");
         }
-        match options.as_str() {
-            "" => out.push_str(");\n"),
-            o => {
+        match (options.as_str(), partitioned) {
+            (_, Some(key)) => {
+                let _ = writeln!(out, ") PARTITION BY {key};");
+            }
+            ("", None) => out.push_str(");\n"),
+            (o, None) => {
                 let _ = writeln!(out, ") WITH ({o});");
             }
         }

@@ -85,16 +85,18 @@ fn held(batch: Uuid, n: u128, headers: &'static str) -> Held {
 async fn batches_of_version_5_become_rows_and_each_request_runs_once() {
     let db = TestDb::new();
     let d = Downstream::start().await;
-    // A database at today's schema with the workflow, then put back to version 5 with
-    // requests waiting in batches, as a version 5 server would have left it.
-    let setup = TestServer::start(config(&db.url)).await;
-    setup
-        .create_workflow(&json!({"name": "two", "steps": [
-            {"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}},
-            {"name": "b", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]}))
-        .await;
-    setup.shutdown().await;
+    // A database at the schema before the request tables were partitioned (migration 24)
+    // with the workflow, then put back to version 5 with requests waiting in batches, as a
+    // version 5 server would have left it.
+    migrate_to(&db, 24).await;
     let c = db.client().await;
+    insert_workflow(
+        &c,
+        &json!({"name": "two", "steps": [
+            {"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}},
+            {"name": "b", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]}),
+    )
+    .await;
     c.batch_execute(SCHEMA_V5_BATCHES).await.unwrap();
     c.execute("DELETE FROM schema_migrations WHERE version > 5", &[])
         .await
@@ -269,4 +271,155 @@ async fn batches_of_version_5_become_rows_and_each_request_runs_once() {
     assert_eq!(d.max_calls_per_key(), 1, "no step ran twice");
     runner.shutdown().await;
     api.shutdown().await;
+}
+
+/// A million requests in every status, with two step records each, as a release before
+/// migration 25 wrote them, spread over the day before now. Those not finished wait
+/// (asleep a day, or paused at an event), so the server leaves them be.
+const MILLION: &str = "
+INSERT INTO service_requests (id, workflow_name, status, payload, headers, current_step_id,
+    lease_until, created_at, updated_at, finished_at, workflow_version, wait_event, wait_key)
+SELECT (lpad(to_hex((extract(epoch FROM t) * 1000)::bigint), 12, '0') || '7' ||
+        substr(md5(g::text), 1, 3) || '8' || substr(md5(g::text), 4, 15))::uuid,
+       'two', st, '{\"n\":1}', '[]', CASE WHEN st IN ('NEW', 'PAUSED') THEN 1 ELSE 2 END,
+       CASE WHEN st = 'NEW' THEN now() + interval '1 day' ELSE '-infinity' END,
+       t, t, CASE WHEN st IN ('COMPLETED', 'FAILED', 'CANCELLED') THEN t END, 1,
+       CASE WHEN st = 'PAUSED' THEN 'legacy.event' END, CASE WHEN st = 'PAUSED' THEN g::text END
+FROM (SELECT g, now() - interval '25 hours' + g * interval '80 milliseconds' AS t,
+             (ARRAY['COMPLETED', 'COMPLETED', 'COMPLETED', 'FAILED', 'CANCELLED', 'NEW', 'PAUSED'])[1 + g % 7] AS st
+      FROM generate_series(1, 1000000) g) s;
+INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
+    started_at, finished_at, time_taken_ms, attempts)
+SELECT id, k, 'a', 'COMPLETED', '', '{\"ok\":true}', created_at, created_at, 1, 1
+FROM service_requests, generate_series(1, 2) k;";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_populated_database_is_partitioned_online_keeping_every_row_while_creates_go_on() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    migrate_to(&db, 24).await;
+    let c = db.client().await;
+    insert_workflow(
+        &c,
+        &json!({"name": "two", "steps": [
+            {"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}},
+            {"name": "b", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]}),
+    )
+    .await;
+    c.batch_execute(MILLION).await.unwrap();
+    c.batch_execute("VACUUM ANALYZE service_requests, steps_status")
+        .await
+        .unwrap();
+    let by_status = "SELECT status, count(*), sum(current_step_id) FROM service_requests \
+                     WHERE created_at < now() - interval '1 hour' GROUP BY status ORDER BY status";
+    let census = |rows: Vec<tokio_postgres::Row>| -> Vec<(String, i64, i64)> {
+        rows.iter()
+            .map(|r| (r.get(0), r.get(1), r.get::<_, i64>(2)))
+            .collect()
+    };
+    let before = census(c.query(by_status, &[]).await.unwrap());
+    assert_eq!(before.iter().map(|r| r.1).sum::<i64>(), 1_000_000);
+    let steps_before = db.count("SELECT count(*) FROM steps_status").await;
+
+    let mut cfg = config(&db.url);
+    cfg.partitioning.every = Duration::from_millis(200);
+    cfg.partitioning.convert = Duration::from_secs(5);
+    let s = TestServer::start(cfg).await;
+    // Creates go on, one every 20 ms, while the keeper turns the tables.
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let addr = s.addr;
+    let creator = tokio::spawn(async move {
+        let (mut ids, mut refused) = (Vec::new(), Vec::new());
+        while !*stopped.borrow() {
+            let r = send(
+                addr,
+                hyper::Method::POST,
+                "/serviceRequest/two",
+                Some(b"{}".to_vec()),
+                &[],
+            )
+            .await;
+            if r.status == 200 {
+                ids.push(r.json()["serviceRequestId"].as_str().unwrap().to_string());
+            } else {
+                refused.push(format!("{} {}", r.status, r.text()));
+            }
+            tokio::select! {
+                _ = stopped.changed() => {}
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+        }
+        (ids, refused)
+    });
+    wait_for_seen(
+        "the tables to be partitioned",
+        Duration::from_secs(240),
+        || async {
+            let kinds = db
+                .count(
+                    "SELECT count(*) FROM pg_class WHERE relkind = 'p' AND relname IN \
+                    ('service_requests', 'steps_status', 'fan_joins', 'event_takes')",
+                )
+                .await;
+            (kinds == 4).then_some(()).ok_or(kinds)
+        },
+    )
+    .await;
+    // And sets ahead of the first partition's bound, made by the keeper.
+    wait_for_seen("sets after the first partition", Duration::from_secs(30), || async {
+        let sets = db
+            .count("SELECT count(*) FROM pg_inherits WHERE inhparent = 'service_requests'::regclass")
+            .await;
+        (sets >= 3).then_some(()).ok_or(sets)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.send(true).unwrap();
+    let (ids, refused) = creator.await.unwrap();
+    assert!(
+        refused.is_empty(),
+        "creates refused during the conversion: {refused:?}"
+    );
+    assert!(ids.len() > 20, "{} creates", ids.len());
+    // Every row is there, as it was, in the first partition.
+    assert_eq!(census(c.query(by_status, &[]).await.unwrap()), before);
+    let legacy = db
+        .count(
+            "SELECT count(*) FROM service_requests_p0 WHERE created_at < now() - interval '1 hour'",
+        )
+        .await;
+    assert_eq!(legacy, 1_000_000);
+    assert_eq!(
+        db.count("SELECT count(*) FROM steps_status WHERE started_at < now() - interval '1 hour'")
+            .await,
+        steps_before
+    );
+    // The requests created meanwhile ran, and an old paused one is resumed as ever.
+    for id in ids.iter().step_by(10) {
+        wait_status(&s, id, &["COMPLETED"], Duration::from_secs(30)).await;
+    }
+    let old_paused: String = c
+        .query_one(
+            "SELECT id::text FROM service_requests WHERE status = 'PAUSED' LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let key: String = c
+        .query_one(
+            "SELECT wait_key FROM service_requests WHERE id = $1::text::uuid",
+            &[&old_paused],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let r = s
+        .post_json(
+            "/events/legacy.event",
+            &json!({"key": key, "payload": {"late": true}}),
+        )
+        .await;
+    assert_eq!(r.json()["matched"], 1, "{}", r.text());
+    s.shutdown().await;
 }

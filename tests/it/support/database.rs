@@ -130,3 +130,29 @@ impl Drop for DevCluster {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// Migrates `db` as a release that stopped at migration `last` would have (a database to
+/// upgrade), without starting a server.
+pub async fn migrate_to(db: &TestDb, last: i32) {
+    let cfg = clamp::config::Config::for_tests(&db.url);
+    let connector = clamp::store::connect::PgConnector::for_config(&cfg).unwrap();
+    let mut c = clamp::store::migrate::connect_or_create(&connector)
+        .await
+        .unwrap();
+    clamp::store::migrate::run_to(&mut c, last).await.unwrap();
+}
+
+/// Stores `def` as version 1 of its workflow straight into the tables (a database to
+/// upgrade, with no server to define it through).
+pub async fn insert_workflow(c: &tokio_postgres::Client, def: &serde_json::Value) {
+    c.execute(
+        "WITH w AS (INSERT INTO workflows (id, name, description, enabled, definition, version) \
+             VALUES (gen_random_uuid(), $1, '', true, $2::text::jsonb || jsonb_build_object('created_at', now(), 'updated_at', now(), 'version', 1), 1) \
+             RETURNING name, definition, created_at) \
+         INSERT INTO workflow_versions (name, version, description, definition, created_at) \
+         SELECT name, 1, '', definition, created_at FROM w",
+        &[&def["name"].as_str().unwrap(), &def.to_string()],
+    )
+    .await
+    .unwrap();
+}

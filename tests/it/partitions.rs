@@ -1,0 +1,188 @@
+//! The request tables' partitions (beyond Clamp; `store::partitions`): sets of them are
+//! created ahead when the server starts and as time goes, requests land in the set of
+//! their time, and every read that names a request (by id) or a time range touches only
+//! the partitions that can hold it: the plans, as the server's prepared statements run
+//! them (generic plans), are checked here. Everything that reads requests keeps working
+//! across sets.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::downstream::Downstream;
+use crate::support::*;
+
+/// A server whose sets are two seconds wide, made four seconds ahead, kept every 200 ms.
+fn two_second_sets(db: &TestDb) -> clamp::config::Config {
+    let mut cfg = config(&db.url);
+    cfg.partitioning.min = Duration::from_secs(2);
+    cfg.partitioning.max = Duration::from_secs(2);
+    cfg.partitioning.ahead = Duration::from_secs(4);
+    cfg.partitioning.every = Duration::from_millis(200);
+    cfg
+}
+
+fn statement(name: &str) -> &'static str {
+    clamp::store::statements::all()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("no statement {name}"))
+        .1
+}
+
+/// The partitions of service_requests a statement's generic plan reads for the
+/// request-side alias (`r` or `s`), with `params` as its parameters.
+async fn partitions_read(c: &tokio_postgres::Client, name: &str, params: &str) -> BTreeSet<String> {
+    let tag = name.replace("::", "_").to_lowercase();
+    c.batch_execute(&format!(
+        // As the server's sessions run them (`store::connect::session`).
+        "SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan; DEALLOCATE ALL; \
+         PREPARE {tag} AS {}",
+        statement(name)
+    ))
+    .await
+    .unwrap();
+    let plan: Vec<String> = c
+        .query(
+            &format!(
+                "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE {tag}({params})"
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let re = |line: &str| -> Option<String> {
+        let at = line.find(" on service_requests_p")?;
+        let rest = &line[at + 4..];
+        let (part, alias) = rest.split_once(' ')?;
+        let alias = alias.split(['_', ' ']).next()?;
+        // Only the request itself: not the derived status's look at fan-out children.
+        (alias == "r" || alias == "s").then(|| part.to_string())
+    };
+    let read: BTreeSet<String> = plan
+        .iter()
+        .filter(|l| !l.contains("never executed"))
+        .filter_map(|l| re(l))
+        .collect();
+    assert!(!read.is_empty(), "{name}: {}", plan.join("\n"));
+    if std::env::var("SHOW_PLANS").is_ok() {
+        eprintln!("{name}:\n{}", plan.join("\n"));
+    }
+    read
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sets_are_made_ahead_and_reads_touch_only_the_partitions_that_hold_what_they_name() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(two_second_sets(&db)).await;
+    let sets = || async {
+        db.count("SELECT count(*) FROM pg_inherits WHERE inhparent = 'service_requests'::regclass")
+            .await
+    };
+    // Made before the server served: the first set and at least two ahead.
+    let at_start = sets().await;
+    assert!(at_start >= 3, "{at_start} sets at start");
+    s.create_workflow(&json!({"name": "quick", "steps": [
+        {"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]}))
+        .await;
+    let mut ids = Vec::new();
+    for i in 0..14 {
+        ids.push(create_request(&s, "quick", &json!({"i": i})).await);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for id in &ids {
+        wait_status(&s, id, &["COMPLETED"], Duration::from_secs(20)).await;
+    }
+    assert!(sets().await > at_start, "no set made as time went");
+    let c = db.client().await;
+    // The requests are in the sets of their time: several of them.
+    let holding = db
+        .count(
+            "SELECT count(DISTINCT tableoid) FROM service_requests WHERE workflow_name = 'quick'",
+        )
+        .await;
+    assert!(holding >= 3, "{holding} partitions hold the requests");
+    let steps_holding = db
+        .count("SELECT count(DISTINCT tableoid) FROM steps_status")
+        .await;
+    assert_eq!(
+        steps_holding, holding,
+        "steps are kept in their requests' sets"
+    );
+
+    // A read by id touches one partition.
+    let id = &ids[7];
+    let read = partitions_read(&c, "status::GET_HEADS", &format!("ARRAY['{id}'::uuid]")).await;
+    assert_eq!(read.len(), 1, "{read:?}");
+    let own: String = c
+        .query_one(
+            &format!("SELECT tableoid::regclass::text FROM service_requests WHERE id = '{id}'"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(read.contains(&own), "{read:?} {own}");
+    // A search and counts over a time range touch the partitions of that range only.
+    let (lo, hi) = (
+        Uuid::parse_str(&ids[4]).unwrap(),
+        Uuid::parse_str(&ids[6]).unwrap(),
+    );
+    let range = db
+        .count(&format!(
+            "SELECT count(DISTINCT tableoid) FROM service_requests WHERE id >= '{lo}' AND id <= '{hi}'"
+        ))
+        .await as usize;
+    let search = partitions_read(
+        &c,
+        "search::SEARCH_ALL",
+        &format!("'{lo}', '{hi}', NULL, NULL, NULL, 100"),
+    )
+    .await;
+    assert!(
+        search.len() <= range + 1,
+        "{search:?} for a range in {range}"
+    );
+    let counts = partitions_read(
+        &c,
+        "stats::COUNTS",
+        &format!("'{lo}', '{hi}', '-infinity', 'infinity', NULL"),
+    )
+    .await;
+    assert!(
+        counts.len() <= range + 1,
+        "{counts:?} for a range in {range}"
+    );
+    // Across sets, every read works as before.
+    let found = s
+        .get("/serviceRequests?workflow=quick&limit=100")
+        .await
+        .json();
+    assert_eq!(
+        found["serviceRequests"].as_array().unwrap().len(),
+        ids.len(),
+        "{found}"
+    );
+    let v = s.get("/serviceRequestCounts?workflow=quick").await.json();
+    assert_eq!(v["counts"]["COMPLETED"], ids.len(), "{v}");
+    let page = s
+        .get("/serviceRequests/quick?pageNumber=0&pageSize=100")
+        .await
+        .json();
+    assert_eq!(page["serviceRequests"].as_array().unwrap().len(), ids.len());
+    for id in [&ids[0], &ids[13]] {
+        assert_eq!(
+            s.get(&format!("/console/serviceRequests/{id}"))
+                .await
+                .status,
+            200
+        );
+    }
+    s.shutdown().await;
+}
