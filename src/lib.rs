@@ -166,6 +166,7 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
                 reason: error_chain::one_line(&e),
             })?;
     store::keeper::prepare(
+        &db,
         keep_client,
         store::keeper::Keeping::from_config(&config),
         metrics.clone(),

@@ -59,6 +59,9 @@ pub struct PgConnector {
     mode: SslMode,
     tls: MakeRustlsConnect,
     deadline: Duration,
+    /// The request tables' partition sets as last seen: the connections of this
+    /// connector aim their most frequent statements at them (`partitions::leaf_sql`).
+    partitions: Arc<super::partitions::PartitionMap>,
 }
 
 /// One host of the URL.
@@ -196,7 +199,13 @@ impl PgConnector {
             mode: db.tls.mode,
             tls: MakeRustlsConnect::new(client),
             deadline,
+            partitions: Default::default(),
         })
+    }
+
+    /// The partition sets as this process last saw them.
+    pub fn partitions(&self) -> &super::partitions::PartitionMap {
+        &self.partitions
     }
 
     /// The connector of `config`'s database, with the server's session settings and one
@@ -226,6 +235,7 @@ impl PgConnector {
             mode: self.mode,
             tls: self.tls.clone(),
             deadline: self.deadline,
+            partitions: self.partitions.clone(),
         }
     }
 

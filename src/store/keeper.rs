@@ -161,9 +161,12 @@ pub async fn run(
         if let Some(k) = keeper.as_mut() {
             if let Err(e) = k.pass(false, &stop).await {
                 tracing::warn!(error = %crate::error_chain::one_line(&e), "partition keeper: pass failed; trying again");
-                if k.c.is_closed() {
-                    keeper = None;
-                }
+            }
+            // Every instance learns the sets, whichever did the work.
+            match partitions::list(&k.c).await {
+                Ok(sets) => db.partitions().update(&sets),
+                Err(_) if k.c.is_closed() => keeper = None,
+                Err(e) => tracing::warn!(error = %e, "partition keeper: cannot read the sets"),
             }
         }
         tokio::select! {
@@ -176,6 +179,7 @@ pub async fn run(
 /// The pass a server runs before it serves: waits (a while) for the lock, and creates the
 /// sets ahead that a first create needs. Conversions and drops are left to the keeper.
 pub async fn prepare(
+    db: &PgConnector,
     c: Client,
     keeping: Keeping,
     metrics: Arc<Metrics>,
@@ -184,7 +188,9 @@ pub async fn prepare(
     c.batch_execute(SESSION_TIMEOUT).await?;
     c.batch_execute(SESSION_SEQSCAN).await?;
     let mut k = Keeper::new(c, keeping, metrics);
-    k.pass(true, &rx).await
+    k.pass(true, &rx).await?;
+    db.partitions().update(&partitions::list(&k.c).await?);
+    Ok(())
 }
 
 impl Keeper {

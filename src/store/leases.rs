@@ -139,12 +139,17 @@ WHERE s.lease_owner IS NOT NULL AND s.lease_owner <> $1"
 );
 
 pub async fn renew(conn: &PgConn, owner: Uuid, lease: Duration, ids: &[Uuid]) -> Result<Vec<Uuid>> {
-    let stmt = conn.stmt(RENEW).await?;
-    let rows = conn
-        .client
-        .query(&stmt, &[&owner, &(lease.as_secs_f64() * 1000.0), &ids])
+    let ms = lease.as_secs_f64() * 1000.0;
+    let mut lost = Vec::new();
+    for (set, group) in conn.partitions().group(ids, |id| *id) {
+        let rows = super::partitions::on_set(conn, RENEW, set.as_ref(), |stmt| {
+            let group = &group;
+            async move { conn.client.query(&stmt, &[&owner, &ms, group]).await }
+        })
         .await?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+        lost.extend(rows.iter().map(|r| r.get::<_, Uuid>(0)));
+    }
+    Ok(lost)
 }
 
 pub(super) const RELEASE: &str = concat!(
@@ -158,11 +163,16 @@ pub(super) const RELEASE: &str = concat!(
 /// Gives up the leases `owner` holds on `ids`, so another instance can continue them
 /// after `delay` (zero: at once).
 pub async fn release(conn: &PgConn, owner: Uuid, ids: &[Uuid], delay: Duration) -> Result<u64> {
-    let stmt = conn.stmt(RELEASE).await?;
-    Ok(conn
-        .client
-        .execute(&stmt, &[&owner, &ids, &(delay.as_secs_f64() * 1000.0)])
-        .await?)
+    let ms = delay.as_secs_f64() * 1000.0;
+    let mut n = 0;
+    for (set, group) in conn.partitions().group(ids, |id| *id) {
+        n += super::partitions::on_set(conn, RELEASE, set.as_ref(), |stmt| {
+            let group = &group;
+            async move { conn.client.execute(&stmt, &[&owner, group, &ms]).await }
+        })
+        .await?;
+    }
+    Ok(n)
 }
 
 /// What one finished step received and answered, parsed (text that is not JSON as a

@@ -46,6 +46,114 @@ pub(super) const ADD: &str = "SELECT clamp_add_partitions($1, $2, $3)";
 pub(super) const INSERTED: &str =
     "SELECT coalesce((SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = $1), 0)";
 
+/// `sql` aimed at the partitions of set `suffix`: each request table it names replaced by
+/// that table's partition. A statement on a partitioned table that cannot be pruned when
+/// it is planned (a generic plan, ids joined from an array) locks every partition and sets
+/// up a scan of each, each time it runs: its cost grows with the sets kept. The engine's
+/// most frequent statements name the set of their ids instead (`PartitionMap`), and cost
+/// the same whatever the history.
+pub fn leaf_sql(sql: &str, suffix: &str) -> String {
+    TABLES.iter().fold(sql.to_string(), |text, (t, _)| {
+        replace_word(&text, t, &format!("{t}_p{suffix}"))
+    })
+}
+
+/// Replaces `word` where it stands as a whole name (not inside a longer one).
+fn replace_word(text: &str, word: &str, with: &str) -> String {
+    let is_name = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    let mut out = String::with_capacity(text.len() + 64);
+    let mut from = 0;
+    for (at, _) in text.match_indices(word) {
+        let before = text[..at].chars().last();
+        let after = text[at + word.len()..].chars().next();
+        if is_name(before) || is_name(after) {
+            continue;
+        }
+        out.push_str(&text[from..at]);
+        out.push_str(with);
+        from = at + word.len();
+    }
+    out.push_str(&text[from..]);
+    out
+}
+
+/// Runs `run` with `sql` aimed at the partitions of `set` (none: at the tables), and with
+/// `sql` itself when that set is gone (dropped since this process last saw the sets).
+pub async fn on_set<T, F, Fut>(
+    conn: &super::PgConn,
+    sql: &'static str,
+    set: Option<&std::sync::Arc<str>>,
+    run: F,
+) -> Result<T, tokio_postgres::Error>
+where
+    F: Fn(tokio_postgres::Statement) -> Fut,
+    Fut: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+{
+    let gone = |e: &tokio_postgres::Error| {
+        e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE)
+    };
+    let aimed = match conn.stmt_in(sql, set).await {
+        Ok(stmt) => run(stmt).await,
+        Err(e) => Err(e),
+    };
+    match aimed {
+        Err(e) if set.is_some() && gone(&e) => run(conn.stmt(sql).await?).await,
+        other => other,
+    }
+}
+
+/// Which set each id belongs to, as the last look at the catalog saw the sets: shared by
+/// every runtime of the process, brought up to date by the keeper's task each pass. An id
+/// it knows no set of (none yet, or sets it has not seen) is left to the partitioned
+/// table itself.
+#[derive(Debug, Default)]
+pub struct PartitionMap(
+    parking_lot::RwLock<std::sync::Arc<Vec<(Uuid, Uuid, std::sync::Arc<str>)>>>,
+);
+
+impl PartitionMap {
+    /// The sets as the catalog has them now.
+    pub fn update(&self, sets: &[Set]) {
+        let known = sets
+            .iter()
+            .filter(|s| !s.detaching)
+            .map(|s| {
+                (
+                    s.lo.unwrap_or_else(Uuid::nil),
+                    s.hi.unwrap_or_else(Uuid::max),
+                    std::sync::Arc::from(s.suffix.as_str()),
+                )
+            })
+            .collect();
+        *self.0.write() = std::sync::Arc::new(known);
+    }
+
+    /// The set of `id`, if known.
+    pub fn find(&self, id: Uuid) -> Option<std::sync::Arc<str>> {
+        let sets = self.0.read().clone();
+        let at = sets.partition_point(|(lo, _, _)| *lo <= id);
+        let (_, hi, suffix) = sets.get(at.checked_sub(1)?)?;
+        (id < *hi).then(|| suffix.clone())
+    }
+
+    /// `items` grouped by the set of their id (`None`: not known), in first-seen order.
+    pub fn group<T: Copy>(
+        &self,
+        items: &[T],
+        id: impl Fn(&T) -> Uuid,
+    ) -> Vec<(Option<std::sync::Arc<str>>, Vec<T>)> {
+        let mut groups: Vec<(Option<std::sync::Arc<str>>, Vec<T>)> = Vec::new();
+        for it in items {
+            let set = self.find(id(it));
+            match groups.iter_mut().find(|(s, _)| *s == set) {
+                Some((_, g)) => g.push(*it),
+                None => groups.push((set, vec![*it])),
+            }
+        }
+        groups
+    }
+}
+
 /// The request tables, each with the column its partitions are keyed by (as migration
 /// 25's `clamp_partitioned_tables`).
 pub const TABLES: [(&str, &str); 4] = [
@@ -198,28 +306,31 @@ pub async fn ensure_ahead(
     Ok(created)
 }
 
-/// Requests per second into the set whose range holds `now_ms`, from the rows its
-/// partition took since its range began; None when not known (the first set, or one
-/// begun less than a few seconds ago).
+/// Requests per second into the latest set that began at least ten seconds before
+/// `now_ms` (the one in use, or the one before it while the one in use is young), from the
+/// rows its partition took over the part of its range gone by; None when not known (the
+/// first set, whose range has no beginning).
 async fn current_rate(
     c: &Client,
     sets: &[Set],
     now_ms: u64,
 ) -> Result<Option<f64>, tokio_postgres::Error> {
-    let Some(cur) = sets.iter().find(|s| {
-        s.lo.is_some_and(|lo| v7_ms(lo) <= now_ms) && s.hi.is_some_and(|hi| v7_ms(hi) > now_ms)
-    }) else {
+    let Some(cur) = sets
+        .iter()
+        .filter(|s| s.lo.is_some_and(|lo| v7_ms(lo) + 10_000 <= now_ms))
+        .max_by_key(|s| s.lo)
+    else {
         return Ok(None);
     };
-    let since = now_ms.saturating_sub(cur.lo.map_or(now_ms, v7_ms));
-    if since < 5_000 {
-        return Ok(None);
-    }
+    let lo = cur.lo.map_or(now_ms, v7_ms);
+    let end = cur.ends_ms().map_or(now_ms, |hi| hi.min(now_ms));
     let n: i64 = c
         .query_one(INSERTED, &[&cur.partition("service_requests")])
         .await?
         .get(0);
-    Ok(Some(n as f64 / (since as f64 / 1000.0)))
+    Ok(Some(
+        n as f64 / (end.saturating_sub(lo).max(1) as f64 / 1000.0),
+    ))
 }
 
 #[cfg(test)]
@@ -243,6 +354,43 @@ mod tests {
         assert_eq!(suffix_at(1_764_969_300_000), "20251205t211500");
         let now = SystemTime::now();
         assert!(v7_floor(now) <= Uuid::now_v7());
+    }
+
+    #[test]
+    fn statements_are_aimed_at_a_sets_partitions_and_ids_found_in_their_set() {
+        let sql = "UPDATE service_requests s SET x = 1 FROM steps_status st, \
+                   service_requests_claim_order WHERE s.id = st.service_request_id \
+                   AND EXISTS (SELECT 1 FROM service_requests c)";
+        assert_eq!(
+            leaf_sql(sql, "20261205t211500"),
+            "UPDATE service_requests_p20261205t211500 s SET x = 1 FROM steps_status_p20261205t211500 st, \
+             service_requests_claim_order WHERE s.id = st.service_request_id \
+             AND EXISTS (SELECT 1 FROM service_requests_p20261205t211500 c)"
+        );
+        let at = |ms: u64| v7_floor_ms(ms);
+        let set = |suffix: &str, lo: Option<u64>, hi: Option<u64>| Set {
+            suffix: suffix.into(),
+            lo: lo.map(at),
+            hi: hi.map(at),
+            detaching: false,
+        };
+        let map = PartitionMap::default();
+        assert_eq!(map.find(at(5)), None);
+        map.update(&[
+            set("0", None, Some(1000)),
+            set("a", Some(1000), Some(2000)),
+            set("b", Some(2000), Some(3000)),
+        ]);
+        assert_eq!(map.find(at(5)).as_deref(), Some("0"));
+        assert_eq!(map.find(at(1000)).as_deref(), Some("a"));
+        assert_eq!(map.find(at(2999)).as_deref(), Some("b"));
+        assert_eq!(map.find(at(3000)), None, "beyond the last set");
+        let ids = [at(1500), at(500), at(1600), at(9000)];
+        let groups = map.group(&ids, |u| *u);
+        assert_eq!(groups.len(), 3);
+        assert_eq!(groups[0].0.as_deref(), Some("a"));
+        assert_eq!(groups[0].1, vec![at(1500), at(1600)]);
+        assert_eq!(groups[2].0, None);
     }
 
     #[test]

@@ -10,6 +10,9 @@ use tokio_postgres::{Client, Statement};
 use super::connect::PgConnector;
 use crate::config::Config;
 
+/// Statements aimed at single partition sets kept per connection, at most.
+const LEAF_STATEMENTS: usize = 256;
+
 /// A pooled connection and the statements prepared on it.
 pub struct PgConn {
     pub client: Client,
@@ -20,6 +23,9 @@ pub struct PgConn {
     poisoned: std::sync::atomic::AtomicBool,
     /// Other statements, prepared on first use on this connection.
     cache: parking_lot::Mutex<std::collections::HashMap<&'static str, Statement>>,
+    /// Statements aimed at one partition set (`stmt_in`), by statement and set.
+    leaf_cache:
+        parking_lot::Mutex<std::collections::HashMap<(usize, std::sync::Arc<str>), Statement>>,
     /// Which host of the URL it is connected to, and when it was opened (on that
     /// host's clock): a connection older than the host's last silence is dropped.
     host: usize,
@@ -52,6 +58,38 @@ impl PgConn {
         }
         let s = self.client.prepare(sql).await?;
         self.cache.lock().insert(sql, s.clone());
+        Ok(s)
+    }
+
+    /// The request tables' partition sets as this process last saw them.
+    pub fn partitions(&self) -> &super::partitions::PartitionMap {
+        self.connector.partitions()
+    }
+
+    /// `sql` aimed at the partitions of set `suffix` (`partitions::leaf_sql`), prepared
+    /// once per set on this connection; `sql` itself when no set is given.
+    pub async fn stmt_in(
+        &self,
+        sql: &'static str,
+        suffix: Option<&std::sync::Arc<str>>,
+    ) -> Result<Statement, tokio_postgres::Error> {
+        let Some(suffix) = suffix else {
+            return self.stmt(sql).await;
+        };
+        let key = (sql.as_ptr() as usize, suffix.clone());
+        if let Some(s) = self.leaf_cache.lock().get(&key) {
+            return Ok(s.clone());
+        }
+        let s = self
+            .client
+            .prepare(&super::partitions::leaf_sql(sql, suffix))
+            .await?;
+        let mut cache = self.leaf_cache.lock();
+        // Sets come and go: the statements of those gone are let go with the rest.
+        if cache.len() >= LEAF_STATEMENTS {
+            cache.clear();
+        }
+        cache.insert(key, s.clone());
         Ok(s)
     }
 }
@@ -121,6 +159,7 @@ impl bb8::ManageConnection for PgManager {
             insert_requests,
             poisoned: Default::default(),
             cache: Default::default(),
+            leaf_cache: Default::default(),
             host: c.host,
             opened_ms: c.opened_ms,
             connector: self.connector.clone(),

@@ -123,10 +123,16 @@ async fn fetch(conn: &PgConn, ids: &[Uuid], want: Want) -> Result<HashMap<Uuid, 
         Want::Row => super::status::GET_HEADS,
         Want::Whole => super::status::GET_WHOLE,
     };
-    let stmt = conn.stmt(sql).await?;
-    let rows = conn.client.query(&stmt, &[&ids]).await?;
     let mut out: HashMap<Uuid, Found> = HashMap::with_capacity(ids.len());
-    collect(&rows, want, &mut out);
+    // One statement per partition set the ids are in, aimed at its partitions.
+    for (set, group) in conn.partitions().group(ids, |id| *id) {
+        let rows = super::partitions::on_set(conn, sql, set.as_ref(), |stmt| {
+            let group = &group;
+            async move { conn.client.query(&stmt, &[group]).await }
+        })
+        .await?;
+        collect(&rows, want, &mut out);
+    }
     beyond_the_row(conn, &mut out).await?;
     Ok(out)
 }

@@ -85,11 +85,23 @@ pub struct Row<'a> {
 /// Writes a batch of transitions for lease owner `owner`; returns the ids that passed
 /// the fence.
 pub async fn write(conn: &PgConn, rows: &[Row<'_>], owner: Uuid) -> Result<Vec<Uuid>> {
-    let rows = tokio::time::timeout(WRITE_TIMEOUT, async {
-        let stmt = conn.stmt(WRITE_TRANSITIONS).await?;
-        conn.client.query(&stmt, &[&rows, &owner]).await
+    let written = tokio::time::timeout(WRITE_TIMEOUT, async {
+        // One statement per partition set the batch's requests are in (one, but at a
+        // set's edge), aimed at that set's partitions (`partitions::leaf_sql`).
+        let order: Vec<usize> = (0..rows.len()).collect();
+        let mut applied = Vec::with_capacity(rows.len());
+        for (set, idx) in conn.partitions().group(&order, |&i| rows[i].id) {
+            let group: Vec<&Row<'_>> = idx.iter().map(|&i| &rows[i]).collect();
+            let got = super::partitions::on_set(conn, WRITE_TRANSITIONS, set.as_ref(), |stmt| {
+                let group = &group;
+                async move { conn.client.query(&stmt, &[group, &owner]).await }
+            })
+            .await?;
+            applied.extend(got.iter().map(|r| r.get::<_, Uuid>(0)));
+        }
+        Ok::<_, tokio_postgres::Error>(applied)
     })
     .await
     .map_err(|_| StoreError::Unavailable("step write timed out".into()))??;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+    Ok(written)
 }

@@ -99,6 +99,10 @@ async fn a_set_goes_only_when_all_of_it_is_finished_and_past_every_age_that_appl
     // The first set goes; the one with a paused request stays, found by id, and the
     // FAILED request (kept longer) stays too.
     gone(&db, &q1, Duration::from_secs(20)).await;
+    // A read of a dropped request is a plain 404 (the server may not have seen the set go
+    // yet: a statement aimed at it falls back to the tables).
+    let r = s.get(&format!("/serviceRequest/{q1}")).await;
+    assert_eq!(r.status, 404, "{}", r.text());
     assert!(stored(&db, &q2).await && stored(&db, &paused).await);
     assert!(
         stored(&db, &failed).await,
