@@ -107,9 +107,10 @@ where
 /// it knows no set of (none yet, or sets it has not seen) is left to the partitioned
 /// table itself.
 #[derive(Debug, Default)]
-pub struct PartitionMap(
-    parking_lot::RwLock<std::sync::Arc<Vec<(Uuid, Uuid, std::sync::Arc<str>)>>>,
-);
+pub struct PartitionMap(parking_lot::RwLock<std::sync::Arc<Vec<Bounds>>>);
+
+/// One set as the map knows it: its lowest id, the id it ends before, and its suffix.
+type Bounds = (Uuid, Uuid, std::sync::Arc<str>);
 
 impl PartitionMap {
     /// The sets as the catalog has them now.
