@@ -1005,7 +1005,8 @@ fn check_timeouts(a: &Args) -> Result<(), ConfigError> {
         && ok(a.partition_convert_seconds))
     {
         return Err(ConfigError(
-            "CLAMP_PARTITION_MIN_SECONDS and CLAMP_PARTITION_MAX_SECONDS must be 1 or more,              the first at most the second; CLAMP_PARTITION_AHEAD_SECONDS 0 or more"
+            "CLAMP_PARTITION_MIN_SECONDS and CLAMP_PARTITION_MAX_SECONDS must be 1 or more, \
+             the first at most the second; CLAMP_PARTITION_AHEAD_SECONDS 0 or more"
                 .into(),
         ));
     }
