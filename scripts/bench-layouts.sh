@@ -85,15 +85,15 @@ script_partitions() {
   cat <<SQL
 BEGIN;
 SELECT $id_expr AS rid \\gset
-INSERT INTO requests (id, workflow_name, payload, lease_owner, lease_until) VALUES (:'rid', 'two', '{"n":1}', '00000000-0000-0000-0000-000000000001', now() + interval '30 seconds');
+INSERT INTO requests (id, workflow_name, payload, lease_owner, lease_until) VALUES ((:rid)::uuid, 'two', '{"n": 1}', '00000000-0000-0000-0000-000000000001', now() + interval '30 seconds');
 COMMIT;
 BEGIN;
-UPDATE requests SET current_step_id = 2, step_request = '{"ok":true}', updated_at = now(), step_attempts = 0 WHERE id = :'rid';
-INSERT INTO steps (service_request_id, step_id, step_name, status, request, response, started_at, finished_at, time_taken_ms) VALUES (:'rid', 1, 'a', 'COMPLETED', '', '{"ok":true}', now(), now(), 1);
+UPDATE requests SET current_step_id = 2, step_request = '{"ok": true}', updated_at = now(), step_attempts = 0 WHERE id = (:rid)::uuid;
+INSERT INTO steps (service_request_id, step_id, step_name, status, request, response, started_at, finished_at, time_taken_ms) VALUES ((:rid)::uuid, 1, 'a', 'COMPLETED', '', '{"ok": true}', now(), now(), 1);
 COMMIT;
 BEGIN;
-UPDATE requests SET status = 'COMPLETED', current_step_id = 0, step_request = NULL, updated_at = now(), finished_at = now(), lease_owner = NULL WHERE id = :'rid';
-INSERT INTO steps (service_request_id, step_id, step_name, status, request, response, started_at, finished_at, time_taken_ms) VALUES (:'rid', 2, 'b', 'COMPLETED', '', '{"ok":true}', now(), now(), 1);
+UPDATE requests SET status = 'COMPLETED', current_step_id = 0, step_request = NULL, updated_at = now(), finished_at = now(), lease_owner = NULL WHERE id = (:rid)::uuid;
+INSERT INTO steps (service_request_id, step_id, step_name, status, request, response, started_at, finished_at, time_taken_ms) VALUES ((:rid)::uuid, 2, 'b', 'COMPLETED', '', '{"ok": true}', now(), now(), 1);
 COMMIT;
 SQL
 }
@@ -117,16 +117,16 @@ script_hot() {
   cat <<SQL
 BEGIN;
 SELECT $id_expr AS rid \\gset
-INSERT INTO hot (id, workflow_name, payload, lease_owner, lease_until) VALUES (:'rid', 'two', '{"n":1}', '00000000-0000-0000-0000-000000000001', now() + interval '30 seconds');
+INSERT INTO hot (id, workflow_name, payload, lease_owner, lease_until) VALUES ((:rid)::uuid, 'two', '{"n": 1}', '00000000-0000-0000-0000-000000000001', now() + interval '30 seconds');
 COMMIT;
 BEGIN;
-UPDATE hot SET current_step_id = 2, step_request = '{"ok":true}', updated_at = now(), step_attempts = 0 WHERE id = :'rid';
-INSERT INTO steps (service_request_id, step_id, step_name, status, request, response, started_at, finished_at, time_taken_ms) VALUES (:'rid', 1, 'a', 'COMPLETED', '', '{"ok":true}', now(), now(), 1);
+UPDATE hot SET current_step_id = 2, step_request = '{"ok": true}', updated_at = now(), step_attempts = 0 WHERE id = (:rid)::uuid;
+INSERT INTO steps (service_request_id, step_id, step_name, status, request, response, started_at, finished_at, time_taken_ms) VALUES ((:rid)::uuid, 1, 'a', 'COMPLETED', '', '{"ok": true}', now(), now(), 1);
 COMMIT;
 BEGIN;
-WITH gone AS (DELETE FROM hot WHERE id = :'rid' RETURNING *)
+WITH gone AS (DELETE FROM hot WHERE id = (:rid)::uuid RETURNING *)
 INSERT INTO history SELECT id, workflow_name, 'COMPLETED', payload, headers, 0, NULL, NULL, lease_until, created_at, now(), now(), step_attempts, workflow_version FROM gone;
-INSERT INTO steps (service_request_id, step_id, step_name, status, request, response, started_at, finished_at, time_taken_ms) VALUES (:'rid', 2, 'b', 'COMPLETED', '', '{"ok":true}', now(), now(), 1);
+INSERT INTO steps (service_request_id, step_id, step_name, status, request, response, started_at, finished_at, time_taken_ms) VALUES ((:rid)::uuid, 2, 'b', 'COMPLETED', '', '{"ok": true}', now(), now(), 1);
 COMMIT;
 SQL
 }

@@ -12,7 +12,7 @@
 #
 #   BIN=target/release/clamp scripts/bench-soak.sh
 #   BIN=/tmp/bins/clamp-212db38 MINUTES=30 TAG=soak-212db38 scripts/bench-soak.sh
-#   BIN=… SERVER_FLAGS='--retention-minutes 5' TAG=soak-retention scripts/bench-soak.sh
+#   BIN=… SERVER_FLAGS='--retention-days 0.003472 --partition-skew-seconds 60' TAG=soak-retention scripts/bench-soak.sh
 #   BIN=… SEED=10000000 TAG=soak-seeded scripts/bench-soak.sh
 #
 # Settings: BIN (the server binary), MINUTES (30), WINDOW (60, seconds per sample), CONNS
@@ -160,6 +160,6 @@ grep -iE "partition|retention|error|warn" "$tmp/server.log" | tail -40 > "$out/s
 export SK_OUT=$out SK_BIN=$BIN SK_SERVER="$server_cmd" SK_WRK="$wrk_cmd" SK_PG="$(pg_settings "$base" autovacuum autovacuum_naptime)" \
   SK_PGCMD="scripts/dev-postgres.sh start <tmpdir> <port>" SK_MINUTES=$MINUTES SK_WINDOW=$WINDOW SK_SEED=$SEED \
   SK_CREATED=$n SK_COMPLETED=$c SK_DROPPED=$r SK_FAILED=$f SK_ROWS=$rows SK_OPEN=$open_rows SK_SEEDED_LEFT=$seeded_left \
-  SK_MACHINE="$(machine_line)" SK_GIT="$(git_rev)" SK_TAG=$tag SK_SEED_SECS=${seed_secs:-0}
+  SK_CONNS=$CONNS SK_MACHINE="$(machine_line)" SK_GIT="$(git_rev)" SK_TAG=$tag SK_SEED_SECS=${seed_secs:-0}
 python3 scripts/soak_report.py
 echo "bench-soak: $out/README.md"

@@ -164,6 +164,13 @@ class Soak(unittest.TestCase):
         self.assertAlmostEqual(s["cpu_ratio"], 1.1)
         self.assertAlmostEqual(s["size_spread"], 1.1)
 
+    def test_accounting_allows_only_the_answers_left_unread(self):
+        import soak_report
+        self.assertIn("every acknowledged", soak_report.accounting(100, 10, 80, 30, 64))
+        self.assertIn("every acknowledged", soak_report.accounting(100, 0, 164, 0, 64))
+        self.assertIn("missing", soak_report.accounting(100, 10, 80, 29, 64))
+        self.assertIn("more rows", soak_report.accounting(100, 0, 165, 0, 64))
+
 
 if __name__ == "__main__":
     unittest.main()
