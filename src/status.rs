@@ -195,6 +195,10 @@ macro_rules! status_sql {
     (Skipped) => {
         "'SKIPPED'"
     };
+    // The statuses a request ends in, as a list for `IN (…)`.
+    (Finished) => {
+        "'COMPLETED', 'FAILED', 'CANCELLED'"
+    };
 }
 pub(crate) use status_sql;
 
@@ -222,6 +226,12 @@ mod tests {
         assert_eq!(status_sql!(Cancelled), quoted(R::Cancelled.as_str()));
         assert_eq!(status_sql!(Started), quoted(S::Started.as_str()));
         assert_eq!(status_sql!(Skipped), quoted(S::Skipped.as_str()));
+        let finished: Vec<String> = R::ALL
+            .into_iter()
+            .filter(|s| s.is_finished())
+            .map(|s| quoted(s.as_str()))
+            .collect();
+        assert_eq!(status_sql!(Finished), finished.join(", "));
     }
 
     #[test]

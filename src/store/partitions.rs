@@ -131,10 +131,7 @@ impl PartitionMap {
 
     /// The set of `id`, if known.
     pub fn find(&self, id: Uuid) -> Option<std::sync::Arc<str>> {
-        let sets = self.0.read().clone();
-        let at = sets.partition_point(|(lo, _, _)| *lo <= id);
-        let (_, hi, suffix) = sets.get(at.checked_sub(1)?)?;
-        (id < *hi).then(|| suffix.clone())
+        set_in(&self.0.read(), id)
     }
 
     /// `items` grouped by the set of their id (`None`: not known), in first-seen order.
@@ -143,9 +140,11 @@ impl PartitionMap {
         items: &[T],
         id: impl Fn(&T) -> Uuid,
     ) -> Vec<(Option<std::sync::Arc<str>>, Vec<T>)> {
+        // One look at the sets for the whole batch, not a lock per id.
+        let sets = self.0.read().clone();
         let mut groups: Vec<(Option<std::sync::Arc<str>>, Vec<T>)> = Vec::new();
         for it in items {
-            let set = self.find(id(it));
+            let set = set_in(&sets, id(it));
             match groups.iter_mut().find(|(s, _)| *s == set) {
                 Some((_, g)) => g.push(*it),
                 None => groups.push((set, vec![*it])),
@@ -153,6 +152,13 @@ impl PartitionMap {
         }
         groups
     }
+}
+
+/// The set of `id` among `sets` (sorted by their lowest id), if one holds it.
+fn set_in(sets: &[Bounds], id: Uuid) -> Option<std::sync::Arc<str>> {
+    let at = sets.partition_point(|(lo, _, _)| *lo <= id);
+    let (_, hi, suffix) = sets.get(at.checked_sub(1)?)?;
+    (id < *hi).then(|| suffix.clone())
 }
 
 /// The request tables, each with the column its partitions are keyed by (as migration

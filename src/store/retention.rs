@@ -83,27 +83,15 @@ pub fn look_sql(set: &Set) -> String {
     template(
         concat!(
     "SELECT count(*)::bigint, count(*) FILTER (WHERE s.status NOT IN (",
-    crate::status::status_sql!(Completed),
-    ", ",
-    crate::status::status_sql!(Failed),
-    ", ",
-    crate::status::status_sql!(Cancelled),
+    crate::status::status_sql!(Finished),
     "))::bigint,
        (extract(epoch FROM max(s.finished_at + (CASE WHEN a.wf IS NULL THEN d.ms ELSE a.ms END) * interval '1 millisecond')) * 1000)::float8,
        coalesce(bool_or(s.status IN (",
-    crate::status::status_sql!(Completed),
-    ", ",
-    crate::status::status_sql!(Failed),
-    ", ",
-    crate::status::status_sql!(Cancelled),
+    crate::status::status_sql!(Finished),
     ") AND (CASE WHEN a.wf IS NULL THEN d.ms ELSE a.ms END) IS NULL), false),
        (extract(epoch FROM now()) * 1000)::float8,
        (array_agg(s.id) FILTER (WHERE s.status NOT IN (",
-            crate::status::status_sql!(Completed),
-            ", ",
-            crate::status::status_sql!(Failed),
-            ", ",
-            crate::status::status_sql!(Cancelled),
+            crate::status::status_sql!(Finished),
             ")))[1:1000]
 FROM {partition} s
 LEFT JOIN unnest($1::text[], $2::text[], $3::float8[]) a(wf, st, ms)
@@ -237,11 +225,7 @@ pub fn drop_sql(set: &Set) -> String {
 pub(super) const STILL_OPEN: &str = concat!(
     "SELECT count(*) FROM unnest($1::uuid[]) AS u(id) JOIN service_requests s ON s.id = u.id \
      WHERE s.status NOT IN (",
-    crate::status::status_sql!(Completed),
-    ", ",
-    crate::status::status_sql!(Failed),
-    ", ",
-    crate::status::status_sql!(Cancelled),
+    crate::status::status_sql!(Finished),
     ")"
 );
 

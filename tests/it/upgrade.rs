@@ -81,14 +81,10 @@ fn held(batch: Uuid, n: u128, headers: &'static str) -> Held {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn batches_of_version_5_become_rows_and_each_request_runs_once() {
-    let db = TestDb::new();
-    let d = Downstream::start().await;
-    // A database at the schema before the request tables were partitioned (migration 24)
-    // with the workflow, then put back to version 5 with requests waiting in batches, as a
-    // version 5 server would have left it.
-    migrate_to(&db, 24).await;
+/// A database at the schema before the request tables were partitioned (migration 24),
+/// holding the two-step workflow against `d`.
+async fn at_24_with_two_steps(db: &TestDb, d: &Downstream) -> tokio_postgres::Client {
+    migrate_to(db, 24).await;
     let c = db.client().await;
     insert_workflow(
         &c,
@@ -97,6 +93,17 @@ async fn batches_of_version_5_become_rows_and_each_request_runs_once() {
             {"name": "b", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]}),
     )
     .await;
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_of_version_5_become_rows_and_each_request_runs_once() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    // A database at the schema before the request tables were partitioned (migration 24)
+    // with the workflow, then put back to version 5 with requests waiting in batches, as a
+    // version 5 server would have left it.
+    let c = at_24_with_two_steps(&db, &d).await;
     c.batch_execute(SCHEMA_V5_BATCHES).await.unwrap();
     c.execute("DELETE FROM schema_migrations WHERE version > 5", &[])
         .await
@@ -297,15 +304,7 @@ FROM service_requests, generate_series(1, 2) k;";
 async fn a_populated_database_is_partitioned_online_keeping_every_row_while_creates_go_on() {
     let db = TestDb::new();
     let d = Downstream::start().await;
-    migrate_to(&db, 24).await;
-    let c = db.client().await;
-    insert_workflow(
-        &c,
-        &json!({"name": "two", "steps": [
-            {"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}},
-            {"name": "b", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]}),
-    )
-    .await;
+    let c = at_24_with_two_steps(&db, &d).await;
     c.batch_execute(MILLION).await.unwrap();
     c.batch_execute("VACUUM ANALYZE service_requests, steps_status")
         .await
