@@ -49,7 +49,12 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 pg_port=$(free_port)
-base=$(scripts/dev-postgres.sh start "$pg_dir" "$pg_port"); base=${base%/clamp}
+# Every autovacuum and autoanalyze run is logged with its CPU time, so the record can say
+# what the database spent on vacuum, per window and per partition (the set taking the
+# traffic, or one left behind).
+base=$(PG_EXTRA_CONF="log_autovacuum_min_duration = 0
+log_timezone = 'UTC'" scripts/dev-postgres.sh start "$pg_dir" "$pg_port")
+base=${base%/clamp}
 postmaster=$(head -1 "$pg_dir/postmaster.pid")
 db=clamp_soak
 url="$base/$db"
@@ -156,8 +161,9 @@ stop "$server_pid"; server_pid=
 cp "$tmp/samples.csv" "$out/samples.csv"
 cp "$tmp/wrk.txt" "$out/wrk.txt"
 grep -iE "partition|retention|error|warn" "$tmp/server.log" | tail -40 > "$out/server-log-excerpt.txt" || true
+python3 scripts/soak_report.py autovacuum < "$pg_dir/server.log" > "$out/autovacuum.csv"
 
-export SK_OUT=$out SK_BIN=$BIN SK_SERVER="$server_cmd" SK_WRK="$wrk_cmd" SK_PG="$(pg_settings "$base" autovacuum autovacuum_naptime)" \
+export SK_OUT=$out SK_BIN=$BIN SK_SERVER="$server_cmd" SK_WRK="$wrk_cmd" SK_PG="$(pg_settings "$base" autovacuum autovacuum_naptime log_autovacuum_min_duration)" \
   SK_PGCMD="scripts/dev-postgres.sh start <tmpdir> <port>" SK_MINUTES=$MINUTES SK_WINDOW=$WINDOW SK_SEED=$SEED \
   SK_CREATED=$n SK_COMPLETED=$c SK_DROPPED=$r SK_FAILED=$f SK_ROWS=$rows SK_OPEN=$open_rows SK_SEEDED_LEFT=$seeded_left \
   SK_CONNS=$CONNS SK_MACHINE="$(machine_line)" SK_GIT="$(git_rev)" SK_TAG=$tag SK_SEED_SECS=${seed_secs:-0}

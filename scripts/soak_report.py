@@ -11,7 +11,9 @@ in scripts/test_benchmath.py.
 
 import csv
 import os
+import re
 import sys
+from datetime import datetime, timezone
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchmath import cpu_per, median, ratio  # noqa: E402
@@ -41,6 +43,74 @@ def windows(rows):
             "wal_per": ratio(int(b["wal"]) - int(a["wal"]), done),
         })
     return out
+
+
+AUTO_START = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) (\w+) \[\d+\] LOG:  '
+                        r'automatic (vacuum|analyze) of table "(?:[^".]+\.)*([^".]+)"')
+AUTO_USAGE = re.compile(r'system usage: CPU: user: ([\d.]+) s, system: ([\d.]+) s, elapsed: ([\d.]+) s')
+
+
+def autovacuum_runs(lines):
+    """The autovacuum and autoanalyze runs a Postgres log holds (log_autovacuum_min_duration
+    = 0, log_timezone UTC, the default line prefix '%m [%p] '): (epoch seconds at its end, 'vacuum' or
+    'analyze', table, CPU seconds, elapsed seconds), in the log's order."""
+    runs, cur = [], None
+    for line in lines:
+        m = AUTO_START.match(line)
+        if m:
+            # The soak's cluster logs in UTC (log_timezone).
+            whole, _, frac = m.group(1).partition(".")
+            stamp = datetime.strptime(whole, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+            t = stamp.timestamp() + float("0." + (frac or "0"))
+            cur = (t, m.group(3), m.group(4))
+            continue
+        u = AUTO_USAGE.search(line)
+        if u and cur:
+            runs.append((*cur, float(u.group(1)) + float(u.group(2)), float(u.group(3))))
+            cur = None
+    return runs
+
+
+def partition_role(table, t, starts):
+    """'in use' when `table` is the partition of the latest set begun by time `t` among the
+    set starts seen (`starts`: epoch seconds by suffix), 'left' when a later set had begun,
+    'table' for a table that is not a set's partition (or the first set, `_p0`, once a
+    later one began: 'left')."""
+    m = re.search(r"_p(\d{8}t\d{6}|0)$", table)
+    if not m:
+        return "table"
+    mine = starts.get(m.group(1), 0.0)
+    return "left" if any(mine < s <= t for s in starts.values()) else "in use"
+
+
+def set_start(suffix):
+    """Epoch seconds a set's suffix names (the first set, `0`: the beginning of time)."""
+    if suffix == "0":
+        return 0.0
+    return datetime.strptime(suffix, "%Y%m%dt%H%M%S").replace(
+        tzinfo=timezone.utc).timestamp()
+
+
+def autovacuum_by_window(runs, ws, rows):
+    """Adds to each window the autovacuum CPU µs per completed request in it, and returns
+    the totals per (kind, table family, role): runs, CPU s, elapsed s."""
+    starts = {}
+    for _, _, table, _, _ in runs:
+        m = re.search(r"_p(\d{8}t\d{6}|0)$", table)
+        if m:
+            starts[m.group(1)] = set_start(m.group(1))
+    totals = {}
+    for w, (a, b) in zip(ws, zip(rows, rows[1:])):
+        t0, t1 = float(a["t"]), float(b["t"])
+        done = int(b["completed"]) - int(a["completed"])
+        cpu = sum(r[3] for r in runs if t0 < r[0] <= t1)
+        w["vacuum_us"] = cpu * 1e6 / done if done else float("nan")
+    for t, kind, table, cpu, elapsed in runs:
+        family = re.sub(r"_p(\d{8}t\d{6}|0)$", "", table)
+        key = (kind, family, partition_role(table, t, starts))
+        n, c, e = totals.get(key, (0, 0.0, 0.0))
+        totals[key] = (n + 1, c + cpu, e + elapsed)
+    return totals
 
 
 def summary(ws, n=5, flat_from=10):
@@ -128,6 +198,11 @@ def main():
     rows = list(csv.DictReader(open(f"{out}/samples.csv")))
     ws = windows(rows)
     s = summary(ws)
+    runs = []
+    if os.path.exists(f"{out}/autovacuum.csv"):
+        runs = [(float(r["t"]), r["kind"], r["table"], float(r["cpu_s"]), float(r["elapsed_s"]))
+                for r in csv.DictReader(open(f"{out}/autovacuum.csv"))]
+    totals = autovacuum_by_window(runs, ws, rows)
     with open(f"{out}/soak.svg", "w") as f:
         f.write(svg(ws, f"{E['SK_TAG']} at {E['SK_GIT']}: rate and CPU per request against time and size"))
     created, completed, dropped = int(E["SK_CREATED"]), int(E["SK_COMPLETED"]), int(E["SK_DROPPED"])
@@ -165,13 +240,23 @@ def main():
         "",
         "## Windows",
         "",
-        "| minute | completed/s | server µs | Postgres µs | total µs | WAL B/req | GB | dead tuples | vacuum runs | partitions | dropped |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| minute | completed/s | server µs | Postgres µs | of which autovacuum µs | total µs | WAL B/req | GB | dead tuples | vacuum runs | partitions | dropped |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for w in ws:
         lines.append(f"| {w['minute']} | {w['rate']:,.0f} | {w['server_us']:.1f} | {w['pg_us']:.1f} | "
+                     f"{w['vacuum_us']:.1f} | "
                      f"{w['cpu_us']:.1f} | {w['wal_per']:,.0f} | {w['gb']:.2f} | {w['dead']:,} | "
                      f"{w['vacuums']} | {w['partitions']} | {w['dropped']:,} |")
+    if totals:
+        lines += ["", "## Autovacuum", "",
+                  "Every autovacuum and autoanalyze run of the soak, from the cluster's log "
+                  "(`log_autovacuum_min_duration = 0`): per table (partitions together), and "
+                  "whether the partition was the set taking the traffic or one left behind when "
+                  "the run ended. The whole list: [autovacuum.csv](autovacuum.csv).", "",
+                  "| run | table | partition | runs | CPU s | elapsed s |", "|---|---|---|---|---|---|"]
+        for (kind, family, role), (n, c, e) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
+            lines.append(f"| {kind} | {family} | {role} | {n} | {c:.1f} | {e:.1f} |")
     lines += ["", "Samples: [samples.csv](samples.csv); wrk's output: [wrk.txt](wrk.txt); the "
               "server's log lines about partitions and retention: [server-log-excerpt.txt](server-log-excerpt.txt).", ""]
     with open(f"{out}/README.md", "w") as f:
@@ -180,4 +265,11 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["autovacuum"]:
+        # The runs of a Postgres log on stdin, as CSV on stdout (the script's autovacuum.csv).
+        out = csv.writer(sys.stdout)
+        out.writerow(["t", "kind", "table", "cpu_s", "elapsed_s"])
+        for r in autovacuum_runs(sys.stdin):
+            out.writerow([f"{r[0]:.3f}", r[1], r[2], f"{r[3]:.2f}", f"{r[4]:.2f}"])
+    else:
+        main()

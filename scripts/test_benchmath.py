@@ -171,6 +171,37 @@ class Soak(unittest.TestCase):
         self.assertIn("missing", soak_report.accounting(100, 10, 80, 29, 64))
         self.assertIn("more rows", soak_report.accounting(100, 0, 165, 0, 64))
 
+    def test_autovacuum_runs_are_read_from_the_log_and_put_in_their_window(self):
+        import soak_report
+        log = [
+            '2026-12-06 00:00:30.500 UTC [7] LOG:  automatic vacuum of table '
+            '"clamp_soak.public.service_requests_p20261206t000000": index scans: 1\n',
+            "\tpages: 0 removed, 10 remain\n",
+            "\tsystem usage: CPU: user: 0.20 s, system: 0.10 s, elapsed: 1.00 s\n",
+            '2026-12-06 00:01:30 UTC [8] LOG:  automatic analyze of table '
+            '"clamp_soak.public.steps_status_p20261206t000000"\n',
+            "\tsystem usage: CPU: user: 0.05 s, system: 0.05 s, elapsed: 0.20 s\n",
+            '2026-12-06 00:01:40 UTC [9] LOG:  automatic vacuum of table "clamp_soak.public.steps_status_p20261206t000100": index scans: 0\n',
+            "2026-12-06 00:01:41 UTC [9] LOG:  something else\n",
+            "\tsystem usage: CPU: user: 1.00 s, system: 0.00 s, elapsed: 1.00 s\n",
+        ]
+        runs = soak_report.autovacuum_runs(log)
+        self.assertEqual(len(runs), 3)
+        t0 = 1796515200.0  # 2026-12-06 00:00:00 UTC
+        self.assertAlmostEqual(runs[0][0], t0 + 30.5)
+        self.assertEqual(runs[0][1:3], ("vacuum", "service_requests_p20261206t000000"))
+        self.assertAlmostEqual(runs[0][3], 0.3)
+        rows = [{"t": str(t0 + 60 * i), "completed": str(30000 * i)} for i in range(3)]
+        ws = [{}, {}]
+        totals = soak_report.autovacuum_by_window(runs, ws, rows)
+        self.assertAlmostEqual(ws[0]["vacuum_us"], 10.0)  # 0.3 s over 30,000 requests
+        self.assertAlmostEqual(ws[1]["vacuum_us"], 1.1 * 1e6 / 30000)
+        # The set begun at 00:00 was left once the one of 00:01 began.
+        self.assertEqual(totals[("vacuum", "service_requests", "in use")][0], 1)
+        self.assertEqual(totals[("analyze", "steps_status", "left")][0], 1)
+        self.assertEqual(totals[("vacuum", "steps_status", "in use")][1], 1.0)
+        self.assertEqual(soak_report.partition_role("workflows", 0.0, {}), "table")
+
 
 if __name__ == "__main__":
     unittest.main()
