@@ -8,9 +8,11 @@
 A module may use the layers to its left. `config` uses only `workflow` (the server's
 default step retry policy is a workflow type, checked by the workflow's own rules);
 `state` is one runtime's `Core` (its pool, buffer and executor), which the adapters
-(http, broker) are handed. The leaf modules (metrics, ids, backoff, tokens, destinations,
+(http, broker) are handed. http reaches the store and the engine only through `ops`
+(the only door: their types too, as ops re-exports them), never by name. The leaf modules (metrics, ids, backoff, tokens, destinations,
 secrets, …) may be used by any
-layer and use no project module themselves.
+layer and use no project module themselves, but for the route table (`routes`: every
+route's method, path, operation and metric name), which metrics reads.
 Every `crate::<module>` path in a file under src/<module>/ (or src/<module>.rs), outside
 its tests, is an arrow; the check fails on any arrow against the direction.
 
@@ -26,13 +28,20 @@ the leaves) build no JSON (`json!`, `serde_json::Map::new`): they return rows an
 structs. The engine and the workflow language build JSON of their own (a step's request,
 its context, its record), which is workflow data, not an answer.
 
+No status is spelled outside src/status.rs: as SQL (`'NEW'`) or a Rust string (`"NEW"`),
+statements and code use `RequestStatus`, `StepStatus` and `status_sql!`.
+
     scripts/check-deps.py            # exit 1 and the offending files on a violation
 """
 import pathlib
 import re
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+# CHECK_DEPS_ROOT: another checkout to check (scripts/test_check_deps.py checks copies
+# with a violation put in on purpose).
+import os  # noqa: E402
+
+ROOT = pathlib.Path(os.environ.get("CHECK_DEPS_ROOT") or pathlib.Path(__file__).resolve().parent.parent)
 LAYER = {
     "workflow": 1,
     "telemetry": 1,
@@ -48,7 +57,15 @@ LAYER = {
     "lib": 9,
     "main": 9,
 }
-LEAVES = {"metrics", "ids", "backoff", "error_chain", "batches", "tls", "status", "tokens", "destinations", "secrets"}
+LEAVES = {"metrics", "ids", "backoff", "error_chain", "batches", "tls", "status", "tokens", "destinations", "secrets",
+          "routes"}
+# The route table is data beneath every layer: the one leaf another leaf (metrics, which
+# names each route's metrics) may read. It uses nothing itself.
+TABLES = {"routes"}
+# ops is the only door: the carriers (the API and console, the broker consumers) reach the
+# store and the engine through it, never by name.
+BEHIND_OPS = {"store", "engine"}
+CARRIERS = {"http"}
 USE = re.compile(r"\bcrate::([a-z_]+)")
 GROUP = re.compile(r"\buse crate::\{([^}]*)\}", re.S)
 
@@ -74,6 +91,25 @@ def answers_below_http():
     return out
 
 
+# A status spelled as SQL or as a Rust string: only src/status.rs may (comments, tests and
+# migrations aside).
+STATUS_SPELLED = re.compile(r"['\"](NEW|IN_PROGRESS|PAUSED|RESUMED|COMPLETED|FAILED|CANCELLED|STARTED|SKIPPED)['\"]")
+
+
+def statuses_spelled():
+    """(file, line, spelling) for each status spelled outside src/status.rs."""
+    out = []
+    for f in sorted((ROOT / "src").rglob("*.rs")):
+        if f == ROOT / "src" / "status.rs":
+            continue
+        src = f.read_text().split("#[cfg(test)]")[0]
+        for n, line in enumerate(src.splitlines(), 1):
+            code = line.split("//")[0] if line.lstrip().startswith("//") else line
+            for m in STATUS_SPELLED.finditer(code):
+                out.append((str(f.relative_to(ROOT)), n, m.group(0)))
+    return out
+
+
 def module_of(path: pathlib.Path) -> str:
     rel = path.relative_to(ROOT / "src")
     return rel.parts[0].removesuffix(".rs")
@@ -96,8 +132,10 @@ def arrows():
 
 
 def allowed(src: str, dst: str) -> bool:
+    if src in CARRIERS and dst in BEHIND_OPS:
+        return False
     if src in LEAVES:
-        return False  # leaves use no project module
+        return dst in TABLES and src not in TABLES  # leaves use no project module but the table
     if dst in LEAVES:
         return True
     return LAYER[dst] < LAYER[src]
@@ -172,9 +210,13 @@ def main() -> int:
     for rel, what in answers_below_http():
         print(f"check-deps: {rel} builds {what} below http/; return typed data and render it in http/")
         bad += 1
+    for rel, n, spelled in statuses_spelled():
+        print(f"check-deps: {rel}:{n} spells the status {spelled}; use src/status.rs "
+              "(RequestStatus, StepStatus, status_sql!)")
+        bad += 1
     if bad == 0:
         print(f"check-deps: {len(all_arrows)} arrows between modules, all in the direction; "
-              "answers built only in http/")
+              "answers built only in http/; statuses spelled only in src/status.rs")
     return 1 if bad else 0
 
 

@@ -16,6 +16,7 @@ pub(crate) mod http;
 pub(crate) mod ids;
 pub(crate) mod metrics;
 pub(crate) mod ops;
+pub(crate) mod routes;
 pub mod runtime;
 pub mod secrets;
 pub(crate) mod state;

@@ -17,118 +17,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
-/// The routes, each with its Clamp metric name prefix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(usize)]
-pub enum Route {
-    CreateWorkflow,
-    GetWorkflow,
-    PutWorkflow,
-    WorkflowVersions,
-    ListWorkflows,
-    CreateServiceRequest,
-    GetServiceRequest,
-    CancelServiceRequest,
-    RetryServiceRequest,
-    RetryServiceRequests,
-    RerunServiceRequest,
-    ServiceRequestChildren,
-    ListServiceRequests,
-    SearchServiceRequests,
-    CountServiceRequests,
-    StepResponse,
-    DeliverEvent,
-    CreateSchedule,
-    ListSchedules,
-    GetSchedule,
-    PutSchedule,
-    DeleteSchedule,
-    TriggerSchedule,
-    PauseSchedule,
-    ResumeSchedule,
-    Audit,
-    Health,
-    Ready,
-    Metrics,
-    OpenApi,
-    Console,
-    NotFound,
-}
-
-impl Route {
-    pub const ALL: [Route; 32] = [
-        Route::CreateWorkflow,
-        Route::GetWorkflow,
-        Route::PutWorkflow,
-        Route::WorkflowVersions,
-        Route::ListWorkflows,
-        Route::CreateServiceRequest,
-        Route::GetServiceRequest,
-        Route::CancelServiceRequest,
-        Route::RetryServiceRequest,
-        Route::RetryServiceRequests,
-        Route::RerunServiceRequest,
-        Route::ServiceRequestChildren,
-        Route::ListServiceRequests,
-        Route::SearchServiceRequests,
-        Route::CountServiceRequests,
-        Route::StepResponse,
-        Route::DeliverEvent,
-        Route::CreateSchedule,
-        Route::ListSchedules,
-        Route::GetSchedule,
-        Route::PutSchedule,
-        Route::DeleteSchedule,
-        Route::TriggerSchedule,
-        Route::PauseSchedule,
-        Route::ResumeSchedule,
-        Route::Audit,
-        Route::Health,
-        Route::Ready,
-        Route::Metrics,
-        Route::OpenApi,
-        Route::Console,
-        Route::NotFound,
-    ];
-
-    /// The metric name prefix (Clamp's where Clamp had one).
-    pub fn metric_prefix(self) -> &'static str {
-        match self {
-            Route::CreateWorkflow => "create_workflow_request_handler",
-            Route::GetWorkflow => "get_workflow_handler_by_workflow_name",
-            Route::PutWorkflow => "clamp_put_workflow_handler",
-            Route::WorkflowVersions => "clamp_workflow_versions_handler",
-            Route::ListWorkflows => "get_workflows_handler",
-            Route::CreateServiceRequest => "create_service_request_handler",
-            Route::GetServiceRequest => "get_service_request_handler_by_id",
-            Route::CancelServiceRequest => "cancel_service_request_handler",
-            Route::RetryServiceRequest => "clamp_retry_service_request_handler",
-            Route::RetryServiceRequests => "clamp_retry_service_requests_handler",
-            Route::RerunServiceRequest => "clamp_rerun_service_request_handler",
-            Route::ServiceRequestChildren => "clamp_service_request_children_handler",
-            Route::ListServiceRequests => "get_service_requests_by_workflow_name_handler",
-            Route::SearchServiceRequests => "clamp_search_service_requests_handler",
-            Route::CountServiceRequests => "clamp_count_service_requests_handler",
-            Route::StepResponse => "resume_async_service_request_handler",
-            Route::DeliverEvent => "clamp_deliver_event_handler",
-            Route::CreateSchedule => "clamp_create_schedule_handler",
-            Route::ListSchedules => "clamp_list_schedules_handler",
-            Route::GetSchedule => "clamp_get_schedule_handler",
-            Route::PutSchedule => "clamp_put_schedule_handler",
-            Route::DeleteSchedule => "clamp_delete_schedule_handler",
-            Route::TriggerSchedule => "clamp_trigger_schedule_handler",
-            Route::PauseSchedule => "clamp_pause_schedule_handler",
-            Route::ResumeSchedule => "clamp_resume_schedule_handler",
-            Route::Audit => "clamp_audit_handler",
-            Route::Health => "health_handler",
-            Route::Ready => "ready_handler",
-            Route::Metrics => "metrics_handler",
-            Route::OpenApi => "openapi_handler",
-            Route::Console => "clamp_console_handler",
-            Route::NotFound => "not_found_handler",
-        }
-    }
-}
+pub use crate::routes::Route;
+use crate::routes::ROUTES;
 
 /// The span export's counters.
 #[derive(Clone, Default)]
@@ -802,13 +692,13 @@ impl<M: EncodeMetric> EncodeMetric for ArcMetric<M> {
 }
 
 /// Per route: a counter by status class and a latency histogram, registered under Clamp's
-/// metric names; returns the handles the request path uses, in `Route::ALL` order.
+/// metric names; returns the handles the request path uses, in `Route` order.
 fn register_routes(
     registry: &mut Registry,
 ) -> (Vec<[Counter; CLASSES.len()]>, Vec<Arc<AtomicHistogram>>) {
     let mut requests = Vec::new();
     let mut latency = Vec::new();
-    for route in Route::ALL {
+    for route in ROUTES.iter().map(|d| d.route) {
         let family = Family::<StatusLabel, Counter>::default();
         let handles = CLASSES.map(|status| family.get_or_create(&StatusLabel { status }).clone());
         registry.register(

@@ -6,9 +6,8 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
+use crate::ops::read::{Child, Head, RequestRow, StepRow, Waits};
 use crate::status::StepStatus;
-use crate::store::queries::RequestRow;
-use crate::store::status::{Head, StepRow, Waits};
 
 /// Stored JSON text as a value (validated before it was written); text that does not
 /// parse is shown as a string rather than failing the answer.
@@ -211,7 +210,7 @@ pub fn fan_place(workflow_name: &str, fan_index: Option<i32>) -> Option<(&'stati
 }
 
 /// `GET /serviceRequest/{id}/children` (beyond Clamp).
-pub fn children(page: &[crate::store::fan::Child], total: i64) -> Value {
+pub fn children(page: &[Child], total: i64) -> Value {
     let items: Vec<Value> = page
         .iter()
         .map(|c| {

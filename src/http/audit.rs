@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::response::{error, json as answer, op_error, Resp};
 use super::{decode, query_param};
-use crate::metrics::Route;
+use crate::routes::Route;
 use crate::state::Core;
 use crate::tokens::Caller;
 
@@ -46,7 +46,7 @@ pub async fn list(core: &Core, query: Option<&str>) -> Resp {
 /// name the answer gives a new workflow or schedule), with its outcome: `ok`, or the
 /// status and message it was answered with. Returns the answer as it was.
 pub async fn after(core: &Core, caller: &Caller, route: Route, arg: &str, resp: Resp) -> Resp {
-    let Some(action) = crate::ops::access::audited(super::op(route)) else {
+    let Some(action) = crate::ops::access::audited(route.op()) else {
         return resp;
     };
     let (parts, body) = resp.into_parts();

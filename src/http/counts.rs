@@ -9,9 +9,9 @@ use serde_json::{json, Map, Value};
 
 use super::response::{error, json, op_error, Resp};
 use super::rfc3339;
+use crate::ops::lists::Bucket;
 use crate::ops::lists::{self, Window};
 use crate::state::Core;
-use crate::store::stats::Bucket;
 
 pub async fn counts(core: &Core, query: Option<&str>) -> Resp {
     let w = match lists::counts_window(&lists::pairs(query), SystemTime::now()) {

@@ -23,10 +23,7 @@ fn text<'a>(body: &'a Map<String, Value>, field: &str) -> Result<Option<&'a str>
 }
 
 pub async fn post(core: &Core, parts: &Parts, event: &str, body: &mut Body) -> Resp {
-    let body = match body.read_request(parts, &core.app.config).await {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
+    let body = or_answer!(body.read_request(parts, &core.app.config).await);
     let posted: Map<String, Value> = match serde_json::from_slice(&body) {
         Ok(p) => p,
         Err(e) => return op_error(OpError::BadRequest(format!("invalid event: {e}"))),

@@ -5,6 +5,28 @@
 // Handlers return a ready response as their error; boxing it would only add an allocation.
 #![allow(clippy::result_large_err)]
 
+/// The value of a `Result<T, Resp>`, or its response answered at once: the one prologue
+/// the handlers share for reading their input (a body, an id, a form) and for an
+/// operation's error (`Err(OpError)`, mapped by `response::op_error`).
+macro_rules! or_answer {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(resp) => return resp,
+        }
+    };
+}
+
+/// The value of an operation's `Result<T, OpError>`, or its error answered at once.
+macro_rules! or_op_error {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return $crate::http::response::op_error(e),
+        }
+    };
+}
+
 pub(crate) mod answers;
 pub(crate) mod audit;
 mod auth;
@@ -12,7 +34,6 @@ pub(crate) mod body;
 pub(crate) mod conn;
 pub(crate) mod console;
 pub(crate) mod counts;
-pub(crate) mod delayed;
 pub(crate) mod events;
 mod origin;
 pub(crate) mod outage;
@@ -35,13 +56,14 @@ use hyper::header::{HeaderValue, ALLOW};
 use hyper::http::request::Parts;
 use hyper::{Method, Request, StatusCode};
 
-use crate::metrics::Route;
+use crate::routes::{Route, RouteDef, ROUTES};
 use crate::state::Core;
 use body::Body;
 use conn::ConnState;
 use response::{error, Resp};
 
 /// One segment of a route's path.
+#[derive(Debug, PartialEq)]
 enum Seg {
     /// This text exactly.
     Lit(&'static str),
@@ -51,126 +73,35 @@ enum Seg {
 
 use Seg::{Arg, Lit};
 
-/// A route: method, path, what answers it, and whether it is open without a token.
-struct RouteDef {
+/// A row of `crate::routes::ROUTES` made ready for matching: its method and segments.
+struct Compiled {
+    def: &'static RouteDef,
     method: Method,
-    path: &'static [Seg],
-    route: Route,
-    open: bool,
+    path: Vec<Seg>,
 }
 
-const fn route(method: Method, path: &'static [Seg], route: Route) -> RouteDef {
-    RouteDef {
-        method,
-        path,
-        route,
-        open: false,
-    }
-}
+/// The routed rows of the one table (`crate::routes`), read once.
+static ROUTER: std::sync::LazyLock<Vec<Compiled>> = std::sync::LazyLock::new(|| {
+    ROUTES
+        .iter()
+        .filter(|d| !d.method.is_empty())
+        .map(|def| Compiled {
+            def,
+            method: Method::from_bytes(def.method.as_bytes()).expect("a method in the table"),
+            path: segments(def.template),
+        })
+        .collect()
+});
 
-/// A route open without a token.
-const fn open(method: Method, path: &'static [Seg], route: Route) -> RouteDef {
-    RouteDef {
-        method,
-        path,
-        route,
-        open: true,
-    }
+/// A template's segments: `{name}` is an argument, the rest literal.
+fn segments(template: &'static str) -> Vec<Seg> {
+    template
+        .strip_prefix('/')
+        .unwrap_or(template)
+        .split('/')
+        .map(|s| if s.starts_with('{') { Arg } else { Lit(s) })
+        .collect()
 }
-
-/// Every route, stated once: the router, `405 Allow` and the token check read this table.
-const ROUTES: &[RouteDef] = &[
-    route(
-        Method::POST,
-        &[Lit("serviceRequest"), Arg],
-        Route::CreateServiceRequest,
-    ),
-    route(
-        Method::GET,
-        &[Lit("serviceRequest"), Arg],
-        Route::GetServiceRequest,
-    ),
-    route(
-        Method::POST,
-        &[Lit("serviceRequest"), Arg, Lit("cancel")],
-        Route::CancelServiceRequest,
-    ),
-    route(
-        Method::POST,
-        &[Lit("serviceRequest"), Arg, Lit("retry")],
-        Route::RetryServiceRequest,
-    ),
-    route(
-        Method::POST,
-        &[Lit("serviceRequest"), Arg, Lit("rerun")],
-        Route::RerunServiceRequest,
-    ),
-    route(
-        Method::GET,
-        &[Lit("serviceRequest"), Arg, Lit("children")],
-        Route::ServiceRequestChildren,
-    ),
-    route(
-        Method::GET,
-        &[Lit("serviceRequests"), Arg],
-        Route::ListServiceRequests,
-    ),
-    route(
-        Method::GET,
-        &[Lit("serviceRequests")],
-        Route::SearchServiceRequests,
-    ),
-    route(
-        Method::POST,
-        &[Lit("serviceRequests"), Lit("retry")],
-        Route::RetryServiceRequests,
-    ),
-    route(
-        Method::GET,
-        &[Lit("serviceRequestCounts")],
-        Route::CountServiceRequests,
-    ),
-    route(Method::POST, &[Lit("workflow")], Route::CreateWorkflow),
-    route(Method::GET, &[Lit("workflow"), Arg], Route::GetWorkflow),
-    route(Method::PUT, &[Lit("workflow"), Arg], Route::PutWorkflow),
-    route(
-        Method::GET,
-        &[Lit("workflow"), Arg, Lit("versions")],
-        Route::WorkflowVersions,
-    ),
-    route(Method::GET, &[Lit("workflows")], Route::ListWorkflows),
-    route(Method::POST, &[Lit("stepResponse")], Route::StepResponse),
-    route(Method::POST, &[Lit("events"), Arg], Route::DeliverEvent),
-    route(Method::POST, &[Lit("schedules")], Route::CreateSchedule),
-    route(Method::GET, &[Lit("schedules")], Route::ListSchedules),
-    route(Method::GET, &[Lit("schedules"), Arg], Route::GetSchedule),
-    route(Method::PUT, &[Lit("schedules"), Arg], Route::PutSchedule),
-    route(
-        Method::DELETE,
-        &[Lit("schedules"), Arg],
-        Route::DeleteSchedule,
-    ),
-    route(
-        Method::POST,
-        &[Lit("schedules"), Arg, Lit("trigger")],
-        Route::TriggerSchedule,
-    ),
-    route(
-        Method::POST,
-        &[Lit("schedules"), Arg, Lit("pause")],
-        Route::PauseSchedule,
-    ),
-    route(
-        Method::POST,
-        &[Lit("schedules"), Arg, Lit("resume")],
-        Route::ResumeSchedule,
-    ),
-    route(Method::GET, &[Lit("audit")], Route::Audit),
-    open(Method::GET, &[Lit("health")], Route::Health),
-    open(Method::GET, &[Lit("ready")], Route::Ready),
-    route(Method::GET, &[Lit("metrics")], Route::Metrics),
-    route(Method::GET, &[Lit("openapi.json")], Route::OpenApi),
-];
 
 /// Most segments any route has.
 const MAX_SEGMENTS: usize = 3;
@@ -195,12 +126,12 @@ fn resolve<'p>(method: &Method, path: &'p str) -> Result<(&'static RouteDef, &'p
     }
     let segs = &segs[..n];
     let mut allowed = Vec::new();
-    for def in ROUTES {
-        if def.path.len() != n {
+    for row in ROUTER.iter() {
+        if row.path.len() != n {
             continue;
         }
         let mut arg = "";
-        let fits = def.path.iter().zip(segs).all(|(p, s)| match p {
+        let fits = row.path.iter().zip(segs).all(|(p, s)| match p {
             Lit(l) => l == s,
             Arg => {
                 arg = s;
@@ -210,10 +141,10 @@ fn resolve<'p>(method: &Method, path: &'p str) -> Result<(&'static RouteDef, &'p
         if !fits {
             continue;
         }
-        if def.method == *method {
-            return Ok((def, arg));
+        if row.method == *method {
+            return Ok((row.def, arg));
         }
-        allowed.push(def.method.as_str());
+        allowed.push(row.def.method);
     }
     if allowed.is_empty() {
         Err(Miss::NotFound)
@@ -238,7 +169,7 @@ pub async fn handle(core: Arc<Core>, conn: Arc<ConnState>, req: Request<Incoming
     });
     let (route, mut resp) = dispatch(&core, &conn, &parts, &mut body, server.as_ref()).await;
     if let (Some(t), Some(span)) = (&core.app.tracing, server.filter(|s| s.ctx.sampled())) {
-        let template = template(route);
+        let template = route.template();
         t.end_server(
             span,
             format!("{} {template}", parts.method),
@@ -265,78 +196,6 @@ pub async fn handle(core: Arc<Core>, conn: Arc<ConnState>, req: Request<Incoming
         .metrics
         .record(route, resp.status().as_u16(), started.elapsed());
     resp
-}
-
-/// The operation a route carries, for the role it needs (`ops::access`).
-fn op(route: Route) -> crate::ops::access::Op {
-    use crate::ops::access::Op;
-    match route {
-        Route::CreateServiceRequest => Op::Create,
-        Route::CancelServiceRequest => Op::Cancel,
-        Route::RetryServiceRequest => Op::Retry,
-        Route::RetryServiceRequests => Op::BulkRetry,
-        Route::RerunServiceRequest => Op::Rerun,
-        Route::StepResponse => Op::StepResponse,
-        Route::DeliverEvent => Op::DeliverEvent,
-        Route::CreateWorkflow | Route::PutWorkflow => Op::DefineWorkflow,
-        Route::CreateSchedule
-        | Route::PutSchedule
-        | Route::DeleteSchedule
-        | Route::TriggerSchedule
-        | Route::PauseSchedule
-        | Route::ResumeSchedule => Op::ChangeSchedule,
-        Route::Audit => Op::ReadAudit,
-        Route::GetServiceRequest
-        | Route::ServiceRequestChildren
-        | Route::ListServiceRequests
-        | Route::SearchServiceRequests
-        | Route::CountServiceRequests
-        | Route::GetWorkflow
-        | Route::WorkflowVersions
-        | Route::ListWorkflows
-        | Route::ListSchedules
-        | Route::GetSchedule
-        | Route::Health
-        | Route::Ready
-        | Route::Metrics
-        | Route::OpenApi
-        | Route::Console
-        | Route::NotFound => Op::Read,
-    }
-}
-
-/// The route as a template, for span names and `http.route`.
-fn template(route: Route) -> &'static str {
-    match route {
-        Route::CreateWorkflow => "/workflow",
-        Route::GetWorkflow | Route::PutWorkflow => "/workflow/{name}",
-        Route::WorkflowVersions => "/workflow/{name}/versions",
-        Route::ListWorkflows => "/workflows",
-        Route::CreateServiceRequest => "/serviceRequest/{workflow}",
-        Route::GetServiceRequest => "/serviceRequest/{id}",
-        Route::CancelServiceRequest => "/serviceRequest/{id}/cancel",
-        Route::RetryServiceRequest => "/serviceRequest/{id}/retry",
-        Route::RerunServiceRequest => "/serviceRequest/{id}/rerun",
-        Route::ServiceRequestChildren => "/serviceRequest/{id}/children",
-        Route::ListServiceRequests => "/serviceRequests/{workflow}",
-        Route::SearchServiceRequests => "/serviceRequests",
-        Route::RetryServiceRequests => "/serviceRequests/retry",
-        Route::CountServiceRequests => "/serviceRequestCounts",
-        Route::StepResponse => "/stepResponse",
-        Route::DeliverEvent => "/events/{event}",
-        Route::CreateSchedule | Route::ListSchedules => "/schedules",
-        Route::GetSchedule | Route::PutSchedule | Route::DeleteSchedule => "/schedules/{name}",
-        Route::TriggerSchedule => "/schedules/{name}/trigger",
-        Route::PauseSchedule => "/schedules/{name}/pause",
-        Route::ResumeSchedule => "/schedules/{name}/resume",
-        Route::Audit => "/audit",
-        Route::Health => "/health",
-        Route::Ready => "/ready",
-        Route::Metrics => "/metrics",
-        Route::OpenApi => "/openapi.json",
-        Route::Console => "/console",
-        Route::NotFound => "",
-    }
 }
 
 async fn dispatch(
@@ -388,7 +247,7 @@ async fn dispatch(
             Ok(c) => c,
             Err(resp) => return (route, resp),
         };
-        if let Err(e) = crate::ops::access::allow(&c, op(route)) {
+        if let Err(e) = crate::ops::access::allow(&c, route.op()) {
             let resp = response::op_error(e);
             return (
                 route,
@@ -446,7 +305,7 @@ async fn dispatch(
     // A change an operator made is recorded, with its outcome (creates and answers are
     // not: they are the traffic, not changes).
     match caller {
-        Some(c) if crate::ops::access::audited(op(route)).is_some() => (
+        Some(c) if crate::ops::access::audited(route.op()).is_some() => (
             route,
             Box::pin(audit::after(core, &c, route, arg, resp)).await,
         ),
@@ -535,7 +394,7 @@ mod tests {
                 documented.push(format!("{} {norm}", method.to_ascii_uppercase()));
             }
         }
-        let mut routed: Vec<String> = ROUTES
+        let mut routed: Vec<String> = ROUTER
             .iter()
             .map(|r| {
                 let path: String = r
@@ -575,6 +434,12 @@ mod tests {
         assert_eq!(found(Method::GET, "/health/"), None);
         assert_eq!(found(Method::GET, "/serviceRequest/"), None);
         assert_eq!(found(Method::GET, "/a/b/c/d"), None);
+        assert!(ROUTER.iter().all(|r| r.path.len() <= MAX_SEGMENTS));
+        assert_eq!(
+            ROUTER.len(),
+            ROUTES.len() - 2,
+            "all rows but the console's and none"
+        );
         match resolve(&Method::DELETE, "/serviceRequest/x") {
             Err(Miss::MethodNotAllowed(m)) => assert_eq!(m, ["POST", "GET"]),
             _ => panic!("expected 405"),

@@ -18,15 +18,9 @@ use crate::state::Core;
 use crate::status::RequestStatus;
 
 pub async fn rerun(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Resp {
-    let of = match super::service_requests::request_id(id) {
-        Ok(id) => id,
-        Err(resp) => return resp,
-    };
+    let of = or_answer!(super::service_requests::request_id(id));
     let app = &core.app;
-    let body = match body.read_request(parts, &app.config).await {
-        Ok(b) => b,
-        Err(resp) => return resp,
-    };
+    let body = or_answer!(body.read_request(parts, &app.config).await);
     let ask = match parse(&body) {
         Ok(a) => a,
         Err(why) => return error(StatusCode::BAD_REQUEST, &why),

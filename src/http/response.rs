@@ -7,7 +7,7 @@ use hyper::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Response, StatusCode};
 
 use crate::ops::OpError;
-use crate::store::StoreError;
+use crate::ops::StoreError;
 
 /// Every response body is a single buffer.
 pub type Resp = Response<Full<Bytes>>;
@@ -57,47 +57,34 @@ pub fn unavailable(message: &str) -> Resp {
     r
 }
 
-/// Maps an operation's error to a response, the one mapping: its class is the status,
-/// its message the answer's. A database failure's detail is logged here, once, and never
-/// sent.
+/// Maps an operation's error to a response: its status and message are `OpError`'s own
+/// (the one table, which the console reads too). A database failure's or an internal
+/// error's detail is logged here, once, and never sent.
 pub fn op_error(e: OpError) -> Resp {
     let message = e.message();
+    let status = status_of(&e);
     match e {
-        OpError::BadRequest(_) => error(StatusCode::BAD_REQUEST, &message),
-        OpError::Forbidden(_) => error(StatusCode::FORBIDDEN, &message),
-        OpError::NotFound(_) => error(StatusCode::NOT_FOUND, &message),
-        OpError::Conflict(_) => error(StatusCode::CONFLICT, &message),
-        OpError::Unprocessable(_) => error(StatusCode::UNPROCESSABLE_ENTITY, &message),
-        OpError::Unavailable(m) => unavailable(m),
-        OpError::Store { error, doing } => store_error(error, doing),
-        OpError::Internal(detail) => {
-            tracing::error!(%detail, "internal error");
-            error(StatusCode::INTERNAL_SERVER_ERROR, &message)
-        }
+        OpError::Unavailable(_) => return unavailable(&message),
+        OpError::Store { error, doing } => match error {
+            StoreError::Conflict => {}
+            StoreError::Invalid(detail) => {
+                tracing::info!(%detail, "{doing}: the database refused the data")
+            }
+            StoreError::Unavailable(detail) => {
+                crate::http::outage::warn(doing, &detail.to_string());
+                return unavailable(&message);
+            }
+            StoreError::Internal(detail) => tracing::error!(%detail, "{doing}: database error"),
+        },
+        OpError::Internal(detail) => tracing::error!(%detail, "internal error"),
+        _ => {}
     }
+    error(status, &message)
 }
 
-/// Maps a store error to a response. Details are logged here, once, and never sent: the
-/// client of a refused row gets a fixed message.
-pub fn store_error(e: StoreError, context: &'static str) -> Resp {
-    match e {
-        StoreError::Conflict => error(StatusCode::CONFLICT, "already exists"),
-        StoreError::Invalid(detail) => {
-            tracing::info!(%detail, "{context}: the database refused the data");
-            error(
-                StatusCode::BAD_REQUEST,
-                "invalid data: the database refused it",
-            )
-        }
-        StoreError::Unavailable(detail) => {
-            crate::http::outage::warn(context, &detail.to_string());
-            unavailable("database unavailable, retry later")
-        }
-        StoreError::Internal(detail) => {
-            tracing::error!(%detail, "{context}: database error");
-            error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
-        }
-    }
+/// The status `e` is answered with (`OpError::status`).
+pub fn status_of(e: &OpError) -> StatusCode {
+    StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 #[cfg(test)]

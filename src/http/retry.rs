@@ -9,20 +9,14 @@ use hyper::StatusCode;
 use super::answers;
 use super::body::Body;
 use super::response::{error, json, op_error, Resp};
+use crate::ops::control::Bulk;
 use crate::state::Core;
 use crate::status::RequestStatus;
-use crate::store::retry::Bulk;
 
 pub async fn retry(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Resp {
-    let id = match super::service_requests::request_id(id) {
-        Ok(id) => id,
-        Err(resp) => return resp,
-    };
+    let id = or_answer!(super::service_requests::request_id(id));
     let app = &core.app;
-    let body = match body.read_request(parts, &app.config).await {
-        Ok(b) => b,
-        Err(resp) => return resp,
-    };
+    let body = or_answer!(body.read_request(parts, &app.config).await);
     let payload = match new_request(&body) {
         Ok(p) => p,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
@@ -66,10 +60,7 @@ const DEFAULT_BULK: i64 = 1_000;
 /// says CANCELLED or both; `workflow`, `createdAfter`, `createdBefore`, `limit`).
 pub async fn retry_matching(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
     let app = &core.app;
-    let body = match body.read_request(parts, &app.config).await {
-        Ok(b) => b,
-        Err(resp) => return resp,
-    };
+    let body = or_answer!(body.read_request(parts, &app.config).await);
     let bulk = match bulk_filter(&body) {
         Ok(b) => b,
         Err(why) => return error(StatusCode::BAD_REQUEST, &why),

@@ -16,7 +16,7 @@ use hyper::StatusCode;
 use super::answers;
 use super::body::Body;
 use super::response::{error, json, json_bytes, op_error, Resp};
-use crate::ops::create::{NewRequest, Outcome};
+use crate::ops::create::{Ask, Outcome};
 use crate::ops::lists::MAX_PAGE_SIZE;
 use crate::state::Core;
 use crate::status::{RequestStatus, DELETED};
@@ -97,89 +97,32 @@ pub async fn create(
     server: Option<&crate::telemetry::ServerSpan>,
 ) -> Resp {
     let app = &core.app;
-    let pinned = match parts
-        .uri
-        .query()
-        .map(|q| super::query_param(Some(q), "version"))
-    {
-        None | Some(None) => None,
-        Some(Some(v)) => match v.parse::<u32>() {
-            Ok(n) if n > 0 => Some(n),
-            _ => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    "version: must be a whole number from 1",
-                )
-            }
-        },
+    // The query is read only when there is one.
+    let query = parts.uri.query();
+    let param = |k: &str| query.and_then(|q| super::query_param(Some(q), k));
+    let (version, start_at, delay_ms) = (param("version"), param("startAt"), param("delayMs"));
+    let (deadline, priority) = (param("deadline"), param("priority"));
+    let ask = Ask {
+        workflow: name,
+        version: version.as_deref(),
+        start_at: start_at.as_deref(),
+        delay_ms: delay_ms.as_deref(),
+        deadline: deadline.as_deref(),
+        priority: priority.as_deref(),
+        key: parts
+            .headers
+            .get(&IDEMPOTENCY_KEY)
+            .map(HeaderValue::as_bytes),
     };
-    // Read only when there is a query.
-    let start = match parts.uri.query() {
-        None => None,
-        Some(q) => match super::delayed::start_time(q, std::time::SystemTime::now()) {
-            Ok(s) => s,
-            Err(resp) => return resp,
-        },
-    };
-    // Beyond Clamp: a deadline of this request's own, over its workflow's.
-    let deadline = match parts
-        .uri
-        .query()
-        .map(|q| super::query_param(Some(q), "deadline"))
-    {
-        None | Some(None) => None,
-        Some(Some(text)) => match crate::ops::create::deadline(&text) {
-            Ok(d) => Some(d),
-            Err(e) => return op_error(e),
-        },
-    };
-    let priority = match parts
-        .uri
-        .query()
-        .map(|q| super::query_param(Some(q), "priority"))
-    {
-        None | Some(None) => None,
-        Some(Some(text)) => match crate::ops::create::priority(&text) {
-            Ok(p) => p,
-            Err(e) => return op_error(e),
-        },
-    };
-    let workflow = match crate::ops::create::workflow(core, name, pinned).await {
-        Ok(wf) => wf,
-        Err(e) => return op_error(e),
-    };
-    let raw_key = parts
-        .headers
-        .get(&IDEMPOTENCY_KEY)
-        .map(HeaderValue::as_bytes);
-    let key = match crate::ops::create::key(raw_key, &workflow.def.name) {
-        Ok(k) => k,
-        Err(e) => return op_error(e),
-    };
-    if let Err(e) = crate::ops::create::admit(core) {
-        return op_error(e);
-    }
+    let admitted = or_op_error!(crate::ops::create::admit(core, &ask).await);
     let headers = forwardable_headers(
         &app.config.header_denylist,
         &parts.headers,
         server,
         &app.config.api_tokens,
     );
-    let body = match body.read_request(parts, &app.config).await {
-        Ok(b) => b,
-        Err(resp) => return resp,
-    };
-    let r = NewRequest {
-        workflow,
-        pinned: pinned.is_some(),
-        key,
-        headers,
-        body,
-        start,
-        deadline,
-        priority,
-    };
-    match crate::ops::create::create(core, r).await {
+    let body = or_answer!(body.read_request(parts, &app.config).await);
+    match crate::ops::create::create(core, admitted, headers, body).await {
         Ok(Outcome::New(id)) => json_bytes(
             StatusCode::OK,
             answers::created(&id, crate::status::RequestStatus::New.as_str()),
@@ -208,32 +151,27 @@ fn is_blank(b: &[u8]) -> bool {
     b.iter().all(|c| c.is_ascii_whitespace())
 }
 
-/// Longest cancel reason kept.
-const MAX_REASON_LEN: usize = 1024;
-
 /// `POST /serviceRequest/{id}/cancel` (beyond Clamp), with an optional body
 /// `{"reason": "…"}`: no further step starts, a paused step stops waiting, `onFailure`
 /// steps do not run. Idempotent; 409 once the request finished.
 pub async fn cancel(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Resp {
-    let id = match request_id(id) {
-        Ok(id) => id,
-        Err(resp) => return resp,
-    };
-    let body = match body.read_request(parts, &core.app.config).await {
-        Ok(b) => b,
-        Err(resp) => return resp,
-    };
+    let id = or_answer!(request_id(id));
+    let body = or_answer!(body.read_request(parts, &core.app.config).await);
     let reason = if is_blank(&body) {
         None
     } else {
         match serde_json::from_slice::<serde_json::Value>(&body) {
             Ok(serde_json::Value::Object(o)) => match o.get("reason") {
                 None | Some(serde_json::Value::Null) => None,
-                Some(serde_json::Value::String(r)) if r.len() <= MAX_REASON_LEN => Some(r.clone()),
+                // Its length is the operation's to judge (`ops::control::cancel`).
+                Some(serde_json::Value::String(r)) => Some(r.clone()),
                 Some(_) => {
                     return error(
                         StatusCode::BAD_REQUEST,
-                        &format!("reason must be a string of at most {MAX_REASON_LEN} bytes"),
+                        &format!(
+                            "reason must be a string of at most {} bytes",
+                            crate::ops::control::MAX_REASON_BYTES
+                        ),
                     )
                 }
             },
@@ -271,10 +209,7 @@ pub(crate) fn request_id(id: &str) -> Result<uuid::Uuid, Resp> {
 /// `GET /serviceRequest/{id}`, and beyond Clamp `?waitMs=N` (a long poll: answered when
 /// the status changes, or after N ms with the status as it is).
 pub async fn get(core: &Core, id: &str, query: Option<&str>) -> Resp {
-    let id = match request_id(id) {
-        Ok(id) => id,
-        Err(resp) => return resp,
-    };
+    let id = or_answer!(request_id(id));
     let max_wait = core.app.config.max_wait;
     let wait = match super::query_param(query, "waitMs") {
         None => None,
@@ -317,14 +252,8 @@ pub fn page_param(query: Option<&str>, key: &str, min: i64, max: i64) -> Result<
 
 /// `GET /serviceRequests/{workflow}?pageNumber=0&pageSize=10` (0-based, as Clamp).
 pub async fn list(core: &Core, name: &str, query: Option<&str>) -> Resp {
-    let page_number = match page_param(query, "pageNumber", 0, i64::from(i32::MAX)) {
-        Ok(n) => n,
-        Err(r) => return r,
-    };
-    let page_size = match page_param(query, "pageSize", 1, MAX_PAGE_SIZE) {
-        Ok(n) => n,
-        Err(r) => return r,
-    };
+    let page_number = or_answer!(page_param(query, "pageNumber", 0, i64::from(i32::MAX)));
+    let page_size = or_answer!(page_param(query, "pageSize", 1, MAX_PAGE_SIZE));
     match crate::ops::lists::by_workflow(core, name, page_number, page_size).await {
         Ok(page) => json(
             StatusCode::OK,
@@ -342,18 +271,9 @@ pub async fn list(core: &Core, name: &str, query: Option<&str>) -> Resp {
 /// child requests its WORKFLOW, PARALLEL and MAP steps started, by step and then branch
 /// or item index, each with its status.
 pub async fn children(core: &Core, id: &str, query: Option<&str>) -> Resp {
-    let id = match request_id(id) {
-        Ok(id) => id,
-        Err(resp) => return resp,
-    };
-    let number = match page_param(query, "pageNumber", 0, i64::from(i32::MAX)) {
-        Ok(n) => n,
-        Err(r) => return r,
-    };
-    let size = match page_param(query, "pageSize", 1, MAX_PAGE_SIZE) {
-        Ok(n) => n,
-        Err(r) => return r,
-    };
+    let id = or_answer!(request_id(id));
+    let number = or_answer!(page_param(query, "pageNumber", 0, i64::from(i32::MAX)));
+    let size = or_answer!(page_param(query, "pageSize", 1, MAX_PAGE_SIZE));
     match crate::ops::read::children(core, id, number, size).await {
         Ok((page, total)) => json(StatusCode::OK, &answers::children(&page, total)),
         Err(e) => op_error(e),

@@ -8,7 +8,7 @@ use hyper::StatusCode;
 
 use super::body::Body;
 use super::response::{json_bytes, op_error, Resp};
-use crate::engine::resume;
+use crate::ops::respond as resume;
 use crate::ops::respond::Responded;
 use crate::ops::OpError;
 use crate::state::Core;
@@ -19,10 +19,7 @@ const HTTP_PATIENCE: Duration = Duration::from_secs(2);
 /// `POST /stepResponse`.
 pub async fn post(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
     let app = &core.app;
-    let body = match body.read_request(parts, &app.config).await {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
+    let body = or_answer!(body.read_request(parts, &app.config).await);
     let mut answer = match resume::parse(&body) {
         Ok(a) => a,
         Err(e) => return op_error(OpError::engine("step response")(e)),

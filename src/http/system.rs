@@ -22,12 +22,12 @@ const READY_TIMEOUT: Duration = Duration::from_secs(1);
 /// Readiness: migrations are done (the server only listens after them) and the database
 /// answers a query now.
 pub async fn ready(core: &Core) -> Resp {
-    match tokio::time::timeout(READY_TIMEOUT, crate::store::pool::ping(&core.pool)).await {
-        Ok(true) => json_bytes(
+    match crate::ops::system::ready(core, READY_TIMEOUT).await {
+        true => json_bytes(
             StatusCode::OK,
             Bytes::from_static(b"{\"status\":\"READY\"}"),
         ),
-        _ => {
+        false => {
             let mut r = error(StatusCode::SERVICE_UNAVAILABLE, "database unreachable");
             r.headers_mut()
                 .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -44,64 +44,14 @@ pub fn openapi() -> Resp {
 /// `openapi.json` at the top of the repository.
 static OPENAPI: &[u8] = include_bytes!("../../openapi.json");
 
-/// How often a scrape counts the timers, at most (per process).
-const TIMERS_PERIOD_S: u64 = 30;
-/// How long a scrape waits for that count before answering with the last one.
-const TIMERS_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Prometheus text exposition. The timer gauges are counted here, when read, at most
-/// once per `TIMERS_PERIOD_S`: the count reads an index entry per waiting request, a
-/// cost only those who read the gauges should pay (counted every 15 s by the server
-/// itself, with a million requests waiting, it cost the two-step request 3% of its rate
-/// and 4% more CPU per request).
+/// Prometheus text exposition (`ops::system::metrics_text`).
 pub async fn metrics(core: &Core) -> Resp {
-    let app = &core.app;
-    count_timers(core).await;
-    let mut r = Response::new(Full::new(Bytes::from(app.metrics.encode())));
+    let mut r = Response::new(Full::new(Bytes::from(
+        crate::ops::system::metrics_text(core).await,
+    )));
     r.headers_mut().insert(
         CONTENT_TYPE,
         HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
     );
     r
-}
-
-/// Counts the timers for their gauges if the last count is a period old (one scrape of
-/// the process does; the others answer with it).
-async fn count_timers(core: &Core) {
-    use std::sync::atomic::Ordering;
-    let app = &core.app;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let last = app.timers_counted.load(Ordering::Relaxed);
-    if now < last + TIMERS_PERIOD_S
-        || app
-            .timers_counted
-            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
-            .is_err()
-    {
-        return;
-    }
-    let counted = tokio::time::timeout(TIMERS_TIMEOUT, async {
-        let conn = core.pool.get().await.ok()?;
-        let timers = crate::store::deadlines::timers(&conn).await.ok()?;
-        let waiting = crate::store::slots::waiting_counts(&conn).await.ok()?;
-        Some((timers, waiting))
-    })
-    .await;
-    match counted {
-        Ok(Some(((pending, overdue_ms), waiting))) => {
-            app.metrics.timers_pending.set(pending);
-            app.metrics.timers_overdue_ms.set(overdue_ms as i64);
-            // A workflow nobody waits for any more drops out rather than stay at its
-            // last count.
-            app.metrics.slots_waiting.clear();
-            for (workflow, n) in waiting {
-                let label = crate::metrics::WorkflowLabel { workflow };
-                app.metrics.slots_waiting.get_or_create(&label).set(n);
-            }
-        }
-        // Counted again by the next scrape.
-        _ => app.timers_counted.store(last, Ordering::Relaxed),
-    }
 }

@@ -10,15 +10,12 @@ use super::response::{error, json, json_bytes, op_error, Resp};
 use super::service_requests::page_param;
 use crate::ops::lists::MAX_PAGE_SIZE;
 use crate::ops::workflows;
+use crate::ops::workflows::WorkflowSort;
 use crate::state::Core;
-use crate::store::queries::WorkflowSort;
 
 /// `POST /workflow`: validate, compile, store (as version 1), cache.
 pub async fn create(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
-    let body = match body.read_request(parts, &core.app.config).await {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
+    let body = or_answer!(body.read_request(parts, &core.app.config).await);
     let defined = match workflows::compile_posted(core, &body) {
         Ok(wf) => workflows::define(core, wf).await,
         Err(e) => Err(e),
@@ -32,10 +29,7 @@ pub async fn create(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
 /// `PUT /workflow/{name}` (beyond Clamp): the definition becomes the workflow's next
 /// version; the same definition as the latest stores nothing and answers the latest.
 pub async fn put(core: &Core, name: &str, parts: &Parts, body: &mut Body) -> Resp {
-    let body = match body.read_request(parts, &core.app.config).await {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
+    let body = or_answer!(body.read_request(parts, &core.app.config).await);
     let replaced = match workflows::compile_posted(core, &body) {
         Ok(wf) => workflows::replace(core, name, wf).await,
         Err(e) => Err(e),
@@ -117,14 +111,8 @@ pub fn parse_sort(raw: &str) -> Result<Vec<(WorkflowSort, bool)>, UnsupportedSor
 
 /// `GET /workflows?pageNumber=1&pageSize=10&sortBy=name:asc` (1-based, as Clamp).
 pub async fn list(core: &Core, query: Option<&str>) -> Resp {
-    let page_number = match page_param(query, "pageNumber", 1, i64::from(i32::MAX)) {
-        Ok(n) => n,
-        Err(r) => return r,
-    };
-    let page_size = match page_param(query, "pageSize", 1, MAX_PAGE_SIZE) {
-        Ok(n) => n,
-        Err(r) => return r,
-    };
+    let page_number = or_answer!(page_param(query, "pageNumber", 1, i64::from(i32::MAX)));
+    let page_size = or_answer!(page_param(query, "pageSize", 1, MAX_PAGE_SIZE));
     let sort = match super::query_param(query, "sortBy") {
         None => Vec::new(),
         Some(raw) => match parse_sort(&raw) {

@@ -5,29 +5,8 @@
 use super::{OpError, Result};
 use crate::tokens::{Caller, Role};
 
-/// The operations, as their roles group them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    /// Every read: a request, lists, search, counts, workflows, versions, schedules,
-    /// metrics, the console's pages.
-    Read,
-    /// Creating a service request.
-    Create,
-    Cancel,
-    Retry,
-    BulkRetry,
-    Rerun,
-    /// A paused step's answer (`POST /stepResponse`).
-    StepResponse,
-    /// An event delivered to the requests waiting for it.
-    DeliverEvent,
-    /// Defining or replacing a workflow (a new version).
-    DefineWorkflow,
-    /// Defining, replacing, deleting, triggering, pausing or resuming a schedule.
-    ChangeSchedule,
-    /// Reading the audit trail.
-    ReadAudit,
-}
+/// The operations (stated beside the routes that carry them: `crate::routes`).
+pub use crate::routes::Op;
 
 /// The role `op` needs.
 pub fn needs(op: Op) -> Role {

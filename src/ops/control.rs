@@ -12,7 +12,8 @@ use crate::state::Core;
 use crate::status::{RequestStatus, StepStatus};
 use crate::store::cancel::{self as store_cancel, CancelledRow};
 use crate::store::rerun::{self as store_rerun, Source};
-use crate::store::retry::{self as store_retry, Bulk};
+pub use crate::store::retry::Bulk;
+use crate::store::retry::{self as store_retry};
 use crate::store::LoadError;
 
 /// A cancelled request's reason (its own, or the one it was cancelled with before).
@@ -23,12 +24,20 @@ pub struct Cancelled {
 /// The reason of a cancel that gives none.
 const DEFAULT_REASON: &str = "cancelled by a client";
 
+/// The longest cancel reason kept, in bytes, whichever carrier brings it.
+pub const MAX_REASON_BYTES: usize = 1024;
+
 /// Cancels `id` and its unfinished children: no further step starts, a paused step stops
 /// waiting, onFailure steps do not run. Cancelling twice is the first cancel; 409 once
 /// the request finished.
 pub async fn cancel(core: &Core, id: Uuid, reason: Option<String>) -> Result<Cancelled> {
     let app = &core.app;
     let doing = "cancel service request";
+    if reason.as_ref().is_some_and(|r| r.len() > MAX_REASON_BYTES) {
+        return Err(OpError::BadRequest(format!(
+            "reason must be a string of at most {MAX_REASON_BYTES} bytes"
+        )));
+    }
     let reason = reason.unwrap_or_else(|| DEFAULT_REASON.into());
     let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
     match store_cancel::cancel(&conn, id, &reason)

@@ -88,7 +88,7 @@ pub async fn workflow(core: &Core, name: &str, pinned: Option<u32>) -> Result<Ar
 
 /// The `Idempotency-Key` of a create, as the digest it is kept by (scoped to the
 /// workflow); 400 for one that is empty, too long, or not printable ASCII.
-pub fn key(raw: Option<&[u8]>, workflow: &str) -> Result<Option<Uuid>> {
+fn key(raw: Option<&[u8]>, workflow: &str) -> Result<Option<Uuid>> {
     let Some(k) = raw else {
         return Ok(None);
     };
@@ -106,18 +106,76 @@ pub fn key(raw: Option<&[u8]>, workflow: &str) -> Result<Option<Uuid>> {
     }
 }
 
-/// Refuses a create at once (503) while the database is known to be down, before its
-/// body is read.
-pub fn admit(core: &Core) -> Result<()> {
+/// A create as its carrier read it: the texts it was given, not yet judged.
+#[derive(Debug, Default)]
+pub struct Ask<'a> {
+    /// The workflow's name.
+    pub workflow: &'a str,
+    /// `?version=N` (beyond Clamp).
+    pub version: Option<&'a str>,
+    /// `?startAt=` and `?delayMs=` (beyond Clamp: `ops::delayed`).
+    pub start_at: Option<&'a str>,
+    pub delay_ms: Option<&'a str>,
+    /// `?deadline=` (beyond Clamp).
+    pub deadline: Option<&'a str>,
+    /// `?priority=` (beyond Clamp).
+    pub priority: Option<&'a str>,
+    /// The `Idempotency-Key` header's bytes (beyond Clamp).
+    pub key: Option<&'a [u8]>,
+}
+
+/// A create judged and admitted before its body is read; `create` takes it with the body.
+pub struct Admitted {
+    workflow: Arc<Workflow>,
+    pinned: bool,
+    key: Option<Uuid>,
+    start: Option<SystemTime>,
+    deadline: Option<std::time::Duration>,
+    priority: Option<i16>,
+}
+
+/// The first half of a create, before its body is read: every text judged (400), its
+/// workflow found (404), and the create refused at once (503) while the database is
+/// known to be down.
+pub async fn admit(core: &Core, ask: &Ask<'_>) -> Result<Admitted> {
+    let pinned = match ask.version {
+        None => None,
+        Some(v) => match v.parse::<u32>() {
+            Ok(n) if n > 0 => Some(n),
+            _ => {
+                return Err(OpError::BadRequest(
+                    "version: must be a whole number from 1".into(),
+                ))
+            }
+        },
+    };
+    let start = match (ask.start_at, ask.delay_ms) {
+        (None, None) => None,
+        (at, delay) => super::delayed::start_time(at, delay, SystemTime::now())?,
+    };
+    let deadline = ask.deadline.map(deadline).transpose()?;
+    let priority = match ask.priority {
+        None => None,
+        Some(text) => priority(text)?,
+    };
+    let workflow = workflow(core, ask.workflow, pinned).await?;
+    let key = key(ask.key, &workflow.def.name)?;
     if core.buffer.presumed_down() {
         core.app.metrics.rejected_overload.inc();
         return Err(OpError::Unavailable("database unavailable, retry later"));
     }
-    Ok(())
+    Ok(Admitted {
+        workflow,
+        pinned: pinned.is_some(),
+        key,
+        start,
+        deadline,
+        priority,
+    })
 }
 
-/// A create, its workflow found and admitted.
-pub struct NewRequest {
+/// A create, its workflow found and admitted, with its body.
+struct NewRequest {
     pub workflow: Arc<Workflow>,
     /// The create named its version.
     pub pinned: bool,
@@ -136,12 +194,12 @@ pub struct NewRequest {
 }
 
 /// A create's `priority` (`workflow::model::priority`).
-pub fn priority(text: &str) -> Result<Option<i16>> {
+fn priority(text: &str) -> Result<Option<i16>> {
     crate::workflow::model::priority(text.parse::<i64>().ok()).map_err(OpError::BadRequest)
 }
 
 /// A create's `deadline`: an ISO 8601 duration, more than nothing, at most a year.
-pub fn deadline(text: &str) -> Result<std::time::Duration> {
+fn deadline(text: &str) -> Result<std::time::Duration> {
     match crate::workflow::wait::duration(text) {
         Ok(d) if !d.is_zero() => Ok(d),
         Ok(_) => Err(OpError::BadRequest(format!(
@@ -168,7 +226,17 @@ pub enum Outcome {
 
 /// Creates a service request. Its key used before for another payload is 422; an
 /// overloaded buffer or a batch that did not commit is 503.
-pub async fn create(core: &Core, r: NewRequest) -> Result<Outcome> {
+pub async fn create(core: &Core, a: Admitted, headers: Bytes, body: Bytes) -> Result<Outcome> {
+    let r = NewRequest {
+        workflow: a.workflow,
+        pinned: a.pinned,
+        key: a.key,
+        headers,
+        body,
+        start: a.start,
+        deadline: a.deadline,
+        priority: a.priority,
+    };
     let app = &core.app;
     let payload = if is_blank(&r.body) {
         Bytes::from_static(EMPTY_OBJECT)

@@ -12,8 +12,11 @@ use super::{OpError, Result};
 use crate::state::Core;
 use crate::status::RequestStatus;
 use crate::store::queries::{self, RequestRow};
-use crate::store::search::{self, Filter};
-use crate::store::stats::{self, Bucket};
+use crate::store::search;
+pub use crate::store::search::Filter;
+pub use crate::store::slots::Waiting;
+use crate::store::stats;
+pub use crate::store::stats::Bucket;
 
 /// Rows per search page unless `limit` says otherwise, and the most it may say.
 const DEFAULT_LIMIT: i64 = 50;
@@ -238,6 +241,27 @@ pub fn time(key: &str, value: &str) -> std::result::Result<SystemTime, String> {
         return Err(format!("{key}: before 1970"));
     }
     Ok(SystemTime::UNIX_EPOCH + Duration::from_micros(us as u64))
+}
+
+/// Beyond Clamp: how many requests wait for a concurrency slot or a rate's room, by
+/// workflow; empty when the database cannot say (a best-effort column of the console's
+/// and a gauge of `/metrics`).
+pub async fn waiting_for_slots(core: &Core) -> Vec<(String, i64)> {
+    let read = async {
+        let conn = core.pool.get().await.ok()?;
+        crate::store::slots::waiting_counts(&conn).await.ok()
+    };
+    read.await.unwrap_or_default()
+}
+
+/// Beyond Clamp: the requests of `workflow` waiting for a slot or a rate's room, by key
+/// (the `limit` keys with the most).
+pub async fn waiting_by_key(core: &Core, workflow: &str, limit: i64) -> Result<Waiting> {
+    let doing = "read waiting requests";
+    let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
+    crate::store::slots::waiting_by_key(&conn, workflow, limit)
+        .await
+        .map_err(OpError::store(doing))
 }
 
 #[cfg(test)]

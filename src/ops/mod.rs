@@ -19,16 +19,18 @@ pub mod access;
 pub mod audit;
 pub mod control;
 pub mod create;
+pub mod delayed;
 pub mod events;
 pub mod lists;
 pub mod read;
 pub mod respond;
 pub mod schedules;
 pub mod sessions;
+pub mod system;
 pub mod workflows;
 
 use crate::engine::EngineError;
-use crate::store::StoreError;
+pub use crate::store::StoreError;
 
 /// Why an operation did not happen, in classes its callers answer by (an HTTP status,
 /// a console message); the message is for the caller to show.
@@ -87,6 +89,26 @@ impl OpError {
         }
     }
 
+    /// The HTTP status every carrier (the API, the console) answers this error with: the
+    /// one table of them.
+    pub fn status(&self) -> u16 {
+        match self {
+            OpError::BadRequest(_) => 400,
+            OpError::Forbidden(_) => 403,
+            OpError::NotFound(_) => 404,
+            OpError::Conflict(_) => 409,
+            OpError::Unprocessable(_) => 422,
+            OpError::Unavailable(_) => 503,
+            OpError::Store { error, .. } => match error {
+                StoreError::Conflict => 409,
+                StoreError::Invalid(_) => 400,
+                StoreError::Unavailable(_) => 503,
+                StoreError::Internal(_) => 500,
+            },
+            OpError::Internal(_) => 500,
+        }
+    }
+
     /// The message to show for this error, as every caller shows it (a store error's
     /// detail stays out; `http::response` logs it).
     pub fn message(&self) -> String {
@@ -99,7 +121,7 @@ impl OpError {
             OpError::Unavailable(m) => (*m).to_string(),
             OpError::Store { error, .. } => match error {
                 StoreError::Conflict => "already exists".into(),
-                StoreError::Invalid(_) => "the data was refused by the database".into(),
+                StoreError::Invalid(_) => "invalid data: the database refused it".into(),
                 StoreError::Unavailable(_) => "database unavailable, retry later".into(),
                 StoreError::Internal(_) => "internal error".into(),
             },

@@ -17,6 +17,15 @@ use crate::state::Core;
 use crate::status::RequestStatus;
 use crate::store::reader::Want;
 
+// The rows a read returns, as its carriers render them.
+pub use crate::store::fan::Child;
+pub use crate::store::queries::RequestRow;
+pub use crate::store::reader::Found;
+pub use crate::store::status::{Head, StepRow, Waits};
+
+/// Now, in milliseconds since the epoch, as the engine records a step's times.
+pub use crate::engine::step_io::now_ms;
+
 /// How long a status read waits for this process's memory of a request to catch up with
 /// the request row it read (a transition committed and not yet applied here).
 const CATCH_UP: Duration = Duration::from_millis(50);

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::{no_request, OpError, Result};
+pub use crate::engine::resume::parse;
 use crate::engine::resume::{Answer, Applied};
 use crate::state::Core;
 

@@ -125,9 +125,12 @@ pub(super) const SEARCH_AWAITING: &str = search_sql!(
 /// or one workflow: held, NEW, with a key (the partial index of migration 22 holds only
 /// them).
 pub(super) const SEARCH_WAITING_SLOT: &str = search_sql!(
-    "s.concurrency_key IS NOT NULL AND s.lease_until = 'infinity' AND s.status = 'NEW' \
-     AND ($8::text IS NULL OR s.concurrency_key = $8) \
-     AND ($7::text IS NULL OR s.workflow_name = $7) AND ",
+    concat!(
+        "s.concurrency_key IS NOT NULL AND s.lease_until = 'infinity' AND s.status = ",
+        crate::status::status_sql!(New),
+        " AND ($8::text IS NULL OR s.concurrency_key = $8) \
+         AND ($7::text IS NULL OR s.workflow_name = $7) AND "
+    ),
     "s.id DESC"
 );
 

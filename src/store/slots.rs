@@ -33,7 +33,15 @@ macro_rules! holds_slot {
             $s,
             ".lease_until <> 'infinity' AND ",
             $s,
-            ".status IN ('NEW', 'IN_PROGRESS', 'PAUSED', 'RESUMED')"
+            ".status IN (",
+            crate::status::status_sql!(New),
+            ", ",
+            crate::status::status_sql!(InProgress),
+            ", ",
+            crate::status::status_sql!(Paused),
+            ", ",
+            crate::status::status_sql!(Resumed),
+            ")"
         )
     };
 }
@@ -47,7 +55,8 @@ macro_rules! queued {
             $s,
             ".lease_until = 'infinity' AND ",
             $s,
-            ".status = 'NEW'"
+            ".status = ",
+            crate::status::status_sql!(New)
         )
     };
 }

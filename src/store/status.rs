@@ -24,8 +24,9 @@ macro_rules! head_columns {
                   THEN to_json(r.lease_until) #>> '{}' END AS retry_at, \
              to_json(r.start_at) #>> '{}' AS start_at, r.wait_event, r.wait_key, \
              to_json(r.deadline) #>> '{}' AS deadline, \
-             CASE WHEN r.lease_until = 'infinity' AND r.status = 'NEW' \
-                  THEN r.concurrency_key END AS concurrency_key, r.priority"
+             CASE WHEN r.lease_until = 'infinity' AND r.status = ",
+            crate::status::status_sql!(New),
+            " THEN r.concurrency_key END AS concurrency_key, r.priority"
         )
     };
 }
@@ -74,10 +75,13 @@ pub const PROCEEDING: &str = concat!(
 
 /// How many requests of its key wait before request `$3` of workflow `$1`, key `$2`, of
 /// priority `$4` (the key's queue order, `slots::queue_order!`).
-pub const SLOT_AHEAD: &str = "SELECT count(*) FROM service_requests q \
+pub const SLOT_AHEAD: &str = concat!(
+    "SELECT count(*) FROM service_requests q \
      WHERE q.workflow_name = $1 AND q.concurrency_key = $2 \
        AND (-coalesce(q.priority, 5), q.id) < (-$4::int, $3::uuid) \
-       AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW'";
+       AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = ",
+    crate::status::status_sql!(New)
+);
 
 /// The request row, as the answer shows it.
 #[derive(Debug, Clone)]

@@ -90,10 +90,7 @@ pub async fn post(
             "the service request id is not a valid UUID",
         );
     };
-    let form = match checked_form(core, ctx, parts, body).await {
-        Ok(f) => f,
-        Err(r) => return r,
-    };
+    let form = or_answer!(checked_form(core, ctx, parts, body).await);
     let back = format!("/console/serviceRequests/{id}");
     let failed =
         |why: String, status| request::render(core, ctx, id, Some(Flash::Failed(why)), status);
@@ -129,7 +126,7 @@ pub async fn post(
             let reason = field(&form, "reason")
                 .map(str::trim)
                 .filter(|r| !r.is_empty())
-                .map(|r| r.chars().take(1024).collect::<String>());
+                .map(str::to_string);
             control::cancel(core, id, reason)
                 .await
                 .map(|_| (back.clone(), Done::Cancelled))

@@ -162,29 +162,15 @@ fn asset(body: &'static str, content_type: &'static str) -> Resp {
 
 /// The status an operation's error is answered with (as the API answers it).
 fn op_status(e: &OpError) -> StatusCode {
-    match e {
-        OpError::BadRequest(_) => StatusCode::BAD_REQUEST,
-        OpError::Forbidden(_) => StatusCode::FORBIDDEN,
-        OpError::NotFound(_) => StatusCode::NOT_FOUND,
-        OpError::Conflict(_) => StatusCode::CONFLICT,
-        OpError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
-        OpError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-        OpError::Store { error, .. } if error.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
-        OpError::Store { .. } | OpError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-    }
+    super::response::status_of(e)
 }
 
 /// A page an operation could not serve: its status and message, as the API's answer
-/// would have them (a database failure logged where the API logs it, once).
+/// has them (`OpError`'s one table; a database failure logged where the API logs it,
+/// once).
 fn op_problem(ctx: &Ctx, e: OpError) -> Resp {
     let status = op_status(&e);
-    let message = match &e {
-        OpError::Store { error, .. } if error.is_transient() => {
-            "the database is unavailable; try again shortly".to_string()
-        }
-        _ => e.message(),
-    };
-    // The API's mapping logs what it must (store details, internal errors).
+    let message = e.message();
     let api = super::response::op_error(e);
     let mut r = layout::problem(status, ctx, &message);
     if let Some(v) = api.headers().get(hyper::header::RETRY_AFTER) {
@@ -226,10 +212,7 @@ fn login_page(ctx: &Ctx, query: Option<&str>, problem: Option<&str>) -> Resp {
 }
 
 async fn login(core: &Core, conn: &ConnState, ctx: &Ctx, parts: &Parts, body: &mut Body) -> Resp {
-    let form = match actions::checked_form(core, ctx, parts, body).await {
-        Ok(f) => f,
-        Err(r) => return r,
-    };
+    let form = or_answer!(actions::checked_form(core, ctx, parts, body).await);
     if !core.app.config.api_tokens.is_on() {
         return layout::see_other("/console", ctx);
     }

@@ -14,11 +14,9 @@ use super::svg::{self, Bar};
 use crate::http::answers;
 use crate::http::response::Resp;
 use crate::ops::read::Details;
+use crate::ops::read::{Child, Found, StepRow, Waits};
 use crate::state::Core;
 use crate::status::{RequestStatus, StepStatus};
-use crate::store::fan::Child;
-use crate::store::reader::Found;
-use crate::store::status::{StepRow, Waits};
 use crate::workflow::Workflow;
 
 /// What a page shows at its top after an action: a success by its code in the URL (a
@@ -106,7 +104,7 @@ pub async fn render(
         h1 { "Request " span.mono { (id) } }
         (facts(id, &d))
         h2 { "Timeline" }
-        (svg::timeline(&bars(&d.found.steps, &d.children), crate::engine::step_io::now_ms()))
+        (svg::timeline(&bars(&d.found.steps, &d.children), crate::ops::read::now_ms()))
         h2 { "Actions" }
         (actions(ctx, id, &d.found, d.workflow.as_ref()))
         h2 { "Steps" }

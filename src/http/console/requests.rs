@@ -14,9 +14,9 @@ use super::layout::{self, q, seg, Nav};
 use super::session::Ctx;
 use crate::http::response::Resp;
 use crate::ops::lists::{self, Pairs, Window};
+use crate::ops::read::RequestRow;
 use crate::state::Core;
 use crate::status::RequestStatus;
-use crate::store::queries::RequestRow;
 
 /// The page's filters as the browser sent them.
 #[derive(Debug, Default)]

@@ -4,8 +4,8 @@
 use maud::{html, Markup};
 
 use super::layout::{css_status, ms_time};
+use crate::ops::lists::Bucket;
 use crate::status::{RequestStatus, StepStatus};
-use crate::store::stats::Bucket;
 
 /// One bar of a timeline: a step attempt from its start to its end.
 pub struct Bar {

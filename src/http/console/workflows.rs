@@ -26,14 +26,8 @@ pub async fn list(core: &Core, ctx: &Ctx) -> Resp {
     };
     // Beyond Clamp: requests waiting for a concurrency slot or a rate's room, by workflow
     // (a column only while some wait).
-    let waiting: std::collections::HashMap<String, i64> = async {
-        let conn = core.pool.get().await.ok()?;
-        crate::store::slots::waiting_counts(&conn).await.ok()
-    }
-    .await
-    .unwrap_or_default()
-    .into_iter()
-    .collect();
+    let waiting: std::collections::HashMap<String, i64> =
+        lists::waiting_for_slots(core).await.into_iter().collect();
     let body = html! {
         h1 { "Workflows" }
         @if defs.is_empty() {
@@ -102,7 +96,7 @@ pub async fn page(core: &Core, ctx: &Ctx, name: &str) -> Resp {
         Err(e) => return super::op_problem(ctx, e),
     };
     let totals = lists::totals(&buckets);
-    let recent = crate::store::search::Filter {
+    let recent = lists::Filter {
         workflow: Some(name.to_string()),
         limit: 20,
         ..Default::default()
@@ -113,25 +107,11 @@ pub async fn page(core: &Core, ctx: &Ctx, name: &str) -> Resp {
     };
     // Beyond Clamp: the requests waiting for a slot or a rate's room, by key.
     let waiting = match &wf.concurrency {
-        None => crate::store::slots::Waiting::default(),
-        Some(_) => {
-            let read = async {
-                let conn = core.pool.get().await?;
-                crate::store::slots::waiting_by_key(&conn, name, 20).await
-            };
-            match read.await {
-                Ok(w) => w,
-                Err(error) => {
-                    return super::op_problem(
-                        ctx,
-                        OpError::Store {
-                            error,
-                            doing: "read waiting requests",
-                        },
-                    )
-                }
-            }
-        }
+        None => lists::Waiting::default(),
+        Some(_) => match lists::waiting_by_key(core, name, 20).await {
+            Ok(w) => w,
+            Err(e) => return super::op_problem(ctx, e),
+        },
     };
     let def = &wf.def;
     let body = html! {

@@ -1,56 +1,46 @@
 //! Delayed creates (beyond Clamp): `POST /serviceRequest/{workflow}?startAt=<RFC 3339>` or
 //! `?delayMs=N` asks for a NEW request that nothing runs before its time (`ops::create`
-//! stores it; any instance's sweeper claims it then). Read here from the query; a time
-//! already past starts at once, as a plain create.
+//! stores it; any instance's sweeper claims it then). Judged here from the query's two
+//! texts; a time already past starts at once, as a plain create.
 
 use std::time::{Duration, SystemTime};
 
-use hyper::StatusCode;
-
-use super::response::{error, Resp};
+use super::{OpError, Result};
 
 /// The furthest ahead a request may be asked to start.
 pub const MAX_DELAY: Duration = Duration::from_secs(366 * 86_400);
 
-/// When the create asks to start: None for at once (no parameter, or a time already past);
-/// 400 for a time that cannot be read, both parameters, or one beyond `MAX_DELAY`.
-pub fn start_time(q: &str, now: SystemTime) -> Result<Option<SystemTime>, Resp> {
-    let at = super::query_param(Some(q), "startAt");
-    let delay = super::query_param(Some(q), "delayMs");
+/// When the create asks to start, from its `startAt` and `delayMs`: None for at once
+/// (neither, or a time already past); 400 for a time that cannot be read, both, or one
+/// beyond `MAX_DELAY`.
+pub fn start_time(
+    at: Option<&str>,
+    delay: Option<&str>,
+    now: SystemTime,
+) -> Result<Option<SystemTime>> {
+    let bad = |m: &str| Err(OpError::BadRequest(m.to_string()));
     let start =
         match (at, delay) {
             (None, None) => return Ok(None),
-            (Some(_), Some(_)) => {
-                return Err(error(
-                    StatusCode::BAD_REQUEST,
-                    "startAt and delayMs: give one of them, not both",
-                ))
-            }
-            (Some(at), None) => match chrono::DateTime::parse_from_rfc3339(&at) {
+            (Some(_), Some(_)) => return bad("startAt and delayMs: give one of them, not both"),
+            (Some(at), None) => match chrono::DateTime::parse_from_rfc3339(at) {
                 Ok(t) => SystemTime::from(t),
-                Err(_) => return Err(error(
-                    StatusCode::BAD_REQUEST,
+                Err(_) => return bad(
                     "startAt: must be an RFC 3339 time with its offset, like 2026-12-24T18:00:00Z",
-                )),
+                ),
             },
             (None, Some(ms)) => match ms.parse::<u64>() {
                 Ok(ms) if Duration::from_millis(ms) <= MAX_DELAY => now + Duration::from_millis(ms),
                 _ => {
-                    return Err(error(
-                        StatusCode::BAD_REQUEST,
-                        &format!(
-                            "delayMs: must be a whole number of milliseconds from 0 to {}",
-                            MAX_DELAY.as_millis()
-                        ),
+                    return bad(&format!(
+                        "delayMs: must be a whole number of milliseconds from 0 to {}",
+                        MAX_DELAY.as_millis()
                     ))
                 }
             },
         };
     if start.duration_since(now).is_ok_and(|d| d > MAX_DELAY) {
-        return Err(error(
-            StatusCode::BAD_REQUEST,
-            "startAt: at most 366 days ahead",
-        ));
+        return bad("startAt: at most 366 days ahead");
     }
     Ok((start > now).then_some(start))
 }
@@ -59,9 +49,15 @@ pub fn start_time(q: &str, now: SystemTime) -> Result<Option<SystemTime>, Resp> 
 mod tests {
     use super::*;
 
-    fn at(q: &str) -> Result<Option<SystemTime>, u16> {
+    fn at(q: &str) -> std::result::Result<Option<SystemTime>, u16> {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        start_time(q, now).map_err(|r| r.status().as_u16())
+        let param = |k: &str| {
+            form_urlencoded::parse(q.as_bytes())
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.into_owned())
+        };
+        let (a, d) = (param("startAt"), param("delayMs"));
+        start_time(a.as_deref(), d.as_deref(), now).map_err(|e| e.status())
     }
 
     #[test]
