@@ -134,3 +134,30 @@ impl OpError {
 pub fn no_request() -> OpError {
     OpError::NotFound("no service request with this id".into())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_carrier_answers_an_error_with_one_status_and_one_message() {
+        let store = |error| OpError::Store {
+            error,
+            doing: "test",
+        };
+        assert_eq!(store(StoreError::Conflict).status(), 409);
+        assert_eq!(store(StoreError::Invalid("x".into())).status(), 400);
+        assert_eq!(
+            store(StoreError::Invalid("the detail".into())).message(),
+            "invalid data: the database refused it"
+        );
+        assert_eq!(store(StoreError::unavailable("down")).status(), 503);
+        assert_eq!(store(StoreError::Internal("x".into())).status(), 500);
+        assert_eq!(OpError::Unavailable("busy").status(), 503);
+        assert_eq!(OpError::Unprocessable("no".into()).status(), 422);
+        assert_eq!(
+            OpError::Internal("secret".into()).message(),
+            "internal error"
+        );
+    }
+}

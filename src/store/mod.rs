@@ -6,26 +6,20 @@
 //! `schema.sql`, the schema the migrations build (kept current by `tests/it/schema.rs`).
 
 pub(crate) mod audit;
-pub(crate) mod budget;
-pub(crate) mod buffer;
 pub(crate) mod cancel;
 pub(crate) mod children;
-pub mod connect;
+pub mod conn;
 pub(crate) mod dead_letters;
 pub(crate) mod deadlines;
-pub(crate) mod delayed;
 pub(crate) mod events;
 pub(crate) mod fan;
-mod flights;
 pub mod housekeeping;
-pub(crate) mod idempotency;
+pub(crate) mod intake;
 pub(crate) mod kafka_offsets;
 pub mod keeper;
 pub(crate) mod lanes;
 pub(crate) mod leases;
-pub mod migrate;
 pub mod partitions;
-pub(crate) mod pool;
 pub(crate) mod queries;
 pub(crate) mod raw_json;
 pub(crate) mod reader;
@@ -42,10 +36,13 @@ pub(crate) mod stats;
 pub(crate) mod status;
 pub(crate) mod step_responses;
 pub(crate) mod transitions;
-mod watchdog;
 pub mod workflow_map;
 
 use std::sync::Arc;
+
+pub(crate) use conn::pool;
+pub use conn::{connect, migrate};
+pub(crate) use intake::{budget, buffer, delayed, idempotency};
 
 pub use buffer::{AckError, Created, PendingRow, WriteBuffer};
 pub use pool::{PgConn, Pool};

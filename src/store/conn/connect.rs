@@ -388,7 +388,7 @@ impl Clone for Target {
 }
 
 /// Whether a host takes writes (`target_session_attrs=read-write` skips one that does not).
-pub(super) const READ_ONLY: &str = "SHOW transaction_read_only";
+pub(in crate::store) const READ_ONLY: &str = "SHOW transaction_read_only";
 
 async fn read_only(client: &Client) -> Result<bool, tokio_postgres::Error> {
     let rows = client.simple_query(READ_ONLY).await?;

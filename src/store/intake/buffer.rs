@@ -544,12 +544,12 @@ async fn write_batch(
 /// The statement a late batch runs before its insert: the time its most pressed row has
 /// left, in whole milliseconds (at least one; 0 would mean no timeout at all). Built per
 /// late batch (a value in its text), so it is a template in `statements.sql`.
-pub(super) fn set_statement_timeout(ms: impl std::fmt::Display) -> String {
+pub(in crate::store) fn set_statement_timeout(ms: impl std::fmt::Display) -> String {
     format!("SET statement_timeout = {ms}")
 }
 
 /// Back to the session's statement timeout after a late batch.
-pub(super) const RESET_STATEMENT_TIMEOUT: &str = "RESET statement_timeout";
+pub(in crate::store) const RESET_STATEMENT_TIMEOUT: &str = "RESET statement_timeout";
 
 /// The lease a batch's leased rows get: this instance's, for as long as a fresh lease
 /// lasts (no owner when no row is leased).
@@ -797,7 +797,7 @@ fn new_requests<'a>(
 }
 
 /// The keyed inserts' rows, one array per column (`NewRequest`'s fields, in its order).
-pub(super) struct Columns<'a> {
+pub(in crate::store) struct Columns<'a> {
     pub ids: Vec<Uuid>,
     pub names: Vec<&'a str>,
     pub payloads: Vec<RawJson<'a>>,
@@ -845,7 +845,7 @@ impl<'a> Columns<'a> {
 /// field by field.
 #[derive(Debug, postgres_types::ToSql)]
 #[postgres(name = "new_request")]
-pub(super) struct NewRequest<'a> {
+pub(in crate::store) struct NewRequest<'a> {
     id: Uuid,
     wf: &'a str,
     payload: RawJson<'a>,

@@ -10,34 +10,40 @@ use super::connect::{ConnectError, PgConnector};
 /// (Version 5 was made a no-op when version 6 undid it: a database that applied 5 is
 /// converted by 6, and a new one has nothing to undo.)
 const MIGRATIONS: &[(i32, &str)] = &[
-    (1, include_str!("migrations/0001_init.sql")),
-    (2, include_str!("migrations/0002_kafka_offsets.sql")),
-    (3, include_str!("migrations/0003_step_attempts.sql")),
-    (4, include_str!("migrations/0004_idempotency_keys.sql")),
-    (5, include_str!("migrations/0005_superseded.sql")),
-    (6, include_str!("migrations/0006_one_row_per_request.sql")),
-    (7, include_str!("migrations/0007_fillfactor_50.sql")),
-    (8, include_str!("migrations/0008_retries.sql")),
-    (9, include_str!("migrations/0009_failed_and_cancelled.sql")),
-    (10, include_str!("migrations/0010_reruns.sql")),
-    (11, include_str!("migrations/0011_workflow_versions.sql")),
-    (12, include_str!("migrations/0012_child_workflows.sql")),
-    (13, include_str!("migrations/0013_delayed_start.sql")),
-    (14, include_str!("migrations/0014_schedules.sql")),
-    (15, include_str!("migrations/0015_row_types.sql")),
-    (16, include_str!("migrations/0016_index_room.sql")),
-    (17, include_str!("migrations/0017_fan_out.sql")),
-    (18, include_str!("migrations/0018_answer_due.sql")),
-    (19, include_str!("migrations/0019_events.sql")),
-    (20, include_str!("migrations/0020_request_deadlines.sql")),
-    (21, include_str!("migrations/0021_audit.sql")),
-    (22, include_str!("migrations/0022_concurrency.sql")),
-    (23, include_str!("migrations/0023_priorities.sql")),
+    (1, include_str!("../migrations/0001_init.sql")),
+    (2, include_str!("../migrations/0002_kafka_offsets.sql")),
+    (3, include_str!("../migrations/0003_step_attempts.sql")),
+    (4, include_str!("../migrations/0004_idempotency_keys.sql")),
+    (5, include_str!("../migrations/0005_superseded.sql")),
+    (
+        6,
+        include_str!("../migrations/0006_one_row_per_request.sql"),
+    ),
+    (7, include_str!("../migrations/0007_fillfactor_50.sql")),
+    (8, include_str!("../migrations/0008_retries.sql")),
+    (
+        9,
+        include_str!("../migrations/0009_failed_and_cancelled.sql"),
+    ),
+    (10, include_str!("../migrations/0010_reruns.sql")),
+    (11, include_str!("../migrations/0011_workflow_versions.sql")),
+    (12, include_str!("../migrations/0012_child_workflows.sql")),
+    (13, include_str!("../migrations/0013_delayed_start.sql")),
+    (14, include_str!("../migrations/0014_schedules.sql")),
+    (15, include_str!("../migrations/0015_row_types.sql")),
+    (16, include_str!("../migrations/0016_index_room.sql")),
+    (17, include_str!("../migrations/0017_fan_out.sql")),
+    (18, include_str!("../migrations/0018_answer_due.sql")),
+    (19, include_str!("../migrations/0019_events.sql")),
+    (20, include_str!("../migrations/0020_request_deadlines.sql")),
+    (21, include_str!("../migrations/0021_audit.sql")),
+    (22, include_str!("../migrations/0022_concurrency.sql")),
+    (23, include_str!("../migrations/0023_priorities.sql")),
     (
         24,
-        include_str!("migrations/0024_sessions_and_event_takes.sql"),
+        include_str!("../migrations/0024_sessions_and_event_takes.sql"),
     ),
-    (25, include_str!("migrations/0025_partitions.sql")),
+    (25, include_str!("../migrations/0025_partitions.sql")),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.
@@ -91,24 +97,24 @@ pub async fn connect_or_create(db: &PgConnector) -> Result<Client, MigrateError>
 }
 
 /// The migrations' lock, taken by the transaction that applies them.
-pub(super) const LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
+pub(in crate::store) const LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
 
 /// The ledger of applied migrations.
-pub(super) const CREATE_LEDGER: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
+pub(in crate::store) const CREATE_LEDGER: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
             version integer PRIMARY KEY,
             applied_at timestamptz NOT NULL DEFAULT now())";
 
 /// The statement timeout of the migration transaction (bounded, so a hung database
 /// still fails startup).
-pub(super) const MIGRATION_TIMEOUT: &str = "SET LOCAL statement_timeout = '15min'";
+pub(in crate::store) const MIGRATION_TIMEOUT: &str = "SET LOCAL statement_timeout = '15min'";
 
-pub(super) const APPLIED: &str = "SELECT version FROM schema_migrations";
+pub(in crate::store) const APPLIED: &str = "SELECT version FROM schema_migrations";
 
-pub(super) const RECORD: &str = "INSERT INTO schema_migrations (version) VALUES ($1)";
+pub(in crate::store) const RECORD: &str = "INSERT INTO schema_migrations (version) VALUES ($1)";
 
 /// Creates the configured database: the one statement with a name in its text (quoted,
 /// its quotes doubled by the caller), so it is a template in `statements.sql`.
-pub(super) fn create_database(quoted_name: impl std::fmt::Display) -> String {
+pub(in crate::store) fn create_database(quoted_name: impl std::fmt::Display) -> String {
     format!("CREATE DATABASE \"{quoted_name}\"")
 }
 

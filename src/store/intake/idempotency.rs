@@ -102,7 +102,7 @@ SELECT id, workflow_version FROM inserted"
 /// The requests that hold keys: per input row (its index), the request's id, whether its
 /// stored payload is the same, and its status as reads show it (both NULL when the row
 /// was deleted by retention).
-pub(super) const LOOKUP: &str = concat!(
+pub(in crate::store) const LOOKUP: &str = concat!(
     "SELECT t.idx, k.service_request_id, r.payload = t.payload, ",
     crate::store::sql::derived_status!("r"),
     "
@@ -155,7 +155,7 @@ pub async fn holders(conn: &PgConn, rows: &[Lookup<'_>]) -> Result<Vec<(i32, Hol
 const DELETE_BATCH: i64 = 5_000;
 
 /// Up to `$2` keys older than `$1` seconds.
-pub(super) const DELETE_EXPIRED: &str =
+pub(in crate::store) const DELETE_EXPIRED: &str =
     "DELETE FROM idempotency_keys WHERE ctid IN (SELECT ctid FROM idempotency_keys \
      WHERE created_at < now() - $1::float8 * interval '1 second' LIMIT $2)";
 

@@ -29,7 +29,7 @@ pub struct Delayed<'a> {
 /// `$1` id, `$2` workflow, `$3` payload, `$4` headers, `$5` created, `$6` start, `$7` the
 /// version named (0: the latest, stored as NULL when it is 1, as `pinned_version!`), `$8`
 /// the deadline in ms from the start (NULL: none), `$9` the priority (NULL: the default).
-pub(super) const INSERT: &str = concat!(
+pub(in crate::store) const INSERT: &str = concat!(
     "INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, \
      lease_until, created_at, workflow_version, start_at, deadline, priority) \
      SELECT $1, $2, $3, $4, NULL, $6, $5, ",
