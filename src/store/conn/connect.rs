@@ -41,9 +41,15 @@ pub fn session(config: &crate::config::Config) -> tokio_postgres::Config {
         // (perf/runs/2026-11-30-vm/8f8fe22-seqscan/seqscan.md).
         // timezone=UTC: timestamps render the same whichever server they come from, and
         // the same as the executor renders them from memory (`store::status`).
+        // jit=off: with enable_seqscan off, a plan with any sequential scan left in it (a
+        // partition or a table with no index for the statement) costs over 10^10, past
+        // every JIT threshold, so Postgres compiled it with LLVM, inlined and optimized, at
+        // each execution: 14 % of Postgres's CPU in a retention soak once sets came and
+        // went, none at its start (perf/runs/2026-12-06-vm/c1c3fb6-soak-retention-profile).
+        // No statement of ours runs long enough to gain from JIT.
         .options(format!(
             "-c statement_timeout={timeout_ms} -c idle_in_transaction_session_timeout={} \
-             -c enable_seqscan=off -c timezone=UTC",
+             -c enable_seqscan=off -c jit=off -c timezone=UTC",
             timeout_ms * 2
         ));
     pg
