@@ -47,6 +47,8 @@ def windows(rows):
 
 AUTO_START = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) (\w+) \[\d+\] LOG:  '
                         r'automatic (vacuum|analyze) of table "(?:[^".]+\.)*([^".]+)"')
+# A partition set's suffix at the end of a partition's name (`_p20261206t031500`, `_p0`).
+SET_SUFFIX = re.compile(r"_p(\d{8}t\d{6}|0)$")
 AUTO_USAGE = re.compile(r'system usage: CPU: user: ([\d.]+) s, system: ([\d.]+) s, elapsed: ([\d.]+) s')
 
 
@@ -76,7 +78,7 @@ def partition_role(table, t, starts):
     set starts seen (`starts`: epoch seconds by suffix), 'left' when a later set had begun,
     'table' for a table that is not a set's partition (or the first set, `_p0`, once a
     later one began: 'left')."""
-    m = re.search(r"_p(\d{8}t\d{6}|0)$", table)
+    m = SET_SUFFIX.search(table)
     if not m:
         return "table"
     mine = starts.get(m.group(1), 0.0)
@@ -96,7 +98,7 @@ def autovacuum_by_window(runs, ws, rows):
     the totals per (kind, table family, role): runs, CPU s, elapsed s."""
     starts = {}
     for _, _, table, _, _ in runs:
-        m = re.search(r"_p(\d{8}t\d{6}|0)$", table)
+        m = SET_SUFFIX.search(table)
         if m:
             starts[m.group(1)] = set_start(m.group(1))
     totals = {}
@@ -106,7 +108,7 @@ def autovacuum_by_window(runs, ws, rows):
         cpu = sum(r[3] for r in runs if t0 < r[0] <= t1)
         w["vacuum_us"] = cpu * 1e6 / done if done else float("nan")
     for t, kind, table, cpu, elapsed in runs:
-        family = re.sub(r"_p(\d{8}t\d{6}|0)$", "", table)
+        family = SET_SUFFIX.sub("", table)
         key = (kind, family, partition_role(table, t, starts))
         n, c, e = totals.get(key, (0, 0.0, 0.0))
         totals[key] = (n + 1, c + cpu, e + elapsed)

@@ -199,6 +199,10 @@ macro_rules! status_sql {
     (Finished) => {
         "'COMPLETED', 'FAILED', 'CANCELLED'"
     };
+    // The statuses of a request not yet finished, as a list for `IN (…)`.
+    (Unfinished) => {
+        "'NEW', 'IN_PROGRESS', 'PAUSED', 'RESUMED'"
+    };
 }
 pub(crate) use status_sql;
 

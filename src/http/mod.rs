@@ -6,23 +6,13 @@
 #![allow(clippy::result_large_err)]
 
 /// The value of a `Result<T, Resp>`, or its response answered at once: the one prologue
-/// the handlers share for reading their input (a body, an id, a form) and for an
-/// operation's error (`Err(OpError)`, mapped by `response::op_error`).
+/// the handlers share for reading their input (a body, an id, a form), and for an
+/// operation's error once mapped (`.map_err(response::op_error)`).
 macro_rules! or_answer {
     ($e:expr) => {
         match $e {
             Ok(v) => v,
             Err(resp) => return resp,
-        }
-    };
-}
-
-/// The value of an operation's `Result<T, OpError>`, or its error answered at once.
-macro_rules! or_op_error {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(e) => return $crate::http::response::op_error(e),
         }
     };
 }

@@ -114,7 +114,9 @@ pub async fn create(
             .get(&IDEMPOTENCY_KEY)
             .map(HeaderValue::as_bytes),
     };
-    let admitted = or_op_error!(crate::ops::create::admit(core, &ask).await);
+    let admitted = or_answer!(crate::ops::create::admit(core, &ask)
+        .await
+        .map_err(op_error));
     let headers = forwardable_headers(
         &app.config.header_denylist,
         &parts.headers,

@@ -150,13 +150,7 @@ macro_rules! deadline_passed {
         concat!(
             "s.deadline < now() AND s.failed_step_id IS NULL
   AND s.status IN (",
-            crate::status::status_sql!(New),
-            ", ",
-            crate::status::status_sql!(InProgress),
-            ", ",
-            crate::status::status_sql!(Paused),
-            ", ",
-            crate::status::status_sql!(Resumed),
+            crate::status::status_sql!(Unfinished),
             ")
   AND (s.status = ",
             crate::status::status_sql!(Paused),

@@ -34,13 +34,7 @@ macro_rules! holds_slot {
             ".lease_until <> 'infinity' AND ",
             $s,
             ".status IN (",
-            crate::status::status_sql!(New),
-            ", ",
-            crate::status::status_sql!(InProgress),
-            ", ",
-            crate::status::status_sql!(Paused),
-            ", ",
-            crate::status::status_sql!(Resumed),
+            crate::status::status_sql!(Unfinished),
             ")"
         )
     };

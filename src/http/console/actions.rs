@@ -139,7 +139,7 @@ pub async fn post(
             // The event and key this request waits for, as its page showed them.
             let waiting = match crate::ops::read::details(core, id).await {
                 Ok(d) => d.found.head.wait_event.zip(d.found.head.wait_key),
-                Err(e) => return failed(e.message(), super::op_status(&e)).await,
+                Err(e) => return failed(e.message(), crate::http::response::status_of(&e)).await,
             };
             let Some((event, key)) = waiting else {
                 return failed(
@@ -165,7 +165,7 @@ pub async fn post(
     match done {
         Ok((to, done)) => layout::see_other(&format!("{to}?done={}", done.code()), ctx),
         Err(e) => {
-            let status = super::op_status(&e);
+            let status = crate::http::response::status_of(&e);
             failed(e.message(), status).await
         }
     }

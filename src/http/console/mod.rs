@@ -160,16 +160,11 @@ fn asset(body: &'static str, content_type: &'static str) -> Resp {
     r
 }
 
-/// The status an operation's error is answered with (as the API answers it).
-fn op_status(e: &OpError) -> StatusCode {
-    super::response::status_of(e)
-}
-
 /// A page an operation could not serve: its status and message, as the API's answer
 /// has them (`OpError`'s one table; a database failure logged where the API logs it,
 /// once).
 fn op_problem(ctx: &Ctx, e: OpError) -> Resp {
-    let status = op_status(&e);
+    let status = super::response::status_of(&e);
     let message = e.message();
     let api = super::response::op_error(e);
     let mut r = layout::problem(status, ctx, &message);

@@ -163,7 +163,7 @@ pub async fn post(
     match done {
         Ok(code) => layout::see_other(&format!("/console/schedules?done={code}"), ctx),
         Err(e) => {
-            let status = super::op_status(&e);
+            let status = crate::http::response::status_of(&e);
             let why = format!("{name}: {}", e.message());
             render(core, ctx, Some(Err(why)), status).await
         }
