@@ -241,12 +241,18 @@ impl Executor {
             self.app.running.remove(&id);
             self.unreserve(1);
             self.forgotten.notify_waiters();
-            if self.backlog.load(Ordering::Relaxed)
-                && self.free() >= self.refill
-                && self.backlog.swap(false, Ordering::Relaxed)
-            {
-                self.wake();
-            }
+            self.wake_for_backlog();
+        }
+    }
+
+    /// Wakes the sweeper when runnable rows may wait in Postgres and enough slots are
+    /// free to claim a few of them at once.
+    fn wake_for_backlog(&self) {
+        if self.backlog.load(Ordering::Relaxed)
+            && self.free() >= self.refill
+            && self.backlog.swap(false, Ordering::Relaxed)
+        {
+            self.wake();
         }
     }
 
@@ -404,6 +410,10 @@ impl Executor {
             self.backlog.store(true, Ordering::Relaxed);
             return Ok(0);
         }
+        // Cleared before the look, never after it: rows committed unleased while the
+        // claim runs (which its snapshot cannot see) mark the backlog again, and that
+        // mark must survive this sweep, or the next free slot would not wake anyone.
+        self.backlog.store(false, Ordering::Relaxed);
         let claimed = async {
             let conn = self
                 .pool
@@ -428,7 +438,9 @@ impl Executor {
         };
         self.unreserve(want - claimed.len());
         let n = claimed.len();
-        self.backlog.store(n == want, Ordering::Relaxed);
+        if n == want {
+            self.backlog.store(true, Ordering::Relaxed);
+        }
         if n > 0 {
             tracing::debug!(n, first_service_request_id = %claimed[0].0.id, status = %claimed[0].0.status, "claimed");
         }
@@ -615,6 +627,11 @@ impl Handoff for Executor {
 
     fn release(&self, n: usize) {
         self.unreserve(n);
+    }
+
+    fn stored_unleased(&self) {
+        self.backlog.store(true, Ordering::Relaxed);
+        self.wake_for_backlog();
     }
 
     fn start(self: Arc<Self>, rows: Vec<Inserted>) {

@@ -105,13 +105,14 @@ impl Keeping {
     /// As the server's configuration says.
     pub fn from_config(c: &crate::config::Config) -> Keeping {
         let p = &c.partitioning;
+        let sizing = Sizing {
+            rows: p.rows,
+            min: p.min,
+            max: p.max,
+            ahead: p.ahead,
+        };
         Keeping {
-            sizing: Sizing {
-                rows: p.rows,
-                min: p.min,
-                max: p.max,
-                ahead: p.ahead,
-            },
+            sizing: narrow_for(sizing, &c.retention, p.skew),
             policy: c.retention.clone(),
             every: p.every,
             skew: p.skew,
@@ -437,6 +438,21 @@ fn parse_check_bound(def: &str) -> Option<uuid::Uuid> {
     def[start..end].parse().ok()
 }
 
+/// Sets no wider than an eighth of what retention keeps (the shortest age the server
+/// keeps a finished request, plus the skew a set waits past it), never narrower than the
+/// narrowest: whole sets go, so the size kept swings by one set's width, and an eighth
+/// keeps it flat within about 12 % (docs/decisions.md, "Narrow sets against a flat size").
+fn narrow_for(sizing: Sizing, policy: &Policy, skew: Duration) -> Sizing {
+    let Some(age) = smallest_age(policy, &vec![]).checked_add(skew) else {
+        return sizing;
+    };
+    if !policy.is_on() {
+        return sizing;
+    }
+    let max = sizing.max.min((age / 8).max(sizing.min));
+    Sizing { max, ..sizing }
+}
+
 /// The smallest age any finished request may be kept (the server's or a workflow's): no
 /// set younger than it may go.
 fn smallest_age(policy: &Policy, overrides: &Overrides) -> Duration {
@@ -481,5 +497,42 @@ mod tests {
             Some(Duration::from_secs(60)),
         )];
         assert_eq!(smallest_age(&p, &o), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn sets_are_an_eighth_of_what_retention_keeps_at_most() {
+        let sizing = Sizing {
+            rows: 2_000_000,
+            min: Duration::from_secs(60),
+            max: Duration::from_secs(86_400),
+            ahead: Duration::from_secs(300),
+        };
+        let skew = Duration::from_secs(300);
+        let mut p = Policy {
+            completed: None,
+            failed: None,
+            cancelled: None,
+            export_dir: None,
+        };
+        // Kept forever: as wide as the traffic makes them.
+        assert_eq!(narrow_for(sizing, &p, skew).max, sizing.max);
+        // Seven days and a 300 s skew: an eighth of that, about 21 h.
+        p.completed = Some(Duration::from_secs(7 * 86_400));
+        p.failed = Some(Duration::from_secs(30 * 86_400));
+        let seven = Duration::from_secs(7 * 86_400 + 300) / 8;
+        assert_eq!(narrow_for(sizing, &p, skew).max, seven);
+        // Five minutes: an eighth of 600 s is 75 s.
+        p.completed = Some(Duration::from_secs(300));
+        assert_eq!(narrow_for(sizing, &p, skew).max, Duration::from_secs(75));
+        // One minute and no skew: never below the narrowest a set may be.
+        p.completed = Some(Duration::from_secs(60));
+        assert_eq!(narrow_for(sizing, &p, Duration::ZERO).max, sizing.min);
+        // A tighter bound of its own stays.
+        p.completed = Some(Duration::from_secs(300));
+        let tight = Sizing {
+            max: Duration::from_secs(70),
+            ..sizing
+        };
+        assert_eq!(narrow_for(tight, &p, skew).max, Duration::from_secs(70));
     }
 }

@@ -126,6 +126,9 @@ pub trait Handoff: Send + Sync {
     fn reserve(&self, n: usize) -> usize;
     /// Gives back reservations that were not used (the batch failed).
     fn release(&self, n: usize);
+    /// Rows committed unleased (no room for them): a claim must look for them. Called
+    /// after the commit, so a claim that ran before it cannot have cleared the mark.
+    fn stored_unleased(&self);
     /// Starts rows that committed leased to this instance.
     fn start(self: Arc<Self>, rows: Vec<Inserted>);
     /// This instance's lease owner id.
@@ -406,6 +409,9 @@ impl Shared {
             Written::Each(each) => each.iter().filter(|c| matches!(c, Created::New(_))).count(),
         };
         self.metrics.rows_written.inc_by(n_new as u64);
+        if let (Some(h), true) = (&self.handoff, n_leased < batch.len()) {
+            h.stored_unleased();
+        }
         if let (Some(h), true) = (&self.handoff, n_leased > 0) {
             let rows: Vec<_> = batch[..n_leased]
                 .iter()
@@ -465,6 +471,9 @@ impl Shared {
             };
             if answer.is_err() && row.ack.is_none() {
                 tracing::error!(id = %row.id, "an accepted service request could not be stored");
+            }
+            if let (Ok(Created::New(_)), Some(h)) = (&answer, &self.handoff) {
+                h.stored_unleased();
             }
             if let Some(ack) = row.ack {
                 let _ = ack.send(answer);
