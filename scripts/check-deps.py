@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Checks that the server's modules depend on each other in one direction only.
 
-    workflow (pure) <- config <- store <- engine <- state <- {http, broker} <- runtime <- main/lib
+    workflow (pure) <- config <- outbound <- store <- engine <- state <- ops <- {http, broker} <- runtime <- main/lib
 
 `workflow_files` (the `clamp workflows` subcommand) stands beside `runtime`.
 
 A module may use the layers to its left. `config` uses only `workflow` (the server's
 default step retry policy is a workflow type, checked by the workflow's own rules);
-`state` is one runtime's `Core` (its pool, buffer and executor), which the adapters
-(http, broker) are handed. http reaches the store and the engine only through `ops`
-(the only door: their types too, as ops re-exports them), never by name. The leaf modules (metrics, ids, backoff, tokens, destinations,
+`outbound` calls the outside world (a step's HTTP call, its publish, their TLS and
+per-host limits) and knows nothing of requests or Postgres. `state` is one runtime's
+`Core` (its pool, buffer and executor), which the carriers (http, broker) are handed.
+The carriers reach the store and the engine only through `ops` (the only door: their
+types too, as ops re-exports them), never by name. The leaf modules (metrics, ids, backoff, tokens, destinations,
 secrets, …) may be used by any
 layer and use no project module themselves, but for the route table (`routes`: every
 route's method, path, operation and metric name), which metrics reads.
@@ -45,6 +47,7 @@ LAYER = {
     "workflow": 1,
     "telemetry": 1,
     "config": 2,
+    "outbound": 2.5,
     "store": 3,
     "engine": 4,
     "state": 5,
@@ -64,14 +67,14 @@ TABLES = {"routes"}
 # ops is the only door: the carriers (the API and console, the broker consumers) reach the
 # store and the engine through it, never by name.
 BEHIND_OPS = {"store", "engine"}
-CARRIERS = {"http"}
+CARRIERS = {"http", "broker"}
 USE = re.compile(r"\bcrate::([a-z_]+)")
 GROUP = re.compile(r"\buse crate::\{([^}]*)\}", re.S)
 
 
 # Where answers may be built, and what building one looks like.
 MARKUP_OK = {"http"}
-JSON_OK = {"http", "broker", "runtime", "workflow_files", "lib", "main", "engine", "workflow"}
+JSON_OK = {"http", "broker", "runtime", "workflow_files", "lib", "main", "engine", "outbound", "workflow"}
 MARKUP = re.compile(r"\bmaud\b|\bhtml!\s*\{")
 JSON_BUILT = re.compile(r"\bjson!\s*[({\[]|\bserde_json::Map::(?:new|with_capacity)\b|\bMap::(?:new|with_capacity)\(")
 

@@ -52,6 +52,18 @@ class CheckDeps(unittest.TestCase):
         self.inject("http/system.rs", "pub fn now() -> u64 { crate::engine::step_io::now_ms() }")
         self.assert_refused("http -> engine points against the direction")
 
+    def test_a_broker_consumer_naming_the_store_is_refused(self):
+        self.inject("broker/reply.rs", "use crate::store::dead_letters::Origin as Named;")
+        self.assert_refused("broker -> store points against the direction")
+
+    def test_a_broker_consumer_naming_the_engine_is_refused(self):
+        self.inject("broker/amqp.rs", "use crate::engine::resume::parse as Named;")
+        self.assert_refused("broker -> engine points against the direction")
+
+    def test_the_outside_worlds_room_using_the_store_is_refused(self):
+        self.inject("outbound/limits.rs", "use crate::store::StoreError as Up;")
+        self.assert_refused("outbound -> store points against the direction")
+
     def test_a_layer_using_one_above_it_is_refused(self):
         self.inject("store/stats.rs", "use crate::ops::OpError as Up;")
         self.assert_refused("store -> ops points against the direction")

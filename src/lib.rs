@@ -16,6 +16,7 @@ pub(crate) mod http;
 pub(crate) mod ids;
 pub(crate) mod metrics;
 pub(crate) mod ops;
+pub(crate) mod outbound;
 pub(crate) mod routes;
 pub mod runtime;
 pub mod secrets;
@@ -120,7 +121,7 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
     tls::install_default_provider();
     let url = config.database.redacted();
     let db = Arc::new(store::connect::PgConnector::for_config(&config).map_err(StartError::Tls)?);
-    let outbound = engine::tls::Outbound::load(&config).map_err(StartError::Tls)?;
+    let outbound = outbound::tls::Outbound::load(&config).map_err(StartError::Tls)?;
     // HTTPS when given a certificate: HTTP/1.1 only, like the plain listener.
     let listener_tls = match &config.tls.server {
         Some((cert, key)) => Some(Arc::new(

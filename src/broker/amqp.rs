@@ -33,9 +33,9 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
     let b = &core.app.config.brokers;
     let queue = b.amqp_response_queue.as_str();
     let dead = format!("{queue}.dead");
-    let conn = crate::engine::publish::amqp::connect(&b.amqp_url, &core.app.outbound.amqp)
+    let conn = crate::outbound::publish::amqp::connect(&b.amqp_url, &core.app.outbound.amqp)
         .await
-        .map_err(|e| ConsumerError::Away(crate::engine::publish::amqp::connect_error(&e).1))?;
+        .map_err(|e| ConsumerError::Away(crate::outbound::publish::amqp::connect_error(&e).1))?;
     let e = away;
     let ch = conn.create_channel().await.map_err(e)?;
     ensure_queue(&conn, queue).await?;

@@ -20,9 +20,10 @@ use tokio::time::Instant;
 use super::reply::{self, Handled};
 use super::{away, ConsumerError};
 use crate::backoff::Backoff;
-use crate::engine::publish::kafka::{client, murmur2};
+use crate::ops::consumers::{self, Origin, PartitionLocks};
+use crate::ops::StoreError;
+use crate::outbound::publish::kafka::{client, murmur2};
 use crate::state::Core;
-use crate::store::{dead_letters, kafka_offsets, StoreError};
 
 /// The shortest a round of fetches that found nothing may take.
 const MIN_EMPTY_ROUND: Duration = Duration::from_millis(20);
@@ -61,11 +62,7 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
     // The partition locks live as long as this connection, which closes when `locks` is
     // dropped, however the session ends: that releases them for the next session or
     // another instance.
-    let locks = kafka_offsets::PartitionLocks::connect(
-        &core.app.db,
-        crate::store::pool::guard(&core.app.config),
-    )
-    .await?;
+    let locks = consumers::partition_locks(core).await?;
     let mut owned: BTreeMap<i32, Owned> = BTreeMap::new();
     let mut next_lock_try = Instant::now();
     tracing::info!(
@@ -121,7 +118,7 @@ async fn connect(core: &Core) -> Result<Client, ConsumerError> {
     )
     .await
     .map_err(|e| {
-        let why = crate::engine::publish::kafka::connect_error(&e).1;
+        let why = crate::outbound::publish::kafka::connect_error(&e).1;
         ConsumerError::Away(format!("{}: {why}", b.kafka_brokers))
     })
 }
@@ -131,7 +128,7 @@ async fn connect(core: &Core) -> Result<Client, ConsumerError> {
 async fn take_free_partitions(
     core: &Core,
     c: &Client,
-    locks: &kafka_offsets::PartitionLocks,
+    locks: &PartitionLocks,
     topic: &str,
     partitions: &[i32],
     owned: &mut BTreeMap<i32, Owned>,
@@ -274,7 +271,7 @@ async fn apply_record(
         Some(_) => return true,
     };
     tracing::warn!(topic, partition, offset, reason = %why, "dead-lettering a step response that cannot apply");
-    let origin = dead_letters::Origin {
+    let origin = Origin {
         source: "kafka",
         topic,
         partition: Some(partition),
@@ -282,12 +279,7 @@ async fn apply_record(
     };
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     loop {
-        let kept = async {
-            let conn = core.pool.get().await.map_err(StoreError::from)?;
-            dead_letters::insert(&conn, &origin, body, &why).await
-        }
-        .await;
-        match kept {
+        match consumers::dead_letter(core, &origin, body, &why).await {
             Ok(()) => return true,
             Err(_) if *stop.borrow() => return false,
             Err(e) => {
@@ -338,8 +330,7 @@ async fn start_offset(
     topic: &str,
     partition: i32,
 ) -> Result<i64, ConsumerError> {
-    let conn = core.pool.get().await.map_err(StoreError::from)?;
-    match kafka_offsets::get(&conn, topic, partition).await? {
+    match consumers::offset(core, topic, partition).await? {
         Some(next) => Ok(next),
         // Never read before: from the oldest record, not the newest (nothing sent while
         // no instance was up is skipped).
@@ -353,7 +344,5 @@ async fn store_offset(
     partition: i32,
     next: i64,
 ) -> Result<(), ConsumerError> {
-    let conn = core.pool.get().await.map_err(StoreError::from)?;
-    kafka_offsets::set(&conn, topic, partition, next).await?;
-    Ok(())
+    Ok(consumers::set_offset(core, topic, partition, next).await?)
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::backoff::Backoff;
-use crate::store::StoreError;
+use crate::ops::StoreError;
 use tokio::time::Instant;
 
 /// First delay before a consumer reconnects; doubles up to `MAX_RECONNECT_BACKOFF`.

@@ -5,11 +5,10 @@
 use std::time::Duration;
 
 use crate::backoff::Backoff;
-use crate::engine::resume;
 use crate::ops::respond::{respond, Responded};
 use crate::ops::OpError;
+use crate::ops::StoreError;
 use crate::state::Core;
-use crate::store::StoreError;
 
 /// What became of one broker message.
 #[derive(Debug, PartialEq, Eq)]
@@ -51,7 +50,7 @@ const PATIENCE: Duration = Duration::from_secs(10);
 
 /// Applies one message body; `traceparent` is its header of that name, if any.
 pub async fn handle(core: &Core, body: &[u8], traceparent: Option<&[u8]>) -> Handled {
-    let mut answer = match resume::parse(body) {
+    let mut answer = match crate::ops::respond::parse(body) {
         Ok(a) => a,
         Err(e) => return Handled::Malformed(e.to_string()),
     };

@@ -15,7 +15,7 @@ pub struct App {
     /// Opens connections to the database (every pool, the Kafka partition locks).
     pub db: Arc<crate::store::connect::PgConnector>,
     /// TLS settings of step calls and broker connections.
-    pub outbound: super::tls::Outbound,
+    pub outbound: crate::outbound::tls::Outbound,
     pub workflows: WorkflowMap,
     pub metrics: Arc<Metrics>,
     /// Unique per process start: the owner id of every lease this instance takes.
@@ -23,7 +23,7 @@ pub struct App {
     /// Requests running on any runtime of this process.
     pub running: super::running::Running,
     /// Step calls in flight per downstream host, for the whole process.
-    pub downstream: super::limits::HostLimits,
+    pub downstream: crate::outbound::limits::HostLimits,
     /// Final status answers, kept for reads that come after.
     pub finals: super::finals::FinalAnswers,
     /// Who waits (long polls) for a request's next committed change.
@@ -57,12 +57,12 @@ impl App {
     pub fn new(
         config: Config,
         db: Arc<crate::store::connect::PgConnector>,
-        outbound: super::tls::Outbound,
+        outbound: crate::outbound::tls::Outbound,
         metrics: Arc<Metrics>,
         tracing: Option<crate::telemetry::Tracing>,
         render: super::finals::Render,
     ) -> App {
-        let downstream = super::limits::HostLimits::new(
+        let downstream = crate::outbound::limits::HostLimits::new(
             config.downstream_limit,
             config.downstream_wait,
             metrics.clone(),

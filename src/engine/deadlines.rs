@@ -15,9 +15,9 @@
 
 use std::sync::Arc;
 
-use super::call::{CallError, CallErrorKind};
-use super::doc::Doc;
 use super::Executor;
+use crate::outbound::call::{CallError, CallErrorKind};
+use crate::outbound::doc::Doc;
 use crate::store::deadlines::{self, End, Expire, Overdue};
 
 /// Most overdue requests timed out per look.

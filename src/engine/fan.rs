@@ -441,7 +441,7 @@ pub async fn outer_context(
         for r in crate::store::leases::load_context(&conn, parent).await? {
             ctx.insert(
                 crate::workflow::expr::context_name(&r.step_name),
-                super::doc::context_entry(
+                crate::outbound::doc::context_entry(
                     r.request.unwrap_or_default(),
                     r.response.unwrap_or_default(),
                 ),

@@ -8,15 +8,15 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use super::call::{CallError, CallErrorKind};
-use super::doc::Doc;
 use super::step_io::{
     call_http, now_ms, passed, send_amqp, send_kafka, write, MAX_WRITE_RETRY, WRITE_RETRY,
 };
-use super::step_trace::{Ended, StepTrace};
 use super::writer::{StepRecord, Transition};
 use super::Executor;
 use crate::backoff::Backoff;
+use crate::outbound::call::{CallError, CallErrorKind};
+use crate::outbound::doc::Doc;
+use crate::outbound::step_trace::{Ended, StepTrace};
 use crate::status::{RequestStatus, StepStatus};
 use crate::telemetry::{RequestTrace, TraceParent};
 use crate::workflow::model::WaitVal;
@@ -154,7 +154,7 @@ impl Job {
         if self.wf.uses_context {
             self.context.insert(
                 step.context_name.clone(),
-                super::doc::context_entry(request.value(), response.value()),
+                crate::outbound::doc::context_entry(request.value(), response.value()),
             );
         }
     }
@@ -165,7 +165,7 @@ impl Job {
         let mut ctx = self.context.clone();
         ctx.insert(
             step.context_name.clone(),
-            super::doc::context_entry(request.value(), Value::Null),
+            crate::outbound::doc::context_entry(request.value(), Value::Null),
         );
         ctx
     }

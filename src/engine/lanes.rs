@@ -28,12 +28,12 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use tokio::sync::watch;
 
-use super::call::{CallError, CallErrorKind};
-use super::doc::{context_entry, Doc};
 use super::step_io;
-use super::step_trace::{Ended, StepTrace};
 use super::writer::{StepRecord, Transition};
 use super::Executor;
+use crate::outbound::call::{CallError, CallErrorKind};
+use crate::outbound::doc::{context_entry, Doc};
+use crate::outbound::step_trace::{Ended, StepTrace};
 use crate::status::{RequestStatus, StepStatus};
 use crate::store::lanes::LaneRecord;
 use crate::workflow::fan::lane_of;

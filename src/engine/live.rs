@@ -11,9 +11,9 @@
 use crate::status::RequestStatus;
 use std::sync::Arc;
 
-use super::doc::Doc;
 use super::writer::{StepRecord, Transition};
 use crate::engine::App;
+use crate::outbound::doc::Doc;
 use crate::store::status::{self, Head, Live, StepRow};
 use crate::workflow::Workflow;
 

@@ -8,27 +8,20 @@
 //! requests fresh and stops any request whose lease another instance took.
 
 mod app;
-pub(crate) mod call;
 pub(crate) mod children;
 pub(crate) mod deadlines;
-pub(crate) mod doc;
 pub(crate) mod error;
 pub(crate) mod fan;
 pub(crate) mod finals;
-pub(crate) mod http_step;
 pub(crate) mod job;
 pub(crate) mod lanes;
-pub(crate) mod limits;
 pub(crate) mod live;
 pub(crate) mod paused;
-pub(crate) mod publish;
 pub(crate) mod resume;
 pub(crate) mod running;
 pub(crate) mod schedules;
 pub(crate) mod slots;
 pub(crate) mod step_io;
-pub(crate) mod step_trace;
-pub(crate) mod tls;
 pub(crate) mod watch;
 pub(crate) mod writer;
 
@@ -40,17 +33,17 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use doc::Doc;
+use crate::outbound::doc::{self, Doc};
 use parking_lot::Mutex;
 use tokio::task::AbortHandle;
 use uuid::Uuid;
 
+use crate::outbound::http_step::HttpClient;
 use crate::status::RequestStatus;
 use crate::store::buffer::{Handoff, Inserted};
 use crate::store::leases::{self, Claimed};
 use crate::store::Pool;
 use crate::workflow::Workflow;
-use http_step::HttpClient;
 use job::Job;
 use writer::StepWriter;
 
@@ -69,8 +62,8 @@ pub struct Executor {
     pub app: Arc<App>,
     pub pool: Pool,
     pub http: HttpClient,
-    pub amqp: publish::amqp::AmqpPublisher,
-    pub kafka: publish::kafka::KafkaProducer,
+    pub amqp: crate::outbound::publish::amqp::AmqpPublisher,
+    pub kafka: crate::outbound::publish::kafka::KafkaProducer,
     pub writer: StepWriter,
     capacity: usize,
     in_use: AtomicUsize,
@@ -118,12 +111,12 @@ impl Executor {
         let refill = (cfg.claim_batch.min(cfg.max_running) / 4).max(1);
         let exec = Arc::new(Executor {
             capacity: cfg.max_running,
-            amqp: publish::amqp::AmqpPublisher::new(
+            amqp: crate::outbound::publish::amqp::AmqpPublisher::new(
                 app.metrics.clone(),
                 app.outbound.amqp.clone(),
                 cfg.destinations.clone(),
             ),
-            kafka: publish::kafka::KafkaProducer::new(
+            kafka: crate::outbound::publish::kafka::KafkaProducer::new(
                 app.metrics.clone(),
                 app.outbound.kafka_steps.clone(),
                 cfg.destinations.clone(),

@@ -7,12 +7,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use uuid::Uuid;
 
-use super::call::{CallError, CallErrorKind};
-use super::doc::Doc;
-use super::step_trace::StepTrace;
 use super::writer::{Transition, WriteError};
 use super::Executor;
 use crate::backoff::Backoff;
+use crate::outbound::call::{CallError, CallErrorKind};
+use crate::outbound::doc::Doc;
+use crate::outbound::step_trace::StepTrace;
 use crate::status::RequestStatus;
 use crate::workflow::{CompiledStep, RetryPolicy};
 
@@ -115,8 +115,8 @@ fn step_message<'a>(
     step: &CompiledStep,
     body: &'a Doc,
     trace: Option<&'a StepTrace>,
-) -> super::publish::StepMessage<'a> {
-    super::publish::StepMessage {
+) -> crate::outbound::publish::StepMessage<'a> {
+    crate::outbound::publish::StepMessage {
         service_request_id: id,
         step_id: step.id,
         body: body.as_bytes(),

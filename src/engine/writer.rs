@@ -13,8 +13,8 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use super::doc::Doc;
 use crate::metrics::Metrics;
+use crate::outbound::doc::Doc;
 use crate::status::{RequestStatus, StepStatus};
 use crate::store::{transitions, Pool, StoreError};
 

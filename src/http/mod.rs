@@ -237,15 +237,14 @@ async fn dispatch(
             Ok(c) => c,
             Err(resp) => return (route, resp),
         };
-        if let Err(e) = crate::ops::access::allow(&c, route.op()) {
-            let resp = response::op_error(e);
-            return (
-                route,
-                Box::pin(audit::after(core, &c, route, arg, resp)).await,
-            );
+        if let Err(e) = Box::pin(crate::ops::audit::admit(core, &c, route.op(), &decode(arg))).await
+        {
+            return (route, response::op_error(e));
         }
         caller = Some(c);
     }
+    // Open routes change nothing whose author the audit trail records.
+    let who = &caller.unwrap_or_else(crate::tokens::Caller::anonymous);
     let query = parts.uri.query();
     // The handlers of the rare routes are boxed, so that the future every request
     // allocates (and zeroes) is as large as the hot routes' need, not the largest route's.
@@ -255,34 +254,36 @@ async fn dispatch(
         }
         Route::GetServiceRequest => service_requests::get(core, arg, query).await,
         Route::CancelServiceRequest => {
-            Box::pin(service_requests::cancel(core, arg, parts, body)).await
+            Box::pin(service_requests::cancel(core, who, arg, parts, body)).await
         }
-        Route::RetryServiceRequest => Box::pin(retry::retry(core, arg, parts, body)).await,
-        Route::RerunServiceRequest => Box::pin(rerun::rerun(core, arg, parts, body)).await,
+        Route::RetryServiceRequest => Box::pin(retry::retry(core, who, arg, parts, body)).await,
+        Route::RerunServiceRequest => Box::pin(rerun::rerun(core, who, arg, parts, body)).await,
         Route::ServiceRequestChildren => {
             Box::pin(service_requests::children(core, arg, query)).await
         }
-        Route::RetryServiceRequests => Box::pin(retry::retry_matching(core, parts, body)).await,
+        Route::RetryServiceRequests => {
+            Box::pin(retry::retry_matching(core, who, parts, body)).await
+        }
         Route::ListServiceRequests => {
             Box::pin(service_requests::list(core, &decode(arg), query)).await
         }
         Route::SearchServiceRequests => Box::pin(search::search(core, query)).await,
         Route::CountServiceRequests => Box::pin(counts::counts(core, query)).await,
-        Route::CreateWorkflow => Box::pin(workflows::create(core, parts, body)).await,
+        Route::CreateWorkflow => Box::pin(workflows::create(core, who, parts, body)).await,
         Route::GetWorkflow => Box::pin(workflows::get(core, &decode(arg), query)).await,
-        Route::PutWorkflow => Box::pin(workflows::put(core, &decode(arg), parts, body)).await,
+        Route::PutWorkflow => Box::pin(workflows::put(core, who, &decode(arg), parts, body)).await,
         Route::WorkflowVersions => Box::pin(workflows::versions(core, &decode(arg))).await,
         Route::ListWorkflows => Box::pin(workflows::list(core, query)).await,
         Route::StepResponse => step_response::post(core, parts, body).await,
         Route::DeliverEvent => Box::pin(events::post(core, parts, &decode(arg), body)).await,
-        Route::CreateSchedule => Box::pin(schedules::create(core, parts, body)).await,
+        Route::CreateSchedule => Box::pin(schedules::create(core, who, parts, body)).await,
         Route::ListSchedules => Box::pin(schedules::list(core)).await,
         Route::GetSchedule => Box::pin(schedules::get(core, &decode(arg))).await,
-        Route::PutSchedule => Box::pin(schedules::put(core, &decode(arg), parts, body)).await,
-        Route::DeleteSchedule => Box::pin(schedules::delete(core, &decode(arg))).await,
-        Route::TriggerSchedule => Box::pin(schedules::trigger(core, &decode(arg))).await,
-        Route::PauseSchedule => Box::pin(schedules::pause(core, &decode(arg))).await,
-        Route::ResumeSchedule => Box::pin(schedules::resume(core, &decode(arg))).await,
+        Route::PutSchedule => Box::pin(schedules::put(core, who, &decode(arg), parts, body)).await,
+        Route::DeleteSchedule => Box::pin(schedules::delete(core, who, &decode(arg))).await,
+        Route::TriggerSchedule => Box::pin(schedules::trigger(core, who, &decode(arg))).await,
+        Route::PauseSchedule => Box::pin(schedules::pause(core, who, &decode(arg))).await,
+        Route::ResumeSchedule => Box::pin(schedules::resume(core, who, &decode(arg))).await,
         Route::Audit => Box::pin(audit::list(core, query)).await,
         Route::Health => system::health(),
         Route::Ready => system::ready(core).await,
@@ -292,15 +293,7 @@ async fn dispatch(
         Route::Console => error(StatusCode::NOT_FOUND, "no such route"),
         Route::NotFound => error(StatusCode::NOT_FOUND, "no such route"),
     };
-    // A change an operator made is recorded, with its outcome (creates and answers are
-    // not: they are the traffic, not changes).
-    match caller {
-        Some(c) if crate::ops::access::audited(route.op()).is_some() => (
-            route,
-            Box::pin(audit::after(core, &c, route, arg, resp)).await,
-        ),
-        _ => (route, resp),
-    }
+    (route, resp)
 }
 
 fn not_allowed(allowed: &[&str]) -> Resp {

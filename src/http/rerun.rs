@@ -16,8 +16,9 @@ use super::response::{error, json, op_error, Resp};
 use crate::ops::control::RerunAsk as Ask;
 use crate::state::Core;
 use crate::status::RequestStatus;
+use crate::tokens::Caller;
 
-pub async fn rerun(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Resp {
+pub async fn rerun(core: &Core, who: &Caller, id: &str, parts: &Parts, body: &mut Body) -> Resp {
     let of = or_answer!(super::service_requests::request_id(id));
     let app = &core.app;
     let body = or_answer!(body.read_request(parts, &app.config).await);
@@ -25,7 +26,7 @@ pub async fn rerun(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Res
         Ok(a) => a,
         Err(why) => return error(StatusCode::BAD_REQUEST, &why),
     };
-    match crate::ops::control::rerun(core, of, ask).await {
+    match crate::ops::control::rerun(core, who, of, ask).await {
         Ok(id) => json(
             StatusCode::OK,
             &answers::created_with(

@@ -12,8 +12,9 @@ use super::response::{error, json, op_error, Resp};
 use crate::ops::control::Bulk;
 use crate::state::Core;
 use crate::status::RequestStatus;
+use crate::tokens::Caller;
 
-pub async fn retry(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Resp {
+pub async fn retry(core: &Core, who: &Caller, id: &str, parts: &Parts, body: &mut Body) -> Resp {
     let id = or_answer!(super::service_requests::request_id(id));
     let app = &core.app;
     let body = or_answer!(body.read_request(parts, &app.config).await);
@@ -21,7 +22,7 @@ pub async fn retry(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Res
         Ok(p) => p,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
-    match crate::ops::control::retry(core, id, payload.as_deref()).await {
+    match crate::ops::control::retry(core, who, id, payload.as_deref()).await {
         Ok(r) => json(
             StatusCode::OK,
             &answers::created_with(
@@ -58,14 +59,14 @@ const DEFAULT_BULK: i64 = 1_000;
 
 /// `POST /serviceRequests/retry` with a body of search filters (`status` FAILED unless it
 /// says CANCELLED or both; `workflow`, `createdAfter`, `createdBefore`, `limit`).
-pub async fn retry_matching(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
+pub async fn retry_matching(core: &Core, who: &Caller, parts: &Parts, body: &mut Body) -> Resp {
     let app = &core.app;
     let body = or_answer!(body.read_request(parts, &app.config).await);
     let bulk = match bulk_filter(&body) {
         Ok(b) => b,
         Err(why) => return error(StatusCode::BAD_REQUEST, &why),
     };
-    match crate::ops::control::retry_matching(core, &bulk).await {
+    match crate::ops::control::retry_matching(core, who, &bulk).await {
         Ok(r) => json(
             StatusCode::OK,
             &serde_json::json!({"retried": r.retried, "more": r.more}),

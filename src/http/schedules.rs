@@ -12,6 +12,7 @@ use super::rfc3339;
 use crate::ops::schedules::{self, Schedule};
 use crate::ops::OpError;
 use crate::state::Core;
+use crate::tokens::Caller;
 
 /// The body as a JSON value; 400 when it is not JSON.
 async fn read_json(core: &Core, parts: &Parts, body: &mut Body) -> Result<Value, Resp> {
@@ -61,9 +62,9 @@ fn answer(status: StatusCode, r: Result<Schedule, OpError>) -> Resp {
 }
 
 /// `POST /schedules`: 201 with the schedule; 409 when the name is taken.
-pub async fn create(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
+pub async fn create(core: &Core, who: &Caller, parts: &Parts, body: &mut Body) -> Resp {
     match read_json(core, parts, body).await {
-        Ok(v) => answer(StatusCode::CREATED, schedules::define(core, v).await),
+        Ok(v) => answer(StatusCode::CREATED, schedules::define(core, who, v).await),
         Err(r) => r,
     }
 }
@@ -85,24 +86,24 @@ pub async fn get(core: &Core, name: &str) -> Resp {
 }
 
 /// `PUT /schedules/{name}`: replaces the definition (`ops::schedules::replace`).
-pub async fn put(core: &Core, name: &str, parts: &Parts, body: &mut Body) -> Resp {
+pub async fn put(core: &Core, who: &Caller, name: &str, parts: &Parts, body: &mut Body) -> Resp {
     match read_json(core, parts, body).await {
-        Ok(v) => answer(StatusCode::OK, schedules::replace(core, name, v).await),
+        Ok(v) => answer(StatusCode::OK, schedules::replace(core, who, name, v).await),
         Err(r) => r,
     }
 }
 
 /// `DELETE /schedules/{name}`: 204.
-pub async fn delete(core: &Core, name: &str) -> Resp {
-    match schedules::delete(core, name).await {
+pub async fn delete(core: &Core, who: &Caller, name: &str) -> Resp {
+    match schedules::delete(core, who, name).await {
         Ok(()) => no_content(),
         Err(e) => op_error(e),
     }
 }
 
 /// `POST /schedules/{name}/trigger`: one run now, answered like a create.
-pub async fn trigger(core: &Core, name: &str) -> Resp {
-    match schedules::trigger(core, name).await {
+pub async fn trigger(core: &Core, who: &Caller, name: &str) -> Resp {
+    match schedules::trigger(core, who, name).await {
         Ok(run) => json(
             StatusCode::OK,
             &super::answers::created_with(
@@ -116,11 +117,11 @@ pub async fn trigger(core: &Core, name: &str) -> Resp {
 }
 
 /// `POST /schedules/{name}/pause`: no fires until resumed; the schedule.
-pub async fn pause(core: &Core, name: &str) -> Resp {
-    answer(StatusCode::OK, schedules::pause(core, name).await)
+pub async fn pause(core: &Core, who: &Caller, name: &str) -> Resp {
+    answer(StatusCode::OK, schedules::pause(core, who, name).await)
 }
 
 /// `POST /schedules/{name}/resume`: fires again from the first fire time after now.
-pub async fn resume(core: &Core, name: &str) -> Resp {
-    answer(StatusCode::OK, schedules::resume(core, name).await)
+pub async fn resume(core: &Core, who: &Caller, name: &str) -> Resp {
+    answer(StatusCode::OK, schedules::resume(core, who, name).await)
 }

@@ -20,6 +20,7 @@ use crate::ops::create::{Ask, Outcome};
 use crate::ops::lists::MAX_PAGE_SIZE;
 use crate::state::Core;
 use crate::status::{RequestStatus, DELETED};
+use crate::tokens::Caller;
 
 /// The forwardable headers as a JSON array of `[name, value]` pairs (order and
 /// repeats kept). Values that are not UTF-8 are dropped. With a server span (tracing on),
@@ -156,7 +157,7 @@ fn is_blank(b: &[u8]) -> bool {
 /// `POST /serviceRequest/{id}/cancel` (beyond Clamp), with an optional body
 /// `{"reason": "…"}`: no further step starts, a paused step stops waiting, `onFailure`
 /// steps do not run. Idempotent; 409 once the request finished.
-pub async fn cancel(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Resp {
+pub async fn cancel(core: &Core, who: &Caller, id: &str, parts: &Parts, body: &mut Body) -> Resp {
     let id = or_answer!(request_id(id));
     let body = or_answer!(body.read_request(parts, &core.app.config).await);
     let reason = if is_blank(&body) {
@@ -185,7 +186,7 @@ pub async fn cancel(core: &Core, id: &str, parts: &Parts, body: &mut Body) -> Re
             }
         }
     };
-    match crate::ops::control::cancel(core, id, reason).await {
+    match crate::ops::control::cancel(core, who, id, reason).await {
         Ok(c) => json(
             StatusCode::OK,
             &serde_json::json!({

@@ -12,15 +12,12 @@ use crate::ops::lists::MAX_PAGE_SIZE;
 use crate::ops::workflows;
 use crate::ops::workflows::WorkflowSort;
 use crate::state::Core;
+use crate::tokens::Caller;
 
 /// `POST /workflow`: validate, compile, store (as version 1), cache.
-pub async fn create(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
+pub async fn create(core: &Core, who: &Caller, parts: &Parts, body: &mut Body) -> Resp {
     let body = or_answer!(body.read_request(parts, &core.app.config).await);
-    let defined = match workflows::compile_posted(core, &body) {
-        Ok(wf) => workflows::define(core, wf).await,
-        Err(e) => Err(e),
-    };
-    match defined {
+    match workflows::define(core, who, &body).await {
         Ok(wf) => json_bytes(StatusCode::OK, wf.json.clone()),
         Err(e) => op_error(e),
     }
@@ -28,13 +25,9 @@ pub async fn create(core: &Core, parts: &Parts, body: &mut Body) -> Resp {
 
 /// `PUT /workflow/{name}` (beyond Clamp): the definition becomes the workflow's next
 /// version; the same definition as the latest stores nothing and answers the latest.
-pub async fn put(core: &Core, name: &str, parts: &Parts, body: &mut Body) -> Resp {
+pub async fn put(core: &Core, who: &Caller, name: &str, parts: &Parts, body: &mut Body) -> Resp {
     let body = or_answer!(body.read_request(parts, &core.app.config).await);
-    let replaced = match workflows::compile_posted(core, &body) {
-        Ok(wf) => workflows::replace(core, name, wf).await,
-        Err(e) => Err(e),
-    };
-    match replaced {
+    match workflows::replace(core, who, name, &body).await {
         Ok(wf) => json_bytes(StatusCode::OK, wf.json.clone()),
         Err(e) => op_error(e),
     }

@@ -1,16 +1,77 @@
 //! The audit trail (beyond Clamp): every change an operator makes, recorded with the
 //! token's name (never the token), the time, its target and outcome, in Postgres (read
 //! through `GET /audit`) and as a log line (`clamp::audit`, in the JSON logs a field per
-//! part). Recorded after the change, by whichever carrier made it (the API's dispatch,
-//! the console); a record that cannot be written is logged and does not undo the change.
+//! part). Recorded by the operation itself once its outcome is known (`recorded`), so
+//! the API and the console leave the same trail; a refusal for want of a role is recorded
+//! by `admit`. A request its carrier could not read (a malformed id or body) never became
+//! an operation and is not recorded. A record that cannot be written is logged and does
+//! not undo the change.
 
+use super::access::{self, Op};
 use super::{OpError, Result};
 use crate::state::Core;
 use crate::store::audit::{self, Entry};
 use crate::tokens::Caller;
 
+/// How the trail words a change that was done: `ok`, unless the change has more to say.
+pub(super) trait Told {
+    fn told(&self) -> String {
+        "ok".to_string()
+    }
+}
+
+impl Told for () {}
+
+/// Records `op`, done by `who` on `target`, with its outcome (`ok`, or the status and
+/// message the failure is answered with), when it is a change the trail records; returns
+/// the outcome as it was.
+pub(super) async fn recorded<T: Told>(
+    core: &Core,
+    who: &Caller,
+    op: Op,
+    target: &str,
+    r: Result<T>,
+) -> Result<T> {
+    if let Some(action) = access::audited(op) {
+        let outcome = match &r {
+            Ok(done) => done.told(),
+            Err(e) => format!("{}: {}", e.status(), e.message()),
+        };
+        record(core, who, action, target, &outcome).await;
+    }
+    r
+}
+
+/// Ok when `who` may do `op`; else the refusal, recorded in the audit trail when `op` is
+/// a change it records. `arg` is what the change was aimed at (a path's argument; empty
+/// for one that would have created something).
+pub async fn admit(core: &Core, who: &Caller, op: Op, arg: &str) -> Result<()> {
+    let r = access::allow(who, op);
+    if r.is_ok() {
+        return r;
+    }
+    let target = match op {
+        Op::BulkRetry => MATCHING,
+        _ if arg.is_empty() => NOT_CREATED,
+        _ => arg,
+    };
+    recorded(core, who, op, target, r).await
+}
+
+/// What the trail names as the target of a create that did not create anything.
+pub const NOT_CREATED: &str = "(not created)";
+
+/// What the trail names as a bulk retry's target.
+pub const MATCHING: &str = "the requests matching its filters";
+
 /// Records one change.
-pub async fn record(core: &Core, caller: &Caller, action: &str, target: &str, outcome: &str) {
+pub(super) async fn record(
+    core: &Core,
+    caller: &Caller,
+    action: &str,
+    target: &str,
+    outcome: &str,
+) {
     tracing::info!(target: "clamp::audit", actor = %caller.name, action, target, outcome, "audit");
     let written = async {
         let conn = core

@@ -7,6 +7,8 @@ use std::time::SystemTime;
 
 use uuid::Uuid;
 
+use super::access::Op;
+use super::audit::{recorded, Told, MATCHING};
 use super::{no_request, OpError, Result};
 use crate::state::Core;
 use crate::status::{RequestStatus, StepStatus};
@@ -15,6 +17,7 @@ use crate::store::rerun::{self as store_rerun, Source};
 pub use crate::store::retry::Bulk;
 use crate::store::retry::{self as store_retry};
 use crate::store::LoadError;
+use crate::tokens::Caller;
 
 /// A cancelled request's reason (its own, or the one it was cancelled with before).
 pub struct Cancelled {
@@ -30,7 +33,18 @@ pub const MAX_REASON_BYTES: usize = 1024;
 /// Cancels `id` and its unfinished children: no further step starts, a paused step stops
 /// waiting, onFailure steps do not run. Cancelling twice is the first cancel; 409 once
 /// the request finished.
-pub async fn cancel(core: &Core, id: Uuid, reason: Option<String>) -> Result<Cancelled> {
+/// Recorded in the audit trail as `who`'s, with its outcome.
+pub async fn cancel(
+    core: &Core,
+    who: &Caller,
+    id: Uuid,
+    reason: Option<String>,
+) -> Result<Cancelled> {
+    let r = cancel_it(core, id, reason).await;
+    recorded(core, who, Op::Cancel, &id.to_string(), r).await
+}
+
+async fn cancel_it(core: &Core, id: Uuid, reason: Option<String>) -> Result<Cancelled> {
     let app = &core.app;
     let doing = "cancel service request";
     if reason.as_ref().is_some_and(|r| r.len() > MAX_REASON_BYTES) {
@@ -108,7 +122,13 @@ pub struct Retried {
 /// Retries a FAILED or CANCELLED request as the same request from the step that failed
 /// (a cancelled one: the step that was next), that step given `payload` (JSON text) if
 /// any; completed steps are not called again.
-pub async fn retry(core: &Core, id: Uuid, payload: Option<&str>) -> Result<Retried> {
+/// Recorded in the audit trail as `who`'s, with its outcome.
+pub async fn retry(core: &Core, who: &Caller, id: Uuid, payload: Option<&str>) -> Result<Retried> {
+    let r = retry_it(core, id, payload).await;
+    recorded(core, who, Op::Retry, &id.to_string(), r).await
+}
+
+async fn retry_it(core: &Core, id: Uuid, payload: Option<&str>) -> Result<Retried> {
     let app = &core.app;
     let doing = "retry service request";
     let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
@@ -159,9 +179,24 @@ pub struct BulkRetried {
     pub more: bool,
 }
 
+impl Told for Cancelled {}
+impl Told for Retried {}
+impl Told for Uuid {}
+impl Told for BulkRetried {
+    fn told(&self) -> String {
+        format!("ok: {} retried", self.retried)
+    }
+}
+
 /// Retries every FAILED (or CANCELLED) request the filters match, up to the limit, in
 /// one statement; a repeat retries none twice.
-pub async fn retry_matching(core: &Core, bulk: &Bulk) -> Result<BulkRetried> {
+/// Recorded in the audit trail as `who`'s, with its outcome.
+pub async fn retry_matching(core: &Core, who: &Caller, bulk: &Bulk) -> Result<BulkRetried> {
+    let r = retry_matching_it(core, bulk).await;
+    recorded(core, who, Op::BulkRetry, MATCHING, r).await
+}
+
+async fn retry_matching_it(core: &Core, bulk: &Bulk) -> Result<BulkRetried> {
     let doing = "retry service requests";
     let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
     let (retried, more) = store_retry::retry_matching(&conn, bulk)
@@ -184,7 +219,13 @@ pub struct RerunAsk {
 
 /// Reruns `of` as a new request of the same workflow version: its steps before
 /// `from_step` are the original's outcomes, copied, not called. Answers the new id.
-pub async fn rerun(core: &Core, of: Uuid, ask: RerunAsk) -> Result<Uuid> {
+/// Recorded in the audit trail as `who`'s, with its outcome.
+pub async fn rerun(core: &Core, who: &Caller, of: Uuid, ask: RerunAsk) -> Result<Uuid> {
+    let r = rerun_it(core, of, ask).await;
+    recorded(core, who, Op::Rerun, &of.to_string(), r).await
+}
+
+async fn rerun_it(core: &Core, of: Uuid, ask: RerunAsk) -> Result<Uuid> {
     let doing = "rerun service request";
     let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
     let src = store_rerun::source(&conn, of)

@@ -17,6 +17,7 @@
 
 pub mod access;
 pub mod audit;
+pub mod consumers;
 pub mod control;
 pub mod create;
 pub mod delayed;

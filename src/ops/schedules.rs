@@ -10,10 +10,13 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::access::Op;
+use super::audit::{recorded, Told, NOT_CREATED};
 use super::{OpError, Result};
 use crate::state::Core;
 use crate::store::schedules::{self as store, FireRow, Stored, Triggered};
 use crate::store::{LoadError, StoreError};
+use crate::tokens::Caller;
 use crate::workflow::schedule::{self as def, CompiledSchedule};
 
 /// Fire times a schedule is shown with ahead.
@@ -107,7 +110,18 @@ async fn checked(
 }
 
 /// `POST /schedules`: a new schedule (409 when the name is taken).
-pub async fn define(core: &Core, definition: Value) -> Result<Schedule> {
+/// Recorded in the audit trail as `who`'s.
+pub async fn define(core: &Core, who: &Caller, definition: Value) -> Result<Schedule> {
+    let r = define_it(core, definition).await;
+    let target = match &r {
+        Ok(s) => s.stored.definition["name"].as_str().unwrap_or(NOT_CREATED),
+        Err(_) => NOT_CREATED,
+    }
+    .to_string();
+    recorded(core, who, Op::ChangeSchedule, &target, r).await
+}
+
+async fn define_it(core: &Core, definition: Value) -> Result<Schedule> {
     let (s, paused) = checked(core, definition, None).await?;
     let doing = "create schedule";
     let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
@@ -168,7 +182,13 @@ pub async fn read(core: &Core, name: &str) -> Result<Schedule> {
 /// `PUT /schedules/{name}`: replaces the definition; the next fire is the first after
 /// now (the old definition's fires that were due are not made). `paused` given sets it;
 /// left out, the schedule stays as paused or running as it was.
-pub async fn replace(core: &Core, name: &str, definition: Value) -> Result<Schedule> {
+/// Recorded in the audit trail as `who`'s.
+pub async fn replace(core: &Core, who: &Caller, name: &str, definition: Value) -> Result<Schedule> {
+    let r = replace_it(core, name, definition).await;
+    recorded(core, who, Op::ChangeSchedule, name, r).await
+}
+
+async fn replace_it(core: &Core, name: &str, definition: Value) -> Result<Schedule> {
     let (s, paused) = checked(core, definition, Some(name)).await?;
     let doing = "replace schedule";
     let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
@@ -185,7 +205,13 @@ pub async fn replace(core: &Core, name: &str, definition: Value) -> Result<Sched
 }
 
 /// `DELETE /schedules/{name}`: its fires go with it, the requests they started stay.
-pub async fn delete(core: &Core, name: &str) -> Result<()> {
+/// Recorded in the audit trail as `who`'s.
+pub async fn delete(core: &Core, who: &Caller, name: &str) -> Result<()> {
+    let r = delete_it(core, name).await;
+    recorded(core, who, Op::ChangeSchedule, name, r).await
+}
+
+async fn delete_it(core: &Core, name: &str) -> Result<()> {
     let doing = "delete schedule";
     let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
     if store::delete(&conn, name)
@@ -198,6 +224,9 @@ pub async fn delete(core: &Core, name: &str) -> Result<()> {
     }
 }
 
+impl Told for Schedule {}
+impl Told for Run {}
+
 /// A run started by a trigger.
 pub struct Run {
     pub id: Uuid,
@@ -207,7 +236,13 @@ pub struct Run {
 /// `POST /schedules/{name}/trigger`: one run now, recorded as a fire at this millisecond
 /// (a repeat within it answers the same request), whether the schedule is paused or not;
 /// `overlap: skip` applies (409 while the previous run is unfinished).
-pub async fn trigger(core: &Core, name: &str) -> Result<Run> {
+/// Recorded in the audit trail as `who`'s.
+pub async fn trigger(core: &Core, who: &Caller, name: &str) -> Result<Run> {
+    let r = trigger_it(core, name).await;
+    recorded(core, who, Op::ChangeSchedule, name, r).await
+}
+
+async fn trigger_it(core: &Core, name: &str) -> Result<Run> {
     let doing = "trigger schedule";
     let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
     let (row, _) = store::get(&conn, name)
@@ -247,7 +282,13 @@ pub async fn trigger(core: &Core, name: &str) -> Result<Run> {
 }
 
 /// `POST /schedules/{name}/pause`: no fires until resumed.
-pub async fn pause(core: &Core, name: &str) -> Result<Schedule> {
+/// Recorded in the audit trail as `who`'s.
+pub async fn pause(core: &Core, who: &Caller, name: &str) -> Result<Schedule> {
+    let r = pause_it(core, name).await;
+    recorded(core, who, Op::ChangeSchedule, name, r).await
+}
+
+async fn pause_it(core: &Core, name: &str) -> Result<Schedule> {
     let doing = "pause schedule";
     let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
     if !store::pause(&conn, name)
@@ -263,7 +304,13 @@ pub async fn pause(core: &Core, name: &str) -> Result<Schedule> {
 /// `POST /schedules/{name}/resume`: fires again from the first fire time after now; the
 /// times that passed while it was paused are not made up. A running schedule is left as
 /// it is.
-pub async fn resume(core: &Core, name: &str) -> Result<Schedule> {
+/// Recorded in the audit trail as `who`'s.
+pub async fn resume(core: &Core, who: &Caller, name: &str) -> Result<Schedule> {
+    let r = resume_it(core, name).await;
+    recorded(core, who, Op::ChangeSchedule, name, r).await
+}
+
+async fn resume_it(core: &Core, name: &str) -> Result<Schedule> {
     let doing = "resume schedule";
     let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
     let (row, now) = store::get(&conn, name)

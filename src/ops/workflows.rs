@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::access::Op;
+use super::audit::{recorded, Told, NOT_CREATED};
 use super::{OpError, Result};
 use crate::config::Config;
 use crate::destinations::Destinations;
@@ -16,6 +18,7 @@ use crate::state::Core;
 pub use crate::store::queries::WorkflowSort;
 use crate::store::queries::{self, Versioned};
 use crate::store::{LoadError, StoreError};
+use crate::tokens::Caller;
 use crate::workflow::brokers::{self, AmqpTarget, Endpoint, KafkaTarget};
 use crate::workflow::model::{MapBody, MapVal};
 use crate::workflow::validate::includes;
@@ -185,8 +188,21 @@ async fn check_includes(core: &Core, wf: &Workflow) -> Result<()> {
     Ok(())
 }
 
-/// `POST /workflow`: stores `wf` as version 1 of a new name (409 when it is taken).
-pub async fn define(core: &Core, mut wf: Workflow) -> Result<Arc<Workflow>> {
+impl Told for Arc<Workflow> {}
+
+/// `POST /workflow`: the posted definition (`compile_posted`) stored as version 1 of a
+/// new name (409 when it is taken). Recorded in the audit trail as `who`'s.
+pub async fn define(core: &Core, who: &Caller, body: &[u8]) -> Result<Arc<Workflow>> {
+    let r = match compile_posted(core, body) {
+        Ok(wf) => define_compiled(core, wf).await,
+        Err(e) => Err(e),
+    };
+    let target = r.as_ref().map_or(NOT_CREATED, |wf| wf.def.name.as_str());
+    let target = target.to_string();
+    recorded(core, who, Op::DefineWorkflow, &target, r).await
+}
+
+async fn define_compiled(core: &Core, mut wf: Workflow) -> Result<Arc<Workflow>> {
     check_includes(core, &wf).await?;
     let doing = "create workflow";
     let id = crate::ids::new_v7();
@@ -216,8 +232,16 @@ fn no_workflow(name: &str) -> OpError {
 
 /// `PUT /workflow/{name}` (beyond Clamp): `wf` becomes the workflow's next version; the
 /// same definition as the latest stores nothing and answers the latest. Requests already
-/// created keep their version.
-pub async fn replace(core: &Core, name: &str, wf: Workflow) -> Result<Arc<Workflow>> {
+/// created keep their version. Recorded in the audit trail as `who`'s.
+pub async fn replace(core: &Core, who: &Caller, name: &str, body: &[u8]) -> Result<Arc<Workflow>> {
+    let r = match compile_posted(core, body) {
+        Ok(wf) => replace_compiled(core, name, wf).await,
+        Err(e) => Err(e),
+    };
+    recorded(core, who, Op::DefineWorkflow, name, r).await
+}
+
+async fn replace_compiled(core: &Core, name: &str, wf: Workflow) -> Result<Arc<Workflow>> {
     if wf.def.name != name {
         return Err(OpError::BadRequest(format!(
             "name: the definition is named {:?}, the path {name:?}",

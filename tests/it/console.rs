@@ -348,6 +348,37 @@ async fn the_console_asks_for_a_token_and_refuses_forged_actions() {
     assert_eq!(r.status, 303, "{}", r.text());
     assert!(r.headers["location"].to_str().unwrap().contains("done="));
     wait_status_with_token(&s, paused, &["CANCELLED"]).await;
+    // The operation recorded itself, as the API's would: once, done; the forged posts
+    // never became an operation, so they are not in the trail.
+    let trail = call(&s, Method::GET, "/audit", None).await.json();
+    let cancels: Vec<&Value> = trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "cancel")
+        .collect();
+    assert_eq!(cancels.len(), 1, "{trail}");
+    assert_eq!(cancels[0]["target"], paused, "{trail}");
+    assert_eq!(cancels[0]["outcome"], "ok", "{trail}");
+    // Cancelling a finished request from the console: the same operation, refused, and
+    // recorded with the status and message the API answers.
+    let finished = ids["completed"].as_str().unwrap();
+    let again = post(
+        format!("/console/serviceRequests/{finished}/cancel"),
+        form(&[("csrf", &csrf_value)]),
+        vec![("cookie", cookies.clone())],
+    )
+    .await;
+    let trail = call(&s, Method::GET, "/audit?limit=1", None).await.json();
+    let last = &trail["entries"][0];
+    assert_eq!(last["action"], "cancel", "{trail}");
+    assert_eq!(last["target"], finished, "{trail}");
+    let outcome = last["outcome"].as_str().unwrap();
+    assert!(
+        again.status == 409 && outcome.starts_with("409: "),
+        "{}: {trail}",
+        again.status
+    );
     // Signing out ends it.
     let out = post(
         "/console/logout".into(),

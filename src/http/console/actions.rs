@@ -96,7 +96,7 @@ pub async fn post(
         |why: String, status| request::render(core, ctx, id, Some(Flash::Failed(why)), status);
     let done = match action {
         "retry" => match json_field(&form, "payload") {
-            Ok(p) => control::retry(core, id, p.as_deref())
+            Ok(p) => control::retry(core, &ctx.caller, id, p.as_deref())
                 .await
                 .map(|_| (back.clone(), Done::Retried)),
             Err(why) => return failed(why, StatusCode::BAD_REQUEST).await,
@@ -116,9 +116,11 @@ pub async fn post(
                 },
             };
             match json_field(&form, "payload") {
-                Ok(payload) => control::rerun(core, id, RerunAsk { from_step, payload })
-                    .await
-                    .map(|new| (format!("/console/serviceRequests/{new}"), Done::Rerun)),
+                Ok(payload) => {
+                    control::rerun(core, &ctx.caller, id, RerunAsk { from_step, payload })
+                        .await
+                        .map(|new| (format!("/console/serviceRequests/{new}"), Done::Rerun))
+                }
                 Err(why) => return failed(why, StatusCode::BAD_REQUEST).await,
             }
         }
@@ -127,7 +129,7 @@ pub async fn post(
                 .map(str::trim)
                 .filter(|r| !r.is_empty())
                 .map(str::to_string);
-            control::cancel(core, id, reason)
+            control::cancel(core, &ctx.caller, id, reason)
                 .await
                 .map(|_| (back.clone(), Done::Cancelled))
         }

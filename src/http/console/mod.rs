@@ -80,9 +80,9 @@ pub async fn handle(core: &Core, conn: &ConnState, parts: &Parts, body: &mut Bod
         _ => None,
     };
     if let Some(op) = wants {
-        if let Err(e) = crate::ops::access::allow(&ctx.caller, op) {
-            let target = segs.get(1).copied().unwrap_or("");
-            return audited(core, &ctx, Some(op), target, op_problem(&ctx, e)).await;
+        let target = super::decode(segs.get(1).copied().unwrap_or(""));
+        if let Err(e) = crate::ops::audit::admit(core, &ctx.caller, op, &target).await {
+            return op_problem(&ctx, e);
         }
     }
     let query = parts.uri.query();
@@ -90,8 +90,7 @@ pub async fn handle(core: &Core, conn: &ConnState, parts: &Parts, body: &mut Bod
         (&Method::GET, []) | (&Method::GET, [""]) => requests::page(core, &ctx, query).await,
         (&Method::GET, ["serviceRequests", id]) => request::page(core, &ctx, id, query).await,
         (&Method::POST, ["serviceRequests", id, action]) => {
-            let r = actions::post(core, &ctx, id, action, parts, body).await;
-            audited(core, &ctx, actions::op(action), id, r).await
+            actions::post(core, &ctx, id, action, parts, body).await
         }
         (&Method::GET, ["workflows"]) => workflows::list(core, &ctx).await,
         (&Method::GET, ["workflows", name]) => {
@@ -99,10 +98,7 @@ pub async fn handle(core: &Core, conn: &ConnState, parts: &Parts, body: &mut Bod
         }
         (&Method::GET, ["schedules"]) => schedules::page(core, &ctx, query).await,
         (&Method::POST, ["schedules", name, action]) => {
-            let name = super::decode(name);
-            let r = schedules::post(core, &ctx, &name, action, parts, body).await;
-            let op = Some(crate::ops::access::Op::ChangeSchedule);
-            audited(core, &ctx, op, &name, r).await
+            schedules::post(core, &ctx, &super::decode(name), action, parts, body).await
         }
         (&Method::POST, ["logout"]) => logout(core, &ctx, parts, body).await,
         _ => layout::problem(StatusCode::NOT_FOUND, &ctx, "no such page in the console"),
@@ -125,26 +121,6 @@ async fn signed_in(
         }
     }
     Ok(super::auth::caller(tokens, &parts.headers).ok())
-}
-
-/// Records an action the console took (or refused) in the audit trail: `ok` when it was
-/// done (the console then sends the browser on), else the status it was answered with.
-async fn audited(
-    core: &Core,
-    ctx: &Ctx,
-    op: Option<crate::ops::access::Op>,
-    target: &str,
-    r: Resp,
-) -> Resp {
-    if let Some(action) = op.and_then(crate::ops::access::audited) {
-        let outcome = if r.status() == StatusCode::SEE_OTHER {
-            "ok".to_string()
-        } else {
-            format!("{} (console)", r.status().as_u16())
-        };
-        crate::ops::audit::record(core, &ctx.caller, action, target, &outcome).await;
-    }
-    r
 }
 
 /// A file built into the binary.

@@ -155,9 +155,15 @@ pub async fn post(
         return r;
     }
     let done = match action {
-        "trigger" => schedules::trigger(core, name).await.map(|_| "started"),
-        "pause" => schedules::pause(core, name).await.map(|_| "paused"),
-        "resume" => schedules::resume(core, name).await.map(|_| "resumed"),
+        "trigger" => schedules::trigger(core, &ctx.caller, name)
+            .await
+            .map(|_| "started"),
+        "pause" => schedules::pause(core, &ctx.caller, name)
+            .await
+            .map(|_| "paused"),
+        "resume" => schedules::resume(core, &ctx.caller, name)
+            .await
+            .map(|_| "resumed"),
         _ => return layout::problem(StatusCode::NOT_FOUND, ctx, "no such action"),
     };
     match done {

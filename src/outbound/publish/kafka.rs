@@ -15,9 +15,9 @@ use tokio::sync::OnceCell;
 
 use super::{Attempt, StepMessage};
 use crate::destinations::{Destinations, Relay};
-use crate::engine::call::CallError;
-use crate::engine::tls::{KafkaSteps, KafkaTransport};
 use crate::metrics::Metrics;
+use crate::outbound::call::CallError;
+use crate::outbound::tls::{KafkaSteps, KafkaTransport};
 use crate::workflow::brokers::KafkaTarget;
 use crate::workflow::KafkaVal;
 

@@ -13,8 +13,8 @@ use tokio::sync::OnceCell;
 
 use super::{Attempt, StepMessage};
 use crate::destinations::{Destinations, DialError};
-use crate::engine::call::CallError;
 use crate::metrics::Metrics;
+use crate::outbound::call::CallError;
 use crate::workflow::brokers::AmqpTarget;
 use crate::workflow::AmqpVal;
 
