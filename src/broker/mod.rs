@@ -1,6 +1,6 @@
 //! Brokers: step responses consumed from AMQP and Kafka and applied exactly as
-//! `POST /stepResponse` applies them (publishing steps is the engine's:
-//! `engine::publish`).
+//! `POST /stepResponse` applies them (publishing steps is the outside world's room:
+//! `outbound::publish`).
 //!
 //! A message is acknowledged (AMQP) or its offset stored (Kafka) only after
 //! the resume it carries is committed in Postgres; a message that can never apply is

@@ -33,7 +33,7 @@ pub struct HttpClient {
 }
 
 impl HttpClient {
-    /// `tls` checks `https://` servers (`engine::tls`: chain and host name, always); its
+    /// `tls` checks `https://` servers (`outbound::tls`: chain and host name, always); its
     /// session cache is shared by every runtime's client.
     pub fn new(
         s: &crate::config::HttpSettings,
