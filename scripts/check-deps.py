@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Checks that the server's modules depend on each other in one direction only.
 
-    workflow (pure) <- config <- outbound <- store <- engine <- state <- ops <- {http, broker} <- runtime <- main/lib
+    workflow (pure) <- config <- outbound <- store <- reads <- engine <- state <- ops <- {http, broker} <- runtime <- main/lib
 
 `workflow_files` (the `clamp workflows` subcommand) stands beside `runtime`.
 
 A module may use the layers to its left. `config` uses only `workflow` (the server's
 default step retry policy is a workflow type, checked by the workflow's own rules);
 `outbound` calls the outside world (a step's HTTP call, its publish, their TLS and
-per-host limits) and knows nothing of requests or Postgres. `state` is one runtime's
+per-host limits) and knows nothing of requests or Postgres. `reads` holds what status
+reads are answered from besides Postgres (final answers, long polls, the paused hint),
+which the engine fills and ops reads. `state` is one runtime's
 `Core` (its pool, buffer and executor), which the carriers (http, broker) are handed.
 The carriers reach the store and the engine only through `ops` (the only door: their
 types too, as ops re-exports them), never by name. The leaf modules (metrics, ids, backoff, tokens, destinations,
@@ -49,6 +51,7 @@ LAYER = {
     "config": 2,
     "outbound": 2.5,
     "store": 3,
+    "reads": 3.5,
     "engine": 4,
     "state": 5,
     "ops": 6,

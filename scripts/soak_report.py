@@ -115,15 +115,16 @@ def autovacuum_by_window(runs, ws, rows):
     return totals
 
 
-def summary(ws, n=5, flat_from=10):
+def summary(ws, n=5, flat_after=10):
     """First and last `n` windows' median rate and CPU, their ratios, and the size's
-    spread (max ÷ min) over the windows from minute `flat_from` on."""
+    spread (max ÷ min) over the windows after the first `flat_after` minutes (issue 45's
+    "flat after the first 10 minutes": the window ending at minute 10 is not after)."""
     first, last = ws[:n], ws[-n:]
     f_rate = median(w["rate"] for w in first)
     l_rate = median(w["rate"] for w in last)
     f_cpu = median(w["cpu_us"] for w in first)
     l_cpu = median(w["cpu_us"] for w in last)
-    later = [w["gb"] for w in ws if w["minute"] >= flat_from]
+    later = [w["gb"] for w in ws if w["minute"] > flat_after]
     spread = max(later) / min(later) if later and min(later) > 0 else float("nan")
     return {
         "first_rate": f_rate, "last_rate": l_rate, "rate_ratio": ratio(l_rate, f_rate),
@@ -230,7 +231,7 @@ def main():
         f"| completed/s (median of the windows) | {s['first_rate']:,.0f} | {s['last_rate']:,.0f} | **{s['rate_ratio']:.3f}** |",
         f"| server + Postgres CPU µs per completed request | {s['first_cpu']:.1f} | {s['last_cpu']:.1f} | **{s['cpu_ratio']:.3f}** |",
         "",
-        f"Tables' size from minute 10 on: max ÷ min = {s['size_spread']:.3f}; at the end "
+        f"Tables' size after the first 10 minutes: max ÷ min = {s['size_spread']:.3f}; at the end "
         f"{ws[-1]['gb']:.2f} GB, {ws[-1]['partitions']} request partitions attached.",
         "",
         f"Requests: {created:,} acknowledged (answered 2xx), {completed:,} finished ({E['SK_FAILED']} failed); "

@@ -17,6 +17,7 @@ pub(crate) mod ids;
 pub(crate) mod metrics;
 pub(crate) mod ops;
 pub(crate) mod outbound;
+pub(crate) mod reads;
 pub(crate) mod routes;
 pub mod runtime;
 pub mod secrets;
@@ -95,8 +96,6 @@ impl Server {
     }
 }
 
-/// Prepares the database (creating it and applying migrations), loads the workflows and
-/// starts serving. Returns once every listener is bound.
 /// Reads the tokens file again on every SIGHUP; a file that does not parse leaves the
 /// tokens in force, and says why.
 fn reload_tokens_on_hangup(tokens: Arc<tokens::ApiTokens>) {
@@ -117,67 +116,16 @@ fn reload_tokens_on_hangup(tokens: Arc<tokens::ApiTokens>) {
     });
 }
 
+/// Prepares the database (creating it and applying migrations), loads the workflows and
+/// starts serving. Returns once every listener is bound.
 pub async fn start(config: Config) -> Result<Server, StartError> {
     tls::install_default_provider();
     let url = config.database.redacted();
     let db = Arc::new(store::connect::PgConnector::for_config(&config).map_err(StartError::Tls)?);
     let outbound = outbound::tls::Outbound::load(&config).map_err(StartError::Tls)?;
-    // HTTPS when given a certificate: HTTP/1.1 only, like the plain listener.
-    let listener_tls = match &config.tls.server {
-        Some((cert, key)) => Some(Arc::new(
-            tls::Identity::load(cert, key)
-                .and_then(|id| tls::server(id, &[b"http/1.1"]))
-                .map_err(StartError::Tls)?,
-        )),
-        None => None,
-    };
-    let mut client = store::migrate::connect_or_create(&db)
-        .await
-        .map_err(|e| match e {
-            store::migrate::MigrateError::Connect(source) if source.unreachable() => {
-                StartError::Database {
-                    url: url.clone(),
-                    reason: source.to_string(),
-                }
-            }
-            store::migrate::MigrateError::Connect(source) => StartError::Refused {
-                url: url.clone(),
-                reason: source.to_string(),
-            },
-            other => StartError::Migrate {
-                url: url.clone(),
-                reason: error_chain::one_line(&other),
-            },
-        })?;
-    let n_applied = store::migrate::run(&mut client)
-        .await
-        .map_err(|e| StartError::Migrate {
-            url: url.clone(),
-            reason: error_chain::one_line(&e),
-        })?;
-    if n_applied > 0 {
-        tracing::info!(n_applied, "applied migrations");
-    }
+    let listener_tls = listener_tls(&config)?;
     let metrics = Arc::new(Metrics::new());
-    // The partition sets a first create needs, before anything is served.
-    let keep_client =
-        store::migrate::connect_or_create(&db)
-            .await
-            .map_err(|e| StartError::Migrate {
-                url: url.clone(),
-                reason: error_chain::one_line(&e),
-            })?;
-    store::keeper::prepare(
-        &db,
-        keep_client,
-        store::keeper::Keeping::from_config(&config),
-        metrics.clone(),
-    )
-    .await
-    .map_err(|e| StartError::Migrate {
-        url: url.clone(),
-        reason: format!("partitions: {}", error_chain::one_line(&e)),
-    })?;
+    let client = prepare_database(&db, &config, &metrics, &url).await?;
     let tracing = match &config.trace {
         Some(t) => Some(
             telemetry::Tracing::start(t, metrics.trace_spans.clone())
@@ -193,21 +141,7 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         tracing,
         http::answers::status,
     ));
-    let defs = store::queries::all_workflows(&client)
-        .await
-        .map_err(|e| StartError::Migrate {
-            url: url.clone(),
-            reason: e.to_string(),
-        })?;
-    for def in defs {
-        let name = def.name.clone();
-        match workflow::compile(def) {
-            Ok(wf) => app.workflows.insert(Arc::new(wf)),
-            Err(e) => {
-                tracing::error!(workflow = %name, error = %e, "stored workflow does not validate; skipped")
-            }
-        }
-    }
+    load_workflows(&app, &client, &url).await?;
     drop(client);
     let n = app.config.threads;
     let (local_addr, listeners) =
@@ -246,4 +180,88 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         shutdown,
         done,
     })
+}
+
+/// HTTPS when given a certificate: HTTP/1.1 only, like the plain listener.
+fn listener_tls(config: &Config) -> Result<Option<Arc<rustls::ServerConfig>>, StartError> {
+    let Some((cert, key)) = &config.tls.server else {
+        return Ok(None);
+    };
+    let server = tls::Identity::load(cert, key)
+        .and_then(|id| tls::server(id, &[b"http/1.1"]))
+        .map_err(StartError::Tls)?;
+    Ok(Some(Arc::new(server)))
+}
+
+/// Connects (creating the database if it is missing), applies the migrations, and makes
+/// the partition sets a first create needs, before anything is served; returns the
+/// connection, for the workflows' load.
+async fn prepare_database(
+    db: &store::connect::PgConnector,
+    config: &Config,
+    metrics: &Arc<Metrics>,
+    url: &str,
+) -> Result<tokio_postgres::Client, StartError> {
+    let migrate = |reason: String| StartError::Migrate {
+        url: url.to_string(),
+        reason,
+    };
+    let mut client = store::migrate::connect_or_create(db)
+        .await
+        .map_err(|e| match e {
+            store::migrate::MigrateError::Connect(source) if source.unreachable() => {
+                StartError::Database {
+                    url: url.to_string(),
+                    reason: source.to_string(),
+                }
+            }
+            store::migrate::MigrateError::Connect(source) => StartError::Refused {
+                url: url.to_string(),
+                reason: source.to_string(),
+            },
+            other => migrate(error_chain::one_line(&other)),
+        })?;
+    let n_applied = store::migrate::run(&mut client)
+        .await
+        .map_err(|e| migrate(error_chain::one_line(&e)))?;
+    if n_applied > 0 {
+        tracing::info!(n_applied, "applied migrations");
+    }
+    let keep_client = store::migrate::connect_or_create(db)
+        .await
+        .map_err(|e| migrate(error_chain::one_line(&e)))?;
+    store::keeper::prepare(
+        db,
+        keep_client,
+        store::keeper::Keeping::from_config(config),
+        metrics.clone(),
+    )
+    .await
+    .map_err(|e| migrate(format!("partitions: {}", error_chain::one_line(&e))))?;
+    Ok(client)
+}
+
+/// Every stored workflow version into the in-memory map; one that no longer validates is
+/// skipped and logged.
+async fn load_workflows(
+    app: &App,
+    client: &tokio_postgres::Client,
+    url: &str,
+) -> Result<(), StartError> {
+    let defs = store::queries::all_workflows(client)
+        .await
+        .map_err(|e| StartError::Migrate {
+            url: url.to_string(),
+            reason: e.to_string(),
+        })?;
+    for def in defs {
+        let name = def.name.clone();
+        match workflow::compile(def) {
+            Ok(wf) => app.workflows.insert(Arc::new(wf)),
+            Err(e) => {
+                tracing::error!(workflow = %name, error = %e, "stored workflow does not validate; skipped")
+            }
+        }
+    }
+    Ok(())
 }

@@ -262,6 +262,178 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
+/// A metric of `Metrics`, as the registration tables name it.
+type Field<T> = fn(&Metrics) -> &T;
+
+/// The engine's counters, as `/metrics` names and explains them.
+const ENGINE_COUNTERS: &[(&str, &str, Field<Counter>)] = &[
+    (
+        "completed_service_request_handler_counter",
+        "Service requests completed",
+        |m| &m.completed,
+    ),
+    (
+        "failed_service_request_handler_counter",
+        "Service requests failed",
+        |m| &m.failed,
+    ),
+    (
+        "cancelled_service_request_handler_counter",
+        "Service requests cancelled",
+        |m| &m.cancelled,
+    ),
+    ("clamp_steps_executed", "Step attempts finished", |m| {
+        &m.steps_executed
+    }),
+    (
+        "clamp_leases_claimed",
+        "Service requests claimed by this instance's sweeper",
+        |m| &m.leases_claimed,
+    ),
+    (
+        "clamp_leases_lost",
+        "Writes refused because another instance holds the lease",
+        |m| &m.leases_lost,
+    ),
+    (
+        "clamp_answer_timeouts",
+        "ASYNC steps timed out: no answer within their answerTimeout",
+        |m| &m.answer_timeouts,
+    ),
+    (
+        "clamp_request_deadlines_passed",
+        "Requests ended by their deadline: the step they were at failed, its onFailure steps ran",
+        |m| &m.deadlines_passed,
+    ),
+    (
+        "clamp_events_received",
+        "Events delivered, counted once by their id",
+        |m| &m.events_received,
+    ),
+    (
+        "clamp_events_duplicate",
+        "Event deliveries whose id was delivered before",
+        |m| &m.events_duplicate,
+    ),
+    (
+        "clamp_events_resumed",
+        "Requests resumed by a delivered event",
+        |m| &m.events_resumed,
+    ),
+    (
+        "clamp_events_unmatched",
+        "Events that found no request waiting when delivered (kept)",
+        |m| &m.events_unmatched,
+    ),
+    (
+        "clamp_events_kept_taken",
+        "Kept events taken by a request reaching its EVENT step later",
+        |m| &m.events_kept_taken,
+    ),
+    (
+        "clamp_events_expired",
+        "Events deleted a day after their keep window passed (their ids no longer deduplicate)",
+        |m| &m.events_expired,
+    ),
+    (
+        "clamp_retention_deleted",
+        "Finished service requests dropped by the retention policy, with their partition sets",
+        |m| &m.retention_deleted,
+    ),
+    (
+        "clamp_partitions_created",
+        "Partition sets created ahead by this instance's keeper",
+        |m| &m.partitions_created,
+    ),
+    (
+        "clamp_partitions_dropped",
+        "Partition sets dropped by this instance's keeper (retention)",
+        |m| &m.partitions_dropped,
+    ),
+    (
+        "clamp_audit_deleted",
+        "Audit records deleted past --audit-retention-days",
+        |m| &m.audit_deleted,
+    ),
+    (
+        "clamp_dead_letters_deleted",
+        "Dead-lettered messages deleted past --dead-letter-retention-days",
+        |m| &m.dead_letters_deleted,
+    ),
+    (
+        "clamp_console_sessions_expired",
+        "Console sessions deleted past their idle or absolute expiry",
+        |m| &m.sessions_expired,
+    ),
+    (
+        "clamp_console_sign_ins_refused",
+        "Console sign-ins refused: the token was not accepted",
+        |m| &m.sign_ins_refused,
+    ),
+    (
+        "clamp_console_sign_ins_limited",
+        "Console sign-in attempts refused unlooked at: past the per-address rate",
+        |m| &m.sign_ins_limited,
+    ),
+    (
+        "clamp_step_retries_exhausted",
+        "Steps that failed after using up their attempts",
+        |m| &m.step_retries_exhausted,
+    ),
+    (
+        "clamp_requests_released",
+        "Requests set aside after a transient database error, to be continued later",
+        |m| &m.requests_released,
+    ),
+    (
+        "clamp_concurrency_waits",
+        "Creates of a workflow with a concurrency limit that waited for a slot of their key",
+        |m| &m.slot_waits,
+    ),
+    (
+        "clamp_rate_limited_starts",
+        "Creates of a workflow with a rate limit whose start waited for room in their \
+             key's window",
+        |m| &m.rate_waits,
+    ),
+    (
+        "clamp_concurrency_admitted",
+        "Requests admitted into a slot after waiting for it",
+        |m| &m.slots_admitted,
+    ),
+];
+
+/// The engine's gauges, as `/metrics` names and explains them.
+const ENGINE_GAUGES: &[(&str, &str, Field<Gauge>)] = &[
+    (
+        "clamp_partitions",
+        "Partition sets of the request tables attached (as the last keeper pass here saw them)",
+        |m| &m.partitions,
+    ),
+    (
+        "clamp_downstream_waiting",
+        "Step calls waiting for a free slot to their downstream host",
+        |m| &m.downstream_waiting,
+    ),
+    (
+        "clamp_downstream_in_flight",
+        "Step calls in flight to downstream hosts",
+        |m| &m.downstream_in_flight,
+    ),
+    (
+        "clamp_timers_pending",
+        "Requests waiting on a clock: WAIT steps, retries' back-offs, delayed starts, \
+             answer and event timeouts (counted when scraped, at most every 30 s)",
+        |m| &m.timers_pending,
+    ),
+    (
+        "clamp_timers_overdue_milliseconds",
+        "How long the most overdue timer has been due without being taken (0: none; \
+             counted with clamp_timers_pending)",
+        |m| &m.timers_overdue_ms,
+    ),
+];
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -435,130 +607,14 @@ impl Metrics {
         );
     }
 
-    /// The executor's, the brokers' and the downstream limits' counters.
+    /// The executor's, the brokers', the keeper's and the downstream limits' metrics
+    /// (`ENGINE_COUNTERS`, `ENGINE_GAUGES`, and the labelled families).
     fn register_engine(&self, registry: &mut Registry) {
-        registry.register(
-            "completed_service_request_handler_counter",
-            "Service requests completed",
-            self.completed.clone(),
-        );
-        registry.register(
-            "failed_service_request_handler_counter",
-            "Service requests failed",
-            self.failed.clone(),
-        );
-        registry.register(
-            "cancelled_service_request_handler_counter",
-            "Service requests cancelled",
-            self.cancelled.clone(),
-        );
-        registry.register(
-            "clamp_steps_executed",
-            "Step attempts finished",
-            self.steps_executed.clone(),
-        );
-        registry.register(
-            "clamp_leases_claimed",
-            "Service requests claimed by this instance's sweeper",
-            self.leases_claimed.clone(),
-        );
-        registry.register(
-            "clamp_leases_lost",
-            "Writes refused because another instance holds the lease",
-            self.leases_lost.clone(),
-        );
-        registry.register(
-            "clamp_answer_timeouts",
-            "ASYNC steps timed out: no answer within their answerTimeout",
-            self.answer_timeouts.clone(),
-        );
-        registry.register(
-            "clamp_request_deadlines_passed",
-            "Requests ended by their deadline: the step they were at failed, its onFailure steps ran",
-            self.deadlines_passed.clone(),
-        );
-        for (name, help, c) in [
-            (
-                "clamp_events_received",
-                "Events delivered, counted once by their id",
-                &self.events_received,
-            ),
-            (
-                "clamp_events_duplicate",
-                "Event deliveries whose id was delivered before",
-                &self.events_duplicate,
-            ),
-            (
-                "clamp_events_resumed",
-                "Requests resumed by a delivered event",
-                &self.events_resumed,
-            ),
-            (
-                "clamp_events_unmatched",
-                "Events that found no request waiting when delivered (kept)",
-                &self.events_unmatched,
-            ),
-            (
-                "clamp_events_kept_taken",
-                "Kept events taken by a request reaching its EVENT step later",
-                &self.events_kept_taken,
-            ),
-            (
-                "clamp_events_expired",
-                "Events deleted a day after their keep window passed (their ids no longer deduplicate)",
-                &self.events_expired,
-            ),
-        ] {
-            registry.register(name, help, c.clone());
+        for (name, help, field) in ENGINE_COUNTERS {
+            registry.register(*name, *help, field(self).clone());
         }
-        registry.register(
-            "clamp_retention_deleted",
-            "Finished service requests dropped by the retention policy, with their partition sets",
-            self.retention_deleted.clone(),
-        );
-        registry.register(
-            "clamp_partitions",
-            "Partition sets of the request tables attached (as the last keeper pass here saw them)",
-            self.partitions.clone(),
-        );
-        registry.register(
-            "clamp_partitions_created",
-            "Partition sets created ahead by this instance's keeper",
-            self.partitions_created.clone(),
-        );
-        registry.register(
-            "clamp_partitions_dropped",
-            "Partition sets dropped by this instance's keeper (retention)",
-            self.partitions_dropped.clone(),
-        );
-        for (name, help, c) in [
-            (
-                "clamp_audit_deleted",
-                "Audit records deleted past --audit-retention-days",
-                &self.audit_deleted,
-            ),
-            (
-                "clamp_dead_letters_deleted",
-                "Dead-lettered messages deleted past --dead-letter-retention-days",
-                &self.dead_letters_deleted,
-            ),
-            (
-                "clamp_console_sessions_expired",
-                "Console sessions deleted past their idle or absolute expiry",
-                &self.sessions_expired,
-            ),
-            (
-                "clamp_console_sign_ins_refused",
-                "Console sign-ins refused: the token was not accepted",
-                &self.sign_ins_refused,
-            ),
-            (
-                "clamp_console_sign_ins_limited",
-                "Console sign-in attempts refused unlooked at: past the per-address rate",
-                &self.sign_ins_limited,
-            ),
-        ] {
-            registry.register(name, help, c.clone());
+        for (name, help, field) in ENGINE_GAUGES {
+            registry.register(*name, *help, field(self).clone());
         }
         registry.register(
             "clamp_broker_replies",
@@ -578,58 +634,10 @@ impl Metrics {
             self.step_retries.clone(),
         );
         registry.register(
-            "clamp_step_retries_exhausted",
-            "Steps that failed after using up their attempts",
-            self.step_retries_exhausted.clone(),
-        );
-        registry.register(
-            "clamp_requests_released",
-            "Requests set aside after a transient database error, to be continued later",
-            self.requests_released.clone(),
-        );
-        registry.register(
-            "clamp_downstream_waiting",
-            "Step calls waiting for a free slot to their downstream host",
-            self.downstream_waiting.clone(),
-        );
-        registry.register(
-            "clamp_downstream_in_flight",
-            "Step calls in flight to downstream hosts",
-            self.downstream_in_flight.clone(),
-        );
-        registry.register(
-            "clamp_timers_pending",
-            "Requests waiting on a clock: WAIT steps, retries' back-offs, delayed starts, \
-             answer and event timeouts (counted when scraped, at most every 30 s)",
-            self.timers_pending.clone(),
-        );
-        registry.register(
-            "clamp_concurrency_waits",
-            "Creates of a workflow with a concurrency limit that waited for a slot of their key",
-            self.slot_waits.clone(),
-        );
-        registry.register(
-            "clamp_rate_limited_starts",
-            "Creates of a workflow with a rate limit whose start waited for room in their \
-             key's window",
-            self.rate_waits.clone(),
-        );
-        registry.register(
-            "clamp_concurrency_admitted",
-            "Requests admitted into a slot after waiting for it",
-            self.slots_admitted.clone(),
-        );
-        registry.register(
             "clamp_concurrency_waiting",
             "Requests waiting for a concurrency slot or a rate's room, by workflow (counted with \
              clamp_timers_pending)",
             self.slots_waiting.clone(),
-        );
-        registry.register(
-            "clamp_timers_overdue_milliseconds",
-            "How long the most overdue timer has been due without being taken (0: none; \
-             counted with clamp_timers_pending)",
-            self.timers_overdue_ms.clone(),
         );
     }
 

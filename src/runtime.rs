@@ -219,14 +219,14 @@ fn start_background(
     }
     // Admitting requests waiting for a concurrency slot: one task per instance too.
     if index == 0 {
-        background.push(tokio::spawn(crate::engine::slots::run(
+        background.push(tokio::spawn(crate::engine::timers::slots::run(
             core.executor.clone(),
             stop.clone(),
         )));
     }
     // Schedules: one runner per instance too (instances make each fire once among them).
     if index == 0 {
-        background.push(tokio::spawn(crate::engine::schedules::run(
+        background.push(tokio::spawn(crate::engine::timers::schedules::run(
             core.executor.clone(),
             stop.clone(),
         )));

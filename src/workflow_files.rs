@@ -92,69 +92,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             dry_run,
             target,
             paths,
-        } => {
-            let files = definition_files(&paths)?;
-            let (defs, errors) = read_all(&files);
-            if !errors.is_empty() {
-                for (path, why) in &errors {
-                    eprintln!("{}: error: {why:#}", path.display());
-                }
-                eprintln!(
-                    "clamp workflows: {} of {} files are invalid; nothing applied",
-                    errors.len(),
-                    files.len()
-                );
-                return Ok(ExitCode::from(1));
-            }
-            let backend = Backend::connect(&target).await?;
-            // Through the database, the checks the server runs on `POST /workflow` are run
-            // here, with the server's configuration (its destination policy and secrets);
-            // through a server, the server runs them.
-            if let Backend::Db(_, cfg) = &backend {
-                let refused: Refused = defs
-                    .iter()
-                    .filter_map(|(path, def)| {
-                        crate::ops::workflows::compile_checked(cfg, def.clone())
-                            .err()
-                            .map(|e| (path.clone(), anyhow!(e.message())))
-                    })
-                    .collect();
-                if !refused.is_empty() {
-                    for (path, why) in &refused {
-                        eprintln!("{}: error: {why:#}", path.display());
-                    }
-                    eprintln!(
-                        "clamp workflows: {} of {} files are refused; nothing applied",
-                        refused.len(),
-                        defs.len()
-                    );
-                    return Ok(ExitCode::from(1));
-                }
-            }
-            let refused = check_includes(&backend, &defs).await?;
-            if !refused.is_empty() {
-                for (path, why) in &refused {
-                    eprintln!("{}: error: {why:#}", path.display());
-                }
-                eprintln!("clamp workflows: {} files name workflows that cannot be included; nothing applied", refused.len());
-                return Ok(ExitCode::from(1));
-            }
-            let mut failed = false;
-            for (path, def) in defs {
-                match apply_one(&backend, &def, dry_run).await {
-                    Ok(what) => println!("{}: {what}", path.display()),
-                    Err(why) => {
-                        failed = true;
-                        eprintln!("{}: error: {why:#}", path.display());
-                    }
-                }
-            }
-            Ok(if failed {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            })
-        }
+        } => apply(&target, &paths, dry_run).await,
         Cmd::Export { target, dir } => {
             let backend = Backend::connect(&target).await?;
             std::fs::create_dir_all(&dir).with_context(|| dir.display().to_string())?;
@@ -170,6 +108,70 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `clamp workflows apply`: every file read and checked first (nothing is applied when
+/// one is invalid, refused or names a workflow that cannot be included), then each
+/// applied in turn.
+async fn apply(target: &Target, paths: &[PathBuf], dry_run: bool) -> anyhow::Result<ExitCode> {
+    let files = definition_files(paths)?;
+    let (defs, errors) = read_all(&files);
+    if !errors.is_empty() {
+        return Ok(refused_all(
+            &errors,
+            &format!("{} of {} files are invalid", errors.len(), files.len()),
+        ));
+    }
+    let backend = Backend::connect(target).await?;
+    // Through the database, the checks the server runs on `POST /workflow` are run
+    // here, with the server's configuration (its destination policy and secrets);
+    // through a server, the server runs them.
+    if let Backend::Db(_, cfg) = &backend {
+        let refused: Refused = defs
+            .iter()
+            .filter_map(|(path, def)| {
+                crate::ops::workflows::compile_checked(cfg, def.clone())
+                    .err()
+                    .map(|e| (path.clone(), anyhow!(e.message())))
+            })
+            .collect();
+        if !refused.is_empty() {
+            let what = format!("{} of {} files are refused", refused.len(), defs.len());
+            return Ok(refused_all(&refused, &what));
+        }
+    }
+    let refused = check_includes(&backend, &defs).await?;
+    if !refused.is_empty() {
+        let what = format!(
+            "{} files name workflows that cannot be included",
+            refused.len()
+        );
+        return Ok(refused_all(&refused, &what));
+    }
+    let mut failed = false;
+    for (path, def) in defs {
+        match apply_one(&backend, &def, dry_run).await {
+            Ok(what) => println!("{}: {what}", path.display()),
+            Err(why) => {
+                failed = true;
+                eprintln!("{}: error: {why:#}", path.display());
+            }
+        }
+    }
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Says why each file was refused, and that nothing was applied.
+fn refused_all(refused: &[(PathBuf, anyhow::Error)], what: &str) -> ExitCode {
+    for (path, why) in refused {
+        eprintln!("{}: error: {why:#}", path.display());
+    }
+    eprintln!("clamp workflows: {what}; nothing applied");
+    ExitCode::from(1)
 }
 
 /// The files named, and the `*.json` files of the directories named (sorted, so the

@@ -671,11 +671,7 @@ impl Config {
         Ok(Config {
             listen,
             database,
-            tls: TlsFiles {
-                server: a.tls_cert.clone().zip(a.tls_key.clone()),
-                step_ca: a.step_ca_file.clone(),
-                step_client: a.step_client_cert.clone().zip(a.step_client_key.clone()),
-            },
+            tls: TlsFiles::of(&a),
             threads,
             runtime: a.runtime,
             ack: a.ack,
@@ -698,14 +694,7 @@ impl Config {
             keep_alive_timeout: Duration::from_millis(a.keep_alive_timeout_ms),
             api_tokens: std::sync::Arc::new(tokens),
             secrets: std::sync::Arc::new(crate::secrets::Secrets::new(a.secrets_dir.clone())),
-            destinations: std::sync::Arc::new(
-                crate::destinations::Destinations::new(&a.allow_destinations, &a.deny_destinations)
-                    .map_err(|why| {
-                        ConfigError(format!(
-                            "CLAMP_ALLOW_DESTINATIONS / CLAMP_DENY_DESTINATIONS: {why}"
-                        ))
-                    })?,
-            ),
+            destinations: std::sync::Arc::new(destinations(&a)?),
             metrics_open: a.metrics_open,
             idempotency_window: Duration::from_secs_f64(a.idempotency_window_hours * 3600.0),
             status_cache_entries: a.status_cache_entries,
@@ -717,50 +706,17 @@ impl Config {
             lease: Duration::from_millis(a.lease_ms),
             sweep_interval: Duration::from_millis(a.sweep_interval_ms.max(1)),
             claim_batch: a.claim_batch,
-            http: HttpSettings {
-                connect_timeout: Duration::from_millis(a.step_connect_timeout_ms.max(1)),
-                timeout: Duration::from_millis(a.step_timeout_ms),
-                max_response_bytes: a.step_max_response.max(1),
-                // Idle connections kept per host: as many as may be busy at once.
-                max_idle_per_host: a.downstream_max_in_flight,
-            },
+            http: HttpSettings::of(&a),
             retry,
             downstream_limit: a.downstream_max_in_flight,
             downstream_wait: Duration::from_millis(a.downstream_queue_timeout_ms.max(1)),
             header_denylist: header_denylist(&a.forward_headers),
-            brokers: BrokerConfig {
-                amqp_enabled: a.enable_amqp,
-                amqp_url: a.amqp_url,
-                amqp_response_queue: a.amqp_response_queue,
-                amqp_prefetch: a.amqp_prefetch,
-                amqp_ca_file: a.amqp_ca_file,
-                kafka_enabled: a.enable_kafka,
-                kafka_brokers: a.kafka_brokers,
-                kafka_response_topic: a.kafka_response_topic,
-                kafka_security,
-            },
+            brokers: BrokerConfig::of(&a, kafka_security),
             step_write_concurrency: a.step_write_concurrency,
-            retention: Retention {
-                completed: days(a.retention_days),
-                failed: days(a.retention_failed_days.unwrap_or(a.retention_days)),
-                cancelled: days(a.retention_cancelled_days.unwrap_or(a.retention_days)),
-                export_dir: a.retention_export_dir.clone(),
-            },
-            partitioning: Partitioning {
-                rows: a.partition_rows.max(1),
-                min: Duration::from_secs_f64(a.partition_min_seconds),
-                max: Duration::from_secs_f64(a.partition_max_seconds),
-                ahead: Duration::from_secs_f64(a.partition_ahead_seconds),
-                every: Duration::from_millis(a.partition_interval_ms.max(100)),
-                skew: Duration::from_secs_f64(a.partition_skew_seconds.max(0.0)),
-                convert: Duration::from_secs_f64(a.partition_convert_seconds),
-            },
+            retention: Retention::of(&a),
+            partitioning: Partitioning::of(&a),
             retention_interval: Duration::from_secs(60),
-            housekeeping: Housekeeping {
-                audit: days(a.audit_retention_days),
-                dead_letters: days(a.dead_letter_retention_days),
-                events_after_keep: Duration::from_secs_f64(a.event_retention_days * 86_400.0),
-            },
+            housekeeping: Housekeeping::of(&a),
             allowed_hosts: allowed_hosts(&a.allowed_hosts)?,
             session_idle: Duration::from_secs(a.console_session_idle_minutes * 60),
             session_max: Duration::from_secs(a.console_session_max_hours * 3600),
@@ -831,6 +787,90 @@ pub struct Housekeeping {
     pub dead_letters: Option<Duration>,
     /// Delivered events, past their keep window.
     pub events_after_keep: Duration,
+}
+
+/// The destination policy: where steps may call.
+fn destinations(a: &Args) -> Result<crate::destinations::Destinations, ConfigError> {
+    crate::destinations::Destinations::new(&a.allow_destinations, &a.deny_destinations).map_err(
+        |why| {
+            ConfigError(format!(
+                "CLAMP_ALLOW_DESTINATIONS / CLAMP_DENY_DESTINATIONS: {why}"
+            ))
+        },
+    )
+}
+
+impl HttpSettings {
+    fn of(a: &Args) -> HttpSettings {
+        HttpSettings {
+            connect_timeout: Duration::from_millis(a.step_connect_timeout_ms.max(1)),
+            timeout: Duration::from_millis(a.step_timeout_ms),
+            max_response_bytes: a.step_max_response.max(1),
+            // Idle connections kept per host: as many as may be busy at once.
+            max_idle_per_host: a.downstream_max_in_flight,
+        }
+    }
+}
+
+impl BrokerConfig {
+    fn of(a: &Args, kafka_security: KafkaSecurity) -> BrokerConfig {
+        BrokerConfig {
+            amqp_enabled: a.enable_amqp,
+            amqp_url: a.amqp_url.clone(),
+            amqp_response_queue: a.amqp_response_queue.clone(),
+            amqp_prefetch: a.amqp_prefetch,
+            amqp_ca_file: a.amqp_ca_file.clone(),
+            kafka_enabled: a.enable_kafka,
+            kafka_brokers: a.kafka_brokers.clone(),
+            kafka_response_topic: a.kafka_response_topic.clone(),
+            kafka_security,
+        }
+    }
+}
+
+impl TlsFiles {
+    fn of(a: &Args) -> TlsFiles {
+        TlsFiles {
+            server: a.tls_cert.clone().zip(a.tls_key.clone()),
+            step_ca: a.step_ca_file.clone(),
+            step_client: a.step_client_cert.clone().zip(a.step_client_key.clone()),
+        }
+    }
+}
+
+impl Retention {
+    fn of(a: &Args) -> Retention {
+        Retention {
+            completed: days(a.retention_days),
+            failed: days(a.retention_failed_days.unwrap_or(a.retention_days)),
+            cancelled: days(a.retention_cancelled_days.unwrap_or(a.retention_days)),
+            export_dir: a.retention_export_dir.clone(),
+        }
+    }
+}
+
+impl Partitioning {
+    fn of(a: &Args) -> Partitioning {
+        Partitioning {
+            rows: a.partition_rows.max(1),
+            min: Duration::from_secs_f64(a.partition_min_seconds),
+            max: Duration::from_secs_f64(a.partition_max_seconds),
+            ahead: Duration::from_secs_f64(a.partition_ahead_seconds),
+            every: Duration::from_millis(a.partition_interval_ms.max(100)),
+            skew: Duration::from_secs_f64(a.partition_skew_seconds.max(0.0)),
+            convert: Duration::from_secs_f64(a.partition_convert_seconds),
+        }
+    }
+}
+
+impl Housekeeping {
+    fn of(a: &Args) -> Housekeeping {
+        Housekeeping {
+            audit: days(a.audit_retention_days),
+            dead_letters: days(a.dead_letter_retention_days),
+            events_after_keep: Duration::from_secs_f64(a.event_retention_days * 86_400.0),
+        }
+    }
 }
 
 /// A number of days as a retention age (0: forever).

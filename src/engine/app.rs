@@ -25,20 +25,20 @@ pub struct App {
     /// Step calls in flight per downstream host, for the whole process.
     pub downstream: crate::outbound::limits::HostLimits,
     /// Final status answers, kept for reads that come after.
-    pub finals: super::finals::FinalAnswers,
+    pub finals: crate::reads::finals::FinalAnswers,
     /// Who waits (long polls) for a request's next committed change.
-    pub changes: super::watch::Changes,
+    pub changes: crate::reads::watch::Changes,
     /// Spans exported over OTLP; None when tracing is off.
     pub tracing: Option<crate::telemetry::Tracing>,
     /// When the timers were last counted for /metrics (seconds since the Unix epoch), so
     /// that scrapes count them at most once per period per process (`http::system`).
     pub timers_counted: std::sync::atomic::AtomicU64,
     /// Requests this process paused at a step, with their workflow (`paused`).
-    pub paused: super::paused::PausedHere,
+    pub paused: crate::reads::paused::PausedHere,
     /// Limited requests that finished here, whose slots the admitter fills (`slots`).
-    pub freed: super::slots::Freed,
+    pub freed: super::timers::slots::Freed,
     /// Creates of limited workflows, written in batches (`slots`).
-    pub limited: super::slots::LimitedCreates,
+    pub limited: super::timers::slots::LimitedCreates,
     /// Console sign-in attempts per client address, for the whole process.
     pub sign_ins: crate::tokens::SignInLimiter,
 }
@@ -60,14 +60,14 @@ impl App {
         outbound: crate::outbound::tls::Outbound,
         metrics: Arc<Metrics>,
         tracing: Option<crate::telemetry::Tracing>,
-        render: super::finals::Render,
+        render: crate::reads::finals::Render,
     ) -> App {
         let downstream = crate::outbound::limits::HostLimits::new(
             config.downstream_limit,
             config.downstream_wait,
             metrics.clone(),
         );
-        let finals = super::finals::FinalAnswers::new(
+        let finals = crate::reads::finals::FinalAnswers::new(
             config.status_cache_entries,
             config.retention.completed,
             render,

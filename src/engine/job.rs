@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
+use super::attempt::{attempt, end_paused, Attempt, Attempted, Made, Outcome, Place};
 use super::step_io::{
     call_http, now_ms, passed, send_amqp, send_kafka, write, MAX_WRITE_RETRY, WRITE_RETRY,
 };
@@ -16,11 +17,11 @@ use super::Executor;
 use crate::backoff::Backoff;
 use crate::outbound::call::{CallError, CallErrorKind};
 use crate::outbound::doc::Doc;
-use crate::outbound::step_trace::{Ended, StepTrace};
+use crate::outbound::step_trace::StepTrace;
 use crate::status::{RequestStatus, StepStatus};
 use crate::telemetry::{RequestTrace, TraceParent};
 use crate::workflow::model::WaitVal;
-use crate::workflow::{transform, CompiledStep, Mode, RetryPolicy, StepType, Val, Workflow};
+use crate::workflow::{CompiledStep, Mode, RetryPolicy, StepType, Val, Workflow};
 
 pub use super::step_io::{policy, DEADLINE_PASSED};
 
@@ -113,20 +114,6 @@ pub fn headers_and_trace(text: &[u8]) -> (Vec<(String, String)>, Option<RequestT
     });
     let trace = parent.map(|parent| RequestTrace { parent, tracestate });
     (headers, trace)
-}
-
-enum Outcome {
-    Done(Doc),
-    Failed(CallError),
-    /// An ASYNC step was sent; the request waits for its response.
-    Sent,
-    /// A WAIT step sleeps until this time (ms since the Unix epoch).
-    Wait(f64),
-    /// The request paused at an EVENT step (written already).
-    Paused,
-    /// The request is no longer this executor's to run (its lease was lost, or it was
-    /// cancelled) while the step ran: nothing more is written.
-    Lost,
 }
 
 impl Job {
@@ -241,71 +228,40 @@ async fn finish(exec: &Executor, job: &Job) {
     }
 }
 
-/// One attempt of `step`: its condition, its call, and the transition its outcome makes.
+/// One attempt of `step` (`attempt`), and the transition its outcome makes.
 async fn run_step(exec: &Arc<Executor>, job: &mut Job, step: &CompiledStep) -> Flow {
-    let started = now_ms();
-    let request = job.request.clone();
-    // A false condition skips the step and passes its request on; one that cannot be
-    // evaluated to a boolean fails the step.
-    let mut condition_error = None;
-    if let (None, Some(cond)) = (&job.failing, &step.when) {
-        match cond.eval(&job.context_for(step, &request)) {
-            Ok(true) => {}
-            Ok(false) => return skip(exec, job, step, request, started).await,
-            Err(why) => condition_error = Some(CallError::new(CallErrorKind::Other, why.0)),
+    // A WAIT's `attempts` marks its sleep, not a failed try.
+    let n = if step.mode == Mode::Wait {
+        1
+    } else {
+        job.attempts + 1
+    };
+    let place = InLoop {
+        exec,
+        job,
+        is_async: step.step_type == StepType::Async && job.failing.is_none(),
+        deadline: job.deadline.filter(|_| job.failing.is_none()),
+    };
+    let made = match attempt(exec, step, &place, job.request.clone(), n).await {
+        Attempted::Skipped { request, started } => {
+            return skip(exec, job, step, request, started).await
         }
+        Attempted::Made(made) => made,
+    };
+    let Made {
+        body,
+        outcome,
+        attempt,
+        retry: verdict,
+        trace,
+    } = made;
+    if attempt.finished - attempt.started > 1000.0 {
+        tracing::debug!(service_request_id = %job.id, step_id = step.id, trace_id = job.trace_id().as_deref(), ms = attempt.finished - attempt.started, "slow step");
     }
-    let body = match &step.transform {
-        Some(spec) => Doc::from_value(&transform::shift(
-            spec,
-            &Value::Object(job.context_for(step, &request)),
-        )),
-        None => request,
-    };
-    let is_async = step.step_type == StepType::Async && job.failing.is_none();
-    let mut trace = StepTrace::begin(exec.app.tracing.as_ref(), job.trace.as_ref());
-    // Past the request's deadline the step fails unstarted; reached while it runs, the
-    // call is dropped (its connection closed), and it fails the same way.
-    let deadline = job.deadline.filter(|_| job.failing.is_none());
-    let outcome = match (condition_error, deadline) {
-        (Some(e), _) => Outcome::Failed(e),
-        (None, Some(at)) if at <= tokio::time::Instant::now() => Outcome::Failed(passed()),
-        (None, deadline) => {
-            let call = execute(exec, job, step, &body, is_async, trace.as_mut());
-            // Lanes end themselves at the deadline (`lanes`): their writes are waited for.
-            let lanes = matches!(&step.val, Val::Parallel(p) if p.lanes) && is_async;
-            let outcome = match deadline.filter(|_| !lanes) {
-                None => call.await,
-                Some(at) => tokio::select! {
-                    o = call => o,
-                    _ = tokio::time::sleep_until(at) => Outcome::Failed(passed()),
-                },
-            };
-            exec.app.metrics.steps_executed.inc();
-            outcome
-        }
-    };
-    let attempt = Attempt {
-        started,
-        finished: now_ms(),
-        // A WAIT's `attempts` marks its sleep, not a failed try.
-        n: if step.mode == Mode::Wait {
-            1
-        } else {
-            job.attempts + 1
-        },
-    };
-    if attempt.finished - started > 1000.0 {
-        tracing::debug!(service_request_id = %job.id, step_id = step.id, trace_id = job.trace_id().as_deref(), ms = attempt.finished - started, "slow step");
-    }
-    let end = |trace: Option<StepTrace>, how: Ended| {
-        if let (Some(t), Some(rt)) = (trace, &job.trace) {
-            t.end(exec.app.tracing.as_ref(), rt, &job.id, step, attempt.n, how);
-        }
-    };
+    let paused = |trace| end_paused(exec, (job.id, job.trace.as_ref()), step, n, trace);
     match outcome {
         Outcome::Sent if step.mode == crate::workflow::Mode::Workflow => {
-            end(trace, Ended::Paused);
+            paused(trace);
             start_child(exec, job, step, &body, &attempt).await;
             Flow::Stop
         }
@@ -314,46 +270,29 @@ async fn run_step(exec: &Arc<Executor>, job: &mut Job, step: &CompiledStep) -> F
             let headers = trace
                 .as_ref()
                 .map(|t| children_headers(job, t.traceparent()));
-            end(trace, Ended::Paused);
-            let context = job.context_for(step, &body);
-            let starting = super::fan::Starting {
-                id: job.id,
-                workflow: &job.wf.name,
-                version: job.wf.def.version,
-                step,
-                request: body.as_str(),
-                context: &context,
-                started_ms: attempt.started,
-                attempts: attempt.n,
-                headers,
-            };
-            super::fan::start(exec, &starting).await;
+            paused(trace);
+            fan_out(exec, job, step, &body, &attempt, headers).await;
             Flow::Stop
         }
         Outcome::Sent => {
-            end(trace, Ended::Paused);
+            paused(trace);
             sent(exec, job, step, &body, &attempt).await;
             Flow::Stop
         }
         Outcome::Paused => {
-            end(trace, Ended::Paused);
+            paused(trace);
             Flow::Stop
         }
         Outcome::Lost => Flow::Stop,
         Outcome::Wait(due) => {
-            end(trace, Ended::Paused);
+            paused(trace);
             sleep(exec, job, step, &body, &attempt, due).await;
             Flow::Stop
         }
-        Outcome::Done(response) => {
-            end(trace, Ended::Done);
-            completed(exec, job, step, body, response, &attempt).await
-        }
+        Outcome::Done(response) => completed(exec, job, step, body, response, &attempt).await,
         Outcome::Failed(e) => {
-            let policy = policy(exec, step);
-            let again = e.retryable(&policy) && attempt.n < policy.max_attempts;
+            let (policy, again) = verdict.expect("a failed attempt has its policy's word");
             tracing::debug!(service_request_id = %job.id, step_id = step.id, trace_id = job.trace_id().as_deref(), attempt = attempt.n, again, error = %e.message, "step attempt failed");
-            end(trace, Ended::Failed(&e, again));
             if again {
                 return retry(exec, job, step.id, attempt.n, &policy, &e)
                     .await
@@ -361,6 +300,82 @@ async fn run_step(exec: &Arc<Executor>, job: &mut Job, step: &CompiledStep) -> F
             }
             failed(exec, job, step, body, e, &attempt).await
         }
+    }
+}
+
+/// A fan-out step's children started (`fan::start`), where its pause is written.
+async fn fan_out(
+    exec: &Arc<Executor>,
+    job: &Job,
+    step: &CompiledStep,
+    body: &Doc,
+    attempt: &Attempt,
+    headers: Option<String>,
+) {
+    let context = job.context_for(step, body);
+    let starting = super::fan::Starting {
+        id: job.id,
+        workflow: &job.wf.name,
+        version: job.wf.def.version,
+        step,
+        request: body.as_str(),
+        context: &context,
+        started_ms: attempt.started,
+        attempts: attempt.n,
+        headers,
+    };
+    super::fan::start(exec, &starting).await;
+}
+
+/// A step in its request's step loop: the request's context, its condition read unless
+/// the request handles a failure, and its call ended at the request's deadline.
+struct InLoop<'a> {
+    exec: &'a Arc<Executor>,
+    job: &'a Job,
+    is_async: bool,
+    deadline: Option<tokio::time::Instant>,
+}
+
+impl Place for InLoop<'_> {
+    fn request(&self) -> (Uuid, Option<&RequestTrace>) {
+        (self.job.id, self.job.trace.as_ref())
+    }
+
+    fn context(&self, step: &CompiledStep, request: &Doc) -> Map<String, Value> {
+        self.job.context_for(step, request)
+    }
+
+    fn reads_condition(&self) -> bool {
+        self.job.failing.is_none()
+    }
+
+    async fn call(
+        &self,
+        step: &CompiledStep,
+        body: &Doc,
+        trace: Option<&mut StepTrace>,
+    ) -> Outcome {
+        // Past the request's deadline the step fails unstarted; reached while it runs,
+        // the call is dropped (its connection closed), and it fails the same way.
+        if self
+            .deadline
+            .is_some_and(|at| at <= tokio::time::Instant::now())
+        {
+            return Outcome::Failed(passed());
+        }
+        let (exec, job) = (self.exec, self.job);
+        let call = execute(exec, job, step, body, self.is_async, trace);
+        // Lanes end themselves at the deadline (`lanes`): their writes are waited for.
+        let lanes = matches!(&step.val, Val::Parallel(p) if p.lanes) && self.is_async;
+        let outcome = match self.deadline.filter(|_| !lanes) {
+            None => call.await,
+            Some(at) => tokio::select! {
+                o = call => o,
+                _ = tokio::time::sleep_until(at) => Outcome::Failed(passed()),
+            },
+        };
+        exec.app.metrics.steps_executed.inc();
+        outcome
     }
 }
 
@@ -373,13 +388,6 @@ fn children_headers(job: &Job, traceparent: &str) -> String {
         h.push(("tracestate".into(), state));
     }
     serde_json::to_string(&h).expect("headers serialize")
-}
-
-/// When an attempt ran, and which one it was (1: the first).
-pub(super) struct Attempt {
-    pub started: f64,
-    pub finished: f64,
-    pub n: u32,
 }
 
 /// `step`'s condition was false: it is recorded SKIPPED and its request passed on.
@@ -702,85 +710,33 @@ async fn execute(
 ) -> Outcome {
     match (&step.val, step.mode) {
         (Val::Http(val), Mode::Http) => {
-            match call_http(
-                exec,
-                &job.http_headers,
-                val,
-                body,
-                step_key(&job.id, step.id),
-                trace,
-            )
-            .await
-            {
+            let key = step_key(&job.id, step.id);
+            match call_http(exec, &job.http_headers, val, body, key, trace).await {
                 Ok(_) if is_async => Outcome::Sent,
                 Ok(v) => Outcome::Done(v),
                 Err(e) => Outcome::Failed(e),
             }
         }
         (Val::Amqp(val), Mode::Amqp) => {
-            match send_amqp(
-                exec,
-                job.id,
-                &job.headers,
-                step,
-                val,
-                body,
-                trace.as_deref(),
-            )
-            .await
-            {
-                Ok(()) => sent_or_done(is_async),
-                Err(reason) => Outcome::Failed(reason),
-            }
+            let t = trace.as_deref();
+            let sent = send_amqp(exec, job.id, &job.headers, step, val, body, t).await;
+            published(sent, is_async)
         }
         (Val::Kafka(val), Mode::Kafka) => {
-            match send_kafka(
-                exec,
-                job.id,
-                &job.headers,
-                step,
-                val,
-                body,
-                trace.as_deref(),
-            )
-            .await
-            {
-                Ok(()) => sent_or_done(is_async),
-                Err(reason) => Outcome::Failed(reason),
-            }
+            let t = trace.as_deref();
+            let sent = send_kafka(exec, job.id, &job.headers, step, val, body, t).await;
+            published(sent, is_async)
         }
         // A PARALLEL whose branches only call runs them here, as lanes of this request.
         (Val::Parallel(p), Mode::Parallel) if is_async && p.lanes => {
-            let span = trace.as_deref().and_then(StepTrace::span_id);
-            let lanes = super::lanes::InRequest {
-                id: job.id,
-                payload: &job.payload,
-                request: &job.request,
-                attempts: job.attempts,
-                fresh: job.fresh,
-                deadline: job.deadline,
-                trace: job.trace.as_ref(),
-                headers: &job.headers,
-                http_headers: &job.http_headers,
-                outer: p
-                    .branches
-                    .iter()
-                    .any(|b| b.sub.0.uses_context)
-                    .then(|| job.context_for(step, body)),
-            };
-            match super::lanes::run(exec, &lanes, step, p, body, span).await {
-                super::lanes::Joined::Done(doc) => Outcome::Done(doc),
-                super::lanes::Joined::Failed(e) => Outcome::Failed(e),
-                super::lanes::Joined::Lost => Outcome::Lost,
-            }
+            in_lanes(exec, job, step, p, body, trace).await
         }
         // The child is started where the pause is written (`children::start`), in one
         // statement with it.
         (Val::Workflow(_), Mode::Workflow) if is_async => Outcome::Sent,
-        (Val::Workflow(_), Mode::Workflow) => Outcome::Failed(CallError::new(
-            CallErrorKind::Other,
-            "a WORKFLOW step cannot run as an onFailure step".to_string(),
-        )),
+        (Val::Workflow(_), Mode::Workflow) => {
+            cannot("a WORKFLOW step cannot run as an onFailure step".into())
+        }
         // Its children are started where the pause is written (`fan::start`); a MAP
         // whose list is missing or too long fails here, one with no items is done.
         (Val::Parallel(_), Mode::Parallel) | (Val::Map(_), Mode::Map) if is_async => {
@@ -792,18 +748,60 @@ async fn execute(
         }
         (Val::Wait(w), Mode::Wait) => wait_outcome(job, step, w, body),
         (Val::Event(ev), Mode::Event) if is_async => await_event(exec, job, step, ev, body).await,
-        (Val::Event(_), Mode::Event) => Outcome::Failed(CallError::new(
-            CallErrorKind::Other,
-            "an EVENT step cannot run as an onFailure step".to_string(),
+        (Val::Event(_), Mode::Event) => {
+            cannot("an EVENT step cannot run as an onFailure step".into())
+        }
+        (_, mode) => cannot(format!(
+            "step {} has a val that does not fit its mode {}",
+            step.id,
+            mode.as_str()
         )),
-        (_, mode) => Outcome::Failed(CallError::new(
-            CallErrorKind::Other,
-            format!(
-                "step {} has a val that does not fit its mode {}",
-                step.id,
-                mode.as_str()
-            ),
-        )),
+    }
+}
+
+/// A broker step's publish, as its outcome (`sent_or_done`, or the failure).
+fn published(sent: Result<(), CallError>, is_async: bool) -> Outcome {
+    match sent {
+        Ok(()) => sent_or_done(is_async),
+        Err(reason) => Outcome::Failed(reason),
+    }
+}
+
+/// A step that cannot run as it stands: it fails, and no retry can help it.
+fn cannot(why: String) -> Outcome {
+    Outcome::Failed(CallError::new(CallErrorKind::Other, why))
+}
+
+/// A PARALLEL step whose branches only call, run as lanes of this request (`lanes`).
+async fn in_lanes(
+    exec: &Executor,
+    job: &Job,
+    step: &CompiledStep,
+    p: &crate::workflow::model::ParallelVal,
+    body: &Doc,
+    trace: Option<&mut StepTrace>,
+) -> Outcome {
+    let span = trace.as_deref().and_then(StepTrace::span_id);
+    let lanes = super::lanes::InRequest {
+        id: job.id,
+        payload: &job.payload,
+        request: &job.request,
+        attempts: job.attempts,
+        fresh: job.fresh,
+        deadline: job.deadline,
+        trace: job.trace.as_ref(),
+        headers: &job.headers,
+        http_headers: &job.http_headers,
+        outer: p
+            .branches
+            .iter()
+            .any(|b| b.sub.0.uses_context)
+            .then(|| job.context_for(step, body)),
+    };
+    match super::lanes::run(exec, &lanes, step, p, body, span).await {
+        super::lanes::Joined::Done(doc) => Outcome::Done(doc),
+        super::lanes::Joined::Failed(e) => Outcome::Failed(e),
+        super::lanes::Joined::Lost => Outcome::Lost,
     }
 }
 

@@ -28,17 +28,18 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use tokio::sync::watch;
 
+use super::attempt::{attempt, Attempt, Attempted, Outcome, Place};
 use super::step_io;
 use super::writer::{StepRecord, Transition};
 use super::Executor;
 use crate::outbound::call::{CallError, CallErrorKind};
 use crate::outbound::doc::{context_entry, Doc};
-use crate::outbound::step_trace::{Ended, StepTrace};
+use crate::outbound::step_trace::StepTrace;
 use crate::status::{RequestStatus, StepStatus};
 use crate::store::lanes::LaneRecord;
 use crate::workflow::fan::lane_of;
 use crate::workflow::model::ParallelVal;
-use crate::workflow::{transform, CompiledStep, Mode, Val, Workflow};
+use crate::workflow::{CompiledStep, Mode, Val, Workflow};
 
 /// How a PARALLEL step's lanes ended.
 pub enum Joined {
@@ -302,7 +303,8 @@ async fn lane(
     Ok(at.request)
 }
 
-/// One step of a branch, its attempts included: what it passes on.
+/// One step of a branch, its attempts included (each an `attempt`, retried here, in the
+/// job that holds the lease, while the other branches go on): what it passes on.
 async fn lane_step(
     fan: &Fan<'_>,
     index: u32,
@@ -311,139 +313,182 @@ async fn lane_step(
     step: &CompiledStep,
     at: &mut Progress,
 ) -> Result<Doc, LaneEnd> {
-    let (exec, job) = (fan.exec, fan.job);
-    let request = at.request.clone();
-    // The context this step's condition and transform see: the request's (with the
-    // PARALLEL step's request), the branch's steps so far, and this step's request.
-    let context = |request: &Doc| {
-        let mut ctx = fan.job.outer.clone().unwrap_or_default();
-        ctx.extend(at.context.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let exec = fan.exec;
+    let mut n = 0;
+    loop {
+        n += 1;
+        let place = InLane {
+            fan,
+            index,
+            branch,
+            context: &at.context,
+        };
+        let made = match attempt(exec, step, &place, at.request.clone(), n).await {
+            Attempted::Skipped { request, started } => {
+                write(fan, place.skipped(step, &request, started)).await?;
+                remember(wf, at, step, &request, &request);
+                return Ok(request);
+            }
+            Attempted::Made(made) => made,
+        };
+        let (body, attempt) = (&made.body, &made.attempt);
+        let e = match made.outcome {
+            Outcome::Done(response) => {
+                write(
+                    fan,
+                    place.record(step, StepStatus::Completed, body, &response, attempt),
+                )
+                .await?;
+                remember(wf, at, step, body, &response);
+                return Ok(response);
+            }
+            Outcome::Failed(e) => e,
+            // Stopped while it ran: its call was abandoned, with no record.
+            Outcome::Lost => return Err(LaneEnd::Stopped),
+            // A lane's calls only answer or fail (`call`).
+            Outcome::Sent | Outcome::Wait(_) | Outcome::Paused => {
+                unreachable!("a lane step only calls")
+            }
+        };
+        let (policy, again) = made.retry.expect("a failed attempt has its policy's word");
+        if again {
+            back_off(fan, &policy, &e, n).await?;
+            continue;
+        }
+        let (reason, why) = failure(step, n, e.message);
+        if n > 1 {
+            exec.app.metrics.step_retries_exhausted.inc();
+        }
+        write(fan, place.failed(step, body, attempt, reason)).await?;
+        return Err(LaneEnd::Failed(why));
+    }
+}
+
+/// A branch step's failure, its attempts spent: the reason its record keeps, and the one
+/// the PARALLEL step fails with.
+fn failure(step: &CompiledStep, n: u32, message: String) -> (String, String) {
+    if n > 1 {
+        let reason = format!("after {n} attempts: {message}");
+        let why = format!("step '{}' failed {reason}", step.name);
+        (reason, why)
+    } else {
+        let why = format!("step '{}' failed: {message}", step.name);
+        (message, why)
+    }
+}
+
+/// A retry's back-off, waited out here, in the job that holds the lease: the other
+/// branches go on meanwhile.
+async fn back_off(
+    fan: &Fan<'_>,
+    policy: &crate::workflow::RetryPolicy,
+    e: &CallError,
+    n: u32,
+) -> Result<(), LaneEnd> {
+    fan.exec.app.metrics.count_retry(e.cause());
+    if e.backs_off() {
+        let wait = policy.backoff(n, fastrand::f64(), e.retry_after);
+        unless_stopped(fan, tokio::time::sleep(wait)).await?;
+    }
+    Ok(())
+}
+
+/// A step in a branch run as a lane: the context every branch starts from with the
+/// branch's steps so far, its span under the PARALLEL step's, its call abandoned when
+/// the lanes are stopped.
+struct InLane<'a, 'f> {
+    fan: &'a Fan<'f>,
+    index: u32,
+    branch: &'a str,
+    context: &'a Map<String, Value>,
+}
+
+impl InLane<'_, '_> {
+    /// A skipped step's record: its request passed on as its response.
+    fn skipped(&self, step: &CompiledStep, request: &Doc, started: f64) -> StepRecord {
+        let at = Attempt {
+            started,
+            finished: started,
+            n: 1,
+        };
+        StepRecord {
+            finished_ms: None,
+            ..self.record(step, StepStatus::Skipped, request, request, &at)
+        }
+    }
+
+    /// A failed step's record: its reason, and as its response the error it was answered.
+    fn failed(&self, step: &CompiledStep, body: &Doc, at: &Attempt, reason: String) -> StepRecord {
+        let error = Doc::error(500, &reason);
+        StepRecord {
+            reason: Some(reason),
+            ..self.record(step, StepStatus::Failed, body, &error, at)
+        }
+    }
+
+    /// A branch step's record as written under its lane: its step id and name within the
+    /// branch, the PARALLEL step's id and the branch's index.
+    fn record(
+        &self,
+        step: &CompiledStep,
+        status: StepStatus,
+        body: &Doc,
+        response: &Doc,
+        attempt: &Attempt,
+    ) -> StepRecord {
+        StepRecord {
+            step_id: step.id,
+            step_name: format!("{}/{}", self.branch, step.name).into(),
+            status,
+            request: Some(body.clone()),
+            request_is_payload: body.same(self.fan.job.payload),
+            response: Some(response.clone()),
+            started_ms: attempt.started,
+            finished_ms: Some(attempt.finished),
+            reason: None,
+            attempts: attempt.n,
+            lane: Some((self.fan.step.id, self.index)),
+        }
+    }
+}
+
+impl Place for InLane<'_, '_> {
+    fn request(&self) -> (uuid::Uuid, Option<&crate::telemetry::RequestTrace>) {
+        (self.fan.job.id, self.fan.job.trace)
+    }
+
+    /// The request's (with the PARALLEL step's request), the branch's steps so far, and
+    /// this step's request.
+    fn context(&self, step: &CompiledStep, request: &Doc) -> Map<String, Value> {
+        let mut ctx = self.fan.job.outer.clone().unwrap_or_default();
+        ctx.extend(self.context.iter().map(|(k, v)| (k.clone(), v.clone())));
         ctx.insert(
             step.context_name.clone(),
             context_entry(request.value(), Value::Null),
         );
         ctx
-    };
-    let record =
-        |status, body: &Doc, response: Option<&Doc>, started, finished, attempts| StepRecord {
-            step_id: step.id,
-            step_name: format!("{branch}/{}", step.name).into(),
-            status,
-            request: Some(body.clone()),
-            request_is_payload: body.same(job.payload),
-            response: response.cloned(),
-            started_ms: started,
-            finished_ms: finished,
-            reason: None,
-            attempts,
-            lane: Some((fan.step.id, index)),
-        };
-    let mut attempts = 0;
-    loop {
-        let started = step_io::now_ms();
-        let mut failure = None;
-        if let Some(cond) = &step.when {
-            match cond.eval(&context(&request)) {
-                Ok(true) => {}
-                Ok(false) => {
-                    let rec = record(
-                        StepStatus::Skipped,
-                        &request,
-                        Some(&request),
-                        started,
-                        None,
-                        1,
-                    );
-                    write(fan, rec).await?;
-                    remember(wf, at, step, &request, &request);
-                    return Ok(request);
+    }
+
+    fn place_span(&self, span: &mut StepTrace) {
+        span.in_lane(self.fan.span, self.fan.step.id, self.branch);
+    }
+
+    async fn call(
+        &self,
+        step: &CompiledStep,
+        body: &Doc,
+        trace: Option<&mut StepTrace>,
+    ) -> Outcome {
+        let (fan, index, branch) = (self.fan, self.index, self.branch);
+        match unless_stopped(fan, call(fan, index, branch, step, body, trace)).await {
+            Ok(called) => {
+                fan.exec.app.metrics.steps_executed.inc();
+                match called {
+                    Ok(response) => Outcome::Done(response),
+                    Err(e) => Outcome::Failed(e),
                 }
-                Err(why) => failure = Some(CallError::new(CallErrorKind::Other, why.0)),
             }
-        }
-        let body = match &step.transform {
-            Some(spec) => {
-                Doc::from_value(&transform::shift(spec, &Value::Object(context(&request))))
-            }
-            None => request.clone(),
-        };
-        attempts += 1;
-        let mut trace = StepTrace::begin(exec.app.tracing.as_ref(), job.trace);
-        if let Some(t) = trace.as_mut() {
-            t.in_lane(fan.span, fan.step.id, branch);
-        }
-        let outcome = match failure {
-            Some(e) => Err(e),
-            None => {
-                let called =
-                    unless_stopped(fan, call(fan, index, branch, step, &body, trace.as_mut()))
-                        .await?;
-                exec.app.metrics.steps_executed.inc();
-                called
-            }
-        };
-        let finished = step_io::now_ms();
-        let end = |trace: Option<StepTrace>, how: Ended| {
-            if let (Some(t), Some(rt)) = (trace, &job.trace) {
-                t.end(exec.app.tracing.as_ref(), rt, &job.id, step, attempts, how);
-            }
-        };
-        match outcome {
-            Ok(response) => {
-                end(trace, Ended::Done);
-                let rec = record(
-                    StepStatus::Completed,
-                    &body,
-                    Some(&response),
-                    started,
-                    Some(finished),
-                    attempts,
-                );
-                write(fan, rec).await?;
-                remember(wf, at, step, &body, &response);
-                return Ok(response);
-            }
-            Err(e) => {
-                let policy = step_io::policy(exec, step);
-                let again = e.retryable(&policy) && attempts < policy.max_attempts;
-                end(trace, Ended::Failed(&e, again));
-                if again {
-                    // The back-off waits here, in the job that holds the lease: the
-                    // other branches go on meanwhile.
-                    exec.app.metrics.count_retry(e.cause());
-                    if e.backs_off() {
-                        let wait = policy.backoff(attempts, fastrand::f64(), e.retry_after);
-                        unless_stopped(fan, tokio::time::sleep(wait)).await?;
-                    }
-                    continue;
-                }
-                if attempts > 1 {
-                    exec.app.metrics.step_retries_exhausted.inc();
-                }
-                let reason = if attempts > 1 {
-                    format!("after {attempts} attempts: {}", e.message)
-                } else {
-                    e.message
-                };
-                let error = Doc::error(500, &reason);
-                let rec = StepRecord {
-                    reason: Some(reason.clone()),
-                    ..record(
-                        StepStatus::Failed,
-                        &body,
-                        Some(&error),
-                        started,
-                        Some(finished),
-                        attempts,
-                    )
-                };
-                write(fan, rec).await?;
-                return Err(LaneEnd::Failed(if attempts > 1 {
-                    format!("step '{}' failed {reason}", step.name)
-                } else {
-                    format!("step '{}' failed: {reason}", step.name)
-                }));
-            }
+            Err(_) => Outcome::Lost,
         }
     }
 }

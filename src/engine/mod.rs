@@ -8,21 +8,17 @@
 //! requests fresh and stops any request whose lease another instance took.
 
 mod app;
+pub(crate) mod attempt;
 pub(crate) mod children;
-pub(crate) mod deadlines;
 pub(crate) mod error;
 pub(crate) mod fan;
-pub(crate) mod finals;
 pub(crate) mod job;
 pub(crate) mod lanes;
 pub(crate) mod live;
-pub(crate) mod paused;
 pub(crate) mod resume;
 pub(crate) mod running;
-pub(crate) mod schedules;
-pub(crate) mod slots;
 pub(crate) mod step_io;
-pub(crate) mod watch;
+pub(crate) mod timers;
 pub(crate) mod writer;
 
 pub use app::App;
@@ -258,7 +254,7 @@ impl Executor {
     }
 
     /// Builds the job for a claimed row, loading the context of the steps already run.
-    async fn job_for(&self, c: Claimed) -> Result<Job> {
+    async fn job_for(&self, mut c: Claimed) -> Result<Job> {
         let wf = self
             .app
             .workflows
@@ -276,53 +272,15 @@ impl Executor {
         } else {
             Default::default()
         };
-        let payload = Doc::trusted(c.payload);
+        let payload = Doc::trusted(std::mem::take(&mut c.payload));
         let (headers, trace) = job::headers_and_trace(c.headers.as_bytes());
         if c.status == RequestStatus::New && c.current_step_id == 0 {
-            // Nothing ran yet: this job writes every step row, from the first.
-            return Ok(Job {
-                id: c.id,
-                next: wf.main.first().copied(),
-                wf,
-                http_headers: crate::workflow::header_pairs(&headers),
-                headers,
-                request: payload.clone(),
-                payload,
-                failing: None,
-                context: outer,
-                attempts: 0,
-                // A child's answer names its parent, which this memory does not keep; nor
-                // does it keep a claimed request's deadline (the claim gives it relative to
-                // now, not as stored), so such a request's answers are read, not kept.
-                fresh: c.parent_id.is_none() && c.deadline_in_ms.is_none(),
-                created_us: c.created_us,
-                has_parent: c.parent_id.is_some(),
-                trace,
-                retries: c.retries,
-                deadline: job::deadline_in(c.deadline_in_ms),
-                deadline_us: None,
-                priority: c.priority,
-            });
+            return Ok(first_run(&c, wf, outer, payload, headers, trace));
         }
         // With no step left (a final ASYNC, EVENT or WAIT step answered), the request only
         // finishes: nothing reads the context, so it is not read back.
         let context = if wf.uses_context && c.current_step_id > 0 {
-            let conn = self
-                .pool
-                .get()
-                .await
-                .map_err(crate::store::StoreError::from)?;
-            let mut ctx = outer;
-            for r in leases::load_context(&conn, c.id).await? {
-                ctx.insert(
-                    crate::workflow::expr::context_name(&r.step_name),
-                    doc::context_entry(
-                        r.request.unwrap_or_default(),
-                        r.response.unwrap_or_default(),
-                    ),
-                );
-            }
-            ctx
+            self.context_read(c.id, outer).await?
         } else {
             Default::default()
         };
@@ -354,6 +312,31 @@ impl Executor {
             deadline_us: None,
             priority: None,
         })
+    }
+
+    /// The context of the steps a request already ran, read back, over `outer` (an
+    /// enclosing request's, for a fan-out child).
+    async fn context_read(
+        &self,
+        id: Uuid,
+        outer: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<serde_json::Map<String, serde_json::Value>> {
+        let conn = self
+            .pool
+            .get()
+            .await
+            .map_err(crate::store::StoreError::from)?;
+        let mut ctx = outer;
+        for r in leases::load_context(&conn, id).await? {
+            ctx.insert(
+                crate::workflow::expr::context_name(&r.step_name),
+                doc::context_entry(
+                    r.request.unwrap_or_default(),
+                    r.response.unwrap_or_default(),
+                ),
+            );
+        }
+        Ok(ctx)
     }
 
     /// Claims runnable rows while there is room; runs until `stop` fires.
@@ -605,6 +588,41 @@ impl Executor {
                 Err(e) => tracing::warn!(error = %e, "could not release leases; they will expire"),
             }
         }
+    }
+}
+
+/// The job of a claimed request none of whose steps ran yet: it writes every step row,
+/// from the first.
+fn first_run(
+    c: &Claimed,
+    wf: Arc<crate::workflow::Workflow>,
+    outer: serde_json::Map<String, serde_json::Value>,
+    payload: Doc,
+    headers: Vec<(String, String)>,
+    trace: Option<crate::telemetry::RequestTrace>,
+) -> Job {
+    Job {
+        id: c.id,
+        next: wf.main.first().copied(),
+        wf,
+        http_headers: crate::workflow::header_pairs(&headers),
+        headers,
+        request: payload.clone(),
+        payload,
+        failing: None,
+        context: outer,
+        attempts: 0,
+        // A child's answer names its parent, which this memory does not keep; nor
+        // does it keep a claimed request's deadline (the claim gives it relative to
+        // now, not as stored), so such a request's answers are read, not kept.
+        fresh: c.parent_id.is_none() && c.deadline_in_ms.is_none(),
+        created_us: c.created_us,
+        has_parent: c.parent_id.is_some(),
+        trace,
+        retries: c.retries,
+        deadline: job::deadline_in(c.deadline_in_ms),
+        deadline_us: None,
+        priority: c.priority,
     }
 }
 

@@ -39,6 +39,34 @@ fn place_in_lane(entry: &mut Value, lane: &Option<(crate::workflow::fan::LaneSte
 /// step attempt, and the fields beyond Clamp where they apply. Given to the `App` as its
 /// renderer, so answers from memory and from reads come from here alike.
 pub fn status(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
+    let (entries, total) = step_entries(steps);
+    let mut out = Map::new();
+    out.insert("service_request_id".into(), Value::String(id.to_string()));
+    out.insert(
+        "workflow_name".into(),
+        Value::String(head.workflow_name.to_string()),
+    );
+    // Beyond Clamp: the version of the workflow it runs.
+    out.insert("workflow_version".into(), json!(head.workflow_version));
+    out.insert("status".into(), Value::String(head.status.as_str().into()));
+    out.insert("total_time_in_ms".into(), json!(total));
+    out.insert("current_step_id".into(), json!(head.current_step_id));
+    out.insert("steps".into(), Value::Array(entries));
+    out.insert(
+        "reason".into(),
+        Value::String(head.reason.clone().unwrap_or_default()),
+    );
+    out.insert("created_at".into(), Value::String(head.created_at.clone()));
+    beyond_clamp(&mut out, head);
+    if let Some((k, v)) = waits(head) {
+        out.insert(k.into(), v);
+    }
+    Bytes::from(serde_json::to_vec(&Value::Object(out)).expect("values serialize"))
+}
+
+/// A STARTED entry and a final one per step attempt, and the time from the first start
+/// to the last end (Clamp's `total_time_in_ms`).
+fn step_entries(steps: &[StepRow]) -> (Vec<Value>, i64) {
     let mut entries = Vec::with_capacity(steps.len() * 2);
     let mut first_start: Option<f64> = None;
     let mut last_end: Option<f64> = None;
@@ -65,83 +93,75 @@ pub fn status(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
             started["childServiceRequestId"] = Value::String(c.to_string());
         }
         entries.push(started);
-        if s.status != StepStatus::Started {
-            if let Some(f) = s.finished_ms {
-                last_end = Some(last_end.map_or(f, |l: f64| l.max(f)));
-            }
-            let mut entry = json!({
-                "id": id, "name": name, "status": s.status.as_str(),
-                "time_taken": s.time_taken_ms.unwrap_or(0),
-                "payload": {"request": request.unwrap_or(Value::Null), "response": response.unwrap_or(Value::Null)},
-                "attempts": s.attempts,
-            });
-            place_in_lane(&mut entry, &lane);
-            if let Some(reason) = &s.reason {
-                entry["reason"] = Value::String(reason.clone());
-            }
-            if let Some(c) = s.child_id {
-                entry["childServiceRequestId"] = Value::String(c.to_string());
-            }
-            entries.push(entry);
+        if s.status == StepStatus::Started {
+            continue;
         }
+        if let Some(f) = s.finished_ms {
+            last_end = Some(last_end.map_or(f, |l: f64| l.max(f)));
+        }
+        let mut entry = json!({
+            "id": id, "name": name, "status": s.status.as_str(),
+            "time_taken": s.time_taken_ms.unwrap_or(0),
+            "payload": {"request": request.unwrap_or(Value::Null), "response": response.unwrap_or(Value::Null)},
+            "attempts": s.attempts,
+        });
+        place_in_lane(&mut entry, &lane);
+        if let Some(reason) = &s.reason {
+            entry["reason"] = Value::String(reason.clone());
+        }
+        if let Some(c) = s.child_id {
+            entry["childServiceRequestId"] = Value::String(c.to_string());
+        }
+        entries.push(entry);
     }
     let total = match (first_start, last_end) {
         (Some(a), Some(b)) => (b - a).max(0.0).round() as i64,
         _ => 0,
     };
-    let mut out = Map::new();
-    out.insert("service_request_id".into(), Value::String(id.to_string()));
-    out.insert(
-        "workflow_name".into(),
-        Value::String(head.workflow_name.to_string()),
-    );
-    // Beyond Clamp: the version of the workflow it runs.
-    out.insert("workflow_version".into(), json!(head.workflow_version));
-    out.insert("status".into(), Value::String(head.status.as_str().into()));
-    out.insert("total_time_in_ms".into(), json!(total));
-    out.insert("current_step_id".into(), json!(head.current_step_id));
-    out.insert("steps".into(), Value::Array(entries));
-    out.insert(
-        "reason".into(),
-        Value::String(head.reason.clone().unwrap_or_default()),
-    );
-    out.insert("created_at".into(), Value::String(head.created_at.clone()));
-    // Beyond Clamp: how often the request was retried after it failed or was cancelled.
+    (entries, total)
+}
+
+/// The request's fields beyond Clamp, each where it applies.
+fn beyond_clamp(out: &mut Map<String, Value>, head: &Head) {
+    // How often the request was retried after it failed or was cancelled.
     if head.retries > 0 {
         out.insert("retries".into(), json!(head.retries));
     }
-    // Beyond Clamp: the request this one reruns (its reruns: search's `rerunOf`).
+    // The request this one reruns (its reruns: search's `rerunOf`).
     if let Some(of) = head.rerun_of {
         out.insert("rerunOf".into(), Value::String(of.to_string()));
     }
-    // Beyond Clamp: the start a delayed create asked for.
+    // The start a delayed create asked for.
     if let Some(at) = &head.start_at {
         out.insert("startAt".into(), Value::String(at.clone()));
     }
-    // Beyond Clamp: the request whose WORKFLOW step started this one.
+    // The request whose WORKFLOW step started this one.
     if let Some(p) = head.parent_id {
         out.insert("parentId".into(), Value::String(p.to_string()));
     }
-    // Beyond Clamp: a fan-out step's branch (named by its workflow, `order/3/acme`) or
-    // item (its index in the list).
+    // A fan-out step's branch (named by its workflow, `order/3/acme`) or item (its index
+    // in the list).
     if let Some((k, v)) = fan_place(&head.workflow_name, head.fan_index) {
         out.insert(k.into(), v);
     }
-    // Beyond Clamp: waiting for a slot under its workflow's concurrency limit.
+    // Waiting for a slot under its workflow's concurrency limit.
     if let (Some(key), Some(ahead)) = (&head.concurrency_key, head.slot_ahead) {
         out.insert("waitingForSlot".into(), json!({"key": key, "ahead": ahead}));
     }
-    // Beyond Clamp: its priority, when created with one.
+    // Its priority, when created with one.
     if let Some(p) = head.priority {
         out.insert("priority".into(), json!(p));
     }
-    // Beyond Clamp: when it must have finished by.
+    // When it must have finished by.
     if let Some(d) = &head.deadline {
         out.insert("deadline".into(), Value::String(d.clone()));
     }
-    // Beyond Clamp: what a request that is not running waits for.
+}
+
+/// Beyond Clamp: what a request that is not running waits for, as the field that says it.
+fn waits(head: &Head) -> Option<(&'static str, Value)> {
     let step_id = head.current_step_id;
-    let waits = match head.waits() {
+    match head.waits() {
         Waits::Event { event, key, until } => {
             let mut w = json!({"step_id": step_id, "event": event, "key": key});
             if let Some(by) = until {
@@ -161,11 +181,7 @@ pub fn status(id: Uuid, head: &Head, steps: &[StepRow]) -> Bytes {
             }),
         )),
         Waits::Nothing => None,
-    };
-    if let Some((k, v)) = waits {
-        out.insert(k.into(), v);
     }
-    Bytes::from(serde_json::to_vec(&Value::Object(out)).expect("values serialize"))
 }
 
 /// A create's answer without serde: `{"pollUrl":"/serviceRequest/<id>","status":"<status>","serviceRequestId":"<id>"}`.

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use hyper::StatusCode;
 use serde_json::{json, Map, Value};
 
-use super::response::{error, json, op_error, Resp};
+use super::response::{json, op_error, Resp};
 use super::rfc3339;
 use crate::ops::lists::Bucket;
 use crate::ops::lists::{self, Window};
@@ -16,7 +16,7 @@ use crate::state::Core;
 pub async fn counts(core: &Core, query: Option<&str>) -> Resp {
     let w = match lists::counts_window(&lists::pairs(query), SystemTime::now()) {
         Ok(w) => w,
-        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+        Err(e) => return op_error(e),
     };
     match lists::counts(core, &w).await {
         Ok(buckets) => json(StatusCode::OK, &answer(&w, &buckets)),

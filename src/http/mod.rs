@@ -25,6 +25,7 @@ pub(crate) mod conn;
 pub(crate) mod console;
 pub(crate) mod counts;
 pub(crate) mod events;
+pub(crate) mod input;
 mod origin;
 pub(crate) mod outage;
 pub(crate) mod rerun;
@@ -245,10 +246,25 @@ async fn dispatch(
     }
     // Open routes change nothing whose author the audit trail records.
     let who = &caller.unwrap_or_else(crate::tokens::Caller::anonymous);
+    let resp = to_handler(core, who, route, arg, parts, body, server).await;
+    (route, resp)
+}
+
+/// The handler of `route`, given what dispatch found: the caller (`who`) and the path's
+/// argument.
+async fn to_handler(
+    core: &Core,
+    who: &crate::tokens::Caller,
+    route: Route,
+    arg: &str,
+    parts: &Parts,
+    body: &mut Body,
+    server: Option<&crate::telemetry::ServerSpan>,
+) -> Resp {
     let query = parts.uri.query();
     // The handlers of the rare routes are boxed, so that the future every request
     // allocates (and zeroes) is as large as the hot routes' need, not the largest route's.
-    let resp = match route {
+    match route {
         Route::CreateServiceRequest => {
             service_requests::create(core, &decode(arg), parts, body, server).await
         }
@@ -292,8 +308,7 @@ async fn dispatch(
         // Answered above.
         Route::Console => error(StatusCode::NOT_FOUND, "no such route"),
         Route::NotFound => error(StatusCode::NOT_FOUND, "no such route"),
-    };
-    (route, resp)
+    }
 }
 
 fn not_allowed(allowed: &[&str]) -> Resp {

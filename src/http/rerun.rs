@@ -8,23 +8,31 @@
 
 use hyper::http::request::Parts;
 use hyper::StatusCode;
-use serde_json::Value;
+use serde::Deserialize;
 
 use super::answers;
-use super::body::Body;
-use super::response::{error, json, op_error, Resp};
+use super::body::Body as RequestBody;
+use super::input;
+use super::response::{json, op_error, Resp};
 use crate::ops::control::RerunAsk as Ask;
+use crate::ops::OpError;
 use crate::state::Core;
 use crate::status::RequestStatus;
 use crate::tokens::Caller;
 
-pub async fn rerun(core: &Core, who: &Caller, id: &str, parts: &Parts, body: &mut Body) -> Resp {
+pub async fn rerun(
+    core: &Core,
+    who: &Caller,
+    id: &str,
+    parts: &Parts,
+    body: &mut RequestBody,
+) -> Resp {
     let of = or_answer!(super::service_requests::request_id(id));
     let app = &core.app;
     let body = or_answer!(body.read_request(parts, &app.config).await);
     let ask = match parse(&body) {
         Ok(a) => a,
-        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+        Err(e) => return op_error(e),
     };
     match crate::ops::control::rerun(core, who, of, ask).await {
         Ok(id) => json(
@@ -39,32 +47,28 @@ pub async fn rerun(core: &Core, who: &Caller, id: &str, parts: &Parts, body: &mu
     }
 }
 
-fn parse(body: &[u8]) -> Result<Ask, String> {
+/// The body: `{"fromStep": <step id>, "payload": <JSON>}`, each optional.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Body {
+    from_step: Option<u32>,
+    #[serde(default, deserialize_with = "input::present")]
+    payload: Option<String>,
+}
+
+fn parse(body: &[u8]) -> Result<Ask, OpError> {
     const SHAPE: &str =
         "the body must be empty or a JSON object like {\"fromStep\": 2, \"payload\": {…}}";
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Ask {
-            from_step: None,
-            payload: None,
-        });
-    }
-    let Ok(Value::Object(mut o)) = serde_json::from_slice::<Value>(body) else {
-        return Err(SHAPE.into());
-    };
-    let from_step = match o.remove("fromStep") {
-        None | Some(Value::Null) => None,
-        Some(v) => match v.as_u64() {
-            Some(n) if (1..=u32::MAX as u64).contains(&n) => Some(n as u32),
-            _ => return Err("fromStep: must be a step id (a whole number from 1)".into()),
-        },
-    };
-    let payload = o.remove("payload").map(|p| p.to_string());
-    if let Some(k) = o.keys().next() {
-        return Err(format!(
-            "{k}: unknown field (the fields are fromStep and payload)"
+    let b: Body = input::typed(body, SHAPE)?;
+    if b.from_step == Some(0) {
+        return Err(OpError::BadRequest(
+            "fromStep: must be a step id (a whole number from 1)".into(),
         ));
     }
-    Ok(Ask { from_step, payload })
+    Ok(Ask {
+        from_step: b.from_step,
+        payload: b.payload,
+    })
 }
 
 #[cfg(test)]
@@ -92,7 +96,7 @@ mod tests {
             (br#"{"step": 1}"#, "step:"),
             (b"[1]", "the body"),
         ] {
-            let why = parse(bad).unwrap_err();
+            let why = parse(bad).unwrap_err().message();
             assert!(why.starts_with(starts), "{why}");
         }
     }

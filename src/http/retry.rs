@@ -5,22 +5,31 @@
 
 use hyper::http::request::Parts;
 use hyper::StatusCode;
+use serde::Deserialize;
 
 use super::answers;
-use super::body::Body;
-use super::response::{error, json, op_error, Resp};
+use super::body::Body as RequestBody;
+use super::input;
+use super::response::{json, op_error, Resp};
 use crate::ops::control::Bulk;
+use crate::ops::OpError;
 use crate::state::Core;
 use crate::status::RequestStatus;
 use crate::tokens::Caller;
 
-pub async fn retry(core: &Core, who: &Caller, id: &str, parts: &Parts, body: &mut Body) -> Resp {
+pub async fn retry(
+    core: &Core,
+    who: &Caller,
+    id: &str,
+    parts: &Parts,
+    body: &mut RequestBody,
+) -> Resp {
     let id = or_answer!(super::service_requests::request_id(id));
     let app = &core.app;
     let body = or_answer!(body.read_request(parts, &app.config).await);
     let payload = match new_request(&body) {
         Ok(p) => p,
-        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+        Err(e) => return op_error(e),
     };
     match crate::ops::control::retry(core, who, id, payload.as_deref()).await {
         Ok(r) => json(
@@ -35,22 +44,18 @@ pub async fn retry(core: &Core, who: &Caller, id: &str, parts: &Parts, body: &mu
     }
 }
 
+/// `POST /serviceRequest/{id}/retry`'s body: `{"payload": <JSON>}`, optional.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RetryBody {
+    #[serde(default, deserialize_with = "input::present")]
+    payload: Option<String>,
+}
+
 /// The step's new request, as JSON text: none for an empty body or one without `payload`.
-fn new_request(body: &[u8]) -> Result<Option<String>, &'static str> {
+fn new_request(body: &[u8]) -> Result<Option<String>, OpError> {
     const SHAPE: &str = "the body must be empty or a JSON object like {\"payload\": {…}}";
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(None);
-    }
-    let serde_json::Value::Object(mut o) =
-        serde_json::from_slice::<serde_json::Value>(body).map_err(|_| SHAPE)?
-    else {
-        return Err(SHAPE);
-    };
-    let payload = o.remove("payload");
-    if !o.is_empty() {
-        return Err(SHAPE);
-    }
-    Ok(payload.map(|p| p.to_string()))
+    Ok(input::typed::<RetryBody>(body, SHAPE)?.payload)
 }
 
 /// Most requests one bulk retry takes, and how many unless its `limit` says otherwise.
@@ -59,12 +64,17 @@ const DEFAULT_BULK: i64 = 1_000;
 
 /// `POST /serviceRequests/retry` with a body of search filters (`status` FAILED unless it
 /// says CANCELLED or both; `workflow`, `createdAfter`, `createdBefore`, `limit`).
-pub async fn retry_matching(core: &Core, who: &Caller, parts: &Parts, body: &mut Body) -> Resp {
+pub async fn retry_matching(
+    core: &Core,
+    who: &Caller,
+    parts: &Parts,
+    body: &mut RequestBody,
+) -> Resp {
     let app = &core.app;
     let body = or_answer!(body.read_request(parts, &app.config).await);
     let bulk = match bulk_filter(&body) {
         Ok(b) => b,
-        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+        Err(e) => return op_error(e),
     };
     match crate::ops::control::retry_matching(core, who, &bulk).await {
         Ok(r) => json(
@@ -75,82 +85,86 @@ pub async fn retry_matching(core: &Core, who: &Caller, parts: &Parts, body: &mut
     }
 }
 
+/// A bulk retry's filters, as posted.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct BulkBody {
+    /// `null` is the default (FAILED), as it was.
+    status: Option<OneOrMany>,
+    #[serde(default, deserialize_with = "input::some")]
+    workflow: Option<String>,
+    #[serde(default, deserialize_with = "input::some")]
+    created_after: Option<String>,
+    #[serde(default, deserialize_with = "input::some")]
+    created_before: Option<String>,
+    #[serde(default, deserialize_with = "input::some")]
+    limit: Option<i64>,
+}
+
+/// A status, or a list of them (each may list several, separated by commas).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
 /// The body's filters; the error names the field at fault.
-fn bulk_filter(body: &[u8]) -> Result<Bulk, String> {
-    use serde_json::Value;
-    let mut o = if body.iter().all(u8::is_ascii_whitespace) {
-        serde_json::Map::new()
-    } else {
-        match serde_json::from_slice::<Value>(body) {
-            Ok(Value::Object(o)) => o,
-            _ => return Err("the body must be empty or a JSON object of search filters".into()),
-        }
+fn bulk_filter(body: &[u8]) -> Result<Bulk, OpError> {
+    const SHAPE: &str = "the body must be empty or a JSON object of search filters";
+    let b: BulkBody = input::typed(body, SHAPE)?;
+    let bad = |why: String| OpError::BadRequest(why);
+    let statuses = match b.status {
+        None => vec![crate::ops::control::BULK_DEFAULT],
+        Some(s) => retried_statuses(s)?,
     };
-    let text = |v: Value, key: &str| match v {
-        Value::String(s) if !s.is_empty() => Ok(s),
-        _ => Err(format!("{key}: must be a non-empty string")),
-    };
-    let statuses = match o.remove("status") {
-        None | Some(Value::Null) => vec![crate::ops::control::BULK_DEFAULT],
-        Some(v) => {
-            let list = match v {
-                Value::Array(a) => a,
-                one => vec![one],
-            };
-            let mut out = Vec::new();
-            for v in list {
-                let s = text(v, "status")?;
-                for s in s.split(',').map(str::trim) {
-                    let known = match RequestStatus::parse(&s.to_ascii_uppercase()) {
-                        Some(k) if k.is_retryable() => k,
-                        _ => {
-                            return Err(format!(
-                                "status: {s:?} is not retried (only FAILED and CANCELLED are)"
-                            ))
-                        }
-                    };
-                    if !out.contains(&known) {
-                        out.push(known);
-                    }
-                }
-            }
-            out
-        }
-    };
-    let workflow = o
-        .remove("workflow")
-        .map(|v| text(v, "workflow"))
-        .transpose()?;
-    let time = |v: Option<Value>, key: &str| {
-        v.map(|v| crate::ops::lists::time(key, &text(v, key)?))
-            .transpose()
-    };
-    let created_after = time(o.remove("createdAfter"), "createdAfter")?;
-    let created_before = time(o.remove("createdBefore"), "createdBefore")?;
+    if b.workflow.as_deref() == Some("") {
+        return Err(bad("workflow: must be a non-empty string".into()));
+    }
+    let time =
+        |v: Option<String>, key: &str| v.map(|v| crate::ops::lists::time(key, &v)).transpose();
+    let created_after = time(b.created_after, "createdAfter")?;
+    let created_before = time(b.created_before, "createdBefore")?;
     if let (Some(a), Some(b)) = (created_after, created_before) {
         if a >= b {
-            return Err("createdAfter: must be before createdBefore".into());
+            return Err(bad("createdAfter: must be before createdBefore".into()));
         }
     }
-    let limit = match o.remove("limit") {
+    let limit = match b.limit {
         None => DEFAULT_BULK,
-        Some(v) => match v.as_i64() {
-            Some(n) if (1..=MAX_BULK).contains(&n) => n,
-            _ => return Err(format!("limit: must be a number from 1 to {MAX_BULK}")),
-        },
+        Some(n) if (1..=MAX_BULK).contains(&n) => n,
+        Some(_) => return Err(bad(format!("limit: must be a number from 1 to {MAX_BULK}"))),
     };
-    if let Some(k) = o.keys().next() {
-        return Err(format!(
-            "{k}: unknown field (the filters are status, workflow, createdAfter, createdBefore and limit)"
-        ));
-    }
     Ok(Bulk {
-        workflow,
+        workflow: b.workflow,
         statuses,
         created_after,
         created_before,
         limit,
     })
+}
+
+/// The statuses a bulk retry names: FAILED, CANCELLED or both, in any case, each once.
+fn retried_statuses(s: OneOrMany) -> Result<Vec<RequestStatus>, OpError> {
+    let list = match s {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(list) => list,
+    };
+    let mut out = Vec::new();
+    for s in list.iter().flat_map(|s| s.split(',')).map(str::trim) {
+        let known = match RequestStatus::parse(&s.to_ascii_uppercase()) {
+            Some(k) if k.is_retryable() => k,
+            _ => {
+                return Err(OpError::BadRequest(format!(
+                    "status: {s:?} is not retried (only FAILED and CANCELLED are)"
+                )))
+            }
+        };
+        if !out.contains(&known) {
+            out.push(known);
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -159,15 +173,15 @@ mod tests {
 
     #[test]
     fn the_body_is_empty_or_names_a_payload() {
-        assert_eq!(new_request(b""), Ok(None));
-        assert_eq!(new_request(b" {} "), Ok(None));
+        assert_eq!(new_request(b"").unwrap(), None);
+        assert_eq!(new_request(b" {} ").unwrap(), None);
         assert_eq!(
-            new_request(br#"{"payload": {"a": [1]}}"#),
-            Ok(Some(r#"{"a":[1]}"#.into()))
+            new_request(br#"{"payload": {"a": [1]}}"#).unwrap(),
+            Some(r#"{"a":[1]}"#.into())
         );
         assert_eq!(
-            new_request(br#"{"payload": null}"#),
-            Ok(Some("null".into()))
+            new_request(br#"{"payload": null}"#).unwrap(),
+            Some("null".into())
         );
         for bad in [&b"[1]"[..], b"{\"payload\": 1, \"x\": 2}", b"{", b"\"p\""] {
             assert!(new_request(bad).is_err());
@@ -198,8 +212,10 @@ mod tests {
             (br#"{"limit": 0}"#, "limit:"),
             (br#"{"createdAfter": "soon"}"#, "createdAfter:"),
             (br#"{"cursor": "x"}"#, "cursor:"),
+            (br#"{"createdBefore": null}"#, "createdBefore:"),
+            (br#"{"limit": null}"#, "limit:"),
         ] {
-            let why = bulk_filter(body).unwrap_err();
+            let why = bulk_filter(body).unwrap_err().message();
             assert!(why.starts_with(field), "{why}");
         }
     }

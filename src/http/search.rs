@@ -5,14 +5,14 @@
 use hyper::StatusCode;
 
 use super::answers::request_item;
-use super::response::{error, json, op_error, Resp};
+use super::response::{json, op_error, Resp};
 use crate::ops::lists;
 use crate::state::Core;
 
 pub async fn search(core: &Core, query: Option<&str>) -> Resp {
     let filter = match lists::search_filter(&lists::pairs(query)) {
         Ok(f) => f,
-        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+        Err(e) => return op_error(e),
     };
     match lists::search(core, &filter).await {
         Ok((items, next)) => json(

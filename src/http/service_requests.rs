@@ -150,8 +150,10 @@ pub async fn create(
     }
 }
 
-fn is_blank(b: &[u8]) -> bool {
-    b.iter().all(|c| c.is_ascii_whitespace())
+/// A cancel's body: `{"reason": "…"}`, optional (other fields are let be, as they were).
+#[derive(serde::Deserialize, Default)]
+struct CancelBody {
+    reason: Option<String>,
 }
 
 /// `POST /serviceRequest/{id}/cancel` (beyond Clamp), with an optional body
@@ -160,31 +162,11 @@ fn is_blank(b: &[u8]) -> bool {
 pub async fn cancel(core: &Core, who: &Caller, id: &str, parts: &Parts, body: &mut Body) -> Resp {
     let id = or_answer!(request_id(id));
     let body = or_answer!(body.read_request(parts, &core.app.config).await);
-    let reason = if is_blank(&body) {
-        None
-    } else {
-        match serde_json::from_slice::<serde_json::Value>(&body) {
-            Ok(serde_json::Value::Object(o)) => match o.get("reason") {
-                None | Some(serde_json::Value::Null) => None,
-                // Its length is the operation's to judge (`ops::control::cancel`).
-                Some(serde_json::Value::String(r)) => Some(r.clone()),
-                Some(_) => {
-                    return error(
-                        StatusCode::BAD_REQUEST,
-                        &format!(
-                            "reason must be a string of at most {} bytes",
-                            crate::ops::control::MAX_REASON_BYTES
-                        ),
-                    )
-                }
-            },
-            _ => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    "the body must be empty or a JSON object like {\"reason\": \"…\"}",
-                )
-            }
-        }
+    // Its length is the operation's to judge (`ops::control::cancel`).
+    const SHAPE: &str = "the body must be empty or a JSON object like {\"reason\": \"…\"}";
+    let reason = match super::input::typed::<CancelBody>(&body, SHAPE) {
+        Ok(b) => b.reason,
+        Err(e) => return op_error(e),
     };
     match crate::ops::control::cancel(core, who, id, reason).await {
         Ok(c) => json(

@@ -249,39 +249,10 @@ pub async fn create(core: &Core, a: Admitted, headers: Bytes, body: Bytes) -> Re
         .deadline
         .or(r.workflow.deadline)
         .map(|d| d.as_millis() as f64);
-    if r.workflow.concurrency.is_some() {
-        if r.start.is_some() || r.key.is_some() {
-            return Err(OpError::BadRequest(
-                "startAt, delayMs and Idempotency-Key cannot be combined with a workflow's concurrency limit".into(),
-            ));
-        }
-        // Boxed, as a delayed create is.
-        let apart = Apart {
-            wf: &r.workflow,
-            pinned: r.pinned,
-            payload: &payload,
-            headers: &r.headers,
-            deadline_ms,
-            priority: r.priority,
-        };
-        return Box::pin(limited(core, apart)).await;
-    }
-    if let Some(start) = r.start {
-        if r.key.is_some() {
-            return Err(OpError::BadRequest(
-                "Idempotency-Key cannot be combined with startAt or delayMs".into(),
-            ));
-        }
+    if r.workflow.concurrency.is_some() || r.start.is_some() {
         // Boxed: the create future every request allocates stays the size of the hot path.
-        let apart = Apart {
-            wf: &r.workflow,
-            pinned: r.pinned,
-            payload: &payload,
-            headers: &r.headers,
-            deadline_ms,
-            priority: r.priority,
-        };
-        return Box::pin(delayed(core, apart, start)).await;
+        let r = NewRequest { body: payload, ..r };
+        return Box::pin(create_apart(core, r, deadline_ms)).await;
     }
     let id = crate::ids::new_v7();
     let created_us = std::time::SystemTime::now()
@@ -319,7 +290,16 @@ pub async fn create(core: &Core, a: Admitted, headers: Bytes, body: Bytes) -> Re
     let Some(done) = done else {
         return Ok(Outcome::New(id));
     };
-    match done.await {
+    answered(core, &name, done.await)
+}
+
+/// What a create's batch made of it, as the create's outcome.
+fn answered(
+    core: &Core,
+    name: &str,
+    done: std::result::Result<std::result::Result<Created, AckError>, oneshot::error::RecvError>,
+) -> Result<Outcome> {
+    match done {
         Ok(Ok(Created::New(id))) => Ok(Outcome::New(id)),
         Ok(Ok(Created::Existing { id, status })) => Ok(Outcome::Existing { id, status }),
         Ok(Ok(Created::Mismatch { id })) => Err(OpError::Unprocessable(format!(
@@ -330,9 +310,40 @@ pub async fn create(core: &Core, a: Admitted, headers: Bytes, body: Bytes) -> Re
             "the payload cannot be stored: the database refused it".into(),
         )),
         Ok(Err(AckError::Unavailable)) | Err(_) => {
-            app.metrics.rejected_overload.inc();
+            core.app.metrics.rejected_overload.inc();
             Err(OpError::Unavailable("database unavailable, retry later"))
         }
+    }
+}
+
+/// A create of a limited workflow (it waits for a slot of its key) or a delayed one (it
+/// waits for its start), each written apart from the batched insert; `r.body` is its
+/// payload, checked.
+async fn create_apart(core: &Core, r: NewRequest, deadline_ms: Option<f64>) -> Result<Outcome> {
+    let apart = Apart {
+        wf: &r.workflow,
+        pinned: r.pinned,
+        payload: &r.body,
+        headers: &r.headers,
+        deadline_ms,
+        priority: r.priority,
+    };
+    if r.workflow.concurrency.is_some() {
+        if r.start.is_some() || r.key.is_some() {
+            return Err(OpError::BadRequest(
+                "startAt, delayMs and Idempotency-Key cannot be combined with a workflow's concurrency limit".into(),
+            ));
+        }
+        return limited(core, apart).await;
+    }
+    if r.key.is_some() {
+        return Err(OpError::BadRequest(
+            "Idempotency-Key cannot be combined with startAt or delayMs".into(),
+        ));
+    }
+    match r.start {
+        Some(start) => delayed(core, apart, start).await,
+        None => unreachable!("a create apart is limited or delayed"),
     }
 }
 

@@ -44,31 +44,10 @@ pub struct Outcome {
 
 /// Checks and delivers `e`. 400 for a name, key, id or window out of bounds.
 pub async fn deliver(core: &Core, e: &Event<'_>) -> Result<Outcome> {
-    if e.event.is_empty() || e.event.chars().count() > 200 {
-        return Err(OpError::BadRequest(
-            "the event's name must have 1 to 200 characters".into(),
-        ));
-    }
-    if e.key.is_empty() || e.key.chars().count() > 1000 {
-        return Err(OpError::BadRequest(
-            "key is required: a string of 1 to 1000 characters".into(),
-        ));
-    }
-    let keep_for = e.keep_for.unwrap_or(DEFAULT_KEEP);
-    if keep_for > MAX_WAIT {
-        return Err(OpError::BadRequest(format!(
-            "keepFor is longer than {} days",
-            MAX_WAIT.as_secs() / 86_400
-        )));
-    }
+    let keep_for = checked(e)?;
     let fresh;
     let id = match e.id {
-        Some(id) if !id.is_empty() && id.chars().count() <= 200 => id,
-        Some(_) => {
-            return Err(OpError::BadRequest(
-                "the event's id must have 1 to 200 characters".into(),
-            ))
-        }
+        Some(id) => id,
         None => {
             fresh = crate::ids::new_v7().to_string();
             &fresh
@@ -101,52 +80,89 @@ pub async fn deliver(core: &Core, e: &Event<'_>) -> Result<Outcome> {
         }
     };
     drop(conn);
-    let m = &app.metrics;
-    Ok(match delivered {
+    let (resumed, keep_until) = match delivered {
         Delivered::Duplicate => {
             exec.unreserve(reserved);
-            m.events_duplicate.inc();
-            Outcome {
-                id: id.to_string(),
-                resumed: Vec::new(),
-                keep_until: None,
-            }
+            app.metrics.events_duplicate.inc();
+            (Vec::new(), None)
         }
         Delivered::New {
             resumed,
             keep_until,
-        } => {
-            m.events_received.inc();
-            if resumed.is_empty() {
-                m.events_unmatched.inc();
-            } else {
-                m.events_resumed.inc_by(resumed.len() as u64);
-            }
-            let mut ids = Vec::with_capacity(resumed.len());
-            let (mut started, mut left) = (0, false);
-            for mut r in resumed {
-                app.changes.notify(&r.id);
-                mark_resume(core, &r, e);
-                ids.push(r.id);
-                match r.claimed.take() {
-                    Some(c) => {
-                        started += 1;
-                        exec.start_resumed(c);
-                    }
-                    None => left = true,
-                }
-            }
-            exec.unreserve(reserved - started);
-            if left {
-                exec.wake();
-            }
-            Outcome {
-                id: id.to_string(),
-                resumed: ids,
-                keep_until: Some(keep_until),
-            }
-        }
+        } => (continued(core, e, resumed, reserved), Some(keep_until)),
+    };
+    Ok(Outcome {
+        id: id.to_string(),
+        resumed,
+        keep_until,
     })
+}
+
+/// The event's name, key, id and window within their bounds; how long it is kept.
+fn checked(e: &Event<'_>) -> Result<Duration> {
+    if e.event.is_empty() || e.event.chars().count() > 200 {
+        return Err(OpError::BadRequest(
+            "the event's name must have 1 to 200 characters".into(),
+        ));
+    }
+    if e.key.is_empty() || e.key.chars().count() > 1000 {
+        return Err(OpError::BadRequest(
+            "key is required: a string of 1 to 1000 characters".into(),
+        ));
+    }
+    if e.id
+        .is_some_and(|id| id.is_empty() || id.chars().count() > 200)
+    {
+        return Err(OpError::BadRequest(
+            "the event's id must have 1 to 200 characters".into(),
+        ));
+    }
+    let keep_for = e.keep_for.unwrap_or(DEFAULT_KEEP);
+    if keep_for > MAX_WAIT {
+        return Err(OpError::BadRequest(format!(
+            "keepFor is longer than {} days",
+            MAX_WAIT.as_secs() / 86_400
+        )));
+    }
+    Ok(keep_for)
+}
+
+/// The requests a new event resumed, told and continued: those leased to this instance
+/// in the `reserved` slots start here at once, the others are left to the sweepers.
+/// Returns their ids.
+fn continued(
+    core: &Core,
+    e: &Event<'_>,
+    resumed: Vec<crate::store::events::Resumed>,
+    reserved: usize,
+) -> Vec<Uuid> {
+    let (app, exec) = (&core.app, &core.executor);
+    let m = &app.metrics;
+    m.events_received.inc();
+    if resumed.is_empty() {
+        m.events_unmatched.inc();
+    } else {
+        m.events_resumed.inc_by(resumed.len() as u64);
+    }
+    let mut ids = Vec::with_capacity(resumed.len());
+    let (mut started, mut left) = (0, false);
+    for mut r in resumed {
+        app.changes.notify(&r.id);
+        mark_resume(core, &r, e);
+        ids.push(r.id);
+        match r.claimed.take() {
+            Some(c) => {
+                started += 1;
+                exec.start_resumed(c);
+            }
+            None => left = true,
+        }
+    }
+    exec.unreserve(reserved - started);
+    if left {
+        exec.wake();
+    }
+    ids
 }
 
 /// Marks a traced request's resume on its trace, as a step response's is, linked to the

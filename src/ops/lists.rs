@@ -108,7 +108,7 @@ pub fn pairs(query: Option<&str>) -> Pairs<'_> {
 }
 
 /// A search's filters; the error names the parameter at fault.
-pub fn search_filter(pairs: &Pairs<'_>) -> std::result::Result<Filter, String> {
+pub fn search_filter(pairs: &Pairs<'_>) -> Result<Filter> {
     let mut f = Filter {
         limit: DEFAULT_LIMIT,
         ..Filter::default()
@@ -117,56 +117,42 @@ pub fn search_filter(pairs: &Pairs<'_>) -> std::result::Result<Filter, String> {
     for (key, value) in pairs {
         if key != "status" {
             if seen.contains(&&**key) {
-                return Err(format!("{key}: given more than once"));
+                return Err(bad(format!("{key}: given more than once")));
             }
             seen.push(key);
         }
         match &**key {
-            "status" => {
-                for s in value.split(',').map(str::trim) {
-                    let known = RequestStatus::ALL
-                        .into_iter()
-                        .find(|k| k.as_str().eq_ignore_ascii_case(s))
-                        .ok_or_else(|| {
-                            let all: Vec<&str> =
-                                RequestStatus::ALL.iter().map(|k| k.as_str()).collect();
-                            format!("status: {s:?} is not a status (one of {})", all.join(", "))
-                        })?;
-                    if !f.statuses.contains(&known) {
-                        f.statuses.push(known);
-                    }
-                }
-            }
-            "workflow" if value.is_empty() => return Err("workflow: empty".into()),
+            "status" => add_statuses(&mut f.statuses, value)?,
+            "workflow" if value.is_empty() => return Err(bad("workflow: empty")),
             "workflow" => f.workflow = Some(value.to_string()),
             "createdAfter" => f.created_after = Some(time(key, value)?),
             "createdBefore" => f.created_before = Some(time(key, value)?),
             "limit" => {
                 f.limit = match value.parse::<i64>() {
                     Ok(n) if (1..=MAX_LIMIT).contains(&n) => n,
-                    _ => return Err(format!("limit: must be a number from 1 to {MAX_LIMIT}")),
+                    _ => return Err(bad(format!("limit: must be a number from 1 to {MAX_LIMIT}"))),
                 }
             }
             "cursor" => {
                 f.cursor = Some(
                     Uuid::try_parse(value)
-                        .map_err(|_| "cursor: not a cursor this server gave out".to_string())?,
+                        .map_err(|_| bad("cursor: not a cursor this server gave out"))?,
                 )
             }
             "rerunOf" => {
                 f.rerun_of = Some(
                     Uuid::try_parse(value)
-                        .map_err(|_| "rerunOf: not a service request id".to_string())?,
+                        .map_err(|_| bad("rerunOf: not a service request id"))?,
                 )
             }
-            "awaitingEvent" if value.is_empty() => return Err("awaitingEvent: empty".into()),
+            "awaitingEvent" if value.is_empty() => return Err(bad("awaitingEvent: empty")),
             "awaitingEvent" => f.awaiting_event = Some(value.to_string()),
             "eventKey" => f.event_key = Some(value.to_string()),
             "waitingForSlot" => {
                 f.waiting_for_slot = match value.as_ref() {
                     "true" => true,
                     "false" => false,
-                    _ => return Err("waitingForSlot: true or false".into()),
+                    _ => return Err(bad("waitingForSlot: true or false")),
                 }
             }
             "slotKey" => {
@@ -174,40 +160,61 @@ pub fn search_filter(pairs: &Pairs<'_>) -> std::result::Result<Filter, String> {
                 f.waiting_for_slot = true;
             }
             other => {
-                return Err(format!(
+                return Err(bad(format!(
                     "{other}: unknown parameter (the filters are status, workflow, createdAfter, \
                      createdBefore, rerunOf, awaitingEvent, eventKey, waitingForSlot, slotKey, limit \
                      and cursor)"
-                ))
+                )))
             }
         }
     }
     if let (Some(a), Some(b)) = (f.created_after, f.created_before) {
         if a >= b {
-            return Err("createdAfter: must be before createdBefore".into());
+            return Err(bad("createdAfter: must be before createdBefore"));
         }
     }
     Ok(f)
 }
 
+/// A `status` filter's statuses (one, or several separated by commas, in any case)
+/// added to `to`, each once.
+fn add_statuses(to: &mut Vec<RequestStatus>, value: &str) -> Result<()> {
+    for s in value.split(',').map(str::trim) {
+        let known = RequestStatus::ALL
+            .into_iter()
+            .find(|k| k.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                let all: Vec<&str> = RequestStatus::ALL.iter().map(|k| k.as_str()).collect();
+                bad(format!(
+                    "status: {s:?} is not a status (one of {})",
+                    all.join(", ")
+                ))
+            })?;
+        if !to.contains(&known) {
+            to.push(known);
+        }
+    }
+    Ok(())
+}
+
 /// The counts' window at `now`; the error names the parameter at fault.
-pub fn counts_window(pairs: &Pairs<'_>, now: SystemTime) -> std::result::Result<Window, String> {
+pub fn counts_window(pairs: &Pairs<'_>, now: SystemTime) -> Result<Window> {
     let mut workflow = None;
     let (mut after, mut before) = (None, None);
     for (key, value) in pairs {
         let seen = match &**key {
-            "workflow" if value.is_empty() => return Err("workflow: empty".into()),
+            "workflow" if value.is_empty() => return Err(bad("workflow: empty")),
             "workflow" => workflow.replace(value.to_string()).is_some(),
             "createdAfter" => after.replace(time(key, value)?).is_some(),
             "createdBefore" => before.replace(time(key, value)?).is_some(),
             other => {
-                return Err(format!(
+                return Err(bad(format!(
                     "{other}: unknown parameter (the filters are workflow, createdAfter and createdBefore)"
-                ))
+                )))
             }
         };
         if seen {
-            return Err(format!("{key}: given more than once"));
+            return Err(bad(format!("{key}: given more than once")));
         }
     }
     let (after, before) = match (after, before) {
@@ -218,10 +225,10 @@ pub fn counts_window(pairs: &Pairs<'_>, now: SystemTime) -> std::result::Result<
         (None, None) => (now - DEFAULT_WINDOW, now),
     };
     if after >= before {
-        return Err("createdAfter: must be before createdBefore".into());
+        return Err(bad("createdAfter: must be before createdBefore"));
     }
     if before.duration_since(after).unwrap_or_default() > MAX_WINDOW {
-        return Err("createdBefore: the window spans more than a day".into());
+        return Err(bad("createdBefore: the window spans more than a day"));
     }
     Ok(Window {
         workflow,
@@ -232,15 +239,22 @@ pub fn counts_window(pairs: &Pairs<'_>, now: SystemTime) -> std::result::Result<
 
 /// An RFC 3339 time, e.g. `2026-12-01T10:00:00Z` or `2026-12-01T11:00:00.5+01:00`; the
 /// error names `key` (search's parameters and bulk retry's fields alike).
-pub fn time(key: &str, value: &str) -> std::result::Result<SystemTime, String> {
+pub fn time(key: &str, value: &str) -> Result<SystemTime> {
     let t = chrono::DateTime::parse_from_rfc3339(value).map_err(|_| {
-        format!("{key}: {value:?} is not an RFC 3339 time (e.g. 2026-12-01T10:00:00Z)")
+        bad(format!(
+            "{key}: {value:?} is not an RFC 3339 time (e.g. 2026-12-01T10:00:00Z)"
+        ))
     })?;
     let us = t.timestamp_micros();
     if us < 0 {
-        return Err(format!("{key}: before 1970"));
+        return Err(bad(format!("{key}: before 1970")));
     }
     Ok(SystemTime::UNIX_EPOCH + Duration::from_micros(us as u64))
+}
+
+/// A filter that cannot be taken: 400, naming the parameter at fault.
+fn bad(why: impl Into<String>) -> OpError {
+    OpError::BadRequest(why.into())
 }
 
 /// Beyond Clamp: how many requests wait for a concurrency slot or a rate's room, by
@@ -269,7 +283,7 @@ mod tests {
     use super::*;
 
     fn search(q: &str) -> std::result::Result<Filter, String> {
-        search_filter(&pairs(Some(q)))
+        search_filter(&pairs(Some(q))).map_err(|e| e.message())
     }
 
     #[test]
@@ -336,7 +350,7 @@ mod tests {
             ("workflow=a&workflow=b", "workflow:"),
             ("status=FAILED", "status:"),
         ] {
-            let why = counts_window(&pairs(Some(q)), now).unwrap_err();
+            let why = counts_window(&pairs(Some(q)), now).unwrap_err().message();
             assert!(why.starts_with(field), "{q}: {why}");
         }
     }

@@ -252,7 +252,7 @@ async fn trigger_it(core: &Core, name: &str) -> Result<Run> {
     let s = compiled(&row)?;
     let ms = Utc::now().timestamp_millis();
     let at = DateTime::from_timestamp_millis(ms).expect("now is a time");
-    let key = crate::engine::slots::key_of_schedule(&core.executor, &s)
+    let key = crate::engine::timers::slots::key_of_schedule(&core.executor, &s)
         .await
         .map_err(OpError::store(doing))?;
     let id = match store::trigger(&conn, &s, key.as_deref(), at)
@@ -264,7 +264,9 @@ async fn trigger_it(core: &Core, name: &str) -> Result<Run> {
             if let Some(key) = key {
                 // Waits in its key's queue: admitted now if a slot is free.
                 let queued = [(id, s.def.workflow.clone(), key)];
-                if let Err(e) = crate::engine::slots::admit_queued(&core.executor, &queued).await {
+                if let Err(e) =
+                    crate::engine::timers::slots::admit_queued(&core.executor, &queued).await
+                {
                     tracing::debug!(error = %e, "trigger not admitted now; the admitter's next pass does");
                 }
             }

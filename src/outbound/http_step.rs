@@ -16,6 +16,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::call::{parse_retry_after, CallError, CallErrorKind};
 use super::doc::Doc;
+use super::step_trace::StepTrace;
 use crate::destinations::{Destinations, Refused, Resolver};
 use crate::secrets::{self, Secrets};
 use crate::workflow::HttpVal;
@@ -75,10 +76,47 @@ impl HttpClient {
         body: &Doc,
         forwarded: &[(HeaderName, HeaderValue)],
         idempotency_key: HeaderValue,
-        mut trace: Option<&mut super::step_trace::StepTrace>,
+        trace: Option<&mut StepTrace>,
     ) -> Result<Doc, CallError> {
-        // A literal address is never resolved, so the policy sees it here (a name, in
-        // the resolver, by the addresses it resolves to).
+        let req = self.request(val, body, forwarded, idempotency_key, trace.as_deref())?;
+        let timeout = val.timeout_ms.map_or(self.timeout, Duration::from_millis);
+        let (status, retry_after, bytes) =
+            tokio::time::timeout(timeout, self.exchange(req, val, trace))
+                .await
+                .map_err(|_| {
+                    CallError::new(
+                        CallErrorKind::Timeout,
+                        format!("timed out after {} ms", timeout.as_millis()),
+                    )
+                })??;
+        if status.is_success() {
+            return Ok(Doc::from_response(bytes));
+        }
+        let snippet = String::from_utf8_lossy(&bytes[..bytes.len().min(256)]).into_owned();
+        Err(CallError {
+            kind: CallErrorKind::Status(status.as_u16()),
+            message: format!(
+                "HTTP {} {} answered {}: {}",
+                val.method,
+                val.url,
+                status.as_u16(),
+                snippet
+            ),
+            retry_after,
+        })
+    }
+
+    /// The request of one attempt: its address judged by the policy (a literal one; a
+    /// name is judged by the addresses it resolves to), its secrets filled in, its
+    /// headers (forwarded, the step's, `Host`, `Idempotency-Key`, the trace's) and body.
+    fn request(
+        &self,
+        val: &HttpVal,
+        body: &Doc,
+        forwarded: &[(HeaderName, HeaderValue)],
+        idempotency_key: HeaderValue,
+        trace: Option<&StepTrace>,
+    ) -> Result<Request<Full<Bytes>>, CallError> {
         if let Some(ip) = val
             .url
             .host()
@@ -103,8 +141,28 @@ impl HttpClient {
         };
         let mut req = Request::builder().method(val.method.clone()).uri(uri);
         let headers = req.headers_mut().expect("builder has no error yet");
-        // Forwarded client headers first, so the step's own headers win (both parsed
-        // once: a clone here is a reference count).
+        self.headers(headers, val, forwarded, trace)?;
+        headers.insert(HeaderName::from_static("idempotency-key"), idempotency_key);
+        let payload = if val.method == hyper::Method::GET {
+            Bytes::new()
+        } else {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            body.to_bytes()
+        };
+        req.body(Full::new(payload))
+            .map_err(|e| CallError::new(CallErrorKind::Other, format!("cannot build request: {e}")))
+    }
+
+    /// Forwarded client headers first, so the step's own headers win (both parsed once:
+    /// a clone here is a reference count), the step's secrets filled in, `Host`, and the
+    /// trace's `traceparent` and `tracestate`.
+    fn headers(
+        &self,
+        headers: &mut hyper::HeaderMap,
+        val: &HttpVal,
+        forwarded: &[(HeaderName, HeaderValue)],
+        trace: Option<&StepTrace>,
+    ) -> Result<(), CallError> {
         for (k, v) in forwarded.iter().chain(val.headers.iter()) {
             headers.insert(k.clone(), v.clone());
         }
@@ -127,8 +185,7 @@ impl HttpClient {
         // Set here, as the client would, unless a step's header names it; the client
         // would format it again on every call.
         headers.entry(HOST).or_insert_with(|| val.host.clone());
-        headers.insert(HeaderName::from_static("idempotency-key"), idempotency_key);
-        if let Some(t) = trace.as_deref() {
+        if let Some(t) = trace {
             headers.insert(
                 HeaderName::from_static("traceparent"),
                 HeaderValue::from_bytes(&t.header).expect("hex is header-safe"),
@@ -141,78 +198,53 @@ impl HttpClient {
                 headers.insert(HeaderName::from_static("tracestate"), v);
             }
         }
-        let payload = if val.method == hyper::Method::GET {
-            Bytes::new()
-        } else {
-            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            body.to_bytes()
-        };
-        let req = req.body(Full::new(payload)).map_err(|e| {
-            CallError::new(CallErrorKind::Other, format!("cannot build request: {e}"))
-        })?;
-        let timeout = val.timeout_ms.map_or(self.timeout, Duration::from_millis);
-        let call = async {
-            let resp = self
-                .client
-                .request(req)
-                .await
-                .map_err(|e| describe(&e, &val.host_key))?;
-            let status = resp.status();
-            if let Some(t) = trace.as_deref_mut() {
-                t.status = Some(status.as_u16());
-                t.answered = resp
-                    .headers()
-                    .get("traceparent")
-                    .and_then(|v| crate::telemetry::TraceParent::parse(v.as_bytes()));
-            }
-            let retry_after = resp
+        Ok(())
+    }
+
+    /// Sends `req` and reads the answer (up to the response limit): its status, its
+    /// `Retry-After`, its body. The trace learns the status and the downstream's span.
+    async fn exchange(
+        &self,
+        req: Request<Full<Bytes>>,
+        val: &HttpVal,
+        trace: Option<&mut StepTrace>,
+    ) -> Result<(hyper::StatusCode, Option<Duration>, Bytes), CallError> {
+        let resp = self
+            .client
+            .request(req)
+            .await
+            .map_err(|e| describe(&e, &val.host_key))?;
+        let status = resp.status();
+        if let Some(t) = trace {
+            t.status = Some(status.as_u16());
+            t.answered = resp
                 .headers()
-                .get(RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| parse_retry_after(v, SystemTime::now()));
-            let bytes = Limited::new(resp.into_body(), self.max_response)
-                .collect()
-                .await
-                .map_err(|e| {
-                    if e.is::<http_body_util::LengthLimitError>() {
-                        CallError::new(
-                            CallErrorKind::Other,
-                            format!("response larger than {} bytes", self.max_response),
-                        )
-                    } else {
-                        CallError::new(CallErrorKind::Broken, format!("reading response: {e}"))
-                    }
-                })?
-                .to_bytes();
-            // A copy of its own: the answer is kept (step records, the next step's
-            // request, cached status answers) long after the connection's read buffer,
-            // which it would otherwise pin, has moved on.
-            let bytes = Bytes::copy_from_slice(&bytes);
-            Ok::<_, CallError>((status, retry_after, bytes))
-        };
-        let (status, retry_after, bytes) =
-            tokio::time::timeout(timeout, call).await.map_err(|_| {
-                CallError::new(
-                    CallErrorKind::Timeout,
-                    format!("timed out after {} ms", timeout.as_millis()),
-                )
-            })??;
-        if status.is_success() {
-            Ok(Doc::from_response(bytes))
-        } else {
-            let snippet = String::from_utf8_lossy(&bytes[..bytes.len().min(256)]).into_owned();
-            Err(CallError {
-                kind: CallErrorKind::Status(status.as_u16()),
-                message: format!(
-                    "HTTP {} {} answered {}: {}",
-                    val.method,
-                    val.url,
-                    status.as_u16(),
-                    snippet
-                ),
-                retry_after,
-            })
+                .get("traceparent")
+                .and_then(|v| crate::telemetry::TraceParent::parse(v.as_bytes()));
         }
+        let retry_after = resp
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| parse_retry_after(v, SystemTime::now()));
+        let bytes = Limited::new(resp.into_body(), self.max_response)
+            .collect()
+            .await
+            .map_err(|e| {
+                if e.is::<http_body_util::LengthLimitError>() {
+                    CallError::new(
+                        CallErrorKind::Other,
+                        format!("response larger than {} bytes", self.max_response),
+                    )
+                } else {
+                    CallError::new(CallErrorKind::Broken, format!("reading response: {e}"))
+                }
+            })?
+            .to_bytes();
+        // A copy of its own: the answer is kept (step records, the next step's request,
+        // cached status answers) long after the connection's read buffer, which it would
+        // otherwise pin, has moved on.
+        Ok((status, retry_after, Bytes::copy_from_slice(&bytes)))
     }
 }
 

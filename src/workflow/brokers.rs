@@ -221,6 +221,41 @@ fn endpoint(text: &str) -> Result<Endpoint, String> {
     })
 }
 
+/// A `kafka://` URL's settings: its security protocol and SASL mechanism, if it names them.
+fn kafka_settings(query: &str) -> Result<(Option<KafkaProtocol>, Option<KafkaMechanism>), String> {
+    let mut protocol = None;
+    let mut mechanism = None;
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        match k.as_ref() {
+            "security.protocol" => {
+                protocol = Some(KafkaProtocol::read(&v).ok_or_else(|| {
+                    format!(
+                        "security.protocol {v:?} is not PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"
+                    )
+                })?)
+            }
+            "sasl.mechanism" => {
+                mechanism = Some(match v.to_ascii_uppercase().as_str() {
+                    "PLAIN" => KafkaMechanism::Plain,
+                    "SCRAM-SHA-256" => KafkaMechanism::ScramSha256,
+                    "SCRAM-SHA-512" => KafkaMechanism::ScramSha512,
+                    _ => {
+                        return Err(format!(
+                            "sasl.mechanism {v:?} is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+                        ))
+                    }
+                })
+            }
+            other => {
+                return Err(format!(
+                    "{other:?} is not a kafka:// setting (security.protocol, sasl.mechanism)"
+                ))
+            }
+        }
+    }
+    Ok((protocol, mechanism))
+}
+
 impl KafkaTarget {
     /// Reads a bootstrap list or a `kafka://` URL.
     pub fn read(text: &str) -> Result<KafkaTarget, String> {
@@ -255,34 +290,7 @@ impl KafkaTarget {
             None => (None, authority),
         };
         let brokers = hosts.split(',').map(endpoint).collect::<Result<_, _>>()?;
-        let mut protocol = None;
-        let mut mechanism = None;
-        for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
-            match k.as_ref() {
-                "security.protocol" => {
-                    protocol = Some(KafkaProtocol::read(&v).ok_or_else(|| {
-                        format!("security.protocol {v:?} is not PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
-                    })?)
-                }
-                "sasl.mechanism" => {
-                    mechanism = Some(match v.to_ascii_uppercase().as_str() {
-                        "PLAIN" => KafkaMechanism::Plain,
-                        "SCRAM-SHA-256" => KafkaMechanism::ScramSha256,
-                        "SCRAM-SHA-512" => KafkaMechanism::ScramSha512,
-                        _ => {
-                            return Err(format!(
-                                "sasl.mechanism {v:?} is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
-                            ))
-                        }
-                    })
-                }
-                other => {
-                    return Err(format!(
-                        "{other:?} is not a kafka:// setting (security.protocol, sasl.mechanism)"
-                    ))
-                }
-            }
-        }
+        let (protocol, mechanism) = kafka_settings(query.unwrap_or(""))?;
         let credentials = match userinfo {
             None => None,
             Some(u) => {

@@ -64,36 +64,8 @@ fn compile_in(mut def: WorkflowDef, scope: &Scope) -> Result<Workflow, Validatio
     if def.steps.is_empty() {
         return err("steps is required and must not be empty");
     }
-    // Every step name, as conditions see it, so `when` can be checked against them; the
-    // steps' own names first (they hide an outer one of the same name).
-    let mut known = Vec::new();
-    for (i, s) in def.steps.iter().enumerate() {
-        let at = format!("{}steps[{i}]", scope.at);
-        collect_names(s, &at, &mut known)?;
-        for (j, f) in s.on_failure.iter().enumerate() {
-            collect_names(f, &format!("{at}.onFailure[{j}]"), &mut known)?;
-        }
-    }
-    for o in scope.outer {
-        if !known.contains(o) {
-            known.push(o.clone());
-        }
-    }
-    // A branch's or item's steps have none of their own: they run within their request's.
-    let deadline = match &def.deadline {
-        None => None,
-        Some(text) => Some(
-            super::wait::duration(text)
-                .and_then(|d| {
-                    if d.is_zero() {
-                        Err("must be longer than nothing".into())
-                    } else {
-                        Ok(d)
-                    }
-                })
-                .map_err(|why| ValidationError(format!("deadline {text:?} {why}")))?,
-        ),
-    };
+    let known = known_names(&def, scope)?;
+    let deadline = deadline_of(&def)?;
     let name = def.name.clone();
     let version = def.version;
     let mut steps = Vec::new();
@@ -139,19 +111,7 @@ fn compile_in(mut def: WorkflowDef, scope: &Scope) -> Result<Workflow, Validatio
     steps.sort_by_key(|(id, _)| *id);
     let steps: Vec<CompiledStep> = steps.into_iter().map(|(_, c)| c).collect();
     let json = Bytes::from(serde_json::to_vec(&def).expect("a workflow always serializes"));
-    // A MAP finds its list in the context, a WAIT `until` its time. The steps of a branch or item that read it
-    // see the enclosing context too (loaded when they start: `engine`).
-    let uses_context = steps.iter().any(|s| {
-        s.when.is_some()
-            || s.transform.is_some()
-            || s.mode == Mode::Map
-            // Lanes see this request's context, which is kept only when something reads it.
-            || matches!(&s.val, Val::Parallel(p) if p.lanes && p.branches.iter().any(|b| b.sub.0.uses_context))
-            || matches!(
-                s.val,
-                Val::Wait(super::model::WaitVal::Until(_)) | Val::Event(_)
-            )
-    });
+    let uses_context = steps.iter().any(reads_context);
     if let Some(r) = &def.retention {
         super::retention::check(r).map_err(ValidationError)?;
     }
@@ -170,6 +130,59 @@ fn compile_in(mut def: WorkflowDef, scope: &Scope) -> Result<Workflow, Validatio
         deadline,
         concurrency,
     })
+}
+
+/// Every step name, as conditions see it, so `when` can be checked against them: the
+/// steps' own names first (they hide an outer one of the same name), then the enclosing
+/// context's.
+fn known_names(def: &WorkflowDef, scope: &Scope) -> Result<Vec<String>, ValidationError> {
+    let mut known = Vec::new();
+    for (i, s) in def.steps.iter().enumerate() {
+        let at = format!("{}steps[{i}]", scope.at);
+        collect_names(s, &at, &mut known)?;
+        for (j, f) in s.on_failure.iter().enumerate() {
+            collect_names(f, &format!("{at}.onFailure[{j}]"), &mut known)?;
+        }
+    }
+    for o in scope.outer {
+        if !known.contains(o) {
+            known.push(o.clone());
+        }
+    }
+    Ok(known)
+}
+
+/// The workflow's deadline, if it has one. A branch's or item's steps have none of their
+/// own: they run within their request's.
+fn deadline_of(def: &WorkflowDef) -> Result<Option<std::time::Duration>, ValidationError> {
+    let Some(text) = &def.deadline else {
+        return Ok(None);
+    };
+    super::wait::duration(text)
+        .and_then(|d| {
+            if d.is_zero() {
+                Err("must be longer than nothing".into())
+            } else {
+                Ok(d)
+            }
+        })
+        .map(Some)
+        .map_err(|why| ValidationError(format!("deadline {text:?} {why}")))
+}
+
+/// Whether a step reads its request's context: a condition, a transform, a MAP (its
+/// list), a WAIT `until` (its time), an EVENT (its key), lanes whose steps read it (they
+/// see this request's, kept only when something reads it). The steps of a branch or item
+/// that read it see the enclosing context too (loaded when they start: `engine`).
+fn reads_context(s: &CompiledStep) -> bool {
+    s.when.is_some()
+        || s.transform.is_some()
+        || s.mode == Mode::Map
+        || matches!(&s.val, Val::Parallel(p) if p.lanes && p.branches.iter().any(|b| b.sub.0.uses_context))
+        || matches!(
+            s.val,
+            Val::Wait(super::model::WaitVal::Until(_)) | Val::Event(_)
+        )
 }
 
 /// Most requests of one key a workflow's concurrency may let run at once.

@@ -15,6 +15,7 @@ use super::session::{self, Ctx};
 use crate::http::body::Body;
 use crate::http::response::Resp;
 use crate::ops::control::{self, RerunAsk};
+use crate::ops::OpError;
 use crate::state::Core;
 
 /// A posted form's fields, once it is known to come from the console's own page (the
@@ -75,6 +76,9 @@ pub fn op(action: &str) -> Option<crate::ops::access::Op> {
     }
 }
 
+/// A request's action, posted by its form: done by its operation, then back to the
+/// request's page (a rerun: the new request's) with the code of what was done, or that
+/// page at once with why it was not.
 pub async fn post(
     core: &Core,
     ctx: &Ctx,
@@ -91,84 +95,106 @@ pub async fn post(
         );
     };
     let form = or_answer!(checked_form(core, ctx, parts, body).await);
-    let back = format!("/console/serviceRequests/{id}");
-    let failed =
-        |why: String, status| request::render(core, ctx, id, Some(Flash::Failed(why)), status);
+    let on = On { core, ctx, id };
     let done = match action {
-        "retry" => match json_field(&form, "payload") {
-            Ok(p) => control::retry(core, &ctx.caller, id, p.as_deref())
-                .await
-                .map(|_| (back.clone(), Done::Retried)),
-            Err(why) => return failed(why, StatusCode::BAD_REQUEST).await,
-        },
-        "rerun" => {
-            let from_step = match field(&form, "fromStep").map(str::trim) {
-                None | Some("") => None,
-                Some(s) => match s.parse::<u32>() {
-                    Ok(n) if n > 0 => Some(n),
-                    _ => {
-                        return failed(
-                            "the step to rerun from is not a step id".into(),
-                            StatusCode::BAD_REQUEST,
-                        )
-                        .await
-                    }
-                },
-            };
-            match json_field(&form, "payload") {
-                Ok(payload) => {
-                    control::rerun(core, &ctx.caller, id, RerunAsk { from_step, payload })
-                        .await
-                        .map(|new| (format!("/console/serviceRequests/{new}"), Done::Rerun))
-                }
-                Err(why) => return failed(why, StatusCode::BAD_REQUEST).await,
-            }
-        }
-        "cancel" => {
-            let reason = field(&form, "reason")
-                .map(str::trim)
-                .filter(|r| !r.is_empty())
-                .map(str::to_string);
-            control::cancel(core, &ctx.caller, id, reason)
-                .await
-                .map(|_| (back.clone(), Done::Cancelled))
-        }
-        "event" => {
-            let payload = match json_field(&form, "payload") {
-                Ok(p) => p.unwrap_or_else(|| "null".into()),
-                Err(why) => return failed(why, StatusCode::BAD_REQUEST).await,
-            };
-            // The event and key this request waits for, as its page showed them.
-            let waiting = match crate::ops::read::details(core, id).await {
-                Ok(d) => d.found.head.wait_event.zip(d.found.head.wait_key),
-                Err(e) => return failed(e.message(), crate::http::response::status_of(&e)).await,
-            };
-            let Some((event, key)) = waiting else {
-                return failed(
-                    "this request does not wait for an event".into(),
-                    StatusCode::CONFLICT,
-                )
-                .await;
-            };
-            let e = crate::ops::events::Event {
-                event: &event,
-                key: &key,
-                id: None,
-                payload: &payload,
-                traceparent: None,
-                keep_for: None,
-            };
-            crate::ops::events::deliver(core, &e)
-                .await
-                .map(|_| (back.clone(), Done::Delivered))
-        }
+        "retry" => on.retry(&form).await,
+        "rerun" => on.rerun(&form).await,
+        "cancel" => on.cancel(&form).await,
+        "event" => on.event(&form).await,
         _ => return layout::problem(StatusCode::NOT_FOUND, ctx, "no such action"),
     };
-    match done {
-        Ok((to, done)) => layout::see_other(&format!("{to}?done={}", done.code()), ctx),
-        Err(e) => {
-            let status = crate::http::response::status_of(&e);
-            failed(e.message(), status).await
-        }
+    let (why, status) = match done {
+        Ok((to, done)) => return layout::see_other(&format!("{to}?done={}", done.code()), ctx),
+        Err(NotDone::Form(why)) => (why, StatusCode::BAD_REQUEST),
+        Err(NotDone::Conflict(why)) => (why.to_string(), StatusCode::CONFLICT),
+        Err(NotDone::Op(e)) => (e.message(), crate::http::response::status_of(&e)),
+    };
+    request::render(core, ctx, id, Some(Flash::Failed(why)), status).await
+}
+
+/// Why an action was not done.
+enum NotDone {
+    /// Its form is not one it can take (400).
+    Form(String),
+    /// The request is not in a state the action applies to (409).
+    Conflict(&'static str),
+    /// Its operation refused it or failed.
+    Op(OpError),
+}
+
+impl From<OpError> for NotDone {
+    fn from(e: OpError) -> NotDone {
+        NotDone::Op(e)
+    }
+}
+
+/// Where the console sends the browser once an action is done, and the code it shows.
+type Taken = Result<(String, Done), NotDone>;
+
+/// The request an action is taken on.
+struct On<'a> {
+    core: &'a Core,
+    ctx: &'a Ctx,
+    id: Uuid,
+}
+
+impl On<'_> {
+    fn back(&self) -> String {
+        format!("/console/serviceRequests/{}", self.id)
+    }
+
+    async fn retry(&self, form: &[(String, String)]) -> Taken {
+        let payload = json_field(form, "payload").map_err(NotDone::Form)?;
+        control::retry(self.core, &self.ctx.caller, self.id, payload.as_deref()).await?;
+        Ok((self.back(), Done::Retried))
+    }
+
+    async fn rerun(&self, form: &[(String, String)]) -> Taken {
+        let from_step = match field(form, "fromStep").map(str::trim) {
+            None | Some("") => None,
+            Some(s) => match s.parse::<u32>() {
+                Ok(n) if n > 0 => Some(n),
+                _ => {
+                    return Err(NotDone::Form(
+                        "the step to rerun from is not a step id".into(),
+                    ))
+                }
+            },
+        };
+        let payload = json_field(form, "payload").map_err(NotDone::Form)?;
+        let ask = RerunAsk { from_step, payload };
+        let new = control::rerun(self.core, &self.ctx.caller, self.id, ask).await?;
+        Ok((format!("/console/serviceRequests/{new}"), Done::Rerun))
+    }
+
+    async fn cancel(&self, form: &[(String, String)]) -> Taken {
+        let reason = field(form, "reason")
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+            .map(str::to_string);
+        control::cancel(self.core, &self.ctx.caller, self.id, reason).await?;
+        Ok((self.back(), Done::Cancelled))
+    }
+
+    /// The event this request waits for (its name and key, as its page showed them),
+    /// delivered with the form's payload.
+    async fn event(&self, form: &[(String, String)]) -> Taken {
+        let payload = json_field(form, "payload")
+            .map_err(NotDone::Form)?
+            .unwrap_or_else(|| "null".into());
+        let d = crate::ops::read::details(self.core, self.id).await?;
+        let Some((event, key)) = d.found.head.wait_event.zip(d.found.head.wait_key) else {
+            return Err(NotDone::Conflict("this request does not wait for an event"));
+        };
+        let e = crate::ops::events::Event {
+            event: &event,
+            key: &key,
+            id: None,
+            payload: &payload,
+            traceparent: None,
+            keep_for: None,
+        };
+        crate::ops::events::deliver(self.core, &e).await?;
+        Ok((self.back(), Done::Delivered))
     }
 }

@@ -14,7 +14,7 @@ use super::svg::{self, Bar};
 use crate::http::answers;
 use crate::http::response::Resp;
 use crate::ops::read::Details;
-use crate::ops::read::{Child, Found, StepRow, Waits};
+use crate::ops::read::{Child, Found, Head, StepRow, Waits};
 use crate::state::Core;
 use crate::status::{RequestStatus, StepStatus};
 use crate::workflow::Workflow;
@@ -153,71 +153,87 @@ fn facts(id: Uuid, d: &Details) -> Markup {
                 @if h.retries > 0 {
                     dt { "Retried" } dd { (h.retries) @if h.retries == 1 { " time" } @else { " times" } }
                 }
-                @match h.waits() {
-                    Waits::Event { event, key, until } => {
-                        dt { "Awaiting event" }
-                        dd {
-                            "step " (h.current_step_id) " waits for " span.mono { (event) } " with key " span.mono { (key) }
-                            @if let Some(by) = until { ", until " span.mono { (layout::when(by)) } }
-                        }
-                    }
-                    Waits::Answer { by } => {
-                        dt { "Answer due" }
-                        dd { "step " (h.current_step_id) " times out at " span.mono { (layout::when(by)) } }
-                    }
-                    Waits::Sleep { until } => {
-                        dt { "Waiting" }
-                        dd { "step " (h.current_step_id) " sleeps until " span.mono { (layout::when(until)) } }
-                    }
-                    Waits::Retry => {
-                        dt { "Pending retry" }
-                        dd {
-                            "step " (h.current_step_id) " after " (h.step_attempts)
-                            @if h.step_attempts == 1 { " attempt" } @else { " attempts" }
-                            @if let Some(at) = &h.retry_at { ", next at " span.mono { (layout::when(at)) } }
-                            @if let Some(e) = &h.last_error { br; span.muted { "last error: " (e) } }
-                        }
-                    }
-                    Waits::Nothing => {}
+                (waiting(h))
+                (family(id, d))
+            }
+        }
+    }
+}
+
+/// What a request that is not running waits for, as facts.
+fn waiting(h: &Head) -> Markup {
+    html! {
+        @match h.waits() {
+            Waits::Event { event, key, until } => {
+                dt { "Awaiting event" }
+                dd {
+                    "step " (h.current_step_id) " waits for " span.mono { (event) } " with key " span.mono { (key) }
+                    @if let Some(by) = until { ", until " span.mono { (layout::when(by)) } }
                 }
-                @if let Some(p) = h.parent_id {
-                    dt { "Parent" } dd.mono { a href={ "/console/serviceRequests/" (p) } { (p) } }
+            }
+            Waits::Answer { by } => {
+                dt { "Answer due" }
+                dd { "step " (h.current_step_id) " times out at " span.mono { (layout::when(by)) } }
+            }
+            Waits::Sleep { until } => {
+                dt { "Waiting" }
+                dd { "step " (h.current_step_id) " sleeps until " span.mono { (layout::when(until)) } }
+            }
+            Waits::Retry => {
+                dt { "Pending retry" }
+                dd {
+                    "step " (h.current_step_id) " after " (h.step_attempts)
+                    @if h.step_attempts == 1 { " attempt" } @else { " attempts" }
+                    @if let Some(at) = &h.retry_at { ", next at " span.mono { (layout::when(at)) } }
+                    @if let Some(e) = &h.last_error { br; span.muted { "last error: " (e) } }
                 }
-                @if let Some(of) = h.rerun_of {
-                    dt { "Rerun of" } dd.mono { a href={ "/console/serviceRequests/" (of) } { (of) } }
-                }
-                @if !d.children.is_empty() {
-                    dt { "Children" }
-                    dd {
-                        @for c in &d.children {
-                            div {
-                                "step " (c.step_id) " "
-                                @if let Some((k, v)) = super::super::answers::fan_place(&c.workflow_name, c.fan_index) {
-                                    (k) " " (v.as_str().map_or_else(|| v.to_string(), str::to_string)) " "
-                                }
-                                a.mono href={ "/console/serviceRequests/" (c.id) } { (c.id) } " "
-                                (layout::status(c.status.as_str()))
-                            }
+            }
+            Waits::Nothing => {}
+        }
+    }
+}
+
+/// The requests it is related to, as facts: its parent, what it reruns, its children and
+/// its reruns.
+fn family(id: Uuid, d: &Details) -> Markup {
+    let h = &d.found.head;
+    html! {
+        @if let Some(p) = h.parent_id {
+            dt { "Parent" } dd.mono { a href={ "/console/serviceRequests/" (p) } { (p) } }
+        }
+        @if let Some(of) = h.rerun_of {
+            dt { "Rerun of" } dd.mono { a href={ "/console/serviceRequests/" (of) } { (of) } }
+        }
+        @if !d.children.is_empty() {
+            dt { "Children" }
+            dd {
+                @for c in &d.children {
+                    div {
+                        "step " (c.step_id) " "
+                        @if let Some((k, v)) = super::super::answers::fan_place(&c.workflow_name, c.fan_index) {
+                            (k) " " (v.as_str().map_or_else(|| v.to_string(), str::to_string)) " "
                         }
-                        @if d.children_total > d.children.len() as i64 {
-                            a href={ "/serviceRequest/" (id) "/children?pageNumber=0&pageSize=1000" } {
-                                (d.children_total) " in all…"
-                            }
-                        }
+                        a.mono href={ "/console/serviceRequests/" (c.id) } { (c.id) } " "
+                        (layout::status(c.status.as_str()))
                     }
                 }
-                @if !d.reruns.is_empty() {
-                    dt { "Reruns" }
-                    dd {
-                        @for r in &d.reruns {
-                            div {
-                                a.mono href={ "/console/serviceRequests/" (r.id) } { (r.id) } " "
-                                (layout::status(r.status.as_str()))
-                            }
-                        }
-                        @if d.more_reruns { a href={ "/serviceRequests?rerunOf=" (id) } { "more…" } }
+                @if d.children_total > d.children.len() as i64 {
+                    a href={ "/serviceRequest/" (id) "/children?pageNumber=0&pageSize=1000" } {
+                        (d.children_total) " in all…"
                     }
                 }
+            }
+        }
+        @if !d.reruns.is_empty() {
+            dt { "Reruns" }
+            dd {
+                @for r in &d.reruns {
+                    div {
+                        a.mono href={ "/console/serviceRequests/" (r.id) } { (r.id) } " "
+                        (layout::status(r.status.as_str()))
+                    }
+                }
+                @if d.more_reruns { a href={ "/serviceRequests?rerunOf=" (id) } { "more…" } }
             }
         }
     }

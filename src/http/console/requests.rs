@@ -121,7 +121,7 @@ pub async fn page(core: &Core, ctx: &Ctx, query: Option<&str>) -> Resp {
         Err(e) => return super::op_problem(ctx, e),
     };
     let (results, problem) = match lists::search_filter(&form.pairs(true, true)) {
-        Err(why) => (None, Some(why)),
+        Err(e) => (None, Some(e.message())),
         Ok(f) => match lists::search(core, &f).await {
             Ok(page) => (Some(page), None),
             Err(e) => return super::op_problem(ctx, e),

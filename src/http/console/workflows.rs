@@ -14,6 +14,7 @@ use super::session::Ctx;
 use super::svg;
 use crate::http::response::Resp;
 use crate::ops::lists;
+use crate::ops::read::RequestRow;
 use crate::ops::OpError;
 use crate::state::Core;
 use crate::workflow::model::Step;
@@ -126,45 +127,7 @@ pub async fn page(core: &Core, ctx: &Ctx, name: &str) -> Resp {
             dt { "Created (UTC)" } dd.mono { (layout::when(&def.created_at)) }
             dt { "Definition" } dd { a href={ "/workflow/" (seg(&def.name)) } { "as JSON" } }
         } }
-        @if wf.concurrency.is_some() {
-            h2 { "Flow control" }
-            @let key = def.concurrency.as_ref().and_then(|c| c.key.as_ref())
-                .or(def.rate_limit.as_ref().and_then(|r| r.key.as_ref()));
-            p {
-                "Per key "
-                @match key { Some(k) => code { (k) }, None => "(one key for the whole workflow)" }
-                ": "
-                @if let Some(c) = &def.concurrency { "at most " (c.limit) " running at once" }
-                @if let (Some(_), Some(_)) = (&def.concurrency, &def.rate_limit) { "; " }
-                @if let Some(r) = &def.rate_limit {
-                    @match (r.per_second, r.per_minute) {
-                        (Some(n), _) => { "at most " (n) " starts per second" },
-                        (_, Some(n)) => { "at most " (n) " starts per minute" },
-                        _ => {},
-                    }
-                }
-                "."
-            }
-            @if waiting.requests == 0 {
-                p.muted { "No request waits for a slot or a rate's room." }
-            } @else {
-                p {
-                    a href={ "/console?workflow=" (q(&def.name)) "&waitingForSlot=true" } {
-                        (waiting.requests) " waiting"
-                    }
-                    " under " (waiting.keys) @if waiting.keys == 1 { " key" } @else { " keys" }
-                    @if (waiting.top.len() as i64) < waiting.keys { "; the " (waiting.top.len()) " with the most:" } @else { ":" }
-                }
-                div.scroll { table {
-                    thead { tr { th { "Key" } th.num { "Waiting" } } }
-                    tbody {
-                        @for (k, n) in &waiting.top {
-                            tr { td.mono { (k) } td.num { (n) } }
-                        }
-                    }
-                } }
-            }
-        }
+        @if wf.concurrency.is_some() { (flow_control(&wf, &waiting)) }
         h2 { "Steps" }
         (steps(&wf))
         h2 { "Requests per minute, last hour (UTC)" }
@@ -176,10 +139,68 @@ pub async fn page(core: &Core, ctx: &Ctx, name: &str) -> Resp {
         }
         (svg::per_minute(&buckets, first_minute, 60))
         h2 { "Newest requests" }
+        (newest(&recent))
+        p { a href=(for_workflow(name, None)) { "All requests of this workflow" } }
+    };
+    layout::html_resp(
+        StatusCode::OK,
+        ctx,
+        layout::page(ctx, Nav::Workflows, &def.name, body),
+    )
+}
+
+/// A limited workflow's flow control: its limit and rate per key, and the keys with the
+/// most requests waiting.
+fn flow_control(wf: &Workflow, waiting: &lists::Waiting) -> Markup {
+    let def = &wf.def;
+    html! {
+        h2 { "Flow control" }
+        @let key = def.concurrency.as_ref().and_then(|c| c.key.as_ref())
+            .or(def.rate_limit.as_ref().and_then(|r| r.key.as_ref()));
+        p {
+            "Per key "
+            @match key { Some(k) => code { (k) }, None => "(one key for the whole workflow)" }
+            ": "
+            @if let Some(c) = &def.concurrency { "at most " (c.limit) " running at once" }
+            @if let (Some(_), Some(_)) = (&def.concurrency, &def.rate_limit) { "; " }
+            @if let Some(r) = &def.rate_limit {
+                @match (r.per_second, r.per_minute) {
+                    (Some(n), _) => { "at most " (n) " starts per second" },
+                    (_, Some(n)) => { "at most " (n) " starts per minute" },
+                    _ => {},
+                }
+            }
+            "."
+        }
+        @if waiting.requests == 0 {
+            p.muted { "No request waits for a slot or a rate's room." }
+        } @else {
+            p {
+                a href={ "/console?workflow=" (q(&def.name)) "&waitingForSlot=true" } {
+                    (waiting.requests) " waiting"
+                }
+                " under " (waiting.keys) @if waiting.keys == 1 { " key" } @else { " keys" }
+                @if (waiting.top.len() as i64) < waiting.keys { "; the " (waiting.top.len()) " with the most:" } @else { ":" }
+            }
+            div.scroll { table {
+                thead { tr { th { "Key" } th.num { "Waiting" } } }
+                tbody {
+                    @for (k, n) in &waiting.top {
+                        tr { td.mono { (k) } td.num { (n) } }
+                    }
+                }
+            } }
+        }
+    }
+}
+
+/// The newest requests of a workflow, one row each.
+fn newest(recent: &[RequestRow]) -> Markup {
+    html! {
         div.scroll { table {
             thead { tr { th { "Created (UTC)" } th { "Request" } th { "Status" } th.hide-narrow { "Reason" } } }
             tbody {
-                @for it in &recent {
+                @for it in recent {
                     tr {
                         td.mono { (layout::when(&it.created_at)) }
                         td.mono { a href={ "/console/serviceRequests/" (it.id) } { (it.id) } }
@@ -189,13 +210,7 @@ pub async fn page(core: &Core, ctx: &Ctx, name: &str) -> Resp {
                 }
             }
         } }
-        p { a href=(for_workflow(name, None)) { "All requests of this workflow" } }
-    };
-    layout::html_resp(
-        StatusCode::OK,
-        ctx,
-        layout::page(ctx, Nav::Workflows, &def.name, body),
-    )
+    }
 }
 
 /// The steps as defined, with the ids the server gave them: the main sequence in order,

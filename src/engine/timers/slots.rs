@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot, watch};
 use uuid::Uuid;
 
-use super::Executor;
+use crate::engine::Executor;
 use crate::store::slots::{self, Admission};
 use crate::store::{Pool, StoreError};
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::Executor;
+use crate::engine::Executor;
 use crate::store::schedules;
 use crate::store::StoreError;
 

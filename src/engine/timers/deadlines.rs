@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use super::Executor;
+use crate::engine::Executor;
 use crate::outbound::call::{CallError, CallErrorKind};
 use crate::outbound::doc::Doc;
 use crate::store::deadlines::{self, End, Expire, Overdue};
@@ -70,8 +70,11 @@ impl Executor {
         };
         let step = wf.step(p.step_id);
         let name = step.map_or("", |s| &s.name);
-        let reason = format!("step '{name}' failed: {}", super::job::DEADLINE_PASSED);
-        let response = Doc::error(504, super::job::DEADLINE_PASSED);
+        let reason = format!(
+            "step '{name}' failed: {}",
+            crate::engine::job::DEADLINE_PASSED
+        );
+        let response = Doc::error(504, crate::engine::job::DEADLINE_PASSED);
         let end = End {
             id: p.id,
             step_id: p.step_id,
@@ -81,7 +84,7 @@ impl Executor {
                 .unwrap_or(0),
             reason: &reason,
             step_response: response.as_str(),
-            step_reason: super::job::DEADLINE_PASSED,
+            step_reason: crate::engine::job::DEADLINE_PASSED,
         };
         let conn = self.pool.get().await?;
         deadlines::end(&conn, &end).await
@@ -108,7 +111,7 @@ impl Executor {
             .map_or_else(String::new, crate::workflow::wait::iso);
         let message = format!("no answer within {within}");
         let e = CallError::new(CallErrorKind::Timeout, message.clone());
-        let policy = super::job::policy(self, step);
+        let policy = crate::engine::job::policy(self, step);
         let attempts = o.attempts.max(1);
         // An EVENT step's timeout is its end: waiting again would only wait longer.
         let again = step.mode != crate::workflow::Mode::Event
