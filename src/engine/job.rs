@@ -117,6 +117,33 @@ pub fn headers_and_trace(text: &[u8]) -> (Vec<(String, String)>, Option<RequestT
 }
 
 impl Job {
+    /// A job at the start of its request: its first step next, its payload that step's
+    /// request, its forwarded headers and trace read from their stored text; nothing run,
+    /// failing or timed yet (the callers say what else they know).
+    pub(super) fn at_start(id: Uuid, wf: Arc<Workflow>, payload: Doc, headers: &[u8]) -> Job {
+        let (headers, trace) = headers_and_trace(headers);
+        Job {
+            id,
+            next: wf.main.first().copied(),
+            wf,
+            http_headers: crate::workflow::header_pairs(&headers),
+            headers,
+            request: payload.clone(),
+            payload,
+            failing: None,
+            context: Map::new(),
+            attempts: 0,
+            fresh: false,
+            created_us: 0,
+            has_parent: false,
+            trace,
+            retries: 0,
+            deadline: None,
+            deadline_us: None,
+            priority: None,
+        }
+    }
+
     /// Its trace id in hex, for log lines.
     pub fn trace_id(&self) -> Option<String> {
         self.trace

@@ -273,44 +273,46 @@ impl Executor {
             Default::default()
         };
         let payload = Doc::trusted(std::mem::take(&mut c.payload));
-        let (headers, trace) = job::headers_and_trace(c.headers.as_bytes());
+        let start = Job::at_start(c.id, wf, payload, c.headers.as_bytes());
+        // A claimed request's deadline comes relative to now (as the claim gives it).
+        let common = Job {
+            created_us: c.created_us,
+            has_parent: c.parent_id.is_some(),
+            retries: c.retries,
+            deadline: job::deadline_in(c.deadline_in_ms),
+            ..start
+        };
         if c.status == RequestStatus::New && c.current_step_id == 0 {
-            return Ok(first_run(&c, wf, outer, payload, headers, trace));
+            // Nothing ran yet: this job writes every step row, from the first. A child's
+            // answer names its parent, which this memory does not keep; nor does it keep
+            // a claimed request's deadline (the claim gives it relative to now, not as
+            // stored), so such a request's answers are read, not kept.
+            return Ok(Job {
+                context: outer,
+                fresh: c.parent_id.is_none() && c.deadline_in_ms.is_none(),
+                priority: c.priority,
+                ..common
+            });
         }
         // With no step left (a final ASYNC, EVENT or WAIT step answered), the request only
         // finishes: nothing reads the context, so it is not read back.
-        let context = if wf.uses_context && c.current_step_id > 0 {
+        let context = if common.wf.uses_context && c.current_step_id > 0 {
             self.context_read(c.id, outer).await?
         } else {
             Default::default()
         };
-        let request = match c.step_request {
-            Some(t) => Doc::trusted(t),
-            None => payload.clone(),
-        };
         let reason = c.reason.filter(|r| !r.is_empty());
-        let failing = c
-            .failed_step_id
-            .map(|s| (s, reason.unwrap_or_else(|| "a step failed".into())));
         Ok(Job {
-            id: c.id,
-            wf,
-            http_headers: crate::workflow::header_pairs(&headers),
-            headers,
             next: (c.current_step_id > 0).then_some(c.current_step_id),
-            request,
-            payload,
-            failing,
+            request: c
+                .step_request
+                .map_or_else(|| common.payload.clone(), Doc::trusted),
+            failing: c
+                .failed_step_id
+                .map(|s| (s, reason.unwrap_or_else(|| "a step failed".into()))),
             context,
             attempts: c.step_attempts,
-            fresh: false,
-            created_us: c.created_us,
-            has_parent: c.parent_id.is_some(),
-            trace,
-            retries: c.retries,
-            deadline: job::deadline_in(c.deadline_in_ms),
-            deadline_us: None,
-            priority: None,
+            ..common
         })
     }
 
@@ -591,41 +593,6 @@ impl Executor {
     }
 }
 
-/// The job of a claimed request none of whose steps ran yet: it writes every step row,
-/// from the first.
-fn first_run(
-    c: &Claimed,
-    wf: Arc<crate::workflow::Workflow>,
-    outer: serde_json::Map<String, serde_json::Value>,
-    payload: Doc,
-    headers: Vec<(String, String)>,
-    trace: Option<crate::telemetry::RequestTrace>,
-) -> Job {
-    Job {
-        id: c.id,
-        next: wf.main.first().copied(),
-        wf,
-        http_headers: crate::workflow::header_pairs(&headers),
-        headers,
-        request: payload.clone(),
-        payload,
-        failing: None,
-        context: outer,
-        attempts: 0,
-        // A child's answer names its parent, which this memory does not keep; nor
-        // does it keep a claimed request's deadline (the claim gives it relative to
-        // now, not as stored), so such a request's answers are read, not kept.
-        fresh: c.parent_id.is_none() && c.deadline_in_ms.is_none(),
-        created_us: c.created_us,
-        has_parent: c.parent_id.is_some(),
-        trace,
-        retries: c.retries,
-        deadline: job::deadline_in(c.deadline_in_ms),
-        deadline_us: None,
-        priority: c.priority,
-    }
-}
-
 impl Handoff for Executor {
     fn reserve(&self, n: usize) -> usize {
         let got = self.try_reserve(n);
@@ -686,34 +653,20 @@ const CHILD_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The job of a request this instance just created, from its first step.
 fn fresh_job(r: Inserted, wf: Arc<Workflow>) -> Job {
-    let (headers, trace) = job::headers_and_trace(&r.headers);
-    let payload = Doc::trusted(r.payload);
+    // From its creation, as the row has it: the executor starts it just after commit.
+    let deadline = r.deadline_ms.map(|ms| {
+        let at = crate::store::buffer::system_time(r.created_us) + Duration::from_millis(ms as u64);
+        let left = at
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default();
+        tokio::time::Instant::now() + left
+    });
     Job {
-        id: r.id,
-        next: wf.main.first().copied(),
-        wf,
-        http_headers: crate::workflow::header_pairs(&headers),
-        headers,
-        trace,
-        retries: 0,
-        request: payload.clone(),
-        payload,
-        failing: None,
-        context: Default::default(),
-        attempts: 0,
         fresh: true,
         created_us: r.created_us,
-        has_parent: false,
-        // From its creation, as the row has it: the executor starts it just after commit.
-        deadline: r.deadline_ms.map(|ms| {
-            let at =
-                crate::store::buffer::system_time(r.created_us) + Duration::from_millis(ms as u64);
-            let left = at
-                .duration_since(std::time::SystemTime::now())
-                .unwrap_or_default();
-            tokio::time::Instant::now() + left
-        }),
+        deadline,
         deadline_us: r.deadline_ms.map(|ms| r.created_us + ms as i64 * 1000),
         priority: r.priority,
+        ..Job::at_start(r.id, wf, Doc::trusted(r.payload), &r.headers)
     }
 }

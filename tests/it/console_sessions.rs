@@ -172,9 +172,11 @@ async fn sessions_end_when_idle_and_at_their_absolute_expiry() {
         303,
         "an idle session outlived its expiry"
     );
-    // Used every half second: alive until 6 s after sign-in, then gone.
-    let busy = cookie_of(&b.sign_in(TOKEN).await, "clamp_console").unwrap();
+    // Used every half second: alive until 6 s after sign-in, then gone. The clock starts
+    // before the sign-in is sent, so the server's starts no earlier: a 303 it reads after
+    // 6 s of its own clock is at least 6 s on this one.
     let signed_in = std::time::Instant::now();
+    let busy = cookie_of(&b.sign_in(TOKEN).await, "clamp_console").unwrap();
     while signed_in.elapsed() < Duration::from_millis(4_500) {
         assert_eq!(b.page(&busy).await, 200, "a used session ended early");
         tokio::time::sleep(Duration::from_millis(500)).await;
