@@ -238,8 +238,10 @@ async fn dispatch(
             Ok(c) => c,
             Err(resp) => return (route, resp),
         };
-        if let Err(e) = Box::pin(crate::ops::audit::admit(core, &c, route.op(), &decode(arg))).await
-        {
+        if let Err(e) = crate::ops::access::allow(&c, route.op()) {
+            // Boxed: only a refusal records, and its future stays out of every request's.
+            let target = decode(arg);
+            let e = Box::pin(crate::ops::audit::refused(core, &c, route.op(), &target, e)).await;
             return (route, response::op_error(e));
         }
         caller = Some(c);

@@ -3,7 +3,7 @@
 //! through `GET /audit`) and as a log line (`clamp::audit`, in the JSON logs a field per
 //! part). Recorded by the operation itself once its outcome is known (`recorded`), so
 //! the API and the console leave the same trail; a refusal for want of a role is recorded
-//! by `admit`. A request its carrier could not read (a malformed id or body) never became
+//! by `refused`. A request its carrier could not read (a malformed id or body) never became
 //! an operation and is not recorded. A record that cannot be written is logged and does
 //! not undo the change.
 
@@ -42,20 +42,21 @@ pub(super) async fn recorded<T: Told>(
     r
 }
 
-/// Ok when `who` may do `op`; else the refusal, recorded in the audit trail when `op` is
-/// a change it records. `arg` is what the change was aimed at (a path's argument; empty
-/// for one that would have created something).
-pub async fn admit(core: &Core, who: &Caller, op: Op, arg: &str) -> Result<()> {
-    let r = access::allow(who, op);
-    if r.is_ok() {
-        return r;
-    }
+/// A refusal of `op` to `who` for want of a role (`access::allow`'s error), recorded in
+/// the audit trail when `op` is a change it records; returns it. `arg` is what the change
+/// was aimed at (a path's argument; empty for one that would have created something).
+/// Only a refused request comes here: the check itself is `access::allow`, which costs a
+/// request nothing.
+pub async fn refused(core: &Core, who: &Caller, op: Op, arg: &str, e: OpError) -> OpError {
     let target = match op {
         Op::BulkRetry => MATCHING,
         _ if arg.is_empty() => NOT_CREATED,
         _ => arg,
     };
-    recorded(core, who, op, target, r).await
+    match recorded(core, who, op, target, Err::<(), _>(e)).await {
+        Err(e) => e,
+        Ok(()) => unreachable!("a refusal stays one"),
+    }
 }
 
 /// What the trail names as the target of a create that did not create anything.

@@ -1,6 +1,6 @@
 //! A request's status answer (Clamp's `pollUrl`), and beyond Clamp the long poll: at
 //! most one Postgres round trip, none when the answer is known. A COMPLETED answer never
-//! changes once committed, so it is kept (`engine::finals`: by the executor that finished
+//! changes once committed, so it is kept (`reads::finals`: by the executor that finished
 //! the request, or after a read) and answers later reads from memory; a request running
 //! here is answered from the step rows it committed plus its row; concurrent reads share
 //! one statement (`store::reader`). The answer's bytes come from the renderer the HTTP

@@ -2,7 +2,7 @@
 //! resume. A definition is read and checked by `workflow::schedule` (a 400 names the
 //! field), its workflow (and version) looked up as a create would; fire times are
 //! computed against the database's clock. The runner that makes the fires is
-//! `engine::schedules`.
+//! `engine::timers::schedules`.
 
 use std::collections::HashMap;
 

@@ -443,12 +443,12 @@ fn parse_check_bound(def: &str) -> Option<uuid::Uuid> {
 /// narrowest: whole sets go, so the size kept swings by one set's width, and an eighth
 /// keeps it flat within about 12 % (docs/decisions.md, "Narrow sets against a flat size").
 fn narrow_for(sizing: Sizing, policy: &Policy, skew: Duration) -> Sizing {
-    let Some(age) = smallest_age(policy, &vec![]).checked_add(skew) else {
-        return sizing;
-    };
     if !policy.is_on() {
         return sizing;
     }
+    let Some(age) = smallest_age(policy, &Vec::new()).checked_add(skew) else {
+        return sizing;
+    };
     let max = sizing.max.min((age / 8).max(sizing.min));
     Sizing { max, ..sizing }
 }

@@ -1,6 +1,6 @@
 //! Schedules (beyond Clamp): a definition that starts a workflow at times given by a cron
 //! pattern (with seconds, in an IANA time zone) or by a fixed interval, read and checked
-//! here, and the fire times it gives. Pure: the runner (`engine::schedules`) and the
+//! here, and the fire times it gives. Pure: the runner (`engine::timers::schedules`) and the
 //! reads (`GET /schedules/{name}`'s next fires) both take every fire time from
 //! `CompiledSchedule::next_after`, so what a read promises is what the runner does.
 //!

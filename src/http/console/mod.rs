@@ -80,8 +80,9 @@ pub async fn handle(core: &Core, conn: &ConnState, parts: &Parts, body: &mut Bod
         _ => None,
     };
     if let Some(op) = wants {
-        let target = super::decode(segs.get(1).copied().unwrap_or(""));
-        if let Err(e) = crate::ops::audit::admit(core, &ctx.caller, op, &target).await {
+        if let Err(e) = crate::ops::access::allow(&ctx.caller, op) {
+            let target = super::decode(segs.get(1).copied().unwrap_or(""));
+            let e = crate::ops::audit::refused(core, &ctx.caller, op, &target, e).await;
             return op_problem(&ctx, e);
         }
     }
