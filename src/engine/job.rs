@@ -735,6 +735,11 @@ async fn execute(
     is_async: bool,
     trace: Option<&mut StepTrace>,
 ) -> Outcome {
+    // Every future below but the HTTP call's is boxed: a future is as large as the
+    // largest of its awaits, and this one is built and moved (copied whole) for every
+    // step, so the broker clients', the lanes' and the event's futures would be copied
+    // for every HTTP step too (9.8 KB twice per step before, measured in
+    // docs/decisions.md). Their allocation is nothing beside a publish or a pause.
     match (&step.val, step.mode) {
         (Val::Http(val), Mode::Http) => {
             let key = step_key(&job.id, step.id);
@@ -746,17 +751,17 @@ async fn execute(
         }
         (Val::Amqp(val), Mode::Amqp) => {
             let t = trace.as_deref();
-            let sent = send_amqp(exec, job.id, &job.headers, step, val, body, t).await;
+            let sent = Box::pin(send_amqp(exec, job.id, &job.headers, step, val, body, t)).await;
             published(sent, is_async)
         }
         (Val::Kafka(val), Mode::Kafka) => {
             let t = trace.as_deref();
-            let sent = send_kafka(exec, job.id, &job.headers, step, val, body, t).await;
+            let sent = Box::pin(send_kafka(exec, job.id, &job.headers, step, val, body, t)).await;
             published(sent, is_async)
         }
         // A PARALLEL whose branches only call runs them here, as lanes of this request.
         (Val::Parallel(p), Mode::Parallel) if is_async && p.lanes => {
-            in_lanes(exec, job, step, p, body, trace).await
+            Box::pin(in_lanes(exec, job, step, p, body, trace)).await
         }
         // The child is started where the pause is written (`children::start`), in one
         // statement with it.
@@ -774,7 +779,9 @@ async fn execute(
             }
         }
         (Val::Wait(w), Mode::Wait) => wait_outcome(job, step, w, body),
-        (Val::Event(ev), Mode::Event) if is_async => await_event(exec, job, step, ev, body).await,
+        (Val::Event(ev), Mode::Event) if is_async => {
+            Box::pin(await_event(exec, job, step, ev, body)).await
+        }
         (Val::Event(_), Mode::Event) => {
             cannot("an EVENT step cannot run as an onFailure step".into())
         }
