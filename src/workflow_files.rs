@@ -17,7 +17,7 @@ use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 
 use crate::config::{Args, Config};
-use crate::store::queries::{self, Versioned};
+use crate::store::queries;
 use crate::workflow::{compile, set_default_reply_to, WorkflowDef};
 
 #[derive(Debug, Parser)]
@@ -126,11 +126,11 @@ async fn apply(target: &Target, paths: &[PathBuf], dry_run: bool) -> anyhow::Res
     // Through the database, the checks the server runs on `POST /workflow` are run
     // here, with the server's configuration (its destination policy and secrets);
     // through a server, the server runs them.
-    if let Backend::Db(_, cfg) = &backend {
+    if let Backend::Db(db) = &backend {
         let refused: Refused = defs
             .iter()
             .filter_map(|(path, def)| {
-                crate::ops::workflows::compile_checked(cfg, def.clone())
+                crate::ops::workflows::compile_checked(&db.config, def.clone())
                     .err()
                     .map(|e| (path.clone(), anyhow!(e.message())))
             })
@@ -368,6 +368,9 @@ fn unstamped(mut v: Value) -> Value {
 }
 
 async fn apply_one(backend: &Backend, def: &WorkflowDef, dry_run: bool) -> anyhow::Result<String> {
+    if let (Backend::Db(db), false) = (backend, dry_run) {
+        return db.apply(def).await;
+    }
     let current = backend.current(&def.name).await?;
     let version = |v: &Value| v["version"].as_i64().unwrap_or(1);
     let Some(current) = current else {
@@ -403,8 +406,56 @@ enum Backend {
         base: String,
         token: Option<String>,
     },
-    /// The database, and the server's configuration read from the environment.
-    Db(crate::store::Pool, Box<Config>),
+    /// The database, through the operations a server runs.
+    Db(Box<Db>),
+}
+
+/// What `ops::workflows` uses, built here as a server builds its own: the server's
+/// configuration read from the environment, a workflow map, a pool; and the name the
+/// audit trail gives the changes.
+struct Db {
+    pool: crate::store::Pool,
+    config: Config,
+    workflows: crate::store::workflow_map::WorkflowMap,
+    who: crate::tokens::Caller,
+}
+
+impl Db {
+    fn deps(&self) -> crate::ops::Deps<'_> {
+        crate::ops::Deps {
+            config: &self.config,
+            workflows: &self.workflows,
+            pool: &self.pool,
+        }
+    }
+
+    /// One definition applied as `POST /workflow` or `PUT /workflow/{name}` would store
+    /// it: the same checks, the same statements, the same audit record.
+    async fn apply(&self, def: &WorkflowDef) -> anyhow::Result<String> {
+        use crate::ops::workflows::{self, Applied};
+        let refused = |e: crate::ops::OpError| anyhow!(e.message());
+        let wf = workflows::compile_checked(&self.config, def.clone()).map_err(refused)?;
+        Ok(
+            match workflows::apply(&self.deps(), &self.who, wf)
+                .await
+                .map_err(refused)?
+            {
+                Applied::Created(wf) => format!("created (version {})", wf.def.version),
+                Applied::Replaced(r) if r.new => format!("new version {}", r.stored.def.version),
+                Applied::Replaced(r) => format!("unchanged (version {})", r.stored.def.version),
+            },
+        )
+    }
+}
+
+/// The audit trail's name for changes applied from files: the command and the user who
+/// ran it (as the environment names them).
+fn cli_caller() -> crate::tokens::Caller {
+    let user = std::env::var("USER").unwrap_or_else(|_| "an unknown user".into());
+    crate::tokens::Caller {
+        name: format!("clamp workflows apply ({user})").into(),
+        role: crate::tokens::Role::Admin,
+    }
 }
 
 impl Backend {
@@ -438,7 +489,12 @@ impl Backend {
             .await
             .map_err(|e| anyhow!(crate::error_chain::one_line(&e)))?;
         let pool = crate::store::pool::build(db, &cfg, 1);
-        Ok(Backend::Db(pool, Box::new(cfg)))
+        Ok(Backend::Db(Box::new(Db {
+            pool,
+            config: cfg,
+            workflows: Default::default(),
+            who: cli_caller(),
+        })))
     }
 
     /// Sends one request to the server; its status and JSON answer.
@@ -489,58 +545,34 @@ impl Backend {
                 let (status, v) = self.call(hyper::Method::GET, &path, None).await?;
                 Ok((status == 200).then_some(v))
             }
-            Backend::Db(pool, _) => {
-                let conn = pool.get().await?;
+            Backend::Db(db) => {
+                let conn = db.pool.get().await?;
                 Ok(queries::latest_definition(&conn, name).await?)
             }
         }
     }
 
+    /// Through a server: `POST /workflow` (the database goes through `Db::apply`).
     async fn create(&self, def: &WorkflowDef) -> anyhow::Result<Value> {
-        match self {
-            Backend::Http { .. } => {
-                let body = serde_json::to_value(def).expect("a definition serializes");
-                let (status, v) = self
-                    .call(hyper::Method::POST, "/workflow", Some(body))
-                    .await?;
-                if status == 404 {
-                    bail!("the server has no POST /workflow");
-                }
-                Ok(v)
-            }
-            Backend::Db(pool, _) => {
-                let conn = pool.get().await?;
-                let mut def = def.clone();
-                let id = crate::ids::new_v7();
-                def.id = id.to_string();
-                queries::insert_workflow(&conn, &def, id).await?;
-                queries::latest_definition(&conn, &def.name)
-                    .await?
-                    .context("the workflow vanished after it was created")
-            }
+        let body = serde_json::to_value(def).expect("a definition serializes");
+        let (status, v) = self
+            .call(hyper::Method::POST, "/workflow", Some(body))
+            .await?;
+        if status == 404 {
+            bail!("the server has no POST /workflow");
         }
+        Ok(v)
     }
 
+    /// Through a server: `PUT /workflow/{name}`.
     async fn put(&self, def: &WorkflowDef) -> anyhow::Result<Value> {
-        match self {
-            Backend::Http { .. } => {
-                let path = format!("/workflow/{}", segment(&def.name));
-                let body = serde_json::to_value(def).expect("a definition serializes");
-                let (status, v) = self.call(hyper::Method::PUT, &path, Some(body)).await?;
-                if status == 404 {
-                    bail!("the workflow is not known to the server any more");
-                }
-                Ok(v)
-            }
-            Backend::Db(pool, _) => {
-                let conn = pool.get().await?;
-                match queries::put_workflow(&conn, def).await {
-                    Ok(Versioned::New(v) | Versioned::Unchanged(v)) => Ok(v),
-                    Ok(Versioned::Unknown) => bail!("the workflow is not known any more"),
-                    Err(e) => Err(e.into()),
-                }
-            }
+        let path = format!("/workflow/{}", segment(&def.name));
+        let body = serde_json::to_value(def).expect("a definition serializes");
+        let (status, v) = self.call(hyper::Method::PUT, &path, Some(body)).await?;
+        if status == 404 {
+            bail!("the workflow is not known to the server any more");
         }
+        Ok(v)
     }
 
     /// The latest version of every workflow.
@@ -561,8 +593,8 @@ impl Backend {
                 }
                 Ok(out)
             }
-            Backend::Db(pool, _) => {
-                let conn = pool.get().await?;
+            Backend::Db(db) => {
+                let conn = db.pool.get().await?;
                 let defs = queries::all_workflows(&conn.client).await?;
                 Ok(defs
                     .into_iter()

@@ -241,7 +241,14 @@ async fn dispatch(
         if let Err(e) = crate::ops::access::allow(&c, route.op()) {
             // Boxed: only a refusal records, and its future stays out of every request's.
             let target = decode(arg);
-            let e = Box::pin(crate::ops::audit::refused(core, &c, route.op(), &target, e)).await;
+            let e = Box::pin(crate::ops::audit::refused(
+                &core.pool,
+                &c,
+                route.op(),
+                &target,
+                e,
+            ))
+            .await;
             return (route, response::op_error(e));
         }
         caller = Some(c);

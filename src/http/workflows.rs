@@ -17,7 +17,7 @@ use crate::tokens::Caller;
 /// `POST /workflow`: validate, compile, store (as version 1), cache.
 pub async fn create(core: &Core, who: &Caller, parts: &Parts, body: &mut Body) -> Resp {
     let body = or_answer!(body.read_request(parts, &core.app.config).await);
-    match workflows::define(core, who, &body).await {
+    match workflows::define(&crate::ops::deps(core), who, &body).await {
         Ok(wf) => json_bytes(StatusCode::OK, wf.json.clone()),
         Err(e) => op_error(e),
     }
@@ -27,7 +27,7 @@ pub async fn create(core: &Core, who: &Caller, parts: &Parts, body: &mut Body) -
 /// version; the same definition as the latest stores nothing and answers the latest.
 pub async fn put(core: &Core, who: &Caller, name: &str, parts: &Parts, body: &mut Body) -> Resp {
     let body = or_answer!(body.read_request(parts, &core.app.config).await);
-    match workflows::replace(core, who, name, &body).await {
+    match workflows::replace(&crate::ops::deps(core), who, name, &body).await {
         Ok(wf) => json_bytes(StatusCode::OK, wf.json.clone()),
         Err(e) => op_error(e),
     }

@@ -11,6 +11,7 @@ use super::access::{self, Op};
 use super::{OpError, Result};
 use crate::state::Core;
 use crate::store::audit::{self, Entry};
+use crate::store::Pool;
 use crate::tokens::Caller;
 
 /// How the trail words a change that was done: `ok`, unless the change has more to say.
@@ -26,7 +27,7 @@ impl Told for () {}
 /// message the failure is answered with), when it is a change the trail records; returns
 /// the outcome as it was.
 pub(super) async fn recorded<T: Told>(
-    core: &Core,
+    pool: &Pool,
     who: &Caller,
     op: Op,
     target: &str,
@@ -37,7 +38,7 @@ pub(super) async fn recorded<T: Told>(
             Ok(done) => done.told(),
             Err(e) => format!("{}: {}", e.status(), e.message()),
         };
-        record(core, who, action, target, &outcome).await;
+        record(pool, who, action, target, &outcome).await;
     }
     r
 }
@@ -47,13 +48,13 @@ pub(super) async fn recorded<T: Told>(
 /// was aimed at (a path's argument; empty for one that would have created something).
 /// Only a refused request comes here: the check itself is `access::allow`, which costs a
 /// request nothing.
-pub async fn refused(core: &Core, who: &Caller, op: Op, arg: &str, e: OpError) -> OpError {
+pub async fn refused(pool: &Pool, who: &Caller, op: Op, arg: &str, e: OpError) -> OpError {
     let target = match op {
         Op::BulkRetry => MATCHING,
         _ if arg.is_empty() => NOT_CREATED,
         _ => arg,
     };
-    match recorded(core, who, op, target, Err::<(), _>(e)).await {
+    match recorded(pool, who, op, target, Err::<(), _>(e)).await {
         Err(e) => e,
         Ok(()) => unreachable!("a refusal stays one"),
     }
@@ -67,7 +68,7 @@ pub const MATCHING: &str = "the requests matching its filters";
 
 /// Records one change.
 pub(super) async fn record(
-    core: &Core,
+    pool: &Pool,
     caller: &Caller,
     action: &str,
     target: &str,
@@ -75,11 +76,7 @@ pub(super) async fn record(
 ) {
     tracing::info!(target: "clamp::audit", actor = %caller.name, action, target, outcome, "audit");
     let written = async {
-        let conn = core
-            .pool
-            .get()
-            .await
-            .map_err(crate::store::StoreError::from)?;
+        let conn = pool.get().await.map_err(crate::store::StoreError::from)?;
         audit::record(&conn, &caller.name, action, target, outcome).await
     }
     .await;

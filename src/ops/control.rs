@@ -41,7 +41,7 @@ pub async fn cancel(
     reason: Option<String>,
 ) -> Result<Cancelled> {
     let r = cancel_it(core, id, reason).await;
-    recorded(core, who, Op::Cancel, &id.to_string(), r).await
+    recorded(&core.pool, who, Op::Cancel, &id.to_string(), r).await
 }
 
 async fn cancel_it(core: &Core, id: Uuid, reason: Option<String>) -> Result<Cancelled> {
@@ -125,7 +125,7 @@ pub struct Retried {
 /// Recorded in the audit trail as `who`'s, with its outcome.
 pub async fn retry(core: &Core, who: &Caller, id: Uuid, payload: Option<&str>) -> Result<Retried> {
     let r = retry_it(core, id, payload).await;
-    recorded(core, who, Op::Retry, &id.to_string(), r).await
+    recorded(&core.pool, who, Op::Retry, &id.to_string(), r).await
 }
 
 async fn retry_it(core: &Core, id: Uuid, payload: Option<&str>) -> Result<Retried> {
@@ -193,7 +193,7 @@ impl Told for BulkRetried {
 /// Recorded in the audit trail as `who`'s, with its outcome.
 pub async fn retry_matching(core: &Core, who: &Caller, bulk: &Bulk) -> Result<BulkRetried> {
     let r = retry_matching_it(core, bulk).await;
-    recorded(core, who, Op::BulkRetry, MATCHING, r).await
+    recorded(&core.pool, who, Op::BulkRetry, MATCHING, r).await
 }
 
 async fn retry_matching_it(core: &Core, bulk: &Bulk) -> Result<BulkRetried> {
@@ -222,7 +222,7 @@ pub struct RerunAsk {
 /// Recorded in the audit trail as `who`'s, with its outcome.
 pub async fn rerun(core: &Core, who: &Caller, of: Uuid, ask: RerunAsk) -> Result<Uuid> {
     let r = rerun_it(core, of, ask).await;
-    recorded(core, who, Op::Rerun, &of.to_string(), r).await
+    recorded(&core.pool, who, Op::Rerun, &of.to_string(), r).await
 }
 
 async fn rerun_it(core: &Core, of: Uuid, ask: RerunAsk) -> Result<Uuid> {

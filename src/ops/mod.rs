@@ -30,8 +30,32 @@ pub mod sessions;
 pub mod system;
 pub mod workflows;
 
+use crate::config::Config;
 use crate::engine::EngineError;
+use crate::state::Core;
+use crate::store::workflow_map::WorkflowMap;
+use crate::store::Pool;
 pub use crate::store::StoreError;
+
+/// What the operations on definitions (and the audit record of them) use, and no more:
+/// the server's configuration, its workflow map and a pool. A server lends its own
+/// (`deps`); `clamp workflows apply --database-url` builds one of its own, so a file
+/// applied to the database passes the same checks, is stored by the same calls and
+/// leaves the same audit record as `POST /workflow`.
+pub struct Deps<'a> {
+    pub config: &'a Config,
+    pub workflows: &'a WorkflowMap,
+    pub pool: &'a Pool,
+}
+
+/// A server's own `Deps`.
+pub fn deps(core: &Core) -> Deps<'_> {
+    Deps {
+        config: &core.app.config,
+        workflows: &core.app.workflows,
+        pool: &core.pool,
+    }
+}
 
 /// Why an operation did not happen, in classes its callers answer by (an HTTP status,
 /// a console message); the message is for the caller to show.

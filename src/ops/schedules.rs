@@ -118,7 +118,7 @@ pub async fn define(core: &Core, who: &Caller, definition: Value) -> Result<Sche
         Err(_) => NOT_CREATED,
     }
     .to_string();
-    recorded(core, who, Op::ChangeSchedule, &target, r).await
+    recorded(&core.pool, who, Op::ChangeSchedule, &target, r).await
 }
 
 async fn define_it(core: &Core, definition: Value) -> Result<Schedule> {
@@ -185,7 +185,7 @@ pub async fn read(core: &Core, name: &str) -> Result<Schedule> {
 /// Recorded in the audit trail as `who`'s.
 pub async fn replace(core: &Core, who: &Caller, name: &str, definition: Value) -> Result<Schedule> {
     let r = replace_it(core, name, definition).await;
-    recorded(core, who, Op::ChangeSchedule, name, r).await
+    recorded(&core.pool, who, Op::ChangeSchedule, name, r).await
 }
 
 async fn replace_it(core: &Core, name: &str, definition: Value) -> Result<Schedule> {
@@ -208,7 +208,7 @@ async fn replace_it(core: &Core, name: &str, definition: Value) -> Result<Schedu
 /// Recorded in the audit trail as `who`'s.
 pub async fn delete(core: &Core, who: &Caller, name: &str) -> Result<()> {
     let r = delete_it(core, name).await;
-    recorded(core, who, Op::ChangeSchedule, name, r).await
+    recorded(&core.pool, who, Op::ChangeSchedule, name, r).await
 }
 
 async fn delete_it(core: &Core, name: &str) -> Result<()> {
@@ -239,7 +239,7 @@ pub struct Run {
 /// Recorded in the audit trail as `who`'s.
 pub async fn trigger(core: &Core, who: &Caller, name: &str) -> Result<Run> {
     let r = trigger_it(core, name).await;
-    recorded(core, who, Op::ChangeSchedule, name, r).await
+    recorded(&core.pool, who, Op::ChangeSchedule, name, r).await
 }
 
 async fn trigger_it(core: &Core, name: &str) -> Result<Run> {
@@ -287,7 +287,7 @@ async fn trigger_it(core: &Core, name: &str) -> Result<Run> {
 /// Recorded in the audit trail as `who`'s.
 pub async fn pause(core: &Core, who: &Caller, name: &str) -> Result<Schedule> {
     let r = pause_it(core, name).await;
-    recorded(core, who, Op::ChangeSchedule, name, r).await
+    recorded(&core.pool, who, Op::ChangeSchedule, name, r).await
 }
 
 async fn pause_it(core: &Core, name: &str) -> Result<Schedule> {
@@ -309,7 +309,7 @@ async fn pause_it(core: &Core, name: &str) -> Result<Schedule> {
 /// Recorded in the audit trail as `who`'s.
 pub async fn resume(core: &Core, who: &Caller, name: &str) -> Result<Schedule> {
     let r = resume_it(core, name).await;
-    recorded(core, who, Op::ChangeSchedule, name, r).await
+    recorded(&core.pool, who, Op::ChangeSchedule, name, r).await
 }
 
 async fn resume_it(core: &Core, name: &str) -> Result<Schedule> {

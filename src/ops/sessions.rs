@@ -63,7 +63,7 @@ pub async fn sign_in(core: &Core, peer: Option<IpAddr>, token: &str) -> Result<S
         .await
         .map_err(OpError::store("sign-in"))?;
     drop(conn);
-    super::audit::record(core, &caller, "console sign-in", "console", "ok").await;
+    super::audit::record(&core.pool, &caller, "console sign-in", "console", "ok").await;
     Ok(SignIn::Started { session })
 }
 

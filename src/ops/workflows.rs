@@ -10,13 +10,14 @@ use bytes::Bytes;
 
 use super::access::Op;
 use super::audit::{recorded, Told, NOT_CREATED};
-use super::{OpError, Result};
+use super::{Deps, OpError, Result};
 use crate::config::Config;
 use crate::destinations::Destinations;
 use crate::secrets::Secrets;
 use crate::state::Core;
 pub use crate::store::queries::WorkflowSort;
 use crate::store::queries::{self, Versioned};
+use crate::store::workflow_map::WorkflowMap;
 use crate::store::{LoadError, StoreError};
 use crate::tokens::Caller;
 use crate::workflow::brokers::{self, AmqpTarget, Endpoint, KafkaTarget};
@@ -26,7 +27,7 @@ use crate::workflow::{compile, set_default_reply_to, Val, Workflow, WorkflowDef}
 
 /// A definition as posted, validated, compiled and checked (its version left to the
 /// store).
-pub fn compile_posted(core: &Core, body: &[u8]) -> Result<Workflow> {
+pub fn compile_posted(cfg: &Config, body: &[u8]) -> Result<Workflow> {
     let mut def: WorkflowDef = match serde_json::from_slice::<serde_json::Value>(body) {
         Ok(v @ serde_json::Value::Object(_)) => serde_json::from_value(v)
             .map_err(|e| OpError::BadRequest(format!("invalid workflow definition: {e}")))?,
@@ -42,7 +43,7 @@ pub fn compile_posted(core: &Core, body: &[u8]) -> Result<Workflow> {
         }
     };
     def.version = 1;
-    compile_checked(&core.app.config, def)
+    compile_checked(cfg, def)
 }
 
 /// A definition compiled and checked as `POST /workflow` checks it, wherever it comes
@@ -137,7 +138,7 @@ type Pending = (Vec<String>, String, Option<u32>, Option<String>);
 /// or that would include itself, directly or through others (the message names the
 /// circle). Any new circle passes through the workflow being stored, so only paths from
 /// it are followed.
-async fn check_includes(core: &Core, wf: &Workflow) -> Result<()> {
+async fn check_includes(d: &Deps<'_>, wf: &Workflow) -> Result<()> {
     let root = wf.def.name.clone();
     let mut todo: Vec<Pending> = includes(wf)
         .into_iter()
@@ -157,10 +158,10 @@ async fn check_includes(core: &Core, wf: &Workflow) -> Result<()> {
             continue;
         }
         seen.push((name.clone(), version));
-        let map = &core.app.workflows;
+        let map = d.workflows;
         let found = match version {
-            Some(v) => map.get_or_load_version(&core.pool, &name, v).await,
-            None => map.get_or_load(&core.pool, &name).await,
+            Some(v) => map.get_or_load_version(d.pool, &name, v).await,
+            None => map.get_or_load(d.pool, &name).await,
         };
         let child = match found {
             Ok(Some(c)) => c,
@@ -192,22 +193,22 @@ impl Told for Arc<Workflow> {}
 
 /// `POST /workflow`: the posted definition (`compile_posted`) stored as version 1 of a
 /// new name (409 when it is taken). Recorded in the audit trail as `who`'s.
-pub async fn define(core: &Core, who: &Caller, body: &[u8]) -> Result<Arc<Workflow>> {
-    let r = match compile_posted(core, body) {
-        Ok(wf) => define_compiled(core, wf).await,
+pub async fn define(d: &Deps<'_>, who: &Caller, body: &[u8]) -> Result<Arc<Workflow>> {
+    let r = match compile_posted(d.config, body) {
+        Ok(wf) => define_compiled(d, wf).await,
         Err(e) => Err(e),
     };
     let target = r.as_ref().map_or(NOT_CREATED, |wf| wf.def.name.as_str());
     let target = target.to_string();
-    recorded(core, who, Op::DefineWorkflow, &target, r).await
+    recorded(d.pool, who, Op::DefineWorkflow, &target, r).await
 }
 
-async fn define_compiled(core: &Core, mut wf: Workflow) -> Result<Arc<Workflow>> {
-    check_includes(core, &wf).await?;
+async fn define_compiled(d: &Deps<'_>, mut wf: Workflow) -> Result<Arc<Workflow>> {
+    check_includes(d, &wf).await?;
     let doing = "create workflow";
     let id = crate::ids::new_v7();
     wf.def.id = id.to_string();
-    let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
+    let conn = d.pool.get().await.map_err(OpError::pool(doing))?;
     match queries::insert_workflow(&conn, &wf.def, id).await {
         Ok(created_at) => {
             wf.def.created_at = created_at.clone();
@@ -215,7 +216,7 @@ async fn define_compiled(core: &Core, mut wf: Workflow) -> Result<Arc<Workflow>>
             wf.json =
                 Bytes::from(serde_json::to_vec(&wf.def).expect("a workflow always serializes"));
             let wf = Arc::new(wf);
-            core.app.workflows.insert(wf.clone());
+            d.workflows.insert(wf.clone());
             Ok(wf)
         }
         Err(StoreError::Conflict) => Err(OpError::Conflict(format!(
@@ -233,44 +234,89 @@ fn no_workflow(name: &str) -> OpError {
 /// `PUT /workflow/{name}` (beyond Clamp): `wf` becomes the workflow's next version; the
 /// same definition as the latest stores nothing and answers the latest. Requests already
 /// created keep their version. Recorded in the audit trail as `who`'s.
-pub async fn replace(core: &Core, who: &Caller, name: &str, body: &[u8]) -> Result<Arc<Workflow>> {
-    let r = match compile_posted(core, body) {
-        Ok(wf) => replace_compiled(core, name, wf).await,
+pub async fn replace(d: &Deps<'_>, who: &Caller, name: &str, body: &[u8]) -> Result<Arc<Workflow>> {
+    let r = match compile_posted(d.config, body) {
+        Ok(wf) => replace_compiled(d, name, wf).await.map(|v| v.stored),
         Err(e) => Err(e),
     };
-    recorded(core, who, Op::DefineWorkflow, name, r).await
+    recorded(d.pool, who, Op::DefineWorkflow, name, r).await
 }
 
-async fn replace_compiled(core: &Core, name: &str, wf: Workflow) -> Result<Arc<Workflow>> {
+/// A definition applied from a file (`clamp workflows apply`): created when its name is
+/// new, else stored as the next version unless it is the latest already. Checked and
+/// recorded as `POST /workflow` and `PUT /workflow/{name}` are.
+pub enum Applied {
+    Created(Arc<Workflow>),
+    Replaced(Replaced),
+}
+
+/// What storing a next version came to.
+pub struct Replaced {
+    pub stored: Arc<Workflow>,
+    /// Whether it is a new version (false: the same definition was the latest).
+    pub new: bool,
+}
+
+impl Told for Applied {
+    fn told(&self) -> String {
+        match self {
+            Applied::Created(_) => "ok".into(),
+            Applied::Replaced(r) if r.new => format!("version {}", r.stored.def.version),
+            Applied::Replaced(r) => format!("unchanged (version {})", r.stored.def.version),
+        }
+    }
+}
+
+/// `wf`, compiled and checked (`compile_checked`), applied as a file is: the next version
+/// of a stored name, or a new name. Recorded in the audit trail as `who`'s.
+pub async fn apply(d: &Deps<'_>, who: &Caller, wf: Workflow) -> Result<Applied> {
+    let name = wf.def.name.clone();
+    let r = match d.workflows.get_or_load(d.pool, &name).await {
+        Ok(None) => define_compiled(d, wf).await.map(Applied::Created),
+        // A stored version that no longer validates is replaced like any other.
+        Ok(Some(_)) | Err(LoadError::Invalid { .. }) => {
+            replace_compiled(d, &name, wf).await.map(Applied::Replaced)
+        }
+        Err(LoadError::Store(error)) => Err(OpError::Store {
+            error,
+            doing: "workflow lookup",
+        }),
+    };
+    recorded(d.pool, who, Op::DefineWorkflow, &name, r).await
+}
+
+async fn replace_compiled(d: &Deps<'_>, name: &str, wf: Workflow) -> Result<Replaced> {
     if wf.def.name != name {
         return Err(OpError::BadRequest(format!(
             "name: the definition is named {:?}, the path {name:?}",
             wf.def.name
         )));
     }
-    check_includes(core, &wf).await?;
+    check_includes(d, &wf).await?;
     let doing = "version workflow";
-    let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
-    let stored = match queries::put_workflow(&conn, &wf.def)
+    let conn = d.pool.get().await.map_err(OpError::pool(doing))?;
+    let (stored, new) = match queries::put_workflow(&conn, &wf.def)
         .await
         .map_err(OpError::store(doing))?
     {
-        Versioned::New(v) | Versioned::Unchanged(v) => v,
+        Versioned::New(v) => (v, true),
+        Versioned::Unchanged(v) => (v, false),
         Versioned::Unknown => return Err(no_workflow(name)),
     };
     drop(conn);
-    cached(core, stored)
+    let stored = cached(d.workflows, stored)?;
+    Ok(Replaced { stored, new })
 }
 
 /// A stored definition compiled and cached (as served: `json` is it, stamps included).
-fn cached(core: &Core, stored: serde_json::Value) -> Result<Arc<Workflow>> {
+fn cached(map: &WorkflowMap, stored: serde_json::Value) -> Result<Arc<Workflow>> {
     let internal =
         |why: String| OpError::Internal(format!("a stored workflow does not load: {why}"));
     let def: WorkflowDef = serde_json::from_value(stored).map_err(|e| internal(e.to_string()))?;
     let mut wf = compile(def).map_err(|e| internal(e.0))?;
     wf.json = Bytes::from(serde_json::to_vec(&wf.def).expect("a workflow always serializes"));
     let wf = Arc::new(wf);
-    core.app.workflows.insert(wf.clone());
+    map.insert(wf.clone());
     Ok(wf)
 }
 
@@ -310,7 +356,7 @@ pub async fn read(core: &Core, name: &str, version: Option<u32>) -> Result<Arc<W
     match core.app.workflows.get(name) {
         // Known here already: served as cached (the same bytes as the version's).
         Some(wf) if Some(wf.def.version as u64) == stored["version"].as_u64() => Ok(wf),
-        _ => cached(core, stored),
+        _ => cached(&core.app.workflows, stored),
     }
 }
 

@@ -290,3 +290,75 @@ async fn apply_through_the_database_refuses_what_the_api_refuses() {
     assert_eq!(code, 0, "{out}{err}");
     s.shutdown().await;
 }
+
+/// Through the database, a file is stored by the operations `POST /workflow` and `PUT
+/// /workflow/{name}` run: each change is in the audit trail under the command's name, the
+/// server sees the versions, and what the operations refuse is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_through_the_database_is_audited_as_the_api_is() {
+    let db = TestDb::new();
+    let s = TestServer::start(config(&db.url)).await;
+    let dir = tempdir("apply-audited");
+    let d = dir.to_str().unwrap();
+    let apply = || {
+        clamp_with_env(
+            &["apply", "--database-url", &db.url, d],
+            &[("USER", "ops-bot")],
+        )
+    };
+    write(
+        &dir,
+        "claims.json",
+        &def("claims", "http://127.0.0.1:9/claims"),
+    );
+    let (code, out, err) = apply();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("claims.json: created (version 1)"), "{out}");
+    write(
+        &dir,
+        "claims.json",
+        &def("claims", "http://127.0.0.1:9/claims-v2"),
+    );
+    let (code, out, err) = apply();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("claims.json: new version 2"), "{out}");
+    let (code, out, err) = apply();
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("claims.json: unchanged (version 2)"), "{out}");
+
+    let c = db.client().await;
+    let rows = c
+        .query(
+            "SELECT actor, action, target, outcome FROM audit_log ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap();
+    let trail: Vec<(String, String, String, String)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    let who = "clamp workflows apply (ops-bot)".to_string();
+    let entry = |outcome: &str| {
+        (
+            who.clone(),
+            "define workflow".to_string(),
+            "claims".to_string(),
+            outcome.to_string(),
+        )
+    };
+    assert_eq!(
+        trail,
+        vec![
+            entry("ok"),
+            entry("version 2"),
+            entry("unchanged (version 2)")
+        ]
+    );
+    // The server reads what was stored as its own.
+    let got = s.get("/workflow/claims").await;
+    assert_eq!(got.status, 200, "{}", got.text());
+    let v2 = got.json();
+    assert_eq!(v2["version"], 2, "{v2}");
+    s.shutdown().await;
+}

@@ -82,7 +82,7 @@ pub async fn handle(core: &Core, conn: &ConnState, parts: &Parts, body: &mut Bod
     if let Some(op) = wants {
         if let Err(e) = crate::ops::access::allow(&ctx.caller, op) {
             let target = super::decode(segs.get(1).copied().unwrap_or(""));
-            let e = crate::ops::audit::refused(core, &ctx.caller, op, &target, e).await;
+            let e = crate::ops::audit::refused(&core.pool, &ctx.caller, op, &target, e).await;
             return op_problem(&ctx, e);
         }
     }
