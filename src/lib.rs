@@ -36,8 +36,8 @@ use std::sync::Arc;
 use tokio::sync::{oneshot, watch};
 
 use config::Config;
-use engine::App;
 use metrics::Metrics;
+use state::App;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]

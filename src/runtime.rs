@@ -15,8 +15,8 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio_rustls::TlsAcceptor;
 
-use crate::engine::App;
 use crate::http::conn::{ConnIo, ConnState, Timeouts};
+use crate::state::App;
 use crate::state::Core;
 use crate::store::buffer::{self, FlusherConfig};
 use crate::store::pool;
@@ -96,7 +96,7 @@ pub async fn serve_core(
         app.metrics.watch_buffer(move || buffer.depth());
     }
     let (close_tx, close_rx) = oneshot::channel();
-    let executor = crate::engine::Executor::new(app.clone(), pool.clone());
+    let executor = crate::engine::Executor::new(app.engine.clone(), pool.clone());
     let (stop_engine, engine_stop) = watch::channel(false);
     let sweeper = tokio::spawn(executor.clone().sweep(engine_stop.clone()));
     let renewer = tokio::spawn(executor.clone().renew(engine_stop));

@@ -1,10 +1,55 @@
-//! `Core`: one runtime's own resources, as the handlers and consumers of that runtime see
-//! them (the shared part is `engine::App`).
+//! The composition root: `App`, what every runtime of this process shares (the engine's
+//! part, `engine::Shared`, and what only the carriers use), and `Core`, one runtime's own
+//! resources as the handlers and consumers of that runtime see them.
 
+use std::ops::Deref;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use crate::engine::App;
+use crate::config::Config;
+use crate::engine::Shared;
+use crate::metrics::Metrics;
 use crate::store::{Pool, WriteBuffer};
+
+/// What every runtime of this process shares. Reads of the engine's part go through
+/// `Deref` (`core.app.config`): one process has one of each, wherever it is kept.
+pub struct App {
+    /// The engine's part: executors hold it, without what is above them.
+    pub engine: Arc<Shared>,
+    /// Console sign-in attempts per client address, for the whole process.
+    pub sign_ins: crate::tokens::SignInLimiter,
+    /// When the timers were last counted for /metrics (seconds since the Unix epoch), so
+    /// that scrapes count them at most once per period per process (`ops::system`).
+    pub timers_counted: AtomicU64,
+}
+
+impl Deref for App {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.engine
+    }
+}
+
+impl App {
+    /// The process's shared state, wired from its parts; `render` is how a final status
+    /// answer is rendered (the HTTP layer's, given from above).
+    pub fn new(
+        config: Config,
+        db: Arc<crate::store::connect::PgConnector>,
+        outbound: crate::outbound::tls::Outbound,
+        metrics: Arc<Metrics>,
+        tracing: Option<crate::telemetry::Tracing>,
+        render: crate::reads::finals::Render,
+    ) -> App {
+        let sign_ins = crate::tokens::SignInLimiter::new(config.sign_in_per_minute);
+        App {
+            engine: Arc::new(Shared::new(config, db, outbound, metrics, tracing, render)),
+            sign_ins,
+            timers_counted: AtomicU64::new(0),
+        }
+    }
+}
 
 /// One runtime's own resources: the hot path touches nothing shared but `App`'s map and counters.
 pub struct Core {

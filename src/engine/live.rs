@@ -12,14 +12,14 @@ use crate::status::RequestStatus;
 use std::sync::Arc;
 
 use super::writer::{StepRecord, Transition};
-use crate::engine::App;
+use crate::engine::Shared;
 use crate::outbound::doc::Doc;
 use crate::store::status::{self, Head, Live, StepRow};
 use crate::workflow::Workflow;
 
 /// Starts keeping the step rows of a request this process runs from its first step.
 pub fn start(
-    app: &App,
+    app: &Shared,
     id: &uuid::Uuid,
     wf: &Workflow,
     created_us: i64,
@@ -42,7 +42,7 @@ pub fn start(
 }
 
 /// Applies one committed transition.
-pub fn committed(app: &App, t: &Transition) {
+pub fn committed(app: &Shared, t: &Transition) {
     if t.status != RequestStatus::InProgress {
         app.changes.notify(&t.id);
     }

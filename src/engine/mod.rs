@@ -7,7 +7,6 @@
 //! one `UPDATE … FOR UPDATE SKIP LOCKED` statement; a renewer keeps the leases of running
 //! requests fresh and stops any request whose lease another instance took.
 
-mod app;
 pub(crate) mod attempt;
 pub(crate) mod children;
 pub(crate) mod error;
@@ -17,12 +16,13 @@ pub(crate) mod lanes;
 pub(crate) mod live;
 pub(crate) mod resume;
 pub(crate) mod running;
+mod shared;
 pub(crate) mod step_io;
 pub(crate) mod timers;
 pub(crate) mod writer;
 
-pub use app::App;
 pub use error::{EngineError, Result};
+pub use shared::Shared;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -55,7 +55,7 @@ struct Held {
 
 /// One runtime's executor.
 pub struct Executor {
-    pub app: Arc<App>,
+    pub app: Arc<Shared>,
     pub pool: Pool,
     pub http: HttpClient,
     pub amqp: crate::outbound::publish::amqp::AmqpPublisher,
@@ -83,7 +83,7 @@ pub struct Executor {
 
 impl Executor {
     /// Creates the executor and starts its writer; call inside the runtime it serves.
-    pub fn new(app: Arc<App>, pool: Pool) -> Arc<Executor> {
+    pub fn new(app: Arc<Shared>, pool: Pool) -> Arc<Executor> {
         let cfg = &app.config;
         let http = HttpClient::new(
             &cfg.http,

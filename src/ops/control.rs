@@ -87,7 +87,7 @@ async fn cancel_it(core: &Core, id: Uuid, reason: Option<String>) -> Result<Canc
 }
 
 /// Ends the spans of the requests a cancel finished, each with the cancel as its event.
-fn trace_cancelled(app: &crate::engine::App, rows: &[CancelledRow]) {
+fn trace_cancelled(app: &crate::state::App, rows: &[CancelledRow]) {
     for r in rows {
         let Some((t, trace)) = app.traced(&r.headers) else {
             continue;

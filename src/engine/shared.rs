@@ -1,5 +1,7 @@
-//! `App`: what every runtime of this process shares, the engine and the adapters over
-//! it (HTTP, brokers) alike. Read-mostly, so the hot path takes only read locks.
+//! `Shared`: what the engine's runtimes share in this process (its configuration, the
+//! connector, the workflow map, metrics, the requests running here and what reads are
+//! answered from). The composition root, `state::App`, holds it beside what only the
+//! carriers use. Read-mostly, so the hot path takes only read locks.
 
 use std::sync::Arc;
 
@@ -10,7 +12,7 @@ use crate::metrics::Metrics;
 use crate::store::WorkflowMap;
 
 /// State shared by all runtimes: read-mostly, so the hot path only takes read locks.
-pub struct App {
+pub struct Shared {
     pub config: Config,
     /// Opens connections to the database (every pool, the Kafka partition locks).
     pub db: Arc<crate::store::connect::PgConnector>,
@@ -30,20 +32,15 @@ pub struct App {
     pub changes: crate::reads::watch::Changes,
     /// Spans exported over OTLP; None when tracing is off.
     pub tracing: Option<crate::telemetry::Tracing>,
-    /// When the timers were last counted for /metrics (seconds since the Unix epoch), so
-    /// that scrapes count them at most once per period per process (`http::system`).
-    pub timers_counted: std::sync::atomic::AtomicU64,
     /// Requests this process paused at a step, with their workflow (`paused`).
     pub paused: crate::reads::paused::PausedHere,
     /// Limited requests that finished here, whose slots the admitter fills (`slots`).
     pub freed: super::timers::slots::Freed,
     /// Creates of limited workflows, written in batches (`slots`).
     pub limited: super::timers::slots::LimitedCreates,
-    /// Console sign-in attempts per client address, for the whole process.
-    pub sign_ins: crate::tokens::SignInLimiter,
 }
 
-impl App {
+impl Shared {
     /// Tracing, and the trace a request keeps in its stored `headers`: None when tracing
     /// is off (the headers are not read then) or the request has no trace.
     pub fn traced(
@@ -61,7 +58,7 @@ impl App {
         metrics: Arc<Metrics>,
         tracing: Option<crate::telemetry::Tracing>,
         render: crate::reads::finals::Render,
-    ) -> App {
+    ) -> Shared {
         let downstream = crate::outbound::limits::HostLimits::new(
             config.downstream_limit,
             config.downstream_wait,
@@ -72,14 +69,12 @@ impl App {
             config.retention.completed,
             render,
         );
-        App {
+        Shared {
             finals,
             changes: Default::default(),
-            timers_counted: Default::default(),
             paused: Default::default(),
             freed: Default::default(),
             limited: Default::default(),
-            sign_ins: crate::tokens::SignInLimiter::new(config.sign_in_per_minute),
             config,
             db,
             outbound,
