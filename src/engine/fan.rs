@@ -55,19 +55,28 @@ pub struct Starting<'a> {
     pub headers: Option<String>,
 }
 
+/// Why a fan-out step cannot start its children (the step fails with it).
+#[derive(Debug, thiserror::Error)]
+pub enum FanError {
+    #[error(transparent)]
+    Items(#[from] crate::workflow::fan::ItemsError),
+    #[error("not a fan-out step")]
+    NotFanOut,
+}
+
 /// A MAP step's list, or why the step fails: checked before anything is written, so a
 /// list that is missing or too long fails the step as a call that failed would.
-pub fn check(step: &CompiledStep, context: &Map<String, Value>) -> Result<usize, String> {
+pub fn check(step: &CompiledStep, context: &Map<String, Value>) -> Result<usize, FanError> {
     match &step.val {
-        Val::Map(m) => items(context, &m.items).map(<[Value]>::len),
+        Val::Map(m) => Ok(items(context, &m.items)?.len()),
         Val::Parallel(p) => Ok(p.branches.len()),
-        _ => Err("not a fan-out step".into()),
+        _ => Err(FanError::NotFanOut),
     }
 }
 
 /// The children of a fan-out step, in index order: a branch's first step receives the
 /// step's request, an item's its item; a MAP's items beyond its concurrency are held.
-fn children(s: &Starting) -> Result<(Children, u32), String> {
+fn children(s: &Starting) -> Result<(Children, u32), FanError> {
     let mut c = Children::default();
     let mut push = |workflow: String, version: i32, payload: String, held: bool| {
         c.ids.push(crate::ids::new_v7());
@@ -96,7 +105,7 @@ fn children(s: &Starting) -> Result<(Children, u32), String> {
             }
             Ok((c, m.tolerated_failures))
         }
-        _ => Err("not a fan-out step".into()),
+        _ => Err(FanError::NotFanOut),
     }
 }
 

@@ -574,7 +574,7 @@ fn wait_outcome(job: &Job, step: &CompiledStep, wait: &WaitVal, body: &Doc) -> O
     let now = now_ms();
     let slept = job.attempts > 0;
     match crate::workflow::wait::due_ms(wait, &job.context_for(step, body), now) {
-        Err(why) => Outcome::Failed(CallError::new(CallErrorKind::Other, why)),
+        Err(why) => Outcome::Failed(CallError::new(CallErrorKind::Other, why.to_string())),
         Ok(_) if slept && matches!(wait, WaitVal::Duration(_)) => Outcome::Done(body.clone()),
         Ok(due) if due <= now + if slept { 1000.0 } else { 0.0 } => Outcome::Done(body.clone()),
         Ok(due) => Outcome::Wait(due),
@@ -775,7 +775,7 @@ async fn execute(
             match super::fan::check(step, &job.context_for(step, body)) {
                 Ok(0) => Outcome::Done(Doc::trusted("[]")),
                 Ok(_) => Outcome::Sent,
-                Err(why) => Outcome::Failed(CallError::new(CallErrorKind::Other, why)),
+                Err(why) => Outcome::Failed(CallError::new(CallErrorKind::Other, why.to_string())),
             }
         }
         (Val::Wait(w), Mode::Wait) => wait_outcome(job, step, w, body),

@@ -195,20 +195,29 @@ fn steps(v: &Value, at: &str) -> Result<Vec<Step>, Refused> {
     serde_json::from_value(list.clone()).map_err(|e| format!("{at}.steps: {e}"))
 }
 
+/// Why a MAP step's list cannot be run over (its step fails, naming it).
+#[derive(Debug, thiserror::Error)]
+pub enum ItemsError {
+    #[error("MAP items {0:?} is not a list in the context")]
+    NotAList(String),
+    #[error("MAP items {path:?} has {n} items; at most {MAX_ITEMS}")]
+    TooMany { path: String, n: usize },
+}
+
 /// The list a MAP step runs over: the value at `path` (dotted) in `context`, which must
 /// be an array of at most `MAX_ITEMS`.
 pub fn items<'a>(
     context: &'a serde_json::Map<String, Value>,
     path: &str,
-) -> Result<&'a [Value], String> {
+) -> Result<&'a [Value], ItemsError> {
     let list = super::transform::lookup_in(context, path)
         .and_then(Value::as_array)
-        .ok_or_else(|| format!("MAP items {path:?} is not a list in the context"))?;
+        .ok_or_else(|| ItemsError::NotAList(path.to_string()))?;
     if list.len() > MAX_ITEMS {
-        return Err(format!(
-            "MAP items {path:?} has {} items; at most {MAX_ITEMS}",
-            list.len()
-        ));
+        return Err(ItemsError::TooMany {
+            path: path.to_string(),
+            n: list.len(),
+        });
     }
     Ok(list)
 }
@@ -327,11 +336,15 @@ mod tests {
         let ctx = json!({"order": {"response": {"lines": [1, 2, 3]}}, "n": 1});
         let ctx = ctx.as_object().unwrap();
         assert_eq!(items(ctx, "order.response.lines").unwrap().len(), 3);
-        assert!(items(ctx, "n").unwrap_err().contains("not a list"));
+        assert!(matches!(items(ctx, "n"), Err(ItemsError::NotAList(p)) if p == "n"));
+        assert!(items(ctx, "n")
+            .unwrap_err()
+            .to_string()
+            .contains("not a list"));
         assert!(items(ctx, "order.missing").is_err());
         let big = json!({"l": vec![0; MAX_ITEMS + 1]});
-        assert!(items(big.as_object().unwrap(), "l")
-            .unwrap_err()
-            .contains("at most"));
+        let too_many = items(big.as_object().unwrap(), "l").unwrap_err();
+        assert!(matches!(too_many, ItemsError::TooMany { n, .. } if n == MAX_ITEMS + 1));
+        assert!(too_many.to_string().contains("at most"));
     }
 }

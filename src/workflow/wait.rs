@@ -98,23 +98,39 @@ pub fn iso(d: Duration) -> String {
     out
 }
 
+/// Why a WAIT's end cannot be read from the context (its step fails, naming it).
+#[derive(Debug, thiserror::Error)]
+pub enum UntilError {
+    #[error("WAIT until {0:?} is not a time in the context")]
+    Missing(String),
+    #[error("WAIT until {path:?} is {text:?}, not an RFC 3339 time")]
+    NotATime { path: String, text: String },
+    #[error("WAIT until {path:?} is {text:?}, more than {} days away", MAX_WAIT.as_secs() / 86_400)]
+    TooFar { path: String, text: String },
+}
+
 /// When a wait that starts at `now_ms` (ms since the Unix epoch) ends, in the same unit:
 /// its duration on, or the time at its path (RFC 3339), at most `MAX_WAIT` on.
-pub fn due_ms(wait: &WaitVal, context: &Map<String, Value>, now_ms: f64) -> Result<f64, String> {
+pub fn due_ms(
+    wait: &WaitVal,
+    context: &Map<String, Value>,
+    now_ms: f64,
+) -> Result<f64, UntilError> {
     match wait {
         WaitVal::Duration(d) => Ok(now_ms + d.as_secs_f64() * 1000.0),
         WaitVal::Until(path) => {
             let text = super::transform::lookup_in(context, path)
                 .and_then(Value::as_str)
-                .ok_or_else(|| format!("WAIT until {path:?} is not a time in the context"))?;
-            let t = chrono::DateTime::parse_from_rfc3339(text)
-                .map_err(|_| format!("WAIT until {path:?} is {text:?}, not an RFC 3339 time"))?;
+                .ok_or_else(|| UntilError::Missing(path.clone()))?;
+            let at = |text: &str| (path.clone(), text.to_string());
+            let t = chrono::DateTime::parse_from_rfc3339(text).map_err(|_| {
+                let (path, text) = at(text);
+                UntilError::NotATime { path, text }
+            })?;
             let due = t.timestamp_millis() as f64;
             if due - now_ms > MAX_WAIT.as_secs_f64() * 1000.0 {
-                return Err(format!(
-                    "WAIT until {path:?} is {text:?}, more than {} days away",
-                    MAX_WAIT.as_secs() / 86_400
-                ));
+                let (path, text) = at(text);
+                return Err(UntilError::TooFar { path, text });
             }
             Ok(due)
         }
