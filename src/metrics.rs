@@ -444,54 +444,25 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::default();
         let (requests, latency) = register_routes(&mut registry);
-        let batch_rows = Arc::new(AtomicHistogram::new(BATCH_BOUNDS));
-        registry.register(
-            "clamp_write_batch_rows",
-            "Rows per batch insert",
-            ArcMetric(batch_rows.clone()),
+        // The families hand out the counters the request path increments, label sets fixed.
+        let status_reads = labelled(
+            &mut registry,
+            "clamp_status_reads",
+            STATUS_READS_HELP,
+            ["memory", "database", "row"],
+            |source| SourceLabel { source },
         );
-        let commit_seconds = Arc::new(AtomicHistogram::new(LATENCY_BOUNDS));
-        registry.register(
-            "clamp_write_commit_seconds",
-            "Seconds per batch insert including commit",
-            ArcMetric(commit_seconds.clone()),
-        );
-        // The family hands out the counters the request path increments, label sets fixed.
-        let status_reads_family = Family::<SourceLabel, Counter>::default();
-        let status_reads = ["memory", "database", "row"].map(|source| {
-            status_reads_family
-                .get_or_create(&SourceLabel { source })
-                .clone()
-        });
-        let schedule_fires_family = Family::<OutcomeLabel, Counter>::default();
-        let schedule_fires = ["started", "skipped"].map(|outcome| {
-            schedule_fires_family
-                .get_or_create(&OutcomeLabel { outcome })
-                .clone()
-        });
-        let schedule_lateness = Arc::new(AtomicHistogram::new(LATENESS_BOUNDS));
-        registry.register(
+        let schedule_fires = labelled(
+            &mut registry,
             "clamp_schedule_fires",
-            "Schedule fires, by outcome: started a service request, or skipped because the \
-             schedule's previous run had not finished (overlap: skip)",
-            schedule_fires_family,
-        );
-        registry.register(
-            "clamp_schedule_fire_lateness_seconds",
-            "Seconds from a schedule's fire time to the pass that started its request",
-            ArcMetric(schedule_lateness.clone()),
-        );
-        let timer_lateness = Arc::new(AtomicHistogram::new(LATENESS_BOUNDS));
-        registry.register(
-            "clamp_timer_fire_lateness_seconds",
-            "Seconds from a timer's time (a WAIT step's end, a retry's back-off, a delayed \
-             start) to the claim that continued its request",
-            ArcMetric(timer_lateness.clone()),
+            SCHEDULE_FIRES_HELP,
+            ["started", "skipped"],
+            |outcome| OutcomeLabel { outcome },
         );
         let m = Metrics {
             schedule_fires,
-            schedule_lateness,
-            timer_lateness,
+            schedule_lateness: Arc::new(AtomicHistogram::new(LATENESS_BOUNDS)),
+            timer_lateness: Arc::new(AtomicHistogram::new(LATENESS_BOUNDS)),
             timers_pending: Gauge::default(),
             timers_overdue_ms: Gauge::default(),
             slot_waits: Counter::default(),
@@ -500,8 +471,8 @@ impl Metrics {
             slots_waiting: Family::default(),
             requests,
             latency,
-            batch_rows,
-            commit_seconds,
+            batch_rows: Arc::new(AtomicHistogram::new(BATCH_BOUNDS)),
+            commit_seconds: Arc::new(AtomicHistogram::new(LATENCY_BOUNDS)),
             flush_errors: Counter::default(),
             flush_expired: Counter::default(),
             rows_written: Counter::default(),
@@ -539,24 +510,45 @@ impl Metrics {
             downstream_waiting: Gauge::default(),
             downstream_in_flight: Gauge::default(),
             status_reads,
-            trace_spans: TraceCounters {
-                dropped: Counter::default(),
-                failed: Counter::default(),
-                exported: Counter::default(),
-            },
+            trace_spans: TraceCounters::default(),
             registry: Mutex::new(Registry::default()),
         };
+        m.register_histograms(&mut registry);
         m.register_write_path(&mut registry);
         m.register_engine(&mut registry);
         m.register_traces(&mut registry);
-        registry.register(
-            "clamp_status_reads",
-            "Status reads (GET /serviceRequest/{id}) answered from memory, from Postgres, or from \
-             the request row in Postgres and the step rows in memory (row)",
-            status_reads_family,
-        );
         *m.registry.lock() = registry;
         m
+    }
+
+    /// The histograms, each shared with the code that observes it.
+    fn register_histograms(&self, registry: &mut Registry) {
+        let histograms: [(&str, &str, &Arc<AtomicHistogram>); 4] = [
+            (
+                "clamp_write_batch_rows",
+                "Rows per batch insert",
+                &self.batch_rows,
+            ),
+            (
+                "clamp_write_commit_seconds",
+                "Seconds per batch insert including commit",
+                &self.commit_seconds,
+            ),
+            (
+                "clamp_schedule_fire_lateness_seconds",
+                "Seconds from a schedule's fire time to the pass that started its request",
+                &self.schedule_lateness,
+            ),
+            (
+                "clamp_timer_fire_lateness_seconds",
+                "Seconds from a timer's time (a WAIT step's end, a retry's back-off, a delayed \
+                 start) to the claim that continued its request",
+                &self.timer_lateness,
+            ),
+        ];
+        for (name, help, h) in histograms {
+            registry.register(name, help, ArcMetric(h.clone()));
+        }
     }
 
     /// The span export's counters (zero while tracing is off).
@@ -697,6 +689,29 @@ impl<M: EncodeMetric> EncodeMetric for ArcMetric<M> {
     fn metric_type(&self) -> MetricType {
         self.0.metric_type()
     }
+}
+
+const STATUS_READS_HELP: &str = "Status reads (GET /serviceRequest/{id}) answered from \
+     memory, from Postgres, or from the request row in Postgres and the step rows in memory (row)";
+const SCHEDULE_FIRES_HELP: &str = "Schedule fires, by outcome: started a service request, or \
+     skipped because the schedule's previous run had not finished (overlap: skip)";
+
+/// A counter family registered as `name`, and the counter of each of `values` (the
+/// label sets the request path increments, made once here).
+fn labelled<L, const N: usize>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    values: [&'static str; N],
+    label: impl Fn(&'static str) -> L,
+) -> [Counter; N]
+where
+    L: EncodeLabelSet + Clone + std::hash::Hash + Eq + std::fmt::Debug + Send + Sync + 'static,
+{
+    let family = Family::<L, Counter>::default();
+    let counters = values.map(|v| family.get_or_create(&label(v)).clone());
+    registry.register(name, help, family);
+    counters
 }
 
 /// Per route: a counter by status class and a latency histogram, registered under Clamp's

@@ -12,6 +12,7 @@ use super::attempt::{attempt, end_paused, Attempt, Attempted, Made, Outcome, Pla
 use super::step_io::{
     call_http, now_ms, passed, send_amqp, send_kafka, write, MAX_WRITE_RETRY, WRITE_RETRY,
 };
+use super::stored::headers_and_trace;
 use super::writer::{StepRecord, Transition};
 use super::Executor;
 use crate::backoff::Backoff;
@@ -19,7 +20,7 @@ use crate::outbound::call::{CallError, CallErrorKind};
 use crate::outbound::doc::Doc;
 use crate::outbound::step_trace::StepTrace;
 use crate::status::{RequestStatus, StepStatus};
-use crate::telemetry::{RequestTrace, TraceParent};
+use crate::telemetry::RequestTrace;
 use crate::workflow::model::WaitVal;
 use crate::workflow::{CompiledStep, Mode, RetryPolicy, StepType, Val, Workflow};
 
@@ -82,38 +83,6 @@ fn step_key(id: &Uuid, step: u32) -> hyper::header::HeaderValue {
     let digits = n.format(step).as_bytes();
     buf[37..37 + digits.len()].copy_from_slice(digits);
     hyper::header::HeaderValue::from_bytes(&buf[..37 + digits.len()]).expect("hex, '-', ':'")
-}
-
-/// Parses persisted forwardable headers (`[[name, value], …]`).
-pub fn parse_headers(text: &[u8]) -> Vec<(String, String)> {
-    serde_json::from_slice::<Vec<(String, String)>>(text).unwrap_or_default()
-}
-
-/// The forwardable headers without the trace context, and the trace context: each step
-/// gets a `traceparent` of its own (`telemetry::step_traceparent`).
-pub fn headers_and_trace(text: &[u8]) -> (Vec<(String, String)>, Option<RequestTrace>) {
-    let mut headers = parse_headers(text);
-    if !headers
-        .iter()
-        .any(|(k, _)| k == "traceparent" || k == "tracestate")
-    {
-        return (headers, None);
-    }
-    let mut parent = None;
-    let mut tracestate = None;
-    headers.retain(|(k, v)| match k.as_str() {
-        "traceparent" => {
-            parent = parent.or_else(|| TraceParent::parse(v.as_bytes()));
-            false
-        }
-        "tracestate" => {
-            tracestate = Some(v.clone());
-            false
-        }
-        _ => true,
-    });
-    let trace = parent.map(|parent| RequestTrace { parent, tracestate });
-    (headers, trace)
 }
 
 impl Job {

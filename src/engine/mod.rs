@@ -18,6 +18,7 @@ pub(crate) mod resume;
 pub(crate) mod running;
 mod shared;
 pub(crate) mod step_io;
+pub mod stored;
 pub(crate) mod timers;
 pub(crate) mod writer;
 

@@ -48,7 +48,7 @@ impl Shared {
         headers: &str,
     ) -> Option<(&crate::telemetry::Tracing, crate::telemetry::RequestTrace)> {
         let t = self.tracing.as_ref()?;
-        Some((t, super::job::headers_and_trace(headers.as_bytes()).1?))
+        Some((t, super::stored::headers_and_trace(headers.as_bytes()).1?))
     }
 
     pub fn new(

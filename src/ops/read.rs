@@ -214,7 +214,7 @@ pub async fn details(core: &Core, id: Uuid) -> Result<Details> {
     {
         Some(s) => (
             Some(s.payload),
-            crate::engine::job::parse_headers(s.headers.as_bytes()),
+            crate::engine::stored::parse_headers(s.headers.as_bytes()),
         ),
         None => (None, Vec::new()),
     };
