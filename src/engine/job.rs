@@ -24,7 +24,6 @@ use crate::telemetry::RequestTrace;
 use crate::workflow::model::WaitVal;
 use crate::workflow::{CompiledStep, Mode, RetryPolicy, StepType, Val, Workflow};
 
-pub use super::step_io::{policy, DEADLINE_PASSED};
 
 /// What a request needs to continue.
 pub struct Job {

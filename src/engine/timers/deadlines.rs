@@ -72,9 +72,9 @@ impl Executor {
         let name = step.map_or("", |s| &s.name);
         let reason = format!(
             "step '{name}' failed: {}",
-            crate::engine::job::DEADLINE_PASSED
+            crate::engine::step_io::DEADLINE_PASSED
         );
-        let response = Doc::error(504, crate::engine::job::DEADLINE_PASSED);
+        let response = Doc::error(504, crate::engine::step_io::DEADLINE_PASSED);
         let end = End {
             id: p.id,
             step_id: p.step_id,
@@ -84,7 +84,7 @@ impl Executor {
                 .unwrap_or(0),
             reason: &reason,
             step_response: response.as_str(),
-            step_reason: crate::engine::job::DEADLINE_PASSED,
+            step_reason: crate::engine::step_io::DEADLINE_PASSED,
         };
         let conn = self.pool.get().await?;
         deadlines::end(&conn, &end).await
@@ -111,7 +111,7 @@ impl Executor {
             .map_or_else(String::new, crate::workflow::wait::iso);
         let message = format!("no answer within {within}");
         let e = CallError::new(CallErrorKind::Timeout, message.clone());
-        let policy = crate::engine::job::policy(self, step);
+        let policy = crate::engine::step_io::policy(self, step);
         let attempts = o.attempts.max(1);
         // An EVENT step's timeout is its end: waiting again would only wait longer.
         let again = step.mode != crate::workflow::Mode::Event
