@@ -47,7 +47,7 @@ pub async fn get(core: &Core, name: &str, query: Option<&str>) -> Resp {
             }
         },
     };
-    match workflows::read(core, name, version).await {
+    match workflows::read(&crate::ops::deps(core), name, version).await {
         Ok(wf) => json_bytes(StatusCode::OK, wf.json.clone()),
         Err(e) => op_error(e),
     }
@@ -55,7 +55,7 @@ pub async fn get(core: &Core, name: &str, query: Option<&str>) -> Resp {
 
 /// `GET /workflow/{name}/versions` (beyond Clamp): every version, oldest first.
 pub async fn versions(core: &Core, name: &str) -> Resp {
-    match workflows::versions(core, name).await {
+    match workflows::versions(&crate::ops::deps(core), name).await {
         Ok(v) => json(
             StatusCode::OK,
             &serde_json::json!({
@@ -118,7 +118,7 @@ pub async fn list(core: &Core, query: Option<&str>) -> Resp {
             }
         },
     };
-    match workflows::list(core, page_number, page_size, &sort).await {
+    match workflows::list(&crate::ops::deps(core), page_number, page_size, &sort).await {
         Ok(page) => json(
             StatusCode::OK,
             &serde_json::json!({

@@ -14,7 +14,6 @@ use super::{Deps, OpError, Result};
 use crate::config::Config;
 use crate::destinations::Destinations;
 use crate::secrets::Secrets;
-use crate::state::Core;
 pub use crate::store::queries::WorkflowSort;
 use crate::store::queries::{self, Versioned};
 use crate::store::workflow_map::WorkflowMap;
@@ -322,14 +321,9 @@ fn cached(map: &WorkflowMap, stored: serde_json::Value) -> Result<Arc<Workflow>>
 
 /// `GET /workflow/{name}`: the latest version as Postgres has it (another instance may
 /// have stored it), or beyond Clamp `version`.
-pub async fn read(core: &Core, name: &str, version: Option<u32>) -> Result<Arc<Workflow>> {
+pub async fn read(d: &Deps<'_>, name: &str, version: Option<u32>) -> Result<Arc<Workflow>> {
     if let Some(version) = version {
-        return match core
-            .app
-            .workflows
-            .get_or_load_version(&core.pool, name, version)
-            .await
-        {
+        return match d.workflows.get_or_load_version(d.pool, name, version).await {
             Ok(Some(wf)) => Ok(wf),
             Ok(None) => Err(OpError::NotFound(format!(
                 "workflow {name} has no version {version}"
@@ -347,16 +341,16 @@ pub async fn read(core: &Core, name: &str, version: Option<u32>) -> Result<Arc<W
         return Err(no_workflow(name));
     }
     let doing = "workflow lookup";
-    let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
+    let conn = d.pool.get().await.map_err(OpError::pool(doing))?;
     let stored = queries::latest_definition(&conn, name)
         .await
         .map_err(OpError::store(doing))?
         .ok_or_else(|| no_workflow(name))?;
     drop(conn);
-    match core.app.workflows.get(name) {
+    match d.workflows.get(name) {
         // Known here already: served as cached (the same bytes as the version's).
         Some(wf) if Some(wf.def.version as u64) == stored["version"].as_u64() => Ok(wf),
-        _ => cached(&core.app.workflows, stored),
+        _ => cached(d.workflows, stored),
     }
 }
 
@@ -368,9 +362,9 @@ pub struct Version {
 }
 
 /// `GET /workflow/{name}/versions` (beyond Clamp): every version, oldest first.
-pub async fn versions(core: &Core, name: &str) -> Result<Vec<Version>> {
+pub async fn versions(d: &Deps<'_>, name: &str) -> Result<Vec<Version>> {
     let doing = "workflow versions";
-    let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
+    let conn = d.pool.get().await.map_err(OpError::pool(doing))?;
     let v = queries::workflow_versions(&conn, name)
         .await
         .map_err(OpError::store(doing))?;
@@ -394,13 +388,13 @@ pub struct WorkflowPage {
 
 /// `GET /workflows`: page `number` (1-based, as Clamp) of `size` definitions, sorted.
 pub async fn list(
-    core: &Core,
+    d: &Deps<'_>,
     number: i64,
     size: i64,
     sort: &[(WorkflowSort, bool)],
 ) -> Result<WorkflowPage> {
     let doing = "list workflows";
-    let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
+    let conn = d.pool.get().await.map_err(OpError::pool(doing))?;
     let (definitions, total) = queries::workflows_page(&conn, size, size * (number - 1), sort)
         .await
         .map_err(OpError::store(doing))?;

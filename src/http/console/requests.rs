@@ -116,7 +116,7 @@ fn rfc3339(v: &str) -> String {
 
 pub async fn page(core: &Core, ctx: &Ctx, query: Option<&str>) -> Resp {
     let form = Form::read(query);
-    let workflows = match crate::ops::workflows::list(core, 1, 1000, &[]).await {
+    let workflows = match crate::ops::workflows::list(&crate::ops::deps(core), 1, 1000, &[]).await {
         Ok(p) => p.definitions,
         Err(e) => return super::op_problem(ctx, e),
     };

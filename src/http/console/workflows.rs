@@ -21,10 +21,11 @@ use crate::workflow::model::Step;
 use crate::workflow::Workflow;
 
 pub async fn list(core: &Core, ctx: &Ctx) -> Resp {
-    let (defs, total) = match crate::ops::workflows::list(core, 1, 1000, &[]).await {
-        Ok(p) => (p.definitions, p.total),
-        Err(e) => return super::op_problem(ctx, e),
-    };
+    let (defs, total) =
+        match crate::ops::workflows::list(&crate::ops::deps(core), 1, 1000, &[]).await {
+            Ok(p) => (p.definitions, p.total),
+            Err(e) => return super::op_problem(ctx, e),
+        };
     // Beyond Clamp: requests waiting for a concurrency slot or a rate's room, by workflow
     // (a column only while some wait).
     let waiting: std::collections::HashMap<String, i64> =
