@@ -27,7 +27,6 @@ use std::collections::{HashMap, HashSet};
 use super::budget::{self, Budget};
 use super::flights::Flights;
 use super::idempotency;
-use super::pool::sql::INSERT_REQUESTS;
 use super::pool::{PgConn, Pool};
 use super::raw_json::RawJson;
 use super::Result;
@@ -588,8 +587,7 @@ async fn write_rows(
             owner: lease.owner,
             lease_ms: lease.ms,
         };
-        let set = one_set(conn, rows);
-        let found = insert_requests(conn, &p, set.as_ref(), cfg.hard_timeout).await?;
+        let found = insert_requests(conn, &p, cfg.hard_timeout).await?;
         return Ok((Written::AllNew, latest(&found)));
     }
     write_keyed(conn, rows, n_leased, lease, cfg).await
@@ -711,38 +709,11 @@ impl NewRequests<'_> {
     }
 }
 
-/// The partition set all of a batch's ids are in, when this process knows one (a batch
-/// is made within milliseconds: one set, but at a set's edge). Sets are ranges of ids,
-/// so the lowest and highest id tell.
-fn one_set(conn: &PgConn, rows: &[PendingRow]) -> Option<Arc<str>> {
-    let lo = rows.iter().map(|r| r.id).min()?;
-    let hi = rows.iter().map(|r| r.id).max()?;
-    let map = conn.partitions();
-    let set = map.find(lo)?;
-    (map.find(hi)? == set).then_some(set)
-}
-
-/// The plain insert: the latest version of each of the batch's workflows. Aimed at the
-/// batch's partition set when it has one (as the step transitions are): an insert into
-/// the partitioned table routes each row and opens its partition for every batch. Else
-/// (a batch across a set's edge, a set this process has not seen) the statement prepared
-/// with the connection inserts through the partitioned table.
-async fn insert_requests(
-    conn: &PgConn,
-    p: &NewRequests<'_>,
-    set: Option<&Arc<str>>,
-    limit: Duration,
-) -> Result<Vec<Row>> {
+/// The plain insert (prepared with the connection): the latest version of each of the
+/// batch's workflows.
+async fn insert_requests(conn: &PgConn, p: &NewRequests<'_>, limit: Duration) -> Result<Vec<Row>> {
     bounded(conn, limit, async {
-        match set {
-            Some(_) => {
-                crate::store::partitions::on_set(conn, INSERT_REQUESTS, set, |stmt| async move {
-                    conn.client.query(&stmt, &p.params()).await
-                })
-                .await
-            }
-            None => conn.client.query(&conn.insert_requests, &p.params()).await,
-        }
+        conn.client.query(&conn.insert_requests, &p.params()).await
     })
     .await
 }
