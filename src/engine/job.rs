@@ -24,7 +24,6 @@ use crate::telemetry::RequestTrace;
 use crate::workflow::model::WaitVal;
 use crate::workflow::{CompiledStep, Mode, RetryPolicy, StepType, Val, Workflow};
 
-
 /// What a request needs to continue.
 pub struct Job {
     pub id: Uuid,
