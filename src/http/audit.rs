@@ -20,7 +20,7 @@ pub async fn list(core: &Core, query: Option<&str>) -> Resp {
         Some(Ok(n)) if n > 0 => Some(n),
         Some(_) => return error(StatusCode::BAD_REQUEST, "before: must be an entry id"),
     };
-    match crate::ops::audit::list(core, before, limit).await {
+    match crate::ops::audit::list(&core.pool, before, limit).await {
         Ok(entries) => {
             let next = (entries.len() as i64 == limit).then(|| entries.last().map(|e| e.id));
             let entries: Vec<Value> = entries

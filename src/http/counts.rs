@@ -18,7 +18,7 @@ pub async fn counts(core: &Core, query: Option<&str>) -> Resp {
         Ok(w) => w,
         Err(e) => return op_error(e),
     };
-    match lists::counts(core, &w).await {
+    match lists::counts(&core.pool, &w).await {
         Ok(buckets) => json(StatusCode::OK, &answer(&w, &buckets)),
         Err(e) => op_error(e),
     }

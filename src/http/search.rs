@@ -14,7 +14,7 @@ pub async fn search(core: &Core, query: Option<&str>) -> Resp {
         Ok(f) => f,
         Err(e) => return op_error(e),
     };
-    match lists::search(core, &filter).await {
+    match lists::search(&core.pool, &filter).await {
         Ok((items, next)) => json(
             StatusCode::OK,
             &serde_json::json!({

@@ -9,7 +9,6 @@
 
 use super::access::{self, Op};
 use super::{OpError, Result};
-use crate::state::Core;
 use crate::store::audit::{self, Entry};
 use crate::store::Pool;
 use crate::tokens::Caller;
@@ -86,8 +85,8 @@ pub(super) async fn record(
 }
 
 /// The most recent changes, newest first, before id `before` (None: from the newest).
-pub async fn list(core: &Core, before: Option<i64>, limit: i64) -> Result<Vec<Entry>> {
-    let conn = core.pool.get().await.map_err(OpError::pool("audit read"))?;
+pub async fn list(pool: &Pool, before: Option<i64>, limit: i64) -> Result<Vec<Entry>> {
+    let conn = pool.get().await.map_err(OpError::pool("audit read"))?;
     audit::list(&conn, before.unwrap_or(0), limit)
         .await
         .map_err(OpError::store("audit read"))

@@ -17,6 +17,7 @@ pub use crate::store::search::Filter;
 pub use crate::store::slots::Waiting;
 use crate::store::stats;
 pub use crate::store::stats::Bucket;
+use crate::store::Pool;
 
 /// Rows per search page unless `limit` says otherwise, and the most it may say.
 const DEFAULT_LIMIT: i64 = 50;
@@ -58,9 +59,9 @@ pub async fn by_workflow(
 }
 
 /// A search page, newest first, and the cursor of the next (None: no more).
-pub async fn search(core: &Core, f: &Filter) -> Result<(Vec<RequestRow>, Option<Uuid>)> {
+pub async fn search(pool: &Pool, f: &Filter) -> Result<(Vec<RequestRow>, Option<Uuid>)> {
     let doing = "search service requests";
-    let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
+    let conn = pool.get().await.map_err(OpError::pool(doing))?;
     search::search(&conn, f)
         .await
         .map_err(OpError::store(doing))
@@ -76,9 +77,9 @@ pub struct Window {
 }
 
 /// The counts of a window by status and minute, oldest first.
-pub async fn counts(core: &Core, w: &Window) -> Result<Vec<Bucket>> {
+pub async fn counts(pool: &Pool, w: &Window) -> Result<Vec<Bucket>> {
     let doing = "count service requests";
-    let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
+    let conn = pool.get().await.map_err(OpError::pool(doing))?;
     stats::counts(&conn, w.workflow.as_deref(), w.after, w.before)
         .await
         .map_err(OpError::store(doing))
@@ -260,9 +261,9 @@ fn bad(why: impl Into<String>) -> OpError {
 /// Beyond Clamp: how many requests wait for a concurrency slot or a rate's room, by
 /// workflow; empty when the database cannot say (a best-effort column of the console's
 /// and a gauge of `/metrics`).
-pub async fn waiting_for_slots(core: &Core) -> Vec<(String, i64)> {
+pub async fn waiting_for_slots(pool: &Pool) -> Vec<(String, i64)> {
     let read = async {
-        let conn = core.pool.get().await.ok()?;
+        let conn = pool.get().await.ok()?;
         crate::store::slots::waiting_counts(&conn).await.ok()
     };
     read.await.unwrap_or_default()
@@ -270,9 +271,9 @@ pub async fn waiting_for_slots(core: &Core) -> Vec<(String, i64)> {
 
 /// Beyond Clamp: the requests of `workflow` waiting for a slot or a rate's room, by key
 /// (the `limit` keys with the most).
-pub async fn waiting_by_key(core: &Core, workflow: &str, limit: i64) -> Result<Waiting> {
+pub async fn waiting_by_key(pool: &Pool, workflow: &str, limit: i64) -> Result<Waiting> {
     let doing = "read waiting requests";
-    let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
+    let conn = pool.get().await.map_err(OpError::pool(doing))?;
     crate::store::slots::waiting_by_key(&conn, workflow, limit)
         .await
         .map_err(OpError::store(doing))

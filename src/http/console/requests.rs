@@ -122,13 +122,13 @@ pub async fn page(core: &Core, ctx: &Ctx, query: Option<&str>) -> Resp {
     };
     let (results, problem) = match lists::search_filter(&form.pairs(true, true)) {
         Err(e) => (None, Some(e.message())),
-        Ok(f) => match lists::search(core, &f).await {
+        Ok(f) => match lists::search(&core.pool, &f).await {
             Ok(page) => (Some(page), None),
             Err(e) => return super::op_problem(ctx, e),
         },
     };
     let counts = match lists::counts_window(&form.pairs(false, false), SystemTime::now()) {
-        Ok(w) => lists::counts(core, &w)
+        Ok(w) => lists::counts(&core.pool, &w)
             .await
             .ok()
             .map(|b| (lists::totals(&b), w)),

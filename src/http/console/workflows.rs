@@ -28,8 +28,10 @@ pub async fn list(core: &Core, ctx: &Ctx) -> Resp {
         };
     // Beyond Clamp: requests waiting for a concurrency slot or a rate's room, by workflow
     // (a column only while some wait).
-    let waiting: std::collections::HashMap<String, i64> =
-        lists::waiting_for_slots(core).await.into_iter().collect();
+    let waiting: std::collections::HashMap<String, i64> = lists::waiting_for_slots(&core.pool)
+        .await
+        .into_iter()
+        .collect();
     let body = html! {
         h1 { "Workflows" }
         @if defs.is_empty() {
@@ -93,7 +95,7 @@ pub async fn page(core: &Core, ctx: &Ctx, name: &str) -> Resp {
         after: SystemTime::UNIX_EPOCH + Duration::from_secs(first_minute as u64),
         before: now,
     };
-    let buckets = match lists::counts(core, &window).await {
+    let buckets = match lists::counts(&core.pool, &window).await {
         Ok(b) => b,
         Err(e) => return super::op_problem(ctx, e),
     };
@@ -103,14 +105,14 @@ pub async fn page(core: &Core, ctx: &Ctx, name: &str) -> Resp {
         limit: 20,
         ..Default::default()
     };
-    let recent = match lists::search(core, &recent).await {
+    let recent = match lists::search(&core.pool, &recent).await {
         Ok((items, _)) => items,
         Err(e) => return super::op_problem(ctx, e),
     };
     // Beyond Clamp: the requests waiting for a slot or a rate's room, by key.
     let waiting = match &wf.concurrency {
         None => lists::Waiting::default(),
-        Some(_) => match lists::waiting_by_key(core, name, 20).await {
+        Some(_) => match lists::waiting_by_key(&core.pool, name, 20).await {
             Ok(w) => w,
             Err(e) => return super::op_problem(ctx, e),
         },
