@@ -62,7 +62,7 @@ async fn session(core: &Arc<Core>, stop: &mut watch::Receiver<bool>) -> Result<(
     // The partition locks live as long as this connection, which closes when `locks` is
     // dropped, however the session ends: that releases them for the next session or
     // another instance.
-    let locks = consumers::partition_locks(core).await?;
+    let locks = consumers::partition_locks(&core.app).await?;
     let mut owned: BTreeMap<i32, Owned> = BTreeMap::new();
     let mut next_lock_try = Instant::now();
     tracing::info!(
@@ -279,7 +279,7 @@ async fn apply_record(
     };
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     loop {
-        match consumers::dead_letter(core, &origin, body, &why).await {
+        match consumers::dead_letter(&core.pool, &origin, body, &why).await {
             Ok(()) => return true,
             Err(_) if *stop.borrow() => return false,
             Err(e) => {
@@ -330,7 +330,7 @@ async fn start_offset(
     topic: &str,
     partition: i32,
 ) -> Result<i64, ConsumerError> {
-    match consumers::offset(core, topic, partition).await? {
+    match consumers::offset(&core.pool, topic, partition).await? {
         Some(next) => Ok(next),
         // Never read before: from the oldest record, not the newest (nothing sent while
         // no instance was up is skipped).
@@ -344,5 +344,5 @@ async fn store_offset(
     partition: i32,
     next: i64,
 ) -> Result<(), ConsumerError> {
-    Ok(consumers::set_offset(core, topic, partition, next).await?)
+    Ok(consumers::set_offset(&core.pool, topic, partition, next).await?)
 }

@@ -22,7 +22,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(1);
 /// Readiness: migrations are done (the server only listens after them) and the database
 /// answers a query now.
 pub async fn ready(core: &Core) -> Resp {
-    match crate::ops::system::ready(core, READY_TIMEOUT).await {
+    match crate::ops::system::ready(&core.pool, READY_TIMEOUT).await {
         true => json_bytes(
             StatusCode::OK,
             Bytes::from_static(b"{\"status\":\"READY\"}"),
@@ -47,7 +47,7 @@ static OPENAPI: &[u8] = include_bytes!("../../openapi.json");
 /// Prometheus text exposition (`ops::system::metrics_text`).
 pub async fn metrics(core: &Core) -> Resp {
     let mut r = Response::new(Full::new(Bytes::from(
-        crate::ops::system::metrics_text(core).await,
+        crate::ops::system::metrics_text(&core.app, &core.pool).await,
     )));
     r.headers_mut().insert(
         CONTENT_TYPE,

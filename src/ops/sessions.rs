@@ -13,8 +13,10 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use super::{OpError, Result};
-use crate::state::Core;
+use crate::config::Config;
+use crate::state::App;
 use crate::store::sessions;
+use crate::store::Pool;
 use crate::tokens::Caller;
 
 /// What a sign-in came to.
@@ -43,8 +45,7 @@ fn hash(id: &str) -> [u8; 32] {
 }
 
 /// Signs in with `token`, from `peer`.
-pub async fn sign_in(core: &Core, peer: Option<IpAddr>, token: &str) -> Result<SignIn> {
-    let app = &core.app;
+pub async fn sign_in(app: &App, pool: &Pool, peer: Option<IpAddr>, token: &str) -> Result<SignIn> {
     if let Some(addr) = peer {
         if let Err(wait) = app.sign_ins.attempt(addr) {
             app.metrics.sign_ins_limited.inc();
@@ -58,22 +59,21 @@ pub async fn sign_in(core: &Core, peer: Option<IpAddr>, token: &str) -> Result<S
     };
     let caller = caller.clone();
     let session = new_id();
-    let conn = core.pool.get().await.map_err(OpError::pool("sign-in"))?;
+    let conn = pool.get().await.map_err(OpError::pool("sign-in"))?;
     sessions::create(&conn, &hash(&session), &digest)
         .await
         .map_err(OpError::store("sign-in"))?;
     drop(conn);
-    super::audit::record(&core.pool, &caller, "console sign-in", "console", "ok").await;
+    super::audit::record(pool, &caller, "console sign-in", "console", "ok").await;
     Ok(SignIn::Started { session })
 }
 
 /// Who the session `id` signs in, if it is live and its token still in force.
-pub async fn session(core: &Core, id: &str) -> Result<Option<Caller>> {
+pub async fn session(cfg: &Config, pool: &Pool, id: &str) -> Result<Option<Caller>> {
     if id.len() != 64 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Ok(None);
     }
-    let cfg = &core.app.config;
-    let conn = core.pool.get().await.map_err(OpError::pool("session"))?;
+    let conn = pool.get().await.map_err(OpError::pool("session"))?;
     let digest = sessions::touch(&conn, &hash(id), cfg.session_idle, cfg.session_max)
         .await
         .map_err(OpError::store("session"))?;
@@ -82,8 +82,8 @@ pub async fn session(core: &Core, id: &str) -> Result<Option<Caller>> {
 }
 
 /// Ends the session `id` (on every instance).
-pub async fn sign_out(core: &Core, id: &str) -> Result<()> {
-    let conn = core.pool.get().await.map_err(OpError::pool("sign-out"))?;
+pub async fn sign_out(pool: &Pool, id: &str) -> Result<()> {
+    let conn = pool.get().await.map_err(OpError::pool("sign-out"))?;
     sessions::end(&conn, &hash(id))
         .await
         .map_err(OpError::store("sign-out"))

@@ -3,12 +3,13 @@
 
 use std::time::Duration;
 
-use crate::state::Core;
+use crate::state::App;
+use crate::store::Pool;
 
 /// Whether the database answers a query within `timeout`.
-pub async fn ready(core: &Core, timeout: Duration) -> bool {
+pub async fn ready(pool: &Pool, timeout: Duration) -> bool {
     matches!(
-        tokio::time::timeout(timeout, crate::store::pool::ping(&core.pool)).await,
+        tokio::time::timeout(timeout, crate::store::pool::ping(pool)).await,
         Ok(true)
     )
 }
@@ -23,16 +24,15 @@ const TIMERS_TIMEOUT: Duration = Duration::from_secs(2);
 /// cost only those who read the gauges should pay (counted every 15 s by the server
 /// itself, with a million requests waiting, it cost the two-step request 3% of its rate
 /// and 4% more CPU per request).
-pub async fn metrics_text(core: &Core) -> String {
-    count_timers(core).await;
-    core.app.metrics.encode()
+pub async fn metrics_text(app: &App, pool: &Pool) -> String {
+    count_timers(app, pool).await;
+    app.metrics.encode()
 }
 
 /// Counts the timers for their gauges if the last count is a period old (one scrape of
 /// the process does; the others answer with it).
-async fn count_timers(core: &Core) {
+async fn count_timers(app: &App, pool: &Pool) {
     use std::sync::atomic::Ordering;
-    let app = &core.app;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -46,7 +46,7 @@ async fn count_timers(core: &Core) {
         return;
     }
     let counted = tokio::time::timeout(TIMERS_TIMEOUT, async {
-        let conn = core.pool.get().await.ok()?;
+        let conn = pool.get().await.ok()?;
         let timers = crate::store::deadlines::timers(&conn).await.ok()?;
         let waiting = crate::store::slots::waiting_counts(&conn).await.ok()?;
         Some((timers, waiting))

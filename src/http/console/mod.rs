@@ -117,7 +117,7 @@ async fn signed_in(
         return Ok(Some(crate::tokens::Caller::anonymous()));
     }
     if let Some(id) = session::cookie(&parts.headers, session::SESSION_COOKIE) {
-        if let Some(c) = crate::ops::sessions::session(core, id).await? {
+        if let Some(c) = crate::ops::sessions::session(&core.app.config, &core.pool, id).await? {
             return Ok(Some(c));
         }
     }
@@ -190,7 +190,7 @@ async fn login(core: &Core, conn: &ConnState, ctx: &Ctx, parts: &Parts, body: &m
     }
     let token = actions::field(&form, "token").unwrap_or("").trim();
     use crate::ops::sessions::SignIn;
-    match crate::ops::sessions::sign_in(core, conn.peer, token).await {
+    match crate::ops::sessions::sign_in(&core.app, &core.pool, conn.peer, token).await {
         Ok(SignIn::Started { session, .. }) => {
             let mut r = layout::see_other(&next_page(parts.uri.query()), ctx);
             r.headers_mut().append(
@@ -224,7 +224,7 @@ async fn logout(core: &Core, ctx: &Ctx, parts: &Parts, body: &mut Body) -> Resp 
         return r;
     }
     if let Some(id) = session::cookie(&parts.headers, session::SESSION_COOKIE) {
-        if let Err(e) = crate::ops::sessions::sign_out(core, id).await {
+        if let Err(e) = crate::ops::sessions::sign_out(&core.pool, id).await {
             return op_problem(ctx, e);
         }
     }
