@@ -133,14 +133,14 @@ pub async fn start(config: Config) -> Result<Server, StartError> {
         ),
         None => None,
     };
-    let app = Arc::new(App::new(
+    let app = Arc::new(App::new(engine::Shared::new(
         config,
         db,
         outbound,
         metrics,
         tracing,
         http::answers::status,
-    ));
+    )));
     load_workflows(&app, &client, &url).await?;
     drop(client);
     let n = app.config.threads;

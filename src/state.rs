@@ -6,9 +6,7 @@ use std::ops::Deref;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use crate::config::Config;
 use crate::engine::Shared;
-use crate::metrics::Metrics;
 use crate::store::{Pool, WriteBuffer};
 
 /// What every runtime of this process shares. Reads of the engine's part go through
@@ -32,20 +30,11 @@ impl Deref for App {
 }
 
 impl App {
-    /// The process's shared state, wired from its parts; `render` is how a final status
-    /// answer is rendered (the HTTP layer's, given from above).
-    pub fn new(
-        config: Config,
-        db: Arc<crate::store::connect::PgConnector>,
-        outbound: crate::outbound::tls::Outbound,
-        metrics: Arc<Metrics>,
-        tracing: Option<crate::telemetry::Tracing>,
-        render: crate::reads::finals::Render,
-    ) -> App {
-        let sign_ins = crate::tokens::SignInLimiter::new(config.sign_in_per_minute);
+    /// The process's shared state: the engine's part, and the carriers' beside it.
+    pub fn new(engine: Shared) -> App {
         App {
-            engine: Arc::new(Shared::new(config, db, outbound, metrics, tracing, render)),
-            sign_ins,
+            sign_ins: crate::tokens::SignInLimiter::new(engine.config.sign_in_per_minute),
+            engine: Arc::new(engine),
             timers_counted: AtomicU64::new(0),
         }
     }

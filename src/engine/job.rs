@@ -9,9 +9,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::attempt::{attempt, end_paused, Attempt, Attempted, Made, Outcome, Place};
-use super::step_io::{
-    call_http, now_ms, passed, send_amqp, send_kafka, write, MAX_WRITE_RETRY, WRITE_RETRY,
-};
+use super::step_io::{call_http, now_ms, passed, publish, write, MAX_WRITE_RETRY, WRITE_RETRY};
 use super::stored::headers_and_trace;
 use super::writer::{StepRecord, Transition};
 use super::Executor;
@@ -702,11 +700,8 @@ async fn execute(
     is_async: bool,
     trace: Option<&mut StepTrace>,
 ) -> Outcome {
-    // Every future below but the HTTP call's is boxed: a future is as large as the
-    // largest of its awaits, and this one is built and moved (copied whole) for every
-    // step, so the broker clients', the lanes' and the event's futures would be copied
-    // for every HTTP step too (9.8 KB twice per step before, measured in
-    // docs/decisions.md). Their allocation is nothing beside a publish or a pause.
+    // Every future below but the HTTP call's is boxed (`step_io::publish` says why): this
+    // one is built and moved whole for every step.
     match (&step.val, step.mode) {
         (Val::Http(val), Mode::Http) => {
             let key = step_key(&job.id, step.id);
@@ -716,15 +711,12 @@ async fn execute(
                 Err(e) => Outcome::Failed(e),
             }
         }
-        (Val::Amqp(val), Mode::Amqp) => {
+        (Val::Amqp(_), Mode::Amqp) | (Val::Kafka(_), Mode::Kafka) => {
             let t = trace.as_deref();
-            let sent = Box::pin(send_amqp(exec, job.id, &job.headers, step, val, body, t)).await;
-            published(sent, is_async)
-        }
-        (Val::Kafka(val), Mode::Kafka) => {
-            let t = trace.as_deref();
-            let sent = Box::pin(send_kafka(exec, job.id, &job.headers, step, val, body, t)).await;
-            published(sent, is_async)
+            published(
+                publish(exec, job.id, &job.headers, step, body, t).await,
+                is_async,
+            )
         }
         // A PARALLEL whose branches only call runs them here, as lanes of this request.
         (Val::Parallel(p), Mode::Parallel) if is_async && p.lanes => {

@@ -505,8 +505,6 @@ async fn call(
     trace: Option<&mut StepTrace>,
 ) -> Result<Doc, CallError> {
     let (exec, job) = (fan.exec, fan.job);
-    // The brokers' futures are boxed, as in the step loop's `job::execute`: every lane's
-    // future would be as large as theirs, and copied as whole.
     match (&step.val, step.mode) {
         (Val::Http(val), Mode::Http) => {
             let key = |place: &dyn std::fmt::Display| {
@@ -517,28 +515,11 @@ async fn call(
                 .expect("ids and digits");
             step_io::call_http(exec, job.http_headers, val, body, key, trace).await
         }
-        (Val::Amqp(val), Mode::Amqp) => Box::pin(step_io::send_amqp(
-            exec,
-            job.id,
-            job.headers,
-            step,
-            val,
-            body,
-            trace.as_deref(),
-        ))
-        .await
-        .map(|()| Doc::trusted(&b"{\"sent\":true}"[..])),
-        (Val::Kafka(val), Mode::Kafka) => Box::pin(step_io::send_kafka(
-            exec,
-            job.id,
-            job.headers,
-            step,
-            val,
-            body,
-            trace.as_deref(),
-        ))
-        .await
-        .map(|()| Doc::trusted(&b"{\"sent\":true}"[..])),
+        (Val::Amqp(_), Mode::Amqp) | (Val::Kafka(_), Mode::Kafka) => {
+            step_io::publish(exec, job.id, job.headers, step, body, trace.as_deref())
+                .await
+                .map(|()| Doc::trusted(&b"{\"sent\":true}"[..]))
+        }
         (_, mode) => Err(CallError::new(
             CallErrorKind::Other,
             format!("a {} step cannot run in a lane", mode.as_str()),

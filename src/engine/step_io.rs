@@ -14,7 +14,7 @@ use crate::outbound::call::{CallError, CallErrorKind};
 use crate::outbound::doc::Doc;
 use crate::outbound::step_trace::StepTrace;
 use crate::status::RequestStatus;
-use crate::workflow::{CompiledStep, RetryPolicy};
+use crate::workflow::{CompiledStep, RetryPolicy, Val};
 
 /// The failure of the step a request is at when its deadline passes (the same words
 /// whichever instance, executor or sweeper, ends it).
@@ -50,8 +50,30 @@ pub async fn call_http(
     exec.http.call(val, body, forwarded, key, trace).await
 }
 
+/// A broker step's publish (AMQP or Kafka; any other step fails), boxed: a future is as
+/// large as its largest await and is moved whole wherever it is built, so with the
+/// brokers' clients inline the step loop's and a lane's futures grew to 10 and 19 KB and
+/// every HTTP step copied them (docs/decisions.md, "The fixed cost on a fresh database").
+/// An allocation beside a publish costs nothing.
+pub fn publish<'a>(
+    exec: &'a Executor,
+    id: Uuid,
+    headers: &'a [(String, String)],
+    step: &'a CompiledStep,
+    body: &'a Doc,
+    trace: Option<&'a StepTrace>,
+) -> futures_util::future::BoxFuture<'a, Result<(), CallError>> {
+    Box::pin(async move {
+        match &step.val {
+            Val::Amqp(val) => send_amqp(exec, id, headers, step, val, body, trace).await,
+            Val::Kafka(val) => send_kafka(exec, id, headers, step, val, body, trace).await,
+            _ => Err(CallError::new(CallErrorKind::Other, "not a broker step")),
+        }
+    })
+}
+
 /// An AMQP step's message, published.
-pub async fn send_amqp(
+async fn send_amqp(
     exec: &Executor,
     id: Uuid,
     headers: &[(String, String)],
@@ -73,7 +95,7 @@ pub async fn send_amqp(
 }
 
 /// A Kafka step's message, produced.
-pub async fn send_kafka(
+async fn send_kafka(
     exec: &Executor,
     id: Uuid,
     headers: &[(String, String)],
