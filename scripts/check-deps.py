@@ -64,9 +64,10 @@ LAYER = {
 }
 LEAVES = {"metrics", "ids", "backoff", "error_chain", "batches", "tls", "status", "tokens", "destinations", "secrets",
           "routes"}
-# The route table is data beneath every layer: the one leaf another leaf (metrics, which
-# names each route's metrics) may read. It uses nothing itself.
-TABLES = {"routes"}
+# The route table and the statuses are data beneath every layer: the leaves another leaf
+# may read (metrics names each route's metrics, and counts requests by final status).
+# They use nothing themselves.
+TABLES = {"routes", "status"}
 # ops is the only door: the carriers (the API and console, the broker consumers) reach the
 # store and the engine through it, never by name.
 BEHIND_OPS = {"store", "engine"}

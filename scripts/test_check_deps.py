@@ -76,6 +76,10 @@ class CheckDeps(unittest.TestCase):
         self.inject("routes.rs", "use crate::metrics::Metrics as Up;")
         self.assert_refused("routes -> metrics points against the direction")
 
+    def test_the_statuses_use_nothing(self):
+        self.inject("status.rs", "use crate::ids::new_v7 as Up;")
+        self.assert_refused("status -> ids points against the direction")
+
     def test_files_using_each_other_in_a_circle_are_refused(self):
         self.inject("store/stats.rs", "use super::slots::Waiting as Around;")
         self.inject("store/slots.rs", "use super::stats::Bucket as Back;")

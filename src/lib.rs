@@ -14,6 +14,7 @@ pub(crate) mod engine;
 pub(crate) mod error_chain;
 pub(crate) mod http;
 pub(crate) mod ids;
+pub(crate) mod labels;
 pub(crate) mod metrics;
 pub(crate) mod ops;
 pub(crate) mod outbound;

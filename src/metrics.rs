@@ -18,7 +18,10 @@ use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
 pub use crate::routes::Route;
+
+mod outcomes;
 use crate::routes::ROUTES;
+pub use outcomes::Outcomes;
 
 /// The span export's counters.
 #[derive(Clone, Default)]
@@ -254,6 +257,8 @@ pub struct Metrics {
     pub slots_admitted: Counter,
     /// Requests waiting for a slot or a rate's room, by workflow, counted with the timers.
     pub slots_waiting: Family<WorkflowLabel, Gauge>,
+    /// Requests finished, by workflow and status, and their time from create to finish.
+    pub outcomes: Arc<Outcomes>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -469,6 +474,7 @@ impl Metrics {
             rate_waits: Counter::default(),
             slots_admitted: Counter::default(),
             slots_waiting: Family::default(),
+            outcomes: Default::default(),
             requests,
             latency,
             batch_rows: Arc::new(AtomicHistogram::new(BATCH_BOUNDS)),
@@ -624,6 +630,17 @@ impl Metrics {
             "Step calls scheduled to be tried again, by the cause of the failed attempt \
              (connect, broken, timeout, queued, status, broker)",
             self.step_retries.clone(),
+        );
+        registry.register(
+            "clamp_requests_finished",
+            "Service requests finished, by workflow and final status (COMPLETED, FAILED, \
+             CANCELLED)",
+            outcomes::Finished(self.outcomes.clone()),
+        );
+        registry.register(
+            "clamp_request_duration_seconds",
+            "Seconds from a service request's create to its finish, by workflow",
+            outcomes::Durations(self.outcomes.clone()),
         );
         registry.register(
             "clamp_concurrency_waiting",

@@ -925,7 +925,7 @@ async fn advance(exec: &Executor, job: &Job, t: Transition) -> bool {
 
 /// `job`'s request reached its final `status`: counted, and its span written.
 fn ended(exec: &Executor, job: &Job, status: RequestStatus, reason: Option<&str>) {
-    exec.count_finished(status);
+    exec.count_finished(status, Some((&job.wf.def.name, job.created_us)));
     if job.wf.concurrency.is_some() {
         // Its slot is free: the admitter gives it to the next request of its key.
         exec.app.freed.freed(job.id);

@@ -246,7 +246,15 @@ impl Executor {
         }
     }
 
-    pub fn count_finished(&self, status: RequestStatus) {
+    /// Counts a request that reached final `status`: Clamp's counters, and by workflow
+    /// (`of`: its workflow and creation time, when known here).
+    pub fn count_finished(&self, status: RequestStatus, of: Option<(&str, i64)>) {
+        if let Some((workflow, created_us)) = of {
+            self.app
+                .metrics
+                .outcomes
+                .finished(workflow, status, Some(created_us));
+        }
         match status {
             RequestStatus::Completed => self.app.metrics.completed.inc(),
             RequestStatus::Failed => self.app.metrics.failed.inc(),
@@ -476,7 +484,7 @@ impl Executor {
                 tracing::error!(service_request_id = %id, trace_id = trace_id.as_deref(), error = %e, "claimed request cannot run; marking it FAILED");
                 let t = writer::Transition::failed(id, e.to_string());
                 if self.writer.write(t).await.is_ok() {
-                    self.count_finished(RequestStatus::Failed);
+                    self.count_finished(RequestStatus::Failed, None);
                 }
                 self.unreserve(1);
             }

@@ -185,7 +185,7 @@ pub async fn write(exec: &Executor, mut t: Transition) -> bool {
                     format!("the outcome of a step could not be stored: {why}"),
                 );
                 if write_failed(exec, t).await {
-                    exec.count_finished(RequestStatus::Failed);
+                    exec.count_finished(RequestStatus::Failed, None);
                 }
                 return false;
             }

@@ -246,7 +246,7 @@ pub fn children(page: &[Child], total: i64) -> Value {
 }
 
 pub fn request_item(r: &RequestRow) -> Value {
-    json!({
+    let mut item = json!({
         "id": r.id.to_string(),
         "workflow_name": r.workflow_name,
         "status": r.status.as_str(),
@@ -254,7 +254,12 @@ pub fn request_item(r: &RequestRow) -> Value {
         "payload": parsed(r.payload.as_deref()).unwrap_or(Value::Null),
         "current_step_id": r.current_step_id,
         "reason": r.reason.as_deref().unwrap_or(""),
-    })
+    });
+    // Beyond Clamp, and only when there are some: Clamp's item keeps its shape.
+    if !r.labels.is_empty() {
+        item["labels"] = json!(r.labels);
+    }
+    item
 }
 
 #[cfg(test)]

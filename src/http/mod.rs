@@ -351,6 +351,17 @@ pub fn query_param<'q>(query: Option<&'q str>, key: &str) -> Option<Cow<'q, str>
         .map(|(_, v)| v)
 }
 
+/// Every value of a repeatable query parameter, in order (nothing allocated for none).
+pub fn query_params<'q>(query: Option<&'q str>, key: &str) -> Vec<Cow<'q, str>> {
+    match query {
+        None => Vec::new(),
+        Some(q) => form_urlencoded::parse(q.as_bytes())
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v)
+            .collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -80,6 +80,7 @@ fn is_clamps_token(tokens: &crate::tokens::ApiTokens, value: &str) -> bool {
 }
 
 static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+static LABELS: HeaderName = HeaderName::from_static(crate::labels::HEADER);
 
 /// `POST /serviceRequest/{workflow}`. With an `Idempotency-Key` (beyond Clamp), a repeat
 /// of a create for the same workflow within the window answers the original request
@@ -114,6 +115,8 @@ pub async fn create(
             .headers
             .get(&IDEMPOTENCY_KEY)
             .map(HeaderValue::as_bytes),
+        labels: super::query_params(query, "label"),
+        labels_header: parts.headers.get(&LABELS).map(HeaderValue::as_bytes),
     };
     let admitted = or_answer!(crate::ops::create::admit(core, &ask)
         .await

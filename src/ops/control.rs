@@ -73,6 +73,13 @@ async fn cancel_it(core: &Core, id: Uuid, reason: Option<String>) -> Result<Canc
                 }
             }
             app.metrics.cancelled.inc();
+            for r in &rows {
+                app.metrics.outcomes.finished(
+                    &r.workflow_name,
+                    crate::status::RequestStatus::Cancelled,
+                    Some(r.created_us),
+                );
+            }
             app.changes.notify(&id);
             Ok(Cancelled { reason })
         }

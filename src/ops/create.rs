@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::{OpError, Result};
 use crate::config::AckMode;
+use crate::labels::Labels;
 use crate::state::Core;
 use crate::status::RequestStatus;
 use crate::store::buffer::PushError;
@@ -122,6 +123,9 @@ pub struct Ask<'a> {
     pub priority: Option<&'a str>,
     /// The `Idempotency-Key` header's bytes (beyond Clamp).
     pub key: Option<&'a [u8]>,
+    /// `?label=` values and the `Clamp-Labels` header's bytes (beyond Clamp: `labels`).
+    pub labels: Vec<std::borrow::Cow<'a, str>>,
+    pub labels_header: Option<&'a [u8]>,
 }
 
 /// A create judged and admitted before its body is read; `create` takes it with the body.
@@ -132,6 +136,7 @@ pub struct Admitted {
     start: Option<SystemTime>,
     deadline: Option<std::time::Duration>,
     priority: Option<i16>,
+    labels: Option<Labels>,
 }
 
 /// The first half of a create, before its body is read: every text judged (400), its
@@ -158,6 +163,7 @@ pub async fn admit(core: &Core, ask: &Ask<'_>) -> Result<Admitted> {
         None => None,
         Some(text) => priority(text)?,
     };
+    let labels = labels(ask)?;
     let workflow = workflow(core, ask.workflow, pinned).await?;
     let key = key(ask.key, &workflow.def.name)?;
     if core.buffer.presumed_down() {
@@ -171,7 +177,23 @@ pub async fn admit(core: &Core, ask: &Ask<'_>) -> Result<Admitted> {
         start,
         deadline,
         priority,
+        labels,
     })
+}
+
+/// A create's labels, from its query and its header (nothing allocated for none).
+fn labels(ask: &Ask<'_>) -> Result<Option<Labels>> {
+    let bad = |e: crate::labels::BadLabel| OpError::BadRequest(e.0);
+    let query = if ask.labels.is_empty() {
+        None
+    } else {
+        Labels::parse(ask.labels.iter().map(|l| l.as_ref())).map_err(bad)?
+    };
+    let header = match ask.labels_header {
+        None => None,
+        Some(h) => Labels::parse_header(h).map_err(bad)?,
+    };
+    Labels::merge(query, header).map_err(bad)
 }
 
 /// A create, its workflow found and admitted, with its body.
@@ -191,6 +213,8 @@ struct NewRequest {
     pub deadline: Option<std::time::Duration>,
     /// Its priority, `MIN_PRIORITY..=MAX_PRIORITY` (beyond Clamp; None: the default).
     pub priority: Option<i16>,
+    /// Its labels (beyond Clamp; None: none).
+    pub labels: Option<Labels>,
 }
 
 /// A create's `priority` (`workflow::model::priority`).
@@ -236,6 +260,7 @@ pub async fn create(core: &Core, a: Admitted, headers: Bytes, body: Bytes) -> Re
         start: a.start,
         deadline: a.deadline,
         priority: a.priority,
+        labels: a.labels,
     };
     let app = &core.app;
     let payload = if is_blank(&r.body) {
@@ -275,6 +300,7 @@ pub async fn create(core: &Core, a: Admitted, headers: Bytes, body: Bytes) -> Re
         created_us,
         deadline_ms,
         priority: r.priority,
+        labels: r.labels,
         ack,
     };
     match core.buffer.push(row, app.config.enqueue_wait).await {
@@ -327,6 +353,7 @@ async fn create_apart(core: &Core, r: NewRequest, deadline_ms: Option<f64>) -> R
         headers: &r.headers,
         deadline_ms,
         priority: r.priority,
+        labels: r.labels.as_ref(),
     };
     if r.workflow.concurrency.is_some() {
         if r.start.is_some() || r.key.is_some() {
@@ -355,6 +382,7 @@ struct Apart<'a> {
     headers: &'a [u8],
     deadline_ms: Option<f64>,
     priority: Option<i16>,
+    labels: Option<&'a Labels>,
 }
 
 impl Apart<'_> {
@@ -386,6 +414,7 @@ async fn limited(core: &Core, r: Apart<'_>) -> Result<Outcome> {
         limit: limit.limit,
         priority: r.priority,
         rate: limit.rate,
+        labels: r.labels.map(Labels::joined),
     };
     let stored = core
         .app
@@ -424,6 +453,7 @@ async fn delayed(core: &Core, r: Apart<'_>, start: SystemTime) -> Result<Outcome
         start,
         deadline_ms: r.deadline_ms,
         priority: r.priority,
+        labels: r.labels.map(Labels::as_slice),
     };
     crate::store::delayed::insert(&conn, &row)
         .await

@@ -116,7 +116,7 @@ pub fn search_filter(pairs: &Pairs<'_>) -> Result<Filter> {
     };
     let mut seen: Vec<&str> = Vec::new();
     for (key, value) in pairs {
-        if key != "status" {
+        if key != "status" && key != "label" {
             if seen.contains(&&**key) {
                 return Err(bad(format!("{key}: given more than once")));
             }
@@ -156,6 +156,18 @@ pub fn search_filter(pairs: &Pairs<'_>) -> Result<Filter> {
                     _ => return Err(bad("waitingForSlot: true or false")),
                 }
             }
+            "label" => {
+                let l = crate::labels::Labels::parse([value.as_ref()])
+                    .map_err(|e| bad(e.0))?
+                    .ok_or_else(|| bad("label: empty"))?;
+                f.labels.extend(l.as_slice().iter().cloned());
+                if f.labels.len() > crate::labels::MAX_LABELS {
+                    return Err(bad(format!(
+                        "label: at most {} labels",
+                        crate::labels::MAX_LABELS
+                    )));
+                }
+            }
             "slotKey" => {
                 f.slot_key = Some(value.to_string());
                 f.waiting_for_slot = true;
@@ -163,8 +175,8 @@ pub fn search_filter(pairs: &Pairs<'_>) -> Result<Filter> {
             other => {
                 return Err(bad(format!(
                     "{other}: unknown parameter (the filters are status, workflow, createdAfter, \
-                     createdBefore, rerunOf, awaitingEvent, eventKey, waitingForSlot, slotKey, limit \
-                     and cursor)"
+                     createdBefore, rerunOf, awaitingEvent, eventKey, waitingForSlot, slotKey, label, \
+                     limit and cursor)"
                 )))
             }
         }
@@ -174,6 +186,15 @@ pub fn search_filter(pairs: &Pairs<'_>) -> Result<Filter> {
             return Err(bad("createdAfter: must be before createdBefore"));
         }
     }
+    if !f.labels.is_empty()
+        && (f.rerun_of.is_some() || f.awaiting_event.is_some() || f.waiting_for_slot)
+    {
+        return Err(bad(
+            "label: cannot be combined with rerunOf, awaitingEvent or waitingForSlot",
+        ));
+    }
+    f.labels.sort_unstable();
+    f.labels.dedup();
     Ok(f)
 }
 

@@ -42,12 +42,12 @@ WITH ",
 ), child AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
                                   workflow_version, parent_id, parent_step_id, parent_told,
-                                  deadline, priority)
+                                  deadline, priority, labels)
     SELECT $8, $9, $5, f.headers, NULL, '-infinity', ",
     crate::store::sql::pinned_version!("$10", "w.version"),
     ", $1, $2, false, ",
     crate::store::sql::now_plus_ms!("$11"),
-    ", f.priority
+    ", f.priority, f.labels
     FROM fenced f LEFT JOIN workflows w ON w.name = $9
     RETURNING id
 )

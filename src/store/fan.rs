@@ -70,12 +70,12 @@ WITH ",
     crate::status::status_sql!(Started),
     ", $5, to_timestamp($6::float8 / 1000.0), $7 FROM fenced
 ), fresh AS (
-    SELECT f.headers, f.priority FROM fenced f
+    SELECT f.headers, f.priority, f.labels FROM fenced f
     WHERE NOT EXISTS (SELECT 1 FROM fan_joins j WHERE j.parent_id = $1 AND j.step_id = $2)
 ), kids AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
                                   workflow_version, parent_id, parent_step_id, parent_told,
-                                  fan_index, priority)
+                                  fan_index, priority, labels)
     SELECT c.id, c.workflow, c.payload, coalesce($15::text, f.headers),
            CASE WHEN c.n <= $16::int THEN $3::uuid END,
            CASE WHEN c.held THEN 'infinity'::timestamptz
@@ -89,7 +89,7 @@ WITH ",
         "(SELECT w.version FROM workflows w WHERE w.name = c.workflow)"
     ),
     ",
-           $1, $2, false, (c.n - 1)::int, f.priority
+           $1, $2, false, (c.n - 1)::int, f.priority, f.labels
     FROM fresh f,
          unnest($8::uuid[], $9::text[], $10::int[], $11::text[], $12::bool[])
            WITH ORDINALITY AS c(id, workflow, version, payload, held, n)

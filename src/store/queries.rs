@@ -207,6 +207,8 @@ pub struct RequestRow {
     pub payload: Option<String>,
     pub current_step_id: i32,
     pub reason: Option<String>,
+    /// Its labels (beyond Clamp; empty: none).
+    pub labels: Vec<String>,
 }
 
 impl RequestRow {
@@ -219,6 +221,9 @@ impl RequestRow {
             payload: r.get("payload"),
             current_step_id: r.get("current_step_id"),
             reason: r.get("reason"),
+            labels: r
+                .get::<_, Option<Vec<String>>>("labels")
+                .unwrap_or_default(),
         }
     }
 }
@@ -228,7 +233,7 @@ pub(super) const REQUESTS_PAGE: &str = concat!(
     crate::store::sql::derived_status!("s"),
     " AS status, \
         to_json(s.created_at) #>> '{}' AS created_at, s.payload, \
-        s.current_step_id, s.reason \
+        s.current_step_id, s.reason, s.labels \
      FROM service_requests s WHERE s.workflow_name = $1 \
      ORDER BY s.id DESC LIMIT $2 OFFSET $3"
 );

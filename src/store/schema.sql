@@ -156,7 +156,8 @@ CREATE TABLE service_requests (
     deadline timestamp with time zone,
     concurrency_key text,
     admitted_at timestamp with time zone,
-    priority smallint
+    priority smallint,
+    labels text[]
 ) PARTITION BY RANGE (id);
 ALTER TABLE service_requests ADD CONSTRAINT service_requests_pkey PRIMARY KEY (id);
 CREATE INDEX service_requests_admitted ON ONLY public.service_requests USING btree (workflow_name, concurrency_key, admitted_at) WHERE ((concurrency_key IS NOT NULL) AND (admitted_at IS NOT NULL));
@@ -174,6 +175,7 @@ CREATE INDEX service_requests_event_waits ON ONLY public.service_requests USING 
 CREATE INDEX service_requests_failed_or_cancelled ON ONLY public.service_requests USING btree (id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
 CREATE INDEX service_requests_failed_or_cancelled_by_workflow ON ONLY public.service_requests USING btree (workflow_name, id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
 CREATE INDEX service_requests_fan_held ON ONLY public.service_requests USING btree (parent_id, parent_step_id, fan_index) WHERE (lease_until = 'infinity'::timestamp with time zone);
+CREATE INDEX service_requests_labels ON ONLY public.service_requests USING gin (labels) WHERE (labels IS NOT NULL);
 CREATE UNIQUE INDEX service_requests_pkey ON ONLY public.service_requests USING btree (id) WITH (fillfactor='50');
 CREATE INDEX service_requests_queued ON ONLY public.service_requests USING btree (workflow_name, concurrency_key, ((- COALESCE((priority)::integer, 5))), id) WHERE ((concurrency_key IS NOT NULL) AND (lease_until = 'infinity'::timestamp with time zone) AND (status = 'NEW'::text));
 CREATE INDEX service_requests_reruns ON ONLY public.service_requests USING btree (rerun_of, id) WHERE (rerun_of IS NOT NULL);
@@ -232,7 +234,8 @@ CREATE TYPE new_request AS (
     created timestamp with time zone,
     ver integer,
     deadline_ms double precision,
-    priority smallint
+    priority smallint,
+    labels text[]
 );
 
 CREATE TYPE step_transition AS (

@@ -34,6 +34,8 @@ pub struct Filter {
     /// Requests paused at an EVENT step waiting for this event (and this key, if given).
     pub awaiting_event: Option<String>,
     pub event_key: Option<String>,
+    /// Requests carrying every one of these labels (beyond Clamp: `crate::labels`).
+    pub labels: Vec<String>,
     /// Requests waiting for a concurrency slot (or a rate's room), of this key if given.
     pub waiting_for_slot: bool,
     pub slot_key: Option<String>,
@@ -54,7 +56,7 @@ macro_rules! search_sql {
             "SELECT s.id, s.workflow_name, ",
             crate::store::sql::derived_status!("s"),
             " AS status, to_json(s.created_at) #>> '{}' AS created_at, s.payload, \
-             s.current_step_id, s.reason \
+             s.current_step_id, s.reason, s.labels \
              FROM service_requests s \
              WHERE ",
             $workflow,
@@ -134,6 +136,16 @@ pub(super) const SEARCH_WAITING_SLOT: &str = search_sql!(
     "s.id DESC"
 );
 
+/// Requests carrying every label of `$8` (a `text[]`), of any or one workflow: the
+/// labels' partial GIN index (migration 26), which holds only labelled requests, finds
+/// them; each partition's matches are sorted by id, and the partitions are read newest
+/// first until the page is full. Planned for each search with its values: how many
+/// requests carry a label decides between the index and a backward scan of the ids.
+pub(super) const SEARCH_LABELS: &str = search_sql!(
+    "s.labels @> $8::text[] AND ($7::text IS NULL OR s.workflow_name = $7) AND ",
+    "s.id DESC"
+);
+
 /// A page of matches, newest first, and the cursor of the next page (None: no more).
 pub async fn search(conn: &PgConn, f: &Filter) -> Result<(Vec<RequestRow>, Option<Uuid>)> {
     let (lower, time_upper) = id_bounds(f.created_after, f.created_before);
@@ -156,6 +168,11 @@ pub async fn search(conn: &PgConn, f: &Filter) -> Result<(Vec<RequestRow>, Optio
     };
     let badly = !f.statuses.is_empty() && f.statuses.iter().all(|s| s.is_retryable());
     let rows = match (f.rerun_of, &f.workflow) {
+        _ if !f.labels.is_empty() => {
+            conn.client
+                .query(SEARCH_LABELS, &p.labelled(&f.labels))
+                .await?
+        }
         _ if f.awaiting_event.is_some() => {
             let stmt = conn.stmt(SEARCH_AWAITING).await?;
             conn.client.query(&stmt, &p.awaiting()).await?
@@ -271,6 +288,20 @@ impl Params<'_> {
             &self.workflow,
             &self.awaiting_event,
             &self.event_key,
+        ]
+    }
+
+    /// `SEARCH_LABELS`: `$1..$8` (`$7` may be NULL).
+    fn labelled<'p>(&'p self, labels: &'p Vec<String>) -> [Param<'p>; 8] {
+        [
+            &self.lower,
+            &self.upper,
+            &self.statuses,
+            &self.created_after,
+            &self.created_before,
+            &self.read,
+            &self.workflow,
+            labels,
         ]
     }
 

@@ -202,7 +202,7 @@ macro_rules! pause_for_children {
     WHERE s.id = $1 AND s.lease_owner = $3 AND s.status <> ",
             crate::status::status_sql!(Cancelled),
             "
-    RETURNING s.id, s.headers, s.priority
+    RETURNING s.id, s.headers, s.priority, s.labels
 )"
         )
     };

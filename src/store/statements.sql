@@ -9,12 +9,12 @@ WITH v AS (SELECT w.name, w.version
     FROM workflows w
     WHERE w.name = ANY($2::text[])),
         ins AS (INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner,
-            lease_until, created_at, workflow_version, deadline, priority) SELECT t.id,
+            lease_until, created_at, workflow_version, deadline, priority, labels) SELECT t.id,
             t.wf, t.payload, t.headers, CASE WHEN leased THEN $3::uuid END,
             CASE WHEN leased THEN now() + $4::float8 * interval '1 millisecond' ELSE '-infinity' END,
                 t.created,
             NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END, 1),
-            t.created + t.deadline_ms * interval '1 millisecond', t.priority
+            t.created + t.deadline_ms * interval '1 millisecond', t.priority, t.labels
     FROM UNNEST($1::new_request[]) AS t
     LEFT JOIN v ON v.name = t.wf) SELECT name, version
     FROM v;
@@ -26,15 +26,16 @@ WITH v AS (SELECT w.name, w.version FROM workflows w WHERE w.name = ANY($2::text
 ), ins AS (
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
     created_at,
-                              workflow_version, deadline, priority)
+                              workflow_version, deadline, priority, labels)
 SELECT t.id, t.wf, t.payload, t.headers, CASE WHEN leased THEN $6::uuid END,
     CASE WHEN leased THEN now() + $7::float8 * interval '1 millisecond' ELSE '-infinity' END,
     t.created, NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END, 1),
-    t.created + t.deadline_ms * interval '1 millisecond', t.priority
+    t.created + t.deadline_ms * interval '1 millisecond', t.priority,
+    string_to_array(t.labels, E'\n')
 FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $9::timestamptz[],
     $10::int[],
-            $11::float8[], $12::int2[])
-    AS t(id, wf, payload, headers, leased, created, ver, deadline_ms, priority)
+            $11::float8[], $12::int2[], $13::text[])
+    AS t(id, wf, payload, headers, leased, created, ver, deadline_ms, priority, labels)
 LEFT JOIN v ON v.name = t.wf
 )
 SELECT name, version FROM v;
@@ -42,8 +43,8 @@ SELECT name, version FROM v;
 -- idempotency::INSERT_KEYED_CONFLICTS
 WITH input AS (
     SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::uuid[],
-                         $9::timestamptz[], $11::int[], $12::float8[], $13::int2[])
-        AS t(id, wf, payload, headers, leased, h, created, ver, deadline_ms, priority)
+                         $9::timestamptz[], $11::int[], $12::float8[], $13::int2[], $14::text[])
+        AS t(id, wf, payload, headers, leased, h, created, ver, deadline_ms, priority, labels)
 ), v AS (SELECT w.name, w.version FROM workflows w WHERE w.name = ANY($2::text[])), claimed AS (
     INSERT INTO idempotency_keys AS k (key_hash, service_request_id)
     SELECT h, id FROM input WHERE h IS NOT NULL
@@ -54,11 +55,12 @@ WITH input AS (
 ), inserted AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
         created_at,
-                                  workflow_version, deadline, priority)
+                                  workflow_version, deadline, priority, labels)
     SELECT t.id, t.wf, t.payload, t.headers, CASE WHEN leased THEN $6::uuid END,
         CASE WHEN leased THEN now() + $7::float8 * interval '1 millisecond' ELSE '-infinity' END,
         t.created, NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END, 1),
-        t.created + t.deadline_ms * interval '1 millisecond', t.priority
+        t.created + t.deadline_ms * interval '1 millisecond', t.priority,
+        string_to_array(t.labels, E'\n')
     FROM input t LEFT JOIN v ON v.name = t.wf
     WHERE t.h IS NULL OR t.id IN (SELECT service_request_id FROM claimed)
     RETURNING id, coalesce(workflow_version, 1) AS workflow_version
@@ -89,12 +91,12 @@ RESET statement_timeout;
 
 -- delayed::INSERT
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
-    created_at, workflow_version, start_at, deadline, priority) SELECT $1,
+    created_at, workflow_version, start_at, deadline, priority, labels) SELECT $1,
     $2, $3, $4, NULL, $6, $5,
     NULLIF(CASE WHEN $7::int > 0 THEN $7::int ELSE coalesce((SELECT w.version
     FROM workflows w
     WHERE w.name = $2), 1) END, 1), $6, $6::timestamptz + $8::float8 * interval '1 millisecond',
-        $9::int2;
+        $9::int2, $10::text[];
 
 -- slots::LOCK_MANY
 SELECT pg_advisory_xact_lock(h)
@@ -106,8 +108,9 @@ SELECT pg_advisory_xact_lock(h)
 WITH input AS (
     SELECT *
         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::float8[],
-            $7::text[], $8::bigint[], $9::bigint[], $10::float8[], $11::int2[]) AS t(id, workflow,
-            payload, headers, ver, deadline_ms, key, lim, rate, window_ms, priority)
+            $7::text[], $8::bigint[], $9::bigint[], $10::float8[], $11::int2[],
+            $12::text[]) AS t(id, workflow, payload, headers, ver, deadline_ms, key, lim, rate,
+            window_ms, priority, labels)
 ), keys AS (
     SELECT workflow, key, min(lim) AS lim, min(rate) AS rate, min(window_ms) AS window_ms
         FROM input
@@ -137,13 +140,14 @@ WITH input AS (
         JOIN counted c ON c.workflow = i.workflow AND c.key = i.key
 ), stored AS (
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
-    workflow_version, deadline, concurrency_key, admitted_at, priority)
+    workflow_version, deadline, concurrency_key, admitted_at, priority, labels)
 SELECT t.id, t.workflow, t.payload, t.headers, NULL,
     CASE WHEN t.rank <= t.free THEN '-infinity'::timestamptz ELSE 'infinity'::timestamptz END,
     NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce((SELECT w.version
     FROM workflows w
     WHERE w.name = t.workflow), 1) END, 1), now() + t.deadline_ms * interval '1 millisecond', t.key,
-        CASE WHEN t.rank <= t.free THEN statement_timestamp() END, t.priority
+        CASE WHEN t.rank <= t.free THEN statement_timestamp() END, t.priority,
+        string_to_array(t.labels, E'\n')
     FROM ranked t
     RETURNING id, lease_until = '-infinity'::timestamptz AS admitted)
 SELECT s.id, s.admitted,
@@ -472,7 +476,7 @@ WITH run AS (
     INSERT INTO service_requests (id, workflow_name, status, payload, headers,
                                   current_step_id, step_request, rerun_of,
                                   lease_owner, lease_until, workflow_version, deadline,
-                                  concurrency_key, priority)
+                                  concurrency_key, priority, labels)
     VALUES ($1, $3, 'NEW', $4, $5, $6, $7, $2, NULL,
             -- With the original's concurrency key, it waits for a slot (`slots`).
             CASE WHEN (SELECT o.concurrency_key FROM service_requests o WHERE o.id = $2) IS NULL
@@ -482,7 +486,8 @@ WITH run AS (
             (SELECT now() + (o.deadline - coalesce(o.start_at, o.created_at))
              FROM service_requests o WHERE o.id = $2),
             (SELECT o.concurrency_key FROM service_requests o WHERE o.id = $2),
-            (SELECT o.priority FROM service_requests o WHERE o.id = $2))
+            (SELECT o.priority FROM service_requests o WHERE o.id = $2),
+            (SELECT o.labels FROM service_requests o WHERE o.id = $2))
     RETURNING id)
 INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
                           started_at, finished_at, time_taken_ms, reason, attempts)
@@ -500,7 +505,7 @@ WITH fenced AS (
     UPDATE service_requests s SET status = 'PAUSED', current_step_id = $2, updated_at = now(),
            step_attempts = 0, last_error = NULL, lease_owner = NULL, lease_until = '-infinity'
     WHERE s.id = $1 AND s.lease_owner = $3 AND s.status <> 'CANCELLED'
-    RETURNING s.id, s.headers, s.priority
+    RETURNING s.id, s.headers, s.priority, s.labels
 ), record AS (
     INSERT INTO steps_status (service_request_id, step_id, step_name, status, request,
                               started_at, attempts, child_id)
@@ -508,10 +513,10 @@ WITH fenced AS (
 ), child AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
                                   workflow_version, parent_id, parent_step_id, parent_told,
-                                  deadline, priority)
+                                  deadline, priority, labels)
     SELECT $8, $9, $5, f.headers, NULL, '-infinity',
         NULLIF(CASE WHEN $10 > 0 THEN $10 ELSE coalesce(w.version, 1) END, 1), $1, $2, false,
-        now() + $11::float8 * interval '1 millisecond', f.priority
+        now() + $11::float8 * interval '1 millisecond', f.priority, f.labels
     FROM fenced f LEFT JOIN workflows w ON w.name = $9
     RETURNING id
 )
@@ -543,18 +548,18 @@ WITH fenced AS (
     UPDATE service_requests s SET status = 'PAUSED', current_step_id = $2, updated_at = now(),
            step_attempts = 0, last_error = NULL, lease_owner = NULL, lease_until = '-infinity'
     WHERE s.id = $1 AND s.lease_owner = $3 AND s.status <> 'CANCELLED'
-    RETURNING s.id, s.headers, s.priority
+    RETURNING s.id, s.headers, s.priority, s.labels
 ), record AS (
     INSERT INTO steps_status (service_request_id, step_id, step_name, status, request,
                               started_at, attempts)
     SELECT id, $2, $4, 'STARTED', $5, to_timestamp($6::float8 / 1000.0), $7 FROM fenced
 ), fresh AS (
-    SELECT f.headers, f.priority FROM fenced f
+    SELECT f.headers, f.priority, f.labels FROM fenced f
     WHERE NOT EXISTS (SELECT 1 FROM fan_joins j WHERE j.parent_id = $1 AND j.step_id = $2)
 ), kids AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
                                   workflow_version, parent_id, parent_step_id, parent_told,
-                                  fan_index, priority)
+                                  fan_index, priority, labels)
     SELECT c.id, c.workflow, c.payload, coalesce($15::text, f.headers),
            CASE WHEN c.n <= $16::int THEN $3::uuid END,
            CASE WHEN c.held THEN 'infinity'::timestamptz
@@ -563,7 +568,7 @@ WITH fenced AS (
            NULLIF(CASE WHEN c.version > 0 THEN c.version ELSE coalesce((SELECT w.version
                FROM workflows w
                WHERE w.name = c.workflow), 1) END, 1),
-           $1, $2, false, (c.n - 1)::int, f.priority
+           $1, $2, false, (c.n - 1)::int, f.priority, f.labels
     FROM fresh f,
          unnest($8::uuid[], $9::text[], $10::int[], $11::text[], $12::bool[])
            WITH ORDINALITY AS c(id, workflow, version, payload, held, n)
@@ -1262,7 +1267,8 @@ SELECT s.id, s.workflow_name,
     WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
         'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END AS status,
-        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason
+        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason,
+        s.labels
     FROM service_requests s
     WHERE s.workflow_name = $1
     ORDER BY s.id DESC
@@ -1275,7 +1281,8 @@ SELECT s.id, s.workflow_name,
     WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
         'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END AS status,
-        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason
+        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason,
+        s.labels
     FROM service_requests s
     WHERE s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
         FROM service_requests fc
@@ -1292,7 +1299,8 @@ SELECT s.id, s.workflow_name,
     WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
         'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END AS status,
-        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason
+        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason,
+        s.labels
     FROM service_requests s
     WHERE s.workflow_name = $7 AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
         FROM service_requests fc
@@ -1309,7 +1317,8 @@ SELECT s.id, s.workflow_name,
     WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
         'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END AS status,
-        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason
+        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason,
+        s.labels
     FROM service_requests s
     WHERE s.status IN ('FAILED',
         'CANCELLED') AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
@@ -1327,7 +1336,8 @@ SELECT s.id, s.workflow_name,
     WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
         'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END AS status,
-        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason
+        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason,
+        s.labels
     FROM service_requests s
     WHERE s.status IN ('FAILED',
         'CANCELLED') AND s.workflow_name = $7 AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
@@ -1345,7 +1355,8 @@ SELECT s.id, s.workflow_name,
     WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
         'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END AS status,
-        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason
+        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason,
+        s.labels
     FROM service_requests s
     WHERE s.rerun_of = $8 AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
         FROM service_requests fc
@@ -1362,9 +1373,28 @@ SELECT s.id, s.workflow_name,
     WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
         'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END AS status,
-        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason
+        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason,
+        s.labels
     FROM service_requests s
     WHERE s.status = 'PAUSED' AND s.wait_event = $8 AND ($9::text IS NULL OR s.wait_key = $9) AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+        FROM service_requests fc
+        WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+            'IN_PROGRESS',
+            'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
+    ORDER BY s.id DESC
+    LIMIT $6;
+
+-- search::SEARCH_LABELS
+SELECT s.id, s.workflow_name,
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    FROM service_requests fc
+    WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+        'IN_PROGRESS',
+        'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END AS status,
+        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason,
+        s.labels
+    FROM service_requests s
+    WHERE s.labels @> $8::text[] AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
         FROM service_requests fc
         WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
             'IN_PROGRESS',
@@ -1379,7 +1409,8 @@ SELECT s.id, s.workflow_name,
     WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
         'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END AS status,
-        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason
+        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason,
+        s.labels
     FROM service_requests s
     WHERE s.concurrency_key IS NOT NULL AND s.lease_until = 'infinity' AND s.status = 'NEW' AND ($8::text IS NULL OR s.concurrency_key = $8) AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
         FROM service_requests fc

@@ -28,6 +28,8 @@ struct Form {
     cursor: String,
     /// Only requests waiting for a concurrency slot or a rate's room (beyond Clamp).
     waiting: bool,
+    /// Only requests carrying all these labels, separated by commas (beyond Clamp).
+    labels: String,
 }
 
 impl Form {
@@ -42,6 +44,7 @@ impl Form {
                 "createdBefore" => f.before = v,
                 "cursor" => f.cursor = v,
                 "waitingForSlot" => f.waiting = v == "true",
+                "labels" => f.labels = v,
                 _ => {}
             }
         }
@@ -59,6 +62,14 @@ impl Form {
             }
             if self.waiting {
                 add("waitingForSlot", Cow::Borrowed("true"));
+            }
+            for l in self
+                .labels
+                .split(',')
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+            {
+                add("label", Cow::Borrowed(l));
             }
         }
         if !self.workflow.is_empty() {
@@ -86,6 +97,7 @@ impl Form {
             ("workflow", &self.workflow),
             ("createdAfter", &self.after),
             ("createdBefore", &self.before),
+            ("labels", &self.labels),
         ] {
             if !v.is_empty() {
                 out.append_pair(k, v);
@@ -204,6 +216,10 @@ fn filters(form: &Form, workflows: &[serde_json::Value]) -> Markup {
             label { "Created before (UTC)"
                 input type="datetime-local" name="createdBefore" value=(short(&form.before));
             }
+            label { "Labels"
+                input type="text" name="labels" value=(form.labels)
+                    placeholder="tenant:acme, order:4711";
+            }
             label {
                 input type="checkbox" name="waitingForSlot" value="true" checked[form.waiting];
                 "Waiting for a slot"
@@ -251,6 +267,7 @@ fn table(items: &[RequestRow]) -> Markup {
                 thead { tr {
                     th { "Created (UTC)" } th { "Request" } th { "Workflow" } th { "Status" }
                     th.num.hide-narrow { "Step" } th.hide-narrow { "Reason" }
+                    th.hide-narrow { "Labels" }
                 } }
                 tbody {
                     @for it in items {
@@ -261,6 +278,11 @@ fn table(items: &[RequestRow]) -> Markup {
                             td { (layout::status(it.status.as_str())) }
                             td.num.hide-narrow { (it.current_step_id) }
                             td.hide-narrow { (it.reason.as_deref().unwrap_or("")) }
+                            td.hide-narrow {
+                                @for l in &it.labels {
+                                    a.label href={ "/console?labels=" (q(l)) } { (l) } " "
+                                }
+                            }
                         }
                     }
                 }
@@ -296,7 +318,8 @@ mod tests {
     #[test]
     fn the_form_becomes_the_filters() {
         let f = Form::read(Some(
-            "status=FAILED&status=PAUSED&workflow=a+b&createdAfter=2026-12-01T10:00&cursor=x",
+            "status=FAILED&status=PAUSED&workflow=a+b&createdAfter=2026-12-01T10:00&cursor=x\
+             &labels=tenant:acme,+order:4711",
         ));
         let pairs: Vec<(String, String)> = f
             .pairs(true, true)
@@ -306,6 +329,8 @@ mod tests {
         let want: Vec<(String, String)> = [
             ("status", "FAILED"),
             ("status", "PAUSED"),
+            ("label", "tenant:acme"),
+            ("label", "order:4711"),
             ("workflow", "a b"),
             ("createdAfter", "2026-12-01T10:00:00Z"),
             ("cursor", "x"),
@@ -320,5 +345,6 @@ mod tests {
             filter.statuses,
             vec![RequestStatus::Failed, RequestStatus::Paused]
         );
+        assert_eq!(filter.labels, ["order:4711", "tenant:acme"]);
     }
 }

@@ -44,6 +44,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
         include_str!("../migrations/0024_sessions_and_event_takes.sql"),
     ),
     (25, include_str!("../migrations/0025_partitions.sql")),
+    (26, include_str!("../migrations/0026_labels.sql")),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.

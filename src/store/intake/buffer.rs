@@ -81,6 +81,8 @@ pub struct PendingRow {
     pub deadline_ms: Option<f64>,
     /// Its priority, 1 to 9 (beyond Clamp; None: the default, 5).
     pub priority: Option<i16>,
+    /// Its labels (beyond Clamp; None: none, stored as NULL).
+    pub labels: Option<crate::labels::Labels>,
     /// Answered after the commit in `ack=commit` mode, and for keyed rows always; None
     /// otherwise in `ack=accept` mode.
     pub ack: Option<oneshot::Sender<Result<Created, AckError>>>,
@@ -731,8 +733,8 @@ struct KeyedRequests<'a> {
 }
 
 impl KeyedRequests<'_> {
-    /// `INSERT_KEYED`'s `$1..$12`.
-    fn insert_keyed(&self) -> [Param<'_>; 12] {
+    /// `INSERT_KEYED`'s `$1..$13`.
+    fn insert_keyed(&self) -> [Param<'_>; 13] {
         let c = &self.c;
         [
             &c.ids,
@@ -747,11 +749,12 @@ impl KeyedRequests<'_> {
             &c.versions,
             &c.deadlines,
             &c.priorities,
+            &c.labels,
         ]
     }
 
-    /// `INSERT_KEYED_CONFLICTS`' `$1..$13`: the window before the versions.
-    fn insert_keyed_conflicts(&self) -> [Param<'_>; 13] {
+    /// `INSERT_KEYED_CONFLICTS`' `$1..$14`: the window before the versions.
+    fn insert_keyed_conflicts(&self) -> [Param<'_>; 14] {
         let c = &self.c;
         [
             &c.ids,
@@ -767,6 +770,7 @@ impl KeyedRequests<'_> {
             &c.versions,
             &c.deadlines,
             &c.priorities,
+            &c.labels,
         ]
     }
 }
@@ -819,6 +823,8 @@ pub(in crate::store) struct Columns<'a> {
     pub deadlines: Vec<Option<f64>>,
     /// Its priority (None: the default).
     pub priorities: Vec<Option<i16>>,
+    /// Its labels, one text separated by newlines (None: none).
+    pub labels: Vec<Option<String>>,
 }
 
 impl<'a> Columns<'a> {
@@ -834,6 +840,7 @@ impl<'a> Columns<'a> {
             versions: Vec::with_capacity(n),
             deadlines: Vec::with_capacity(n),
             priorities: Vec::with_capacity(n),
+            labels: Vec::with_capacity(n),
         };
         for r in rows {
             c.ids.push(r.id);
@@ -845,6 +852,7 @@ impl<'a> Columns<'a> {
             c.versions.push(r.ver);
             c.deadlines.push(r.deadline_ms);
             c.priorities.push(r.priority);
+            c.labels.push(r.labels.map(|l| l.join("\n")));
         }
         c
     }
@@ -867,6 +875,8 @@ pub(in crate::store) struct NewRequest<'a> {
     deadline_ms: Option<f64>,
     /// Its priority (None: the default; migration 23).
     priority: Option<i16>,
+    /// Its labels (None: none; migration 26).
+    labels: Option<&'a [String]>,
 }
 
 impl<'a> NewRequest<'a> {
@@ -881,6 +891,7 @@ impl<'a> NewRequest<'a> {
             ver: named_version(r),
             deadline_ms: r.deadline_ms,
             priority: r.priority,
+            labels: r.labels.as_ref().map(crate::labels::Labels::as_slice),
         }
     }
 }

@@ -37,7 +37,9 @@ pub fn key_hash(workflow: &str, key: &str) -> Uuid {
 /// the statement fail with a unique violation, and `INSERT_KEYED_CONFLICTS` does the batch
 /// instead: an `ON CONFLICT` insert, or a probe before each insert, costs Postgres much
 /// more per row than the plain insert, and repeats are the exception. The two inserts read
-/// the parameters each (no shared CTE, which would copy every payload once more).
+/// the parameters each (no shared CTE, which would copy every payload once more). A row's
+/// labels come as one text separated by newlines (`$13`): a column of arrays would have to
+/// be rectangular.
 pub const INSERT_KEYED: &str = concat!(
     "WITH ",
     crate::store::sql::batch_versions!("$2"),
@@ -46,17 +48,17 @@ pub const INSERT_KEYED: &str = concat!(
     SELECT h, id FROM UNNEST($8::uuid[], $1::uuid[]) AS k(h, id) WHERE h IS NOT NULL
 ), ins AS (
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until, created_at,
-                              workflow_version, deadline, priority)
+                              workflow_version, deadline, priority, labels)
 SELECT t.id, t.wf, t.payload, t.headers, ",
     crate::store::sql::fresh_lease!(),
     ", t.created, ",
     crate::store::sql::pinned_version!(),
     ", ",
     crate::store::sql::new_deadline!(),
-    ", t.priority
+    ", t.priority, string_to_array(t.labels, E'\\n')
 FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $9::timestamptz[], $10::int[],
-            $11::float8[], $12::int2[])
-    AS t(id, wf, payload, headers, leased, created, ver, deadline_ms, priority)
+            $11::float8[], $12::int2[], $13::text[])
+    AS t(id, wf, payload, headers, leased, created, ver, deadline_ms, priority, labels)
 LEFT JOIN v ON v.name = t.wf
 )
 SELECT name, version FROM v"
@@ -64,15 +66,16 @@ SELECT name, version FROM v"
 
 /// The batch again when a key was held, as `$1..$7` of the plain insert plus `$8` the
 /// key digests (NULL for rows without a key; no digest twice in one batch), `$9` the
-/// creation times, `$10` the window in seconds, `$11` the versions named and `$12` the
-/// deadlines; returns the ids inserted. `ON CONFLICT`
+/// creation times, `$10` the window in seconds, `$11` the versions named, `$12` the
+/// deadlines, `$13` the priorities and `$14` the labels (each row's separated by
+/// newlines); returns the ids inserted. `ON CONFLICT`
 /// leaves a live entry be (waiting for a concurrent claim of it to commit) and takes over
 /// an expired one.
 pub const INSERT_KEYED_CONFLICTS: &str = concat!(
     "WITH input AS (
     SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::uuid[],
-                         $9::timestamptz[], $11::int[], $12::float8[], $13::int2[])
-        AS t(id, wf, payload, headers, leased, h, created, ver, deadline_ms, priority)
+                         $9::timestamptz[], $11::int[], $12::float8[], $13::int2[], $14::text[])
+        AS t(id, wf, payload, headers, leased, h, created, ver, deadline_ms, priority, labels)
 ), ",
     crate::store::sql::batch_versions!("$2"),
     ", claimed AS (
@@ -84,14 +87,14 @@ pub const INSERT_KEYED_CONFLICTS: &str = concat!(
     RETURNING service_request_id
 ), inserted AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until, created_at,
-                                  workflow_version, deadline, priority)
+                                  workflow_version, deadline, priority, labels)
     SELECT t.id, t.wf, t.payload, t.headers, ",
     crate::store::sql::fresh_lease!(),
     ", t.created, ",
     crate::store::sql::pinned_version!(),
     ", ",
     crate::store::sql::new_deadline!(),
-    ", t.priority
+    ", t.priority, string_to_array(t.labels, E'\\n')
     FROM input t LEFT JOIN v ON v.name = t.wf
     WHERE t.h IS NULL OR t.id IN (SELECT service_request_id FROM claimed)
     RETURNING id, coalesce(workflow_version, 1) AS workflow_version
