@@ -124,17 +124,23 @@ tree_ticks() {
 # workflows claims, refunds, payouts, audits (and rare, one in a thousand): 90% COMPLETED,
 # 5% FAILED, 3% CANCELLED, 2% NEW, written straight into the table, then VACUUM ANALYZE.
 load_rows() {
-  local ROWS=$2
+  local ROWS=$2 cols="" vals=""
+  # LABELS=1: every other request labelled with its order (one request each) and one of ten
+  # tenants (50,000 requests each in a million); the rest without labels.
+  if [ "${LABELS:-0}" = 1 ]; then
+    cols=", labels"
+    vals=", CASE WHEN g % 2 = 0 THEN ARRAY['order:' || (g / 2), 'tenant:t' || (g % 20) / 2] END"
+  fi
   # UUIDv7 ids from each row's creation millisecond (random low bits), as the server makes them.
   psql "$1" -qAt <<SQL
-INSERT INTO service_requests (id, workflow_name, status, payload, created_at, updated_at, finished_at, current_step_id)
+INSERT INTO service_requests (id, workflow_name, status, payload, created_at, updated_at, finished_at, current_step_id$cols)
 SELECT (lpad(to_hex((extract(epoch FROM t) * 1000)::bigint), 12, '0') || '7' ||
         substr(md5(g::text), 1, 3) || '8' || substr(md5(g::text), 4, 15))::uuid,
        CASE WHEN g % 1000 = 7 THEN 'rare' ELSE (ARRAY['claims', 'refunds', 'payouts', 'audits'])[1 + g % 4] END,
        CASE WHEN g % 100 < 90 THEN 'COMPLETED' WHEN g % 100 < 95 THEN 'FAILED'
             WHEN g % 100 < 98 THEN 'CANCELLED' ELSE 'NEW' END,
        '{"claimDetails":{"claimType":"MOTOR","amount":1250.75}}', t, t,
-       CASE WHEN g % 100 < 98 THEN t END, 0
+       CASE WHEN g % 100 < 98 THEN t END, 0$vals
 FROM (SELECT g, now() - interval '24 hours' + (g * (interval '24 hours' / $ROWS)) AS t
       FROM generate_series(1, $ROWS) g) s;
 VACUUM ANALYZE service_requests;

@@ -39,6 +39,19 @@ queries=(
   "workflow=rare&cursor=$mid"
   "status=FAILED&cursor=$mid"
 )
+# LABELS=1 (load_rows): a label one request carries, one a twentieth carry, the two
+# together, and the common one with a status, a workflow and from half-way down.
+if [ "${LABELS:-0}" = 1 ]; then
+  order=$((ROWS / 4))
+  queries+=(
+    "label=order:$order"
+    "label=tenant:t3"
+    "label=tenant:t$(( (order * 2 % 20) / 2 ))&label=order:$order"
+    "label=tenant:t3&status=FAILED"
+    "label=tenant:t3&workflow=claims"
+    "label=tenant:t3&cursor=$mid"
+  )
+fi
 # The server's statements, as store/search.rs sends them: EXPLAIN runs those for any
 # workflow with a generic plan (they are prepared once per connection) and those for a
 # workflow with a plan for their values (they are planned for each search).
@@ -56,7 +69,7 @@ ms_uuid() { python3 -c "import sys; ms=int(sys.argv[1]); print('%012x' % ms + '7
   echo
   echo "- $(machine_line)"
   echo "- git: $(git_rev)"
-  echo "- data: $n rows over the last 24 h, four workflows, 90% COMPLETED, 5% FAILED, 3% CANCELLED, 2% NEW (scripts/bench-search.sh); VACUUM ANALYZE after loading"
+  echo "- data: $n rows over the last 24 h, four workflows, 90% COMPLETED, 5% FAILED, 3% CANCELLED, 2% NEW (scripts/bench-search.sh)$([ "${LABELS:-0}" = 1 ] && echo "; every other row labelled order:<n> (its own) and tenant:t0..t9 (a twentieth of all rows each), LABELS=1"); VACUUM ANALYZE after loading"
   echo "- server: \`$bin/clamp --port $port --bind 127.0.0.1 --database-url …/$db --max-running 0\`; Postgres: throwaway cluster from \`scripts/dev-postgres.sh\`: $(pg_settings "$base")"
   echo "- time: curl's time_total of \`GET /serviceRequests?<query>\` (limit 50), median of $REPS, after one warm-up call"
   echo
@@ -79,6 +92,10 @@ EOF
   echo "Plans (the statement of store/search.rs with the query's values; \`EXPLAIN (ANALYZE, BUFFERS)\`, seqscan off as in the server's sessions):"
   hour_ms=$(python3 -c "import datetime,sys; print(int((datetime.datetime.strptime(sys.argv[1], '%Y-%m-%dT%H:%M:%SZ').replace(tzinfo=datetime.timezone.utc).timestamp() - 1) * 1000))" "$hour_ago")
   prepared="SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan; $(stmt search_all "") $(stmt search_wf 's.workflow_name = $7 AND' ', text') $(stmt search_bad "s.status IN ('FAILED', 'CANCELLED') AND") $(stmt search_bad_wf "s.status IN ('FAILED', 'CANCELLED') AND s.workflow_name = \$7 AND" ', text')"
+  # A label search: the newest 2,000 requests first (search_labels_recent_wf), then, when
+  # they did not fill the page, every match through the labels' index (search_labels_wf).
+  lab='s.labels @> $8::text[] AND ($7::text IS NULL OR s.workflow_name = $7) AND'
+  [ "${LABELS:-0}" = 1 ] && prepared="$prepared $(stmt search_labels_recent_wf "$lab s.id >= coalesce((SELECT w.id FROM service_requests w WHERE w.id >= \$1 AND w.id < \$2 ORDER BY w.id DESC OFFSET 1999 LIMIT 1), \$1) AND" ', text, text[]') $(stmt search_labels_wf "$lab" ', text, text[]' 'uuid_send(s.id) DESC')"
   plan() {  # plan <label> <EXECUTE …>
     echo; echo "\`$1\`:"; echo; echo '```'
     local mode=""
@@ -97,4 +114,12 @@ EOF
   plan "status=COMPLETED" "EXECUTE search_all('$nil', '$max', '{COMPLETED}', NULL, NULL, 51)"
   plan "cursor=<half-way>" "EXECUTE search_all('$nil', '$mid', NULL, NULL, NULL, 51)"
   plan "workflow=rare&cursor=<half-way>" "EXECUTE search_wf('$nil', '$mid', NULL, NULL, NULL, 51, 'rare')"
+  if [ "${LABELS:-0}" = 1 ]; then
+    plan "label=order:$order (the newest 2,000)" "EXECUTE search_labels_recent_wf('$nil', '$max', NULL, NULL, NULL, 51, NULL, '{order:$order}')"
+    plan "label=tenant:t3 (the newest 2,000)" "EXECUTE search_labels_recent_wf('$nil', '$max', NULL, NULL, NULL, 51, NULL, '{tenant:t3}')"
+    plan "label=order:$order" "EXECUTE search_labels_wf('$nil', '$max', NULL, NULL, NULL, 51, NULL, '{order:$order}')"
+    plan "label=tenant:t3" "EXECUTE search_labels_wf('$nil', '$max', NULL, NULL, NULL, 51, NULL, '{tenant:t3}')"
+    plan "label=tenant:t3&status=FAILED" "EXECUTE search_labels_wf('$nil', '$max', '{FAILED}', NULL, NULL, 51, NULL, '{tenant:t3}')"
+    plan "label=tenant:t3&cursor=<half-way>" "EXECUTE search_labels_wf('$nil', '$mid', NULL, NULL, NULL, 51, NULL, '{tenant:t3}')"
+  fi
 } | tee "$out/$tag.md"

@@ -136,14 +136,38 @@ pub(super) const SEARCH_WAITING_SLOT: &str = search_sql!(
     "s.id DESC"
 );
 
-/// Requests carrying every label of `$8` (a `text[]`), of any or one workflow: the
+/// How many of the newest requests a label search reads before it asks the index.
+macro_rules! label_window {
+    () => {
+        "2000"
+    };
+}
+use label_window;
+
+/// Requests carrying every label of `$8` (a `text[]`), of any or one workflow, among the
+/// newest `LABEL_WINDOW` requests of the range: a backward scan of the ids from the cursor
+/// that reads no further, whatever the planner guesses of the labels' frequency (it cannot
+/// tell a label one request carries from one a tenth carry, and a guess of the latter
+/// scanned a million rows for the former). A common label fills its page here.
+pub(super) const SEARCH_LABELS_RECENT: &str = search_sql!(
+    concat!(
+        "s.labels @> $8::text[] AND ($7::text IS NULL OR s.workflow_name = $7) \
+         AND s.id >= coalesce((SELECT w.id FROM service_requests w \
+             WHERE w.id >= $1 AND w.id < $2 ORDER BY w.id DESC OFFSET ",
+        label_window!(),
+        " - 1 LIMIT 1), $1) AND "
+    ),
+    "s.id DESC"
+);
+
+/// The same over the whole range, when the newest requests did not fill the page: the
 /// labels' partial GIN index (migration 26), which holds only labelled requests, finds
-/// them; each partition's matches are sorted by id, and the partitions are read newest
-/// first until the page is full. Planned for each search with its values: how many
-/// requests carry a label decides between the index and a backward scan of the ids.
+/// every match, sorted after. The order is by the id's bytes (`uuid_send`, the same order),
+/// which no index gives, so the planner cannot trade the index for a scan of the ids that
+/// hopes to meet matches soon.
 pub(super) const SEARCH_LABELS: &str = search_sql!(
     "s.labels @> $8::text[] AND ($7::text IS NULL OR s.workflow_name = $7) AND ",
-    "s.id DESC"
+    "uuid_send(s.id) DESC"
 );
 
 /// A page of matches, newest first, and the cursor of the next page (None: no more).
@@ -169,9 +193,13 @@ pub async fn search(conn: &PgConn, f: &Filter) -> Result<(Vec<RequestRow>, Optio
     let badly = !f.statuses.is_empty() && f.statuses.iter().all(|s| s.is_retryable());
     let rows = match (f.rerun_of, &f.workflow) {
         _ if !f.labels.is_empty() => {
-            conn.client
-                .query(SEARCH_LABELS, &p.labelled(&f.labels))
-                .await?
+            let params = p.labelled(&f.labels);
+            let recent = conn.client.query(SEARCH_LABELS_RECENT, &params).await?;
+            if recent.len() as i64 > f.limit {
+                recent
+            } else {
+                conn.client.query(SEARCH_LABELS, &params).await?
+            }
         }
         _ if f.awaiting_event.is_some() => {
             let stmt = conn.stmt(SEARCH_AWAITING).await?;
@@ -291,7 +319,7 @@ impl Params<'_> {
         ]
     }
 
-    /// `SEARCH_LABELS`: `$1..$8` (`$7` may be NULL).
+    /// `SEARCH_LABELS_RECENT` and `SEARCH_LABELS`: `$1..$8` (`$7` may be NULL).
     fn labelled<'p>(&'p self, labels: &'p Vec<String>) -> [Param<'p>; 8] {
         [
             &self.lower,

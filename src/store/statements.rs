@@ -162,6 +162,7 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ),
         ("search::SEARCH_RERUNS", search::SEARCH_RERUNS),
         ("search::SEARCH_AWAITING", search::SEARCH_AWAITING),
+        ("search::SEARCH_LABELS_RECENT", search::SEARCH_LABELS_RECENT),
         ("search::SEARCH_LABELS", search::SEARCH_LABELS),
         ("search::SEARCH_WAITING_SLOT", search::SEARCH_WAITING_SLOT),
         ("stats::COUNTS", stats::COUNTS),

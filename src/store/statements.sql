@@ -1384,6 +1384,29 @@ SELECT s.id, s.workflow_name,
     ORDER BY s.id DESC
     LIMIT $6;
 
+-- search::SEARCH_LABELS_RECENT
+SELECT s.id, s.workflow_name,
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    FROM service_requests fc
+    WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+        'IN_PROGRESS',
+        'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END AS status,
+        to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason,
+        s.labels
+    FROM service_requests s
+    WHERE s.labels @> $8::text[] AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= coalesce((SELECT w.id
+        FROM service_requests w
+        WHERE w.id >= $1 AND w.id < $2
+        ORDER BY w.id DESC OFFSET 2000 - 1
+        LIMIT 1),
+            $1) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+        FROM service_requests fc
+        WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+            'IN_PROGRESS',
+            'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
+    ORDER BY s.id DESC
+    LIMIT $6;
+
 -- search::SEARCH_LABELS
 SELECT s.id, s.workflow_name,
     CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
@@ -1399,7 +1422,7 @@ SELECT s.id, s.workflow_name,
         WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
             'IN_PROGRESS',
             'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
-    ORDER BY s.id DESC
+    ORDER BY uuid_send(s.id) DESC
     LIMIT $6;
 
 -- search::SEARCH_WAITING_SLOT
