@@ -259,6 +259,8 @@ pub struct Metrics {
     pub slots_waiting: Family<WorkflowLabel, Gauge>,
     /// Requests finished, by workflow and status, and their time from create to finish.
     pub outcomes: Arc<Outcomes>,
+    /// Webhook deliveries to triggers, by outcome (in the order `ops::hooks` counts them).
+    pub trigger_hooks: [Counter; 5],
 }
 
 impl std::fmt::Debug for Metrics {
@@ -464,7 +466,23 @@ impl Metrics {
             ["started", "skipped"],
             |outcome| OutcomeLabel { outcome },
         );
+        let trigger_hooks = labelled(
+            &mut registry,
+            "clamp_trigger_hooks",
+            "Webhook deliveries to triggers, by outcome: started a request, a redelivery of \
+             one that did (duplicate), filtered out by when, kept as a dead letter, refused \
+             (a signature that did not verify)",
+            [
+                "started",
+                "duplicate",
+                "filtered",
+                "dead_lettered",
+                "refused",
+            ],
+            |outcome| OutcomeLabel { outcome },
+        );
         let m = Metrics {
+            trigger_hooks,
             schedule_fires,
             schedule_lateness: Arc::new(AtomicHistogram::new(LATENESS_BOUNDS)),
             timer_lateness: Arc::new(AtomicHistogram::new(LATENESS_BOUNDS)),

@@ -25,6 +25,10 @@ pub enum Op {
     DefineWorkflow,
     /// Defining, replacing, deleting, triggering, pausing or resuming a schedule.
     ChangeSchedule,
+    /// Defining, replacing, deleting, pausing or resuming a trigger.
+    ChangeTrigger,
+    /// A webhook's delivery (open: its signature is its proof).
+    Hook,
     /// Reading the audit trail.
     ReadAudit,
 }
@@ -92,6 +96,14 @@ routes! {
     TriggerSchedule = "POST" "/schedules/{name}/trigger", ChangeSchedule, "clamp_trigger_schedule_handler", false;
     PauseSchedule = "POST" "/schedules/{name}/pause", ChangeSchedule, "clamp_pause_schedule_handler", false;
     ResumeSchedule = "POST" "/schedules/{name}/resume", ChangeSchedule, "clamp_resume_schedule_handler", false;
+    CreateTrigger = "POST" "/triggers", ChangeTrigger, "clamp_create_trigger_handler", false;
+    ListTriggers = "GET" "/triggers", Read, "clamp_list_triggers_handler", false;
+    GetTrigger = "GET" "/triggers/{name}", Read, "clamp_get_trigger_handler", false;
+    PutTrigger = "PUT" "/triggers/{name}", ChangeTrigger, "clamp_put_trigger_handler", false;
+    DeleteTrigger = "DELETE" "/triggers/{name}", ChangeTrigger, "clamp_delete_trigger_handler", false;
+    PauseTrigger = "POST" "/triggers/{name}/pause", ChangeTrigger, "clamp_pause_trigger_handler", false;
+    ResumeTrigger = "POST" "/triggers/{name}/resume", ChangeTrigger, "clamp_resume_trigger_handler", false;
+    Hook = "POST" "/hooks/{name}", Hook, "clamp_hook_handler", true;
     Audit = "GET" "/audit", ReadAudit, "clamp_audit_handler", false;
     Health = "GET" "/health", Read, "health_handler", true;
     Ready = "GET" "/ready", Read, "ready_handler", true;

@@ -36,6 +36,7 @@ pub(crate) mod search;
 pub(crate) mod service_requests;
 pub(crate) mod step_response;
 pub(crate) mod system;
+pub(crate) mod triggers;
 pub(crate) mod workflows;
 
 use std::borrow::Cow;
@@ -225,7 +226,8 @@ async fn dispatch(
         Err(Miss::MethodNotAllowed(allowed)) => return (Route::NotFound, not_allowed(&allowed)),
     };
     let route = def.route;
-    if !matches!(route, Route::Health | Route::Ready) {
+    // A webhook comes from another host by nature, and proves itself by its signature.
+    if !matches!(route, Route::Health | Route::Ready | Route::Hook) {
         if let Some(refused) = cross_site() {
             return (route, refused);
         }
@@ -309,6 +311,16 @@ async fn to_handler(
         Route::TriggerSchedule => Box::pin(schedules::trigger(core, who, &decode(arg))).await,
         Route::PauseSchedule => Box::pin(schedules::pause(core, who, &decode(arg))).await,
         Route::ResumeSchedule => Box::pin(schedules::resume(core, who, &decode(arg))).await,
+        Route::CreateTrigger => Box::pin(triggers::create(core, who, parts, body)).await,
+        Route::ListTriggers => Box::pin(triggers::list(core)).await,
+        Route::GetTrigger => Box::pin(triggers::get(core, &decode(arg))).await,
+        Route::PutTrigger => Box::pin(triggers::put(core, who, &decode(arg), parts, body)).await,
+        Route::DeleteTrigger => Box::pin(triggers::delete(core, who, &decode(arg))).await,
+        Route::PauseTrigger => Box::pin(triggers::set_paused(core, who, &decode(arg), true)).await,
+        Route::ResumeTrigger => {
+            Box::pin(triggers::set_paused(core, who, &decode(arg), false)).await
+        }
+        Route::Hook => Box::pin(triggers::hook(core, &decode(arg), parts, body)).await,
         Route::Audit => Box::pin(audit::list(core, query)).await,
         Route::Health => system::health(),
         Route::Ready => system::ready(core).await,

@@ -117,6 +117,7 @@ pub async fn create(
             .map(HeaderValue::as_bytes),
         labels: super::query_params(query, "label"),
         labels_header: parts.headers.get(&LABELS).map(HeaderValue::as_bytes),
+        after_commit: false,
     };
     let admitted = or_answer!(crate::ops::create::admit(core, &ask)
         .await

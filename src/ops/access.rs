@@ -18,8 +18,9 @@ pub fn needs(op: Op) -> Role {
         | Op::BulkRetry
         | Op::Rerun
         | Op::StepResponse
-        | Op::DeliverEvent => Role::Operate,
-        Op::DefineWorkflow | Op::ChangeSchedule | Op::ReadAudit => Role::Admin,
+        | Op::DeliverEvent
+        | Op::Hook => Role::Operate,
+        Op::DefineWorkflow | Op::ChangeSchedule | Op::ChangeTrigger | Op::ReadAudit => Role::Admin,
     }
 }
 
@@ -32,7 +33,10 @@ pub fn audited(op: Op) -> Option<&'static str> {
         Op::Rerun => Some("rerun"),
         Op::DefineWorkflow => Some("define workflow"),
         Op::ChangeSchedule => Some("change schedule"),
-        Op::Read | Op::Create | Op::StepResponse | Op::DeliverEvent | Op::ReadAudit => None,
+        Op::ChangeTrigger => Some("change trigger"),
+        Op::Read | Op::Create | Op::StepResponse | Op::DeliverEvent | Op::Hook | Op::ReadAudit => {
+            None
+        }
     }
 }
 

@@ -126,6 +126,9 @@ pub struct Ask<'a> {
     /// `?label=` values and the `Clamp-Labels` header's bytes (beyond Clamp: `labels`).
     pub labels: Vec<std::borrow::Cow<'a, str>>,
     pub labels_header: Option<&'a [u8]>,
+    /// Answered after the commit even under `--ack accept` (a webhook's delivery: its
+    /// sender must not be told "done" before it is).
+    pub after_commit: bool,
 }
 
 /// A create judged and admitted before its body is read; `create` takes it with the body.
@@ -137,6 +140,7 @@ pub struct Admitted {
     deadline: Option<std::time::Duration>,
     priority: Option<i16>,
     labels: Option<Labels>,
+    after_commit: bool,
 }
 
 /// The first half of a create, before its body is read: every text judged (400), its
@@ -178,6 +182,7 @@ pub async fn admit(core: &Core, ask: &Ask<'_>) -> Result<Admitted> {
         deadline,
         priority,
         labels,
+        after_commit: ask.after_commit,
     })
 }
 
@@ -215,6 +220,8 @@ struct NewRequest {
     pub priority: Option<i16>,
     /// Its labels (beyond Clamp; None: none).
     pub labels: Option<Labels>,
+    /// Answered after its commit whatever `--ack` says.
+    pub after_commit: bool,
 }
 
 /// A create's `priority` (`workflow::model::priority`).
@@ -261,6 +268,7 @@ pub async fn create(core: &Core, a: Admitted, headers: Bytes, body: Bytes) -> Re
         deadline: a.deadline,
         priority: a.priority,
         labels: a.labels,
+        after_commit: a.after_commit,
     };
     let app = &core.app;
     let payload = if is_blank(&r.body) {
@@ -283,7 +291,7 @@ pub async fn create(core: &Core, a: Admitted, headers: Bytes, body: Bytes) -> Re
     let created_us = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64);
-    let (ack, done) = if app.config.ack == AckMode::Commit || r.key.is_some() {
+    let (ack, done) = if app.config.ack == AckMode::Commit || r.key.is_some() || r.after_commit {
         let (tx, rx) = oneshot::channel();
         (Some(tx), Some(rx))
     } else {

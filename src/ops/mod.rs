@@ -22,12 +22,14 @@ pub mod control;
 pub mod create;
 pub mod delayed;
 pub mod events;
+pub mod hooks;
 pub mod lists;
 pub mod read;
 pub mod respond;
 pub mod schedules;
 pub mod sessions;
 pub mod system;
+pub mod triggers;
 pub mod workflows;
 
 use crate::config::Config;
@@ -65,6 +67,8 @@ pub enum OpError {
     BadRequest(String),
     /// The caller's role does not allow it (403).
     Forbidden(String),
+    /// The caller did not prove who it is: a webhook's signature (401).
+    Unauthorized(String),
     /// What it names does not exist (404).
     NotFound(String),
     /// It cannot happen in the state things are in (409).
@@ -120,6 +124,7 @@ impl OpError {
         match self {
             OpError::BadRequest(_) => 400,
             OpError::Forbidden(_) => 403,
+            OpError::Unauthorized(_) => 401,
             OpError::NotFound(_) => 404,
             OpError::Conflict(_) => 409,
             OpError::Unprocessable(_) => 422,
@@ -140,6 +145,7 @@ impl OpError {
         match self {
             OpError::BadRequest(m)
             | OpError::Forbidden(m)
+            | OpError::Unauthorized(m)
             | OpError::NotFound(m)
             | OpError::Conflict(m)
             | OpError::Unprocessable(m) => m.clone(),

@@ -36,6 +36,7 @@ pub(crate) mod stats;
 pub(crate) mod status;
 pub(crate) mod step_responses;
 pub(crate) mod transitions;
+pub(crate) mod triggers;
 pub mod workflow_map;
 
 use std::sync::Arc;

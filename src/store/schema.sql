@@ -200,6 +200,16 @@ CREATE TABLE steps_status (
 ALTER TABLE steps_status ADD CONSTRAINT steps_status_pkey PRIMARY KEY (service_request_id, id);
 CREATE UNIQUE INDEX steps_status_pkey ON ONLY public.steps_status USING btree (service_request_id, id);
 
+CREATE TABLE triggers (
+    name text NOT NULL,
+    definition jsonb NOT NULL,
+    paused boolean NOT NULL DEFAULT false,
+    created_at timestamp with time zone NOT NULL DEFAULT now(),
+    updated_at timestamp with time zone NOT NULL DEFAULT now()
+);
+ALTER TABLE triggers ADD CONSTRAINT triggers_pkey PRIMARY KEY (name);
+CREATE UNIQUE INDEX triggers_pkey ON public.triggers USING btree (name);
+
 CREATE TABLE workflow_versions (
     name text NOT NULL,
     version integer NOT NULL,

@@ -142,7 +142,6 @@ macro_rules! label_window {
         "2000"
     };
 }
-use label_window;
 
 /// Requests carrying every label of `$8` (a `text[]`), of any or one workflow, among the
 /// newest `LABEL_WINDOW` requests of the range: a backward scan of the ids from the cursor

@@ -12,7 +12,7 @@ use super::{
     audit, buffer, cancel, children, connect, dead_letters, deadlines, delayed, events, fan,
     housekeeping, idempotency, kafka_offsets, keeper, lanes, leases, migrate, partitions, pool,
     queries, rerun, retention, retry, schedules, search, sessions, slots, stats, status,
-    step_responses, transitions,
+    step_responses, transitions, triggers,
 };
 
 /// Every fixed statement of the store, expanded: (`file::CONST`, text), grouped by file.
@@ -101,6 +101,12 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("events::COMMIT", events::COMMIT),
         ("events::FORGET", events::FORGET),
         ("events::TAKE", events::TAKE),
+        ("triggers::INSERT", triggers::INSERT),
+        ("triggers::GET", triggers::GET),
+        ("triggers::LIST", triggers::LIST),
+        ("triggers::PUT", triggers::PUT),
+        ("triggers::DELETE", triggers::DELETE),
+        ("triggers::SET_PAUSED", triggers::SET_PAUSED),
         ("schedules::INSERT", schedules::INSERT),
         ("schedules::NOW", schedules::NOW),
         ("schedules::GET", schedules::GET),

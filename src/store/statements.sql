@@ -979,6 +979,28 @@ INSERT INTO event_takes (service_request_id, step_id, event, event_id)
     VALUES ($1, $2, $3, $4)
     ON CONFLICT DO NOTHING;
 
+-- triggers::INSERT
+INSERT INTO triggers (name, definition, paused) VALUES ($1, $2, $3)
+RETURNING definition, paused, created_at, updated_at;
+
+-- triggers::GET
+SELECT definition, paused, created_at, updated_at FROM triggers WHERE name = $1;
+
+-- triggers::LIST
+SELECT definition, paused, created_at, updated_at FROM triggers ORDER BY name LIMIT $1;
+
+-- triggers::PUT
+UPDATE triggers SET definition = $2, paused = coalesce($3, paused), updated_at = now()
+WHERE name = $1
+RETURNING definition, paused, created_at, updated_at;
+
+-- triggers::DELETE
+DELETE FROM triggers WHERE name = $1;
+
+-- triggers::SET_PAUSED
+UPDATE triggers SET paused = $2, updated_at = now() WHERE name = $1
+RETURNING definition, paused, created_at, updated_at;
+
 -- schedules::INSERT
 INSERT INTO schedules (name, definition, paused, next_fire_at)
 VALUES ($1, $2, $3, CASE WHEN $3 THEN NULL ELSE $4::timestamptz END)

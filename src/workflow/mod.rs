@@ -9,6 +9,7 @@ pub(crate) mod retention;
 pub(crate) mod retry;
 pub(crate) mod schedule;
 pub(crate) mod transform;
+pub(crate) mod trigger;
 pub(crate) mod validate;
 pub(crate) mod wait;
 
