@@ -259,8 +259,9 @@ pub struct Metrics {
     pub slots_waiting: Family<WorkflowLabel, Gauge>,
     /// Requests finished, by workflow and status, and their time from create to finish.
     pub outcomes: Arc<Outcomes>,
-    /// Webhook deliveries to triggers, by outcome (in the order `ops::hooks` counts them).
-    pub trigger_hooks: [Counter; 5],
+    /// Messages to triggers, by source (webhook, amqp) and outcome (in the order
+    /// `ops::hooks` counts them).
+    pub trigger_deliveries: [[Counter; 5]; 2],
 }
 
 impl std::fmt::Debug for Metrics {
@@ -466,23 +467,9 @@ impl Metrics {
             ["started", "skipped"],
             |outcome| OutcomeLabel { outcome },
         );
-        let trigger_hooks = labelled(
-            &mut registry,
-            "clamp_trigger_hooks",
-            "Webhook deliveries to triggers, by outcome: started a request, a redelivery of \
-             one that did (duplicate), filtered out by when, kept as a dead letter, refused \
-             (a signature that did not verify)",
-            [
-                "started",
-                "duplicate",
-                "filtered",
-                "dead_lettered",
-                "refused",
-            ],
-            |outcome| OutcomeLabel { outcome },
-        );
+        let trigger_deliveries = trigger_deliveries(&mut registry);
         let m = Metrics {
-            trigger_hooks,
+            trigger_deliveries,
             schedule_fires,
             schedule_lateness: Arc::new(AtomicHistogram::new(LATENESS_BOUNDS)),
             timer_lateness: Arc::new(AtomicHistogram::new(LATENESS_BOUNDS)),
@@ -746,6 +733,40 @@ where
     let family = Family::<L, Counter>::default();
     let counters = values.map(|v| family.get_or_create(&label(v)).clone());
     registry.register(name, help, family);
+    counters
+}
+
+/// A trigger's message's source and what it did.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceOutcomeLabel {
+    source: &'static str,
+    outcome: &'static str,
+}
+
+/// `clamp_trigger_deliveries_total{source, outcome}`: the counters of each source.
+fn trigger_deliveries(registry: &mut Registry) -> [[Counter; 5]; 2] {
+    let family = Family::<SourceOutcomeLabel, Counter>::default();
+    let counters = ["webhook", "amqp"].map(|source| {
+        [
+            "started",
+            "duplicate",
+            "filtered",
+            "dead_lettered",
+            "refused",
+        ]
+        .map(|outcome| {
+            family
+                .get_or_create(&SourceOutcomeLabel { source, outcome })
+                .clone()
+        })
+    });
+    registry.register(
+        "clamp_trigger_deliveries",
+        "Messages to triggers, by source (webhook, amqp) and outcome: started a request, a \
+         redelivery of one that did (duplicate), filtered out by when, kept as a dead letter, \
+         refused (a webhook signature that did not verify)",
+        family,
+    );
     counters
 }
 

@@ -175,6 +175,14 @@ fn start_background(
             stop.clone(),
         )));
     }
+    // Triggers' broker sources: one supervisor per instance, following the triggers'
+    // table; the broker shares each queue's messages among instances.
+    if index == 0 {
+        background.push(tokio::spawn(crate::broker::triggers::run(
+            core.clone(),
+            stop.clone(),
+        )));
+    }
     // The partitions' keeper (sets ahead, retention): one task per instance, one at work
     // at a time across instances.
     if index == 0 {

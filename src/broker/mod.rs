@@ -10,6 +10,7 @@
 pub(crate) mod amqp;
 pub(crate) mod kafka;
 pub(crate) mod reply;
+pub(crate) mod triggers;
 
 use std::future::Future;
 use std::time::Duration;

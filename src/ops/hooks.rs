@@ -53,10 +53,10 @@ impl Delivery<'_> {
     }
 }
 
-/// Delivers to trigger `name`: 404 unknown, 503 paused (its sender delivers again), 401
-/// when the signature does not verify (counted in `clamp_trigger_hooks_total`).
+/// Delivers to trigger `name`: 404 unknown (or not a webhook), 503 paused (its sender
+/// delivers again), 401 when the signature does not verify (counted in
+/// `clamp_trigger_deliveries_total`).
 pub async fn deliver(core: &Core, name: &str, d: &Delivery<'_>) -> Result<Delivered> {
-    let m = &core.app.metrics;
     let stored = super::triggers::read(core, name).await?.stored;
     if stored.paused {
         return Err(OpError::Unavailable(
@@ -71,7 +71,12 @@ pub async fn deliver(core: &Core, name: &str, d: &Delivery<'_>) -> Result<Delive
         secret,
         tolerance,
         delivery_header,
-    } = &t.source;
+    } = &t.source
+    else {
+        return Err(OpError::NotFound(format!(
+            "trigger {name:?} is not a webhook"
+        )));
+    };
     let key = core
         .app
         .config
@@ -79,26 +84,56 @@ pub async fn deliver(core: &Core, name: &str, d: &Delivery<'_>) -> Result<Delive
         .resolve(secret, crate::secrets::as_is)
         .map_err(|_| OpError::Unavailable("this trigger's secret is not set on this server"))?;
     if let Err(why) = verified(*verify, key.as_bytes(), d, *tolerance, SystemTime::now()) {
-        m.trigger_hooks[REFUSED].inc();
+        core.app.metrics.trigger_deliveries[WEBHOOK][REFUSED].inc();
         return Err(OpError::Unauthorized(why.into()));
     }
-    let outcome = start(core, &t, d, *verify, delivery_header.as_deref()).await;
+    let id_of = |body: &Value| delivery_id(*verify, delivery_header.as_deref(), d, body);
+    let outcome = start(core, &t, d.body, d.headers, id_of).await;
+    settle(core, WEBHOOK, &t.name, d.body, outcome).await
+}
+
+/// A message of a broker source (`broker::triggers`): its body, its id (the key of the
+/// request it starts; None: none) and its headers. Dead letters are kept with `queue` as
+/// their topic.
+pub async fn take(
+    core: &Core,
+    t: &CompiledTrigger,
+    queue: &str,
+    body: &[u8],
+    id: Option<&str>,
+    headers: &[(String, String)],
+) -> Result<Delivered> {
+    let id = id.filter(|s| !s.is_empty()).map(str::to_string);
+    let outcome = start(core, t, body, headers, |_| id).await;
+    settle(core, AMQP, queue, body, outcome).await
+}
+
+/// Counts what a message did, and keeps it as a dead letter when it can never start a
+/// request (before it is acknowledged: an error here leaves it unacknowledged).
+async fn settle(
+    core: &Core,
+    source: usize,
+    topic: &str,
+    body: &[u8],
+    outcome: Result<Delivered>,
+) -> Result<Delivered> {
+    let counts = &core.app.metrics.trigger_deliveries[source];
     match &outcome {
         Ok(Delivered::Started { duplicate, .. }) => {
-            m.trigger_hooks[if *duplicate { DUPLICATE } else { STARTED }].inc();
+            counts[if *duplicate { DUPLICATE } else { STARTED }].inc();
         }
         Ok(Delivered::Filtered) => {
-            m.trigger_hooks[FILTERED].inc();
+            counts[FILTERED].inc();
         }
         Ok(Delivered::DeadLettered(why)) => {
-            m.trigger_hooks[DEAD_LETTERED].inc();
+            counts[DEAD_LETTERED].inc();
             let origin = Origin {
-                source: "webhook",
-                topic: &t.name,
+                source: SOURCES[source],
+                topic,
                 partition: None,
                 offset: None,
             };
-            super::consumers::dead_letter(&core.pool, &origin, d.body, why)
+            super::consumers::dead_letter(&core.pool, &origin, body, why)
                 .await
                 .map_err(|error| OpError::Store {
                     error,
@@ -110,28 +145,34 @@ pub async fn deliver(core: &Core, name: &str, d: &Delivery<'_>) -> Result<Delive
     outcome
 }
 
-// `Metrics::trigger_hooks`' counters: started, duplicate, filtered, dead_lettered, refused.
+/// The sources, as `dead_letters` and the metrics name them (`Metrics::trigger_deliveries`'
+/// order).
+const SOURCES: [&str; 2] = ["webhook", "amqp"];
+const WEBHOOK: usize = 0;
+const AMQP: usize = 1;
+// A source's counters: started, duplicate, filtered, dead_lettered, refused.
 const STARTED: usize = 0;
 const DUPLICATE: usize = 1;
 const FILTERED: usize = 2;
 const DEAD_LETTERED: usize = 3;
 const REFUSED: usize = 4;
 
-/// A verified delivery, to a request (or a filter, or a dead letter).
+/// A message to a request (or a filter, or a dead letter); `id_of` gives its id from
+/// its parsed body.
 async fn start(
     core: &Core,
     t: &CompiledTrigger,
-    d: &Delivery<'_>,
-    verify: Verify,
-    delivery_header: Option<&str>,
+    body: &[u8],
+    headers: &[(String, String)],
+    id_of: impl FnOnce(&Value) -> Option<String>,
 ) -> Result<Delivered> {
     let dead = |why: String| Ok(Delivered::DeadLettered(why));
-    let body: Value = match serde_json::from_slice(d.body) {
+    let body: Value = match serde_json::from_slice(body) {
         Ok(v) => v,
         Err(e) => return dead(format!("the body is not JSON: {e}")),
     };
-    let delivery_id = delivery_id(verify, delivery_header, d, &body);
-    let message = def::message(body, delivery_id.as_deref().unwrap_or(""), d.headers);
+    let delivery_id = id_of(&body);
+    let message = def::message(body, delivery_id.as_deref().unwrap_or(""), headers);
     if let Some(when) = &t.when {
         match when.eval(&message) {
             Ok(true) => {}

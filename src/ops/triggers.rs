@@ -56,12 +56,22 @@ async fn checked(
             OpError::NotFound(m) => bad(format!("workflow: {m}")),
             other => other,
         })?;
-    let Source::Webhook { secret, .. } = &t.source;
-    core.app
-        .config
-        .secrets
-        .check(secret)
-        .map_err(|e| bad(format!("source.webhook.secret: {e}")))?;
+    let secrets = &core.app.config.secrets;
+    match &t.source {
+        Source::Webhook { secret, .. } => secrets
+            .check(secret)
+            .map_err(|e| bad(format!("source.webhook.secret: {e}")))?,
+        Source::Amqp { url, endpoint, .. } => {
+            secrets
+                .check(url)
+                .map_err(|e| bad(format!("source.amqp.url: {e}")))?;
+            core.app
+                .config
+                .destinations
+                .check_host(&endpoint.host.as_str())
+                .map_err(|e| bad(format!("source.amqp.url: {e}")))?;
+        }
+    }
     Ok((t, def::paused_in(&v)))
 }
 

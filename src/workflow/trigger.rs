@@ -56,7 +56,22 @@ pub enum Source {
         /// The header holding the delivery's id, over the verify kind's own.
         delivery_header: Option<String>,
     },
+    /// A queue of an AMQP broker, consumed by every instance (competing consumers), at
+    /// most `prefetch` messages unacknowledged per instance; a message's id (its
+    /// `message_id` property) keys the request it starts.
+    Amqp {
+        /// `amqp://` or `amqps://`; credentials and virtual host may be `{{secret:…}}`
+        /// references, the host may not (the destination policy judges it when defined).
+        url: String,
+        /// Where it connects (read from the URL with its references masked).
+        endpoint: super::brokers::Endpoint,
+        queue: String,
+        prefetch: u16,
+    },
 }
+
+/// The messages an AMQP trigger's instance holds unacknowledged, by default.
+pub const DEFAULT_PREFETCH: u16 = 100;
 
 /// A checked definition, as stored (`definition`) and as run.
 pub struct CompiledTrigger {
@@ -199,18 +214,19 @@ fn text(obj: &Map<String, Value>, key: &str) -> Result<String, TriggerError> {
 
 fn source(v: Option<&Value>) -> Result<Source, TriggerError> {
     let Some(Value::Object(src)) = v else {
-        return bad("source: an object naming one source (webhook)");
+        return bad("source: an object naming one source (webhook or amqp)");
     };
     if src.len() != 1 {
-        return bad("source: exactly one source (webhook)");
+        return bad("source: exactly one source (webhook or amqp)");
     }
     let (kind, settings) = src.iter().next().expect("one entry");
     match kind.as_str() {
         "webhook" => webhook(settings),
-        "kafka" | "amqp" => bad(format!(
-            "source.{kind}: not available yet; this server starts requests from webhooks"
-        )),
-        other => bad(format!("source.{other}: unknown source (webhook)")),
+        "amqp" => amqp(settings),
+        "kafka" => bad(
+            "source.kafka: not available yet; this server starts requests from webhooks and AMQP queues",
+        ),
+        other => bad(format!("source.{other}: unknown source (webhook or amqp)")),
     }
 }
 
@@ -268,6 +284,46 @@ fn webhook(v: &Value) -> Result<Source, TriggerError> {
     })
 }
 
+fn amqp(v: &Value) -> Result<Source, TriggerError> {
+    let Some(a) = v.as_object() else {
+        return bad("source.amqp: an object");
+    };
+    for k in a.keys() {
+        if !matches!(k.as_str(), "url" | "queue" | "prefetch") {
+            return bad(format!(
+                "source.amqp.{k}: unknown field (url, queue, prefetch)"
+            ));
+        }
+    }
+    let url = match a.get("url").and_then(Value::as_str) {
+        Some(u) if !u.is_empty() => u.to_string(),
+        _ => return bad("source.amqp.url: an amqp:// or amqps:// URL"),
+    };
+    let masked = super::brokers::for_definition(&url)
+        .map_err(|e| TriggerError(format!("source.amqp.url: {e}")))?;
+    let target = super::brokers::AmqpTarget::read(&masked)
+        .map_err(|e| TriggerError(format!("source.amqp.url: {e}")))?;
+    super::brokers::refuse_secret_host(&target.endpoint)
+        .map_err(|e| TriggerError(format!("source.amqp.url: {e}")))?;
+    let queue = match a.get("queue").and_then(Value::as_str) {
+        Some(q) if !q.is_empty() && q.len() <= 255 => q.to_string(),
+        _ => return bad("source.amqp.queue: a queue name (1 to 255 bytes)"),
+    };
+    let prefetch = match a.get("prefetch") {
+        None => DEFAULT_PREFETCH,
+        Some(v) => match v.as_u64() {
+            Some(n) if (1..=1000).contains(&n) => n as u16,
+            _ => return bad("source.amqp.prefetch: 1 to 1000"),
+        },
+    };
+    Ok(Source::Amqp {
+        url,
+        endpoint: target.endpoint,
+        queue,
+        prefetch,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,6 +362,27 @@ mod tests {
     }
 
     #[test]
+    fn an_amqp_trigger_keeps_its_url_with_its_references() {
+        let t = validate(
+            &json!({"name": "orders", "workflow": "w", "source": {"amqp": {
+            "url": "amqp://{{secret:U}}:{{secret:P}}@127.0.0.1:5672/%2f", "queue": "orders"}}}),
+        )
+        .unwrap();
+        let Source::Amqp {
+            url,
+            endpoint,
+            queue,
+            prefetch,
+        } = t.source
+        else {
+            panic!("an amqp source");
+        };
+        assert_eq!(url, "amqp://{{secret:U}}:{{secret:P}}@127.0.0.1:5672/%2f");
+        assert_eq!(endpoint.to_string(), "127.0.0.1:5672");
+        assert_eq!((queue.as_str(), prefetch), ("orders", DEFAULT_PREFETCH));
+    }
+
+    #[test]
     fn each_bad_field_is_named() {
         let cases: Vec<(Value, &str)> = vec![
             (json!([]), "JSON object"),
@@ -319,6 +396,22 @@ mod tests {
             (
                 json!({"name": "a", "workflow": "w", "source": {"kafka": {}}}),
                 "source.kafka",
+            ),
+            (
+                json!({"name": "a", "workflow": "w", "source": {"amqp": {"url": "http://x", "queue": "q"}}}),
+                "source.amqp.url",
+            ),
+            (
+                json!({"name": "a", "workflow": "w", "source": {"amqp": {"url": "amqp://{{secret:H}}/", "queue": "q"}}}),
+                "source.amqp.url",
+            ),
+            (
+                json!({"name": "a", "workflow": "w", "source": {"amqp": {"url": "amqp://h/", "queue": ""}}}),
+                "source.amqp.queue",
+            ),
+            (
+                json!({"name": "a", "workflow": "w", "source": {"amqp": {"url": "amqp://h/", "queue": "q", "prefetch": 0}}}),
+                "source.amqp.prefetch",
             ),
             (
                 json!({"name": "a", "workflow": "w", "source": {"ftp": {}}}),

@@ -45,6 +45,7 @@ mod tls_postgres;
 mod tls_server;
 mod tls_steps;
 mod traces;
+mod trigger_amqp;
 mod triggers;
 mod upgrade;
 mod versions;

@@ -136,7 +136,7 @@ async fn a_github_delivery_starts_one_request_and_a_redelivery_none() {
     let hooks = |o: &str| {
         metric(
             &m,
-            &format!(r#"clamp_trigger_hooks_total{{outcome="{o}"}} "#),
+            &format!(r#"clamp_trigger_deliveries_total{{source="webhook",outcome="{o}"}} "#),
         )
     };
     assert_eq!(hooks("started"), 1.0, "{m}");

@@ -59,7 +59,7 @@ pub(crate) fn connect_error(e: &lapin::Error) -> (bool, String) {
 /// (`workflow::brokers`), dialled at an address the policy judged, so that neither a
 /// second reading of the URL nor a second resolution of the name can reach another.
 /// Every reconnection the client makes goes through the same dial.
-async fn connect_checked(
+pub(crate) async fn connect_checked(
     target: &AmqpTarget,
     tls: &OwnedTLSConfig,
     policy: &Arc<Destinations>,
