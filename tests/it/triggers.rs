@@ -264,6 +264,19 @@ async fn triggers_are_defined_paused_replaced_and_deleted_through_the_audited_ap
     let r = github_hook(&s, dev, "p-2", &format!("sha256={}", sign(&[dev]))).await;
     assert_eq!(r.json()["started"], true, "{}", r.text());
 
+    // The console lists it, with its source and a link to its requests.
+    let page = s.get("/console/triggers").await;
+    assert_eq!(page.status, 200, "{}", page.text());
+    let html = page.text();
+    assert!(
+        html.contains("webhook POST /hooks/gh (github signature)"),
+        "{html}"
+    );
+    assert!(
+        html.contains(r#"href="/console?labels=trigger%3Agh""#),
+        "{html}"
+    );
+
     assert_eq!(
         send(s.addr, Method::DELETE, "/triggers/gh", None, &[])
             .await

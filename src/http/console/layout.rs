@@ -20,6 +20,7 @@ pub enum Nav {
     Requests,
     Workflows,
     Schedules,
+    Triggers,
     None,
 }
 
@@ -46,6 +47,7 @@ pub fn page(ctx: &Ctx, nav: Nav, title: &str, body: Markup) -> Markup {
                         a href="/console" class=[(nav == Nav::Requests).then_some("on")] { "Requests" }
                         a href="/console/workflows" class=[(nav == Nav::Workflows).then_some("on")] { "Workflows" }
                         a href="/console/schedules" class=[(nav == Nav::Schedules).then_some("on")] { "Schedules" }
+                        a href="/console/triggers" class=[(nav == Nav::Triggers).then_some("on")] { "Triggers" }
                     }
                     @if ctx.tokens_on {
                         form.signout method="post" action="/console/logout" {

@@ -1,7 +1,8 @@
 //! The console (beyond Clamp): pages served by the binary itself, for people who run
 //! clamp — requests by status, workflow and time; one request with its steps, timeline
 //! and actions (retry, rerun, cancel); the workflows and their requests per minute; the
-//! schedules with their next fires and last runs (run now, pause, resume).
+//! schedules with their next fires and last runs (run now, pause, resume); the triggers
+//! with their sources and the requests they started (pause, resume).
 //! Rendered on the server (maud, which escapes every value), no script, no asset from
 //! another host; it reads and acts through the same code as the API. With
 //! `--api-tokens` set, it asks for a token once per browser session (`session`).
@@ -13,6 +14,7 @@ mod requests;
 mod schedules;
 mod session;
 mod svg;
+mod triggers;
 mod workflows;
 
 use bytes::Bytes;
@@ -77,6 +79,7 @@ pub async fn handle(core: &Core, conn: &ConnState, parts: &Parts, body: &mut Bod
     let wants = match (method, segs.as_slice()) {
         (&Method::POST, ["serviceRequests", _, action]) => actions::op(action),
         (&Method::POST, ["schedules", _, _]) => Some(crate::ops::access::Op::ChangeSchedule),
+        (&Method::POST, ["triggers", _, _]) => Some(crate::ops::access::Op::ChangeTrigger),
         _ => None,
     };
     if let Some(op) = wants {
@@ -100,6 +103,10 @@ pub async fn handle(core: &Core, conn: &ConnState, parts: &Parts, body: &mut Bod
         (&Method::GET, ["schedules"]) => schedules::page(core, &ctx, query).await,
         (&Method::POST, ["schedules", name, action]) => {
             schedules::post(core, &ctx, &super::decode(name), action, parts, body).await
+        }
+        (&Method::GET, ["triggers"]) => triggers::page(core, &ctx, query).await,
+        (&Method::POST, ["triggers", name, action]) => {
+            triggers::post(core, &ctx, &super::decode(name), action, parts, body).await
         }
         (&Method::POST, ["logout"]) => logout(core, &ctx, parts, body).await,
         _ => layout::problem(StatusCode::NOT_FOUND, &ctx, "no such page in the console"),
