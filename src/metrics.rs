@@ -452,25 +452,24 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::default();
         let (requests, latency) = register_routes(&mut registry);
-        // The families hand out the counters the request path increments, label sets fixed.
-        let status_reads = labelled(
-            &mut registry,
-            "clamp_status_reads",
-            STATUS_READS_HELP,
-            ["memory", "database", "row"],
-            |source| SourceLabel { source },
-        );
-        let schedule_fires = labelled(
-            &mut registry,
-            "clamp_schedule_fires",
-            SCHEDULE_FIRES_HELP,
-            ["started", "skipped"],
-            |outcome| OutcomeLabel { outcome },
-        );
-        let trigger_deliveries = trigger_deliveries(&mut registry);
         let m = Metrics {
-            trigger_deliveries,
-            schedule_fires,
+            // The families hand out the counters the request path increments, label sets
+            // fixed.
+            status_reads: labelled(
+                &mut registry,
+                "clamp_status_reads",
+                STATUS_READS_HELP,
+                ["memory", "database", "row"],
+                |source| SourceLabel { source },
+            ),
+            schedule_fires: labelled(
+                &mut registry,
+                "clamp_schedule_fires",
+                SCHEDULE_FIRES_HELP,
+                ["started", "skipped"],
+                |outcome| OutcomeLabel { outcome },
+            ),
+            trigger_deliveries: trigger_deliveries(&mut registry),
             schedule_lateness: Arc::new(AtomicHistogram::new(LATENESS_BOUNDS)),
             timer_lateness: Arc::new(AtomicHistogram::new(LATENESS_BOUNDS)),
             timers_pending: Gauge::default(),
@@ -520,7 +519,6 @@ impl Metrics {
             requests_released: Counter::default(),
             downstream_waiting: Gauge::default(),
             downstream_in_flight: Gauge::default(),
-            status_reads,
             trace_spans: TraceCounters::default(),
             registry: Mutex::new(Registry::default()),
         };

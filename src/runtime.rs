@@ -160,9 +160,8 @@ pub async fn serve_core(
 }
 
 /// The tasks beside the request path: the broker consumers of step responses (AMQP on
-/// every runtime, since the broker spreads deliveries; Kafka on the first, since an
-/// instance reads its partitions with one consumer), retention and the cleanup of
-/// expired idempotency keys (one task each per instance; instances share the work safely).
+/// every runtime, since the broker spreads deliveries), and on the first runtime the
+/// tasks an instance runs once (`instance_tasks`).
 fn start_background(
     index: usize,
     core: &Arc<Core>,
@@ -175,28 +174,31 @@ fn start_background(
             stop.clone(),
         )));
     }
-    // Triggers' broker sources: one supervisor per instance, following the triggers'
-    // table; the broker shares each queue's messages among instances.
     if index == 0 {
-        background.push(tokio::spawn(crate::broker::triggers::run(
-            core.clone(),
-            stop.clone(),
-        )));
+        background.extend(instance_tasks(core, stop));
     }
-    // The partitions' keeper (sets ahead, retention): one task per instance, one at work
-    // at a time across instances.
-    if index == 0 {
-        background.push(tokio::spawn(crate::store::keeper::run(
+    background
+}
+
+/// One task each per instance; instances share their work safely: the Kafka consumer of
+/// step responses (an instance reads its partitions with one consumer), the triggers'
+/// broker sources, the partitions' keeper (one at work at a time across instances), the
+/// housekeeping of what clamp keeps besides requests, the cleanup of expired idempotency
+/// keys, the limited creates' writer and admitter, and the schedules' runner.
+fn instance_tasks(
+    core: &Arc<Core>,
+    stop: watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let cfg = &core.app.config;
+    let mut tasks = vec![
+        tokio::spawn(crate::broker::triggers::run(core.clone(), stop.clone())),
+        tokio::spawn(crate::store::keeper::run(
             core.app.db.clone(),
-            crate::store::keeper::Keeping::from_config(&core.app.config),
+            crate::store::keeper::Keeping::from_config(cfg),
             core.app.metrics.clone(),
             stop.clone(),
-        )));
-    }
-    // What clamp keeps besides requests, past its age: one task per instance too.
-    if index == 0 {
-        let cfg = &core.app.config;
-        background.push(tokio::spawn(crate::store::housekeeping::run(
+        )),
+        tokio::spawn(crate::store::housekeeping::run(
             core.pool.clone(),
             crate::store::housekeeping::Ages {
                 kept: cfg.housekeeping,
@@ -206,46 +208,33 @@ fn start_background(
             cfg.retention_interval,
             core.app.metrics.clone(),
             stop.clone(),
-        )));
-    }
-    // Expired idempotency keys: one task per instance too, on the retention schedule.
-    if index == 0 {
-        background.push(tokio::spawn(crate::store::idempotency::run_cleanup(
+        )),
+        tokio::spawn(crate::store::idempotency::run_cleanup(
             core.pool.clone(),
-            core.app.config.idempotency_window,
-            core.app.config.retention_interval,
+            cfg.idempotency_window,
+            cfg.retention_interval,
             stop.clone(),
-        )));
-    }
-    // Admitting requests waiting for a concurrency slot, and writing limited creates in
-    // batches: one task each per instance too.
-    if index == 0 {
-        let (core, stop) = (core.clone(), stop.clone());
-        background.push(tokio::spawn(async move {
-            core.app.limited.run(core.pool.clone(), stop).await
-        }));
-    }
-    // Admitting requests waiting for a concurrency slot: one task per instance too.
-    if index == 0 {
-        background.push(tokio::spawn(crate::engine::timers::slots::run(
+        )),
+        tokio::spawn({
+            let (core, stop) = (core.clone(), stop.clone());
+            async move { core.app.limited.run(core.pool.clone(), stop).await }
+        }),
+        tokio::spawn(crate::engine::timers::slots::run(
             core.executor.clone(),
             stop.clone(),
-        )));
-    }
-    // Schedules: one runner per instance too (instances make each fire once among them).
-    if index == 0 {
-        background.push(tokio::spawn(crate::engine::timers::schedules::run(
+        )),
+        tokio::spawn(crate::engine::timers::schedules::run(
             core.executor.clone(),
             stop.clone(),
-        )));
-    }
-    if core.app.config.brokers.kafka_enabled && index == 0 {
-        background.push(tokio::spawn(crate::broker::kafka::consume(
+        )),
+    ];
+    if cfg.brokers.kafka_enabled {
+        tasks.push(tokio::spawn(crate::broker::kafka::consume(
             core.clone(),
-            stop.clone(),
+            stop,
         )));
     }
-    background
+    tasks
 }
 
 /// Accepts connections and serves each on its own task until `shutdown` fires. Over

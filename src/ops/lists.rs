@@ -156,18 +156,7 @@ pub fn search_filter(pairs: &Pairs<'_>) -> Result<Filter> {
                     _ => return Err(bad("waitingForSlot: true or false")),
                 }
             }
-            "label" => {
-                let l = crate::labels::Labels::parse([value.as_ref()])
-                    .map_err(|e| bad(e.0))?
-                    .ok_or_else(|| bad("label: empty"))?;
-                f.labels.extend(l.as_slice().iter().cloned());
-                if f.labels.len() > crate::labels::MAX_LABELS {
-                    return Err(bad(format!(
-                        "label: at most {} labels",
-                        crate::labels::MAX_LABELS
-                    )));
-                }
-            }
+            "label" => add_label(&mut f.labels, value)?,
             "slotKey" => {
                 f.slot_key = Some(value.to_string());
                 f.waiting_for_slot = true;
@@ -193,9 +182,24 @@ pub fn search_filter(pairs: &Pairs<'_>) -> Result<Filter> {
             "label: cannot be combined with rerunOf, awaitingEvent or waitingForSlot",
         ));
     }
-    f.labels.sort_unstable();
-    f.labels.dedup();
     Ok(f)
+}
+
+/// A `label` filter added to `to`, kept sorted and unique.
+fn add_label(to: &mut Vec<String>, value: &str) -> Result<()> {
+    let l = crate::labels::Labels::parse([value])
+        .map_err(|e| bad(e.0))?
+        .ok_or_else(|| bad("label: empty"))?;
+    to.extend(l.as_slice().iter().cloned());
+    to.sort_unstable();
+    to.dedup();
+    if to.len() > crate::labels::MAX_LABELS {
+        return Err(bad(format!(
+            "label: at most {} labels",
+            crate::labels::MAX_LABELS
+        )));
+    }
+    Ok(())
 }
 
 /// A `status` filter's statuses (one, or several separated by commas, in any case)

@@ -147,30 +147,7 @@ pub fn validate(v: &Value) -> Result<CompiledTrigger, TriggerError> {
         ),
         Some(_) => return bad("transform: an object of output keys and paths"),
     };
-    let labels = match obj.get("labels") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Object(m)) => {
-            let mut out = Vec::with_capacity(m.len());
-            for (k, e) in m {
-                let Value::String(e) = e else {
-                    return bad(format!("labels.{k}: a CEL expression, as a string"));
-                };
-                crate::labels::Labels::parse([format!("{k}:x").as_str()])
-                    .map_err(|e| TriggerError(format!("labels.{k}: {e}")))?;
-                let expr = KeyExpr::compile(e, &known)
-                    .map_err(|err| TriggerError(format!("labels.{k}: {err}")))?;
-                out.push((k.clone(), expr));
-            }
-            if out.len() >= crate::labels::MAX_LABELS {
-                return bad(format!(
-                    "labels: at most {} (one more is the trigger's own)",
-                    crate::labels::MAX_LABELS - 1
-                ));
-            }
-            out
-        }
-        Some(_) => return bad("labels: an object of label keys and CEL expressions"),
-    };
+    let labels = labels(obj.get("labels"), &known)?;
     let mut definition = v.clone();
     if let Value::Object(o) = &mut definition {
         o.remove("paused");
@@ -185,6 +162,34 @@ pub fn validate(v: &Value) -> Result<CompiledTrigger, TriggerError> {
         labels,
         definition,
     })
+}
+
+/// A definition's `labels`: each key a label key, each value a CEL expression; one label
+/// is left for the trigger's own (`trigger:<name>`).
+fn labels(v: Option<&Value>, known: &[String]) -> Result<Vec<(String, KeyExpr)>, TriggerError> {
+    let m = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(m)) => m,
+        Some(_) => return bad("labels: an object of label keys and CEL expressions"),
+    };
+    if m.len() >= crate::labels::MAX_LABELS {
+        return bad(format!(
+            "labels: at most {} (one more is the trigger's own)",
+            crate::labels::MAX_LABELS - 1
+        ));
+    }
+    let mut out = Vec::with_capacity(m.len());
+    for (k, e) in m {
+        let Value::String(e) = e else {
+            return bad(format!("labels.{k}: a CEL expression, as a string"));
+        };
+        crate::labels::Labels::parse([format!("{k}:x").as_str()])
+            .map_err(|e| TriggerError(format!("labels.{k}: {e}")))?;
+        let expr =
+            KeyExpr::compile(e, known).map_err(|err| TriggerError(format!("labels.{k}: {err}")))?;
+        out.push((k.clone(), expr));
+    }
+    Ok(out)
 }
 
 /// The message as a trigger's expressions read it: `{body, key, headers}`.
