@@ -259,9 +259,9 @@ pub struct Metrics {
     pub slots_waiting: Family<WorkflowLabel, Gauge>,
     /// Requests finished, by workflow and status, and their time from create to finish.
     pub outcomes: Arc<Outcomes>,
-    /// Messages to triggers, by source (webhook, amqp) and outcome (in the order
+    /// Messages to triggers, by source (webhook, amqp, kafka) and outcome (in the order
     /// `ops::hooks` counts them).
-    pub trigger_deliveries: [[Counter; 5]; 2],
+    pub trigger_deliveries: [[Counter; 5]; 3],
 }
 
 impl std::fmt::Debug for Metrics {
@@ -742,9 +742,9 @@ struct SourceOutcomeLabel {
 }
 
 /// `clamp_trigger_deliveries_total{source, outcome}`: the counters of each source.
-fn trigger_deliveries(registry: &mut Registry) -> [[Counter; 5]; 2] {
+fn trigger_deliveries(registry: &mut Registry) -> [[Counter; 5]; 3] {
     let family = Family::<SourceOutcomeLabel, Counter>::default();
-    let counters = ["webhook", "amqp"].map(|source| {
+    let counters = ["webhook", "amqp", "kafka"].map(|source| {
         [
             "started",
             "duplicate",
@@ -760,7 +760,7 @@ fn trigger_deliveries(registry: &mut Registry) -> [[Counter; 5]; 2] {
     });
     registry.register(
         "clamp_trigger_deliveries",
-        "Messages to triggers, by source (webhook, amqp) and outcome: started a request, a \
+        "Messages to triggers, by source (webhook, amqp, kafka) and outcome: started a request, a \
          redelivery of one that did (duplicate), filtered out by when, kept as a dead letter, \
          refused (a webhook signature that did not verify)",
         family,

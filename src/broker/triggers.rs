@@ -1,6 +1,8 @@
 //! Triggers' broker sources (beyond Clamp): every instance consumes the queue of each
 //! AMQP trigger that is not paused (the broker shares the messages among instances:
-//! competing consumers), at most `prefetch` messages unacknowledged at a time. A message
+//! competing consumers), at most `prefetch` messages unacknowledged at a time, and the
+//! partitions of each Kafka trigger's topic that no other instance reads
+//! (`broker::kafka::consume_trigger`). A message
 //! is acknowledged only after what it did is committed (`ops::hooks::take`): its request
 //! stored, or it filtered out, or it kept as a dead letter; an outage leaves it
 //! unacknowledged and it is delivered again. Each message is its own create, so the
@@ -51,7 +53,7 @@ pub async fn run(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
                     .filter(|t| !t.stored.paused)
                     .filter_map(|t| {
                         let c = def::validate(&t.stored.definition).ok()?;
-                        matches!(c.source, Source::Amqp { .. })
+                        matches!(c.source, Source::Amqp { .. } | Source::Kafka { .. })
                             .then(|| (c.name.clone(), (t.stored.updated_at, c)))
                     })
                     .collect();
@@ -74,7 +76,12 @@ pub async fn run(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
                             stop: tx,
                         },
                     );
-                    tasks.spawn(consume(core.clone(), Arc::new(t), rx));
+                    let (core, t) = (core.clone(), Arc::new(t));
+                    if matches!(t.source, Source::Kafka { .. }) {
+                        tasks.spawn(super::kafka::consume_trigger(core, t, rx));
+                    } else {
+                        tasks.spawn(consume(core, t, rx));
+                    }
                 }
             }
             Err(e) => tracing::debug!(error = %e.message(), "triggers not read; trying again"),
@@ -200,7 +207,13 @@ async fn handle(core: &Core, t: &CompiledTrigger, queue: &str, d: lapin::message
                 .collect()
         })
         .unwrap_or_default();
-    match hooks::take(core, t, queue, &d.data, id.as_deref(), &headers).await {
+    let from = hooks::MessageFrom {
+        source: "amqp",
+        topic: queue,
+        partition: None,
+        offset: None,
+    };
+    match hooks::take(core, t, &from, &d.data, id.as_deref(), &headers).await {
         Ok(Delivered::Started { .. } | Delivered::Filtered | Delivered::DeadLettered(_)) => {
             // If this ack is lost, the redelivery finds its request by its id.
             let _ = d.acker.ack(BasicAckOptions::default()).await;

@@ -89,34 +89,51 @@ pub async fn deliver(core: &Core, name: &str, d: &Delivery<'_>) -> Result<Delive
     }
     let id_of = |body: &Value| delivery_id(*verify, delivery_header.as_deref(), d, body);
     let outcome = start(core, &t, d.body, d.headers, id_of).await;
-    settle(core, WEBHOOK, &t.name, d.body, outcome).await
+    let from = MessageFrom {
+        source: SOURCES[WEBHOOK],
+        topic: &t.name,
+        partition: None,
+        offset: None,
+    };
+    settle(core, &from, d.body, outcome).await
 }
 
-/// A message of a broker source (`broker::triggers`): its body, its id (the key of the
-/// request it starts; None: none) and its headers. Dead letters are kept with `queue` as
-/// their topic.
+/// Where a broker source's message came from: its source (`"amqp"`, `"kafka"`), its
+/// queue or topic, and for Kafka its partition and offset (kept with a dead letter).
+pub struct MessageFrom<'a> {
+    pub source: &'static str,
+    pub topic: &'a str,
+    pub partition: Option<i32>,
+    pub offset: Option<i64>,
+}
+
+/// A message of a broker source (`broker::triggers`, `broker::kafka`): its body, its id
+/// (the key of the request it starts; None: none) and its headers.
 pub async fn take(
     core: &Core,
     t: &CompiledTrigger,
-    queue: &str,
+    from: &MessageFrom<'_>,
     body: &[u8],
     id: Option<&str>,
     headers: &[(String, String)],
 ) -> Result<Delivered> {
     let id = id.filter(|s| !s.is_empty()).map(str::to_string);
     let outcome = start(core, t, body, headers, |_| id).await;
-    settle(core, AMQP, queue, body, outcome).await
+    settle(core, from, body, outcome).await
 }
 
 /// Counts what a message did, and keeps it as a dead letter when it can never start a
 /// request (before it is acknowledged: an error here leaves it unacknowledged).
 async fn settle(
     core: &Core,
-    source: usize,
-    topic: &str,
+    from: &MessageFrom<'_>,
     body: &[u8],
     outcome: Result<Delivered>,
 ) -> Result<Delivered> {
+    let source = SOURCES
+        .iter()
+        .position(|s| *s == from.source)
+        .unwrap_or(WEBHOOK);
     let counts = &core.app.metrics.trigger_deliveries[source];
     match &outcome {
         Ok(Delivered::Started { duplicate, .. }) => {
@@ -129,9 +146,9 @@ async fn settle(
             counts[DEAD_LETTERED].inc();
             let origin = Origin {
                 source: SOURCES[source],
-                topic,
-                partition: None,
-                offset: None,
+                topic: from.topic,
+                partition: from.partition,
+                offset: from.offset,
             };
             super::consumers::dead_letter(&core.pool, &origin, body, why)
                 .await
@@ -147,9 +164,8 @@ async fn settle(
 
 /// The sources, as `dead_letters` and the metrics name them (`Metrics::trigger_deliveries`'
 /// order).
-const SOURCES: [&str; 2] = ["webhook", "amqp"];
+const SOURCES: [&str; 3] = ["webhook", "amqp", "kafka"];
 const WEBHOOK: usize = 0;
-const AMQP: usize = 1;
 // A source's counters: started, duplicate, filtered, dead_lettered, refused.
 const STARTED: usize = 0;
 const DUPLICATE: usize = 1;

@@ -71,6 +71,22 @@ async fn checked(
                 .check_host(&endpoint.host.as_str())
                 .map_err(|e| bad(format!("source.amqp.url: {e}")))?;
         }
+        Source::Kafka {
+            connection,
+            brokers,
+            ..
+        } => {
+            secrets
+                .check(connection)
+                .map_err(|e| bad(format!("source.kafka.connection: {e}")))?;
+            for b in brokers {
+                core.app
+                    .config
+                    .destinations
+                    .check_host(&b.host.as_str())
+                    .map_err(|e| bad(format!("source.kafka.connection: {e}")))?;
+            }
+        }
     }
     Ok((t, def::paused_in(&v)))
 }

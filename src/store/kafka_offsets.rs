@@ -16,6 +16,19 @@ pub(super) const SET: &str =
 /// connection ends).
 pub(super) const TRY_LOCK: &str = "SELECT pg_try_advisory_lock($1, $2)";
 
+/// Gives a partition's lock back (another instance takes it at its next look).
+pub(super) const UNLOCK: &str = "SELECT pg_advisory_unlock($1, $2)";
+
+/// Says this connection reads the feed: a shared lock on its partition -1, which every
+/// reader holds at once.
+pub(super) const JOIN: &str = "SELECT pg_advisory_lock_shared($1, -1)";
+
+/// How many connections read the feed (hold its partition -1). A two-key advisory lock
+/// shows its first key as `classid` (the int4's bits as an oid) and its second as `objid`.
+pub(super) const MEMBERS: &str = "SELECT count(*) FROM pg_locks \
+     WHERE locktype = 'advisory' AND classid = ($1::int8 & 4294967295)::oid \
+       AND objid = 4294967295::oid AND objsubid = 2 AND granted";
+
 pub async fn get(conn: &PgConn, topic: &str, partition: i32) -> Result<Option<i64>> {
     let stmt = conn.stmt(GET).await?;
     Ok(conn
@@ -62,6 +75,27 @@ impl PartitionLocks {
         Ok(self
             .client
             .query_one(TRY_LOCK, &[&key, &partition])
+            .await?
+            .get(0))
+    }
+
+    /// Gives back the lock of (`key`, `partition`).
+    pub async fn unlock(&self, key: i32, partition: i32) -> Result<()> {
+        self.client.execute(UNLOCK, &[&key, &partition]).await?;
+        Ok(())
+    }
+
+    /// Counts this connection among the readers of feed `key`.
+    pub async fn join(&self, key: i32) -> Result<()> {
+        self.client.execute(JOIN, &[&key]).await?;
+        Ok(())
+    }
+
+    /// How many connections (instances) read feed `key` now, this one included.
+    pub async fn members(&self, key: i32) -> Result<i64> {
+        Ok(self
+            .client
+            .query_one(MEMBERS, &[&(key as i64)])
             .await?
             .get(0))
     }

@@ -176,6 +176,9 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("kafka_offsets::GET", kafka_offsets::GET),
         ("kafka_offsets::SET", kafka_offsets::SET),
         ("kafka_offsets::TRY_LOCK", kafka_offsets::TRY_LOCK),
+        ("kafka_offsets::UNLOCK", kafka_offsets::UNLOCK),
+        ("kafka_offsets::JOIN", kafka_offsets::JOIN),
+        ("kafka_offsets::MEMBERS", kafka_offsets::MEMBERS),
         ("dead_letters::INSERT", dead_letters::INSERT),
         // Connections and migrations.
         ("connect::READ_ONLY", connect::READ_ONLY),

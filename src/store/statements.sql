@@ -1491,6 +1491,17 @@ INSERT INTO kafka_offsets (topic, partition, next_offset)
 -- kafka_offsets::TRY_LOCK
 SELECT pg_try_advisory_lock($1, $2);
 
+-- kafka_offsets::UNLOCK
+SELECT pg_advisory_unlock($1, $2);
+
+-- kafka_offsets::JOIN
+SELECT pg_advisory_lock_shared($1, -1);
+
+-- kafka_offsets::MEMBERS
+SELECT count(*)
+    FROM pg_locks
+    WHERE locktype = 'advisory' AND classid = ($1::int8 & 4294967295)::oid AND objid = 4294967295::oid AND objsubid = 2 AND granted;
+
 -- dead_letters::INSERT
 INSERT INTO dead_letters (source, topic, partition, record_offset, body, reason)
     VALUES ($1, $2, $3, $4, $5, $6);

@@ -68,6 +68,18 @@ pub enum Source {
         queue: String,
         prefetch: u16,
     },
+    /// A Kafka topic, its partitions shared among instances (each read by one at a time,
+    /// positions kept in Postgres); a record's topic, partition and offset key the
+    /// request it starts.
+    Kafka {
+        /// A bootstrap list or a `kafka://` URL (TLS and SASL as it says, with the
+        /// trigger's own credentials, which may be `{{secret:…}}` references; never the
+        /// server's).
+        connection: String,
+        /// Its bootstrap brokers (read with its references masked), for the policy.
+        brokers: Vec<super::brokers::Endpoint>,
+        topic: String,
+    },
 }
 
 /// The messages an AMQP trigger's instance holds unacknowledged, by default.
@@ -219,19 +231,19 @@ fn text(obj: &Map<String, Value>, key: &str) -> Result<String, TriggerError> {
 
 fn source(v: Option<&Value>) -> Result<Source, TriggerError> {
     let Some(Value::Object(src)) = v else {
-        return bad("source: an object naming one source (webhook or amqp)");
+        return bad("source: an object naming one source (webhook, amqp or kafka)");
     };
     if src.len() != 1 {
-        return bad("source: exactly one source (webhook or amqp)");
+        return bad("source: exactly one source (webhook, amqp or kafka)");
     }
     let (kind, settings) = src.iter().next().expect("one entry");
     match kind.as_str() {
         "webhook" => webhook(settings),
         "amqp" => amqp(settings),
-        "kafka" => bad(
-            "source.kafka: not available yet; this server starts requests from webhooks and AMQP queues",
-        ),
-        other => bad(format!("source.{other}: unknown source (webhook or amqp)")),
+        "kafka" => kafka(settings),
+        other => bad(format!(
+            "source.{other}: unknown source (webhook, amqp or kafka)"
+        )),
     }
 }
 
@@ -329,6 +341,38 @@ fn amqp(v: &Value) -> Result<Source, TriggerError> {
     })
 }
 
+fn kafka(v: &Value) -> Result<Source, TriggerError> {
+    let Some(k) = v.as_object() else {
+        return bad("source.kafka: an object");
+    };
+    for key in k.keys() {
+        if !matches!(key.as_str(), "connection" | "topic") {
+            return bad(format!(
+                "source.kafka.{key}: unknown field (connection, topic)"
+            ));
+        }
+    }
+    let connection = match k.get("connection").and_then(Value::as_str) {
+        Some(c) if !c.trim().is_empty() => c.trim().to_string(),
+        _ => return bad("source.kafka.connection: host:port[,…] or a kafka:// URL"),
+    };
+    let err = |e: String| TriggerError(format!("source.kafka.connection: {e}"));
+    let masked = super::brokers::for_definition(&connection).map_err(err)?;
+    let target = super::brokers::KafkaTarget::read(&masked).map_err(err)?;
+    for b in &target.brokers {
+        super::brokers::refuse_secret_host(b).map_err(err)?;
+    }
+    let topic = match k.get("topic").and_then(Value::as_str) {
+        Some(t) if !t.is_empty() && t.len() <= 249 => t.to_string(),
+        _ => return bad("source.kafka.topic: a topic name (1 to 249 bytes)"),
+    };
+    Ok(Source::Kafka {
+        connection,
+        brokers: target.brokers,
+        topic,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -400,7 +444,15 @@ mod tests {
             ),
             (
                 json!({"name": "a", "workflow": "w", "source": {"kafka": {}}}),
-                "source.kafka",
+                "source.kafka.connection",
+            ),
+            (
+                json!({"name": "a", "workflow": "w", "source": {"kafka": {"connection": "h:9092"}}}),
+                "source.kafka.topic",
+            ),
+            (
+                json!({"name": "a", "workflow": "w", "source": {"kafka": {"connection": "{{secret:B}}:9092", "topic": "t"}}}),
+                "source.kafka.connection",
             ),
             (
                 json!({"name": "a", "workflow": "w", "source": {"amqp": {"url": "http://x", "queue": "q"}}}),

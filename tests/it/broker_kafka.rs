@@ -73,7 +73,7 @@ pub fn start_tansu_advertising(port: u16, advertised: &str) -> std::process::Chi
 }
 
 /// The shared broker's address, starting it on first use.
-fn broker() -> SocketAddr {
+pub fn broker() -> SocketAddr {
     static BROKER: OnceLock<SocketAddr> = OnceLock::new();
     *BROKER.get_or_init(|| {
         // A broker already running (to watch its log, say) instead of starting one.

@@ -46,6 +46,7 @@ mod tls_server;
 mod tls_steps;
 mod traces;
 mod trigger_amqp;
+mod trigger_kafka;
 mod triggers;
 mod upgrade;
 mod versions;

@@ -420,3 +420,81 @@ async fn kafka_steps_and_responses_go_over_tls_with_scram() {
         .await
         .map_or(true, |r| r.is_err()));
 }
+
+/// A Kafka trigger (beyond Clamp) reads its topic over TLS with its own SCRAM-SHA-512
+/// credentials (a secret), not the server's: every record starts its request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_trigger_reads_over_tls_with_its_own_scram_credentials() {
+    let ca = Ca::new("kafka");
+    let kafka = SecureKafka::start(&ca).await;
+    let admin = kafka
+        .client(scram256("secret-256"))
+        .await
+        .expect("the test connects over TLS and SCRAM");
+    admin
+        .controller_client()
+        .unwrap()
+        .create_topic("tls-orders", 2, 1, 5_000)
+        .await
+        .unwrap();
+    let db = TestDb::new();
+    let d = crate::downstream::Downstream::start().await;
+    let mut cfg = config(&db.url);
+    // The server's own Kafka settings give the CA; their credentials (clamp256) are the
+    // server's, and the trigger must not use them.
+    cfg.brokers.kafka_security = security(
+        &ca,
+        clamp::config::SaslMechanism::ScramSha256,
+        "clamp256",
+        "secret-256",
+    );
+    let secrets =
+        std::env::temp_dir().join(format!("clamp-it-kafka-secrets-{}", fastrand::u32(..)));
+    std::fs::create_dir_all(&secrets).unwrap();
+    std::fs::write(secrets.join("kafka_512"), "secret-512\n").unwrap();
+    cfg.secrets = Arc::new(clamp::secrets::Secrets::new(Some(secrets.clone())));
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&json!({"name": "orders", "steps": [
+        {"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]}))
+        .await;
+    let connection = format!(
+        "kafka://clamp512:{{{{secret:kafka_512}}}}@{}?security.protocol=SASL_SSL&sasl.mechanism=SCRAM-SHA-512",
+        kafka.bootstrap
+    );
+    let r = s
+        .post_json(
+            "/triggers",
+            &json!({"name": "tls-in", "workflow": "orders",
+                    "source": {"kafka": {"connection": connection, "topic": "tls-orders"}}}),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    for n in 0..10 {
+        admin
+            .partition_client("tls-orders", n % 2, UnknownTopicHandling::Retry)
+            .await
+            .unwrap()
+            .produce(
+                vec![Record {
+                    key: None,
+                    value: Some(json!({"n": n}).to_string().into_bytes()),
+                    headers: BTreeMap::new(),
+                    timestamp: chrono::Utc::now(),
+                }],
+                Compression::NoCompression,
+            )
+            .await
+            .unwrap();
+    }
+    wait_for("10 requests COMPLETED", WAIT, || async {
+        (db.count("SELECT count(*) FROM service_requests WHERE status = 'COMPLETED'")
+            .await
+            == 10)
+            .then_some(())
+    })
+    .await;
+    // It authenticated as its own user (SCRAM-SHA-512, clamp512).
+    assert!(kafka.inside.heard(b"clamp512"));
+    s.shutdown().await;
+    let _ = std::fs::remove_dir_all(&secrets);
+}

@@ -84,6 +84,48 @@ pub(crate) fn connect_error(e: &KafkaError) -> (bool, String) {
     (auth, format!("cannot connect: {text}"))
 }
 
+/// A client for a connection a definition gave (a step's, a trigger's), secured as it
+/// says and never with the server's credentials: its bootstrap brokers are judged by the
+/// destination policy first, and the client reaches every broker through a relay that
+/// judges each (the relay lives as long as the client must).
+pub(crate) async fn judged_client(
+    connection: &str,
+    steps: &KafkaSteps,
+    policy: &Arc<Destinations>,
+) -> Result<(Client, Relay), Attempt> {
+    let target = KafkaTarget::read(connection).map_err(Attempt::Refused)?;
+    for b in &target.brokers {
+        policy
+            .check_host(&b.host.as_str())
+            .map_err(|e| Attempt::Refused(e.to_string()))?;
+    }
+    let relay = Relay::start(policy.clone())
+        .await
+        .map_err(|e| Attempt::Retry(format!("cannot start the broker relay: {e}")))?;
+    let transport = steps.transport(&target);
+    let c = client(
+        target.bootstrap(),
+        Duration::from_secs(5),
+        &transport,
+        Some(relay.proxy()),
+    )
+    .await
+    .map_err(|e| failure(&relay, &e))?;
+    Ok((c, relay))
+}
+
+/// What a failure of a judged client means: a broker the policy refused (permanent), an
+/// authentication or TLS failure (permanent), or a retry.
+pub(crate) fn failure(relay: &Relay, e: &KafkaError) -> Attempt {
+    match relay.take_refusal() {
+        Some(why) => Attempt::Refused(why.to_string()),
+        None => match connect_error(e) {
+            (true, why) => Attempt::Refused(why),
+            (false, why) => Attempt::Retry(why),
+        },
+    }
+}
+
 /// A step's client for `connection` (read once, `workflow::brokers`) and its topic's
 /// partitions. Its bootstrap brokers are judged first; the client then reaches every
 /// broker through a relay that judges each, so a refusal there (a broker the cluster's
@@ -94,31 +136,8 @@ async fn open_topic(
     steps: &KafkaSteps,
     policy: &Arc<Destinations>,
 ) -> Result<TopicWriter, Attempt> {
-    let target = KafkaTarget::read(connection).map_err(Attempt::Refused)?;
-    for b in &target.brokers {
-        policy
-            .check_host(&b.host.as_str())
-            .map_err(|e| Attempt::Refused(e.to_string()))?;
-    }
-    let relay = Relay::start(policy.clone())
-        .await
-        .map_err(|e| Attempt::Retry(format!("cannot start the broker relay: {e}")))?;
-    let failed = |e: KafkaError| match relay.take_refusal() {
-        Some(why) => Attempt::Refused(why.to_string()),
-        None => match connect_error(&e) {
-            (true, why) => Attempt::Refused(why),
-            (false, why) => Attempt::Retry(why),
-        },
-    };
-    let transport = steps.transport(&target);
-    let c = client(
-        target.bootstrap(),
-        Duration::from_secs(5),
-        &transport,
-        Some(relay.proxy()),
-    )
-    .await
-    .map_err(failed)?;
+    let (c, relay) = judged_client(connection, steps, policy).await?;
+    let failed = |e: KafkaError| failure(&relay, &e);
     let topics = c.list_topics().await.map_err(failed)?;
     let Some(t) = topics.into_iter().find(|t| t.name == topic) else {
         return Err(Attempt::Refused(format!("topic '{topic}' does not exist")));
