@@ -19,6 +19,9 @@ pub struct App {
     /// When the timers were last counted for /metrics (seconds since the Unix epoch), so
     /// that scrapes count them at most once per period per process (`ops::system`).
     pub timers_counted: AtomicU64,
+    /// A trigger was changed here: the triggers' supervisor (`broker::triggers`) looks at
+    /// once instead of at its next pass.
+    pub triggers_changed: tokio::sync::Notify,
 }
 
 impl Deref for App {
@@ -36,6 +39,7 @@ impl App {
             sign_ins: crate::tokens::SignInLimiter::new(engine.config.sign_in_per_minute),
             engine: Arc::new(engine),
             timers_counted: AtomicU64::new(0),
+            triggers_changed: tokio::sync::Notify::new(),
         }
     }
 }

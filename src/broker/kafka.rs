@@ -33,8 +33,12 @@ use crate::workflow::trigger::{CompiledTrigger, Source};
 /// The shortest a round of fetches that found nothing may take.
 const MIN_EMPTY_ROUND: Duration = Duration::from_millis(20);
 
-/// Records applied concurrently from one fetch.
+/// Step responses applied concurrently from one fetch.
 const APPLY_CONCURRENCY: usize = 64;
+
+/// A trigger's records created concurrently from one fetch: each create waits for its
+/// batch's commit, so the records in flight are what one commit carries.
+const TRIGGER_CONCURRENCY: usize = 1024;
 
 /// Consumes step responses from the configured topic until `stop` turns true,
 /// reconnecting with backoff whenever the cluster or the database goes away.
@@ -374,7 +378,12 @@ async fn apply_records(
     stop: &watch::Receiver<bool>,
 ) {
     let topic = feed.topic.as_str();
-    for chunk in records.chunks(APPLY_CONCURRENCY) {
+    let at_once = if feed.trigger.is_some() {
+        TRIGGER_CONCURRENCY
+    } else {
+        APPLY_CONCURRENCY
+    };
+    for chunk in records.chunks(at_once) {
         let applied = futures_util::future::join_all(chunk.iter().map(|r| async move {
             let body = r.record.value.as_deref().unwrap_or_default();
             match &feed.trigger {

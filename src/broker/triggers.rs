@@ -89,6 +89,7 @@ pub async fn run(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
         while tasks.try_join_next().is_some() {}
         tokio::select! {
             _ = stop.changed() => break,
+            _ = core.app.triggers_changed.notified() => {}
             _ = tokio::time::sleep(LOOK_EVERY) => {}
         }
     }

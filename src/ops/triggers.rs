@@ -100,7 +100,18 @@ pub async fn define(core: &Core, who: &Caller, definition: Value) -> Result<Trig
         Err(_) => NOT_CREATED,
     }
     .to_string();
-    recorded(&core.pool, who, Op::ChangeTrigger, &target, r).await
+    changed(
+        core,
+        recorded(&core.pool, who, Op::ChangeTrigger, &target, r).await,
+    )
+}
+
+/// Passes `r` on, telling this instance's triggers' supervisor when it is a change made.
+fn changed<T>(core: &Core, r: Result<T>) -> Result<T> {
+    if r.is_ok() {
+        core.app.triggers_changed.notify_one();
+    }
+    r
 }
 
 async fn define_it(core: &Core, definition: Value) -> Result<Trigger> {
@@ -152,7 +163,10 @@ pub async fn replace(core: &Core, who: &Caller, name: &str, definition: Value) -
             .ok_or_else(|| no_trigger(name))
     }
     .await;
-    recorded(&core.pool, who, Op::ChangeTrigger, name, r).await
+    changed(
+        core,
+        recorded(&core.pool, who, Op::ChangeTrigger, name, r).await,
+    )
 }
 
 /// `DELETE /triggers/{name}`: the requests it started stay.
@@ -168,7 +182,10 @@ pub async fn delete(core: &Core, who: &Caller, name: &str) -> Result<()> {
         }
     }
     .await;
-    recorded(&core.pool, who, Op::ChangeTrigger, name, r).await
+    changed(
+        core,
+        recorded(&core.pool, who, Op::ChangeTrigger, name, r).await,
+    )
 }
 
 /// `POST /triggers/{name}/pause` (`paused`) and `/resume`: a paused webhook answers 503
@@ -189,5 +206,8 @@ pub async fn set_paused(core: &Core, who: &Caller, name: &str, paused: bool) -> 
             .ok_or_else(|| no_trigger(name))
     }
     .await;
-    recorded(&core.pool, who, Op::ChangeTrigger, name, r).await
+    changed(
+        core,
+        recorded(&core.pool, who, Op::ChangeTrigger, name, r).await,
+    )
 }
