@@ -39,10 +39,16 @@ impl Compiled {
 
     /// Every name it reads must be one of `known` step context names (or `context`).
     fn check_names(self, known: &[String]) -> Result<Compiled, ConditionError> {
+        self.check_names_as(known, "a step of this workflow")
+    }
+
+    /// Every name it reads must be one of `known` (or `context`); `what` says what the
+    /// names are, for the refusal.
+    fn check_names_as(self, known: &[String], what: &str) -> Result<Compiled, ConditionError> {
         for v in &self.variables {
             if v != "context" && !known.iter().any(|k| k == v) {
                 return Err(ConditionError(format!(
-                    "refers to {v:?}, which is not a step of this workflow"
+                    "refers to {v:?}, which is not {what}"
                 )));
             }
         }
@@ -92,13 +98,23 @@ impl Condition {
     /// Compiles `source`, checking that every name it reads is one of `known` step
     /// context names (or `context`, which holds them all).
     pub fn compile(source: &str, known: &[String]) -> Result<Condition, ConditionError> {
+        Condition::compile_over(source, known, "a step of this workflow")
+    }
+
+    /// Compiles `source` over the names `known`, which are `what` (a trigger's message's
+    /// fields, say).
+    pub fn compile_over(
+        source: &str,
+        known: &[String],
+        what: &str,
+    ) -> Result<Condition, ConditionError> {
         let c = Compiled::parse(source)?;
         if let Some(kind) = non_boolean(c.program.expression()) {
             return Err(ConditionError(format!(
                 "is {kind}, not a boolean expression"
             )));
         }
-        c.check_names(known).map(Condition)
+        c.check_names_as(known, what).map(Condition)
     }
 
     /// The expression as written.
@@ -139,6 +155,17 @@ impl KeyExpr {
     /// Compiles `source`; every name it reads must be a step context name (or `context`).
     pub fn compile(source: &str, known: &[String]) -> Result<KeyExpr, ConditionError> {
         Compiled::parse(source)?.check_names(known).map(KeyExpr)
+    }
+
+    /// Compiles `source` over the names `known`, which are `what`.
+    pub fn compile_over(
+        source: &str,
+        known: &[String],
+        what: &str,
+    ) -> Result<KeyExpr, ConditionError> {
+        Compiled::parse(source)?
+            .check_names_as(known, what)
+            .map(KeyExpr)
     }
 
     /// The key for `context`: a string as it is, a number as written; anything else (or

@@ -26,6 +26,9 @@ use super::transform;
 /// The names a trigger's expressions may read.
 pub const MESSAGE_NAMES: [&str; 3] = ["body", "key", "headers"];
 
+/// What those names are, as a refusal says it.
+const MESSAGE_FIELDS: &str = "a field of the message (body, key, headers)";
+
 /// Longest trigger name.
 const MAX_NAME: usize = 128;
 
@@ -146,9 +149,10 @@ pub fn validate(v: &Value) -> Result<CompiledTrigger, TriggerError> {
     let known: Vec<String> = MESSAGE_NAMES.iter().map(|s| s.to_string()).collect();
     let when = match obj.get("when") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) => {
-            Some(Condition::compile(s, &known).map_err(|e| TriggerError(format!("when: {e}")))?)
-        }
+        Some(Value::String(s)) => Some(
+            Condition::compile_over(s, &known, MESSAGE_FIELDS)
+                .map_err(|e| TriggerError(format!("when: {e}")))?,
+        ),
         Some(_) => return bad("when: a CEL expression, as a string"),
     };
     let transform = match obj.get("transform") {
@@ -197,8 +201,8 @@ fn labels(v: Option<&Value>, known: &[String]) -> Result<Vec<(String, KeyExpr)>,
         };
         crate::labels::Labels::parse([format!("{k}:x").as_str()])
             .map_err(|e| TriggerError(format!("labels.{k}: {e}")))?;
-        let expr =
-            KeyExpr::compile(e, known).map_err(|err| TriggerError(format!("labels.{k}: {err}")))?;
+        let expr = KeyExpr::compile_over(e, known, MESSAGE_FIELDS)
+            .map_err(|err| TriggerError(format!("labels.{k}: {err}")))?;
         out.push((k.clone(), expr));
     }
     Ok(out)
@@ -497,7 +501,11 @@ mod tests {
         }
         let mut t = github();
         t["when"] = json!("steps.x == 1");
-        assert!(validate(&t).err().unwrap().0.starts_with("when:"));
+        let e = validate(&t).err().unwrap().0;
+        assert!(
+            e.starts_with("when:") && e.contains("not a field of the message"),
+            "{e}"
+        );
         t = github();
         t["labels"] = json!({"bad key": "body.x"});
         assert!(validate(&t).err().unwrap().0.starts_with("labels.bad key"));
