@@ -565,6 +565,8 @@ pub const DEFAULT_HEADER_DENYLIST: &[&str] = &[
     "cookie",
     // The client's key for an idempotent create; steps get their own.
     "idempotency-key",
+    // The create's labels: kept with the request, not a header of its calls.
+    "clamp-labels",
 ];
 
 /// The validated configuration every part of the server reads.

@@ -85,6 +85,11 @@ async fn every_create_path_stores_labels_and_search_finds_them() {
     for id in [&plain, &by_query, &by_header, &keyed, &delayed, &limited] {
         wait_status(&s, id, &["COMPLETED"], WAIT).await;
     }
+    // The header is the request's labels, not a header its steps get.
+    assert!(d
+        .received("/api/echo")
+        .iter()
+        .all(|r| !r.headers.contains_key("clamp-labels")));
     // A request without labels stores none; each path stores them sorted.
     assert_eq!(stored_labels(&db, &plain).await, None);
     let stored = |l: &[&str]| Some(l.iter().map(|x| x.to_string()).collect::<Vec<_>>());
