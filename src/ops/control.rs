@@ -357,6 +357,7 @@ mod tests {
             workflow_version: 1,
             payload: r#"{"p":1}"#.into(),
             headers: "[]".into(),
+            labels: Vec::new(),
             last: records
                 .iter()
                 .map(|&(record_id, step_id, status, response)| Record {

@@ -158,6 +158,8 @@ pub struct Details {
     pub found: crate::store::reader::Found,
     pub payload: Option<String>,
     pub headers: Vec<(String, String)>,
+    /// Its labels (beyond Clamp; empty: none).
+    pub labels: Vec<String>,
     pub reruns: Vec<crate::store::queries::RequestRow>,
     /// More reruns than `reruns` holds.
     pub more_reruns: bool,
@@ -208,15 +210,16 @@ pub async fn details(core: &Core, id: Uuid) -> Result<Details> {
         .map_err(OpError::store(doing))?
         .ok_or_else(no_request)?;
     let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
-    let (payload, headers) = match crate::store::rerun::source(&conn, id)
+    let (payload, headers, labels) = match crate::store::rerun::source(&conn, id)
         .await
         .map_err(OpError::store(doing))?
     {
         Some(s) => (
             Some(s.payload),
             crate::engine::stored::parse_headers(s.headers.as_bytes()),
+            s.labels,
         ),
-        None => (None, Vec::new()),
+        None => (None, Vec::new(), Vec::new()),
     };
     let filter = crate::store::search::Filter {
         rerun_of: Some(id),
@@ -245,6 +248,7 @@ pub async fn details(core: &Core, id: Uuid) -> Result<Details> {
         found,
         payload,
         headers,
+        labels,
         reruns,
         more_reruns: more.is_some(),
         workflow,

@@ -18,6 +18,8 @@ pub struct Source {
     pub workflow_version: u32,
     pub payload: String,
     pub headers: String,
+    /// Its labels (empty: none).
+    pub labels: Vec<String>,
     /// The last record of each step it has one for, by step id.
     pub last: Vec<Record>,
 }
@@ -36,8 +38,8 @@ pub struct Record {
 
 /// The original request: what a rerun copies.
 pub(super) const SOURCE: &str =
-    "SELECT workflow_name, payload, headers, coalesce(workflow_version, 1) FROM service_requests \
-     WHERE id = $1";
+    "SELECT workflow_name, payload, headers, coalesce(workflow_version, 1), labels \
+     FROM service_requests WHERE id = $1";
 
 /// The last record of each of the original's steps (a lane's steps are not copied: the
 /// fan-out step's own record holds their joined answer).
@@ -68,6 +70,7 @@ pub async fn source(conn: &PgConn, id: Uuid) -> Result<Option<Source>> {
         payload: row.get(1),
         headers: row.get(2),
         workflow_version: row.get::<_, i32>(3).max(1) as u32,
+        labels: row.get::<_, Option<Vec<String>>>(4).unwrap_or_default(),
         last,
     }))
 }

@@ -461,7 +461,7 @@ WITH candidates AS (
 SELECT (SELECT count(*) FROM retried), (SELECT count(*) FROM candidates) > $7::bigint;
 
 -- rerun::SOURCE
-SELECT workflow_name, payload, headers, coalesce(workflow_version, 1)
+SELECT workflow_name, payload, headers, coalesce(workflow_version, 1), labels
     FROM service_requests
     WHERE id = $1;
 

@@ -172,6 +172,15 @@ async fn every_create_path_stores_labels_and_search_finds_them() {
         html.contains(r#"href="/console?labels=order%3A4711""#),
         "{html}"
     );
+    // The request's own page shows them.
+    let page = s
+        .get(&format!("/console/serviceRequests/{by_header}"))
+        .await
+        .text();
+    assert!(
+        page.contains(r#"href="/console?labels=region%3Aeu""#),
+        "{page}"
+    );
     s.shutdown().await;
 }
 

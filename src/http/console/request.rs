@@ -150,6 +150,10 @@ fn facts(id: Uuid, d: &Details) -> Markup {
                         "key " code { (key) } " · " (ahead) " waiting before it"
                     }
                 }
+                @if !d.labels.is_empty() {
+                    dt { "Labels" }
+                    dd { @for l in &d.labels { a.label href={ "/console?labels=" (layout::q(l)) } { (l) } " " } }
+                }
                 @if h.retries > 0 {
                     dt { "Retried" } dd { (h.retries) @if h.retries == 1 { " time" } @else { " times" } }
                 }
