@@ -19,6 +19,7 @@ use crate::store::reader::Want;
 
 // The rows a read returns, as its carriers render them.
 pub use crate::store::fan::Child;
+pub use crate::store::notifications::Told as Notification;
 pub use crate::store::queries::RequestRow;
 pub use crate::store::reader::Found;
 pub use crate::store::status::{Head, StepRow, Waits};
@@ -168,6 +169,24 @@ pub struct Details {
     pub children: Vec<crate::store::fan::Child>,
     /// How many children it has in all.
     pub children_total: i64,
+}
+
+/// A request's notifications (beyond Clamp), oldest first; 404 for an unknown request.
+pub async fn notifications(core: &Core, id: Uuid) -> Result<Vec<Notification>> {
+    let doing = "read notifications";
+    let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
+    let all = crate::store::notifications::of_request(&conn, id)
+        .await
+        .map_err(OpError::store(doing))?;
+    if all.is_empty()
+        && crate::store::rerun::source(&conn, id)
+            .await
+            .map_err(OpError::store(doing))?
+            .is_none()
+    {
+        return Err(no_request());
+    }
+    Ok(all)
 }
 
 /// Children a request's page lists.
