@@ -161,6 +161,8 @@ pub struct Details {
     pub headers: Vec<(String, String)>,
     /// Its labels (beyond Clamp; empty: none).
     pub labels: Vec<String>,
+    /// Its notifications (beyond Clamp), oldest first.
+    pub notifications: Vec<Notification>,
     pub reruns: Vec<crate::store::queries::RequestRow>,
     /// More reruns than `reruns` holds.
     pub more_reruns: bool,
@@ -251,6 +253,9 @@ pub async fn details(core: &Core, id: Uuid) -> Result<Details> {
     let (children, children_total) = crate::store::fan::children(&conn, id, CHILDREN_SHOWN, 0)
         .await
         .map_err(OpError::store(doing))?;
+    let notifications = crate::store::notifications::of_request(&conn, id)
+        .await
+        .map_err(OpError::store(doing))?;
     drop(conn);
     let workflow = core
         .app
@@ -268,6 +273,7 @@ pub async fn details(core: &Core, id: Uuid) -> Result<Details> {
         payload,
         headers,
         labels,
+        notifications,
         reruns,
         more_reruns: more.is_some(),
         workflow,

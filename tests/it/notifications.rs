@@ -186,3 +186,67 @@ async fn a_request_without_notify_writes_no_notification_and_bad_targets_are_ref
     }
     s.shutdown().await;
 }
+
+/// A kill -9 of an instance while its deliveries are in flight, and then Postgres cut off
+/// for 5 s while the rest are answered, lose no notification: those whose outcome was
+/// not stored come due again after their hold and are sent again, with the same id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_mid_delivery_and_a_postgres_outage_lose_no_notification() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let proxy = PgProxy::start().await;
+    // The other instance: the real binary, killed -9 while the target holds its calls.
+    let port = free_port();
+    let mut other = spawn_binary(&db.url, port);
+    wait_healthy(port).await;
+    let s = TestServer::start(config(&proxy.url(&db.name))).await;
+    s.create_workflow(&json!({"name": "told", "steps": [
+        {"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}],
+        "notify": [{"on": ["COMPLETED"], "http": {"url": d.url("/held")}}]}))
+        .await;
+    let mut ids = Vec::new();
+    for n in 0..200 {
+        ids.push(create_request(&s, "told", &json!({"n": n})).await);
+    }
+    wait_for(
+        "200 notifications written",
+        Duration::from_secs(30),
+        || async { (db.count("SELECT count(*) FROM notifications").await == 200).then_some(()) },
+    )
+    .await;
+    // Both instances are delivering, their calls held by the target.
+    wait_for("deliveries in flight", Duration::from_secs(20), || async {
+        (d.received("/held").len() >= 100).then_some(())
+    })
+    .await;
+    other.0.kill().unwrap();
+    other.0.wait().unwrap();
+    // This instance loses Postgres while the target answers the calls it holds.
+    proxy.cut();
+    d.release();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    proxy.restore();
+    wait_for(
+        "200 notifications delivered",
+        Duration::from_secs(90),
+        || async {
+            (db.count("SELECT count(*) FROM notifications WHERE state = 'delivered'")
+                .await
+                == 200)
+                .then_some(())
+        },
+    )
+    .await;
+    // Every request told, each by its one notification id (sent again, never anew).
+    let received = d.received("/held");
+    let mut told: HashMap<String, std::collections::HashSet<String>> = HashMap::new();
+    for r in &received {
+        told.entry(r.body["serviceRequestId"].as_str().unwrap().to_string())
+            .or_default()
+            .insert(r.headers["idempotency-key"].clone());
+    }
+    assert_eq!(told.len(), 200);
+    assert!(told.values().all(|keys| keys.len() == 1));
+    assert!(ids.iter().all(|id| told.contains_key(id)));
+    s.shutdown().await;
+}
