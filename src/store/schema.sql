@@ -316,16 +316,6 @@ BEGIN
     END LOOP;
 END
 $function$;
-CREATE OR REPLACE FUNCTION public.clamp_notify()
- RETURNS trigger
- LANGUAGE plpgsql
-AS $function$
-BEGIN
-    INSERT INTO notifications (service_request_id, workflow_name, workflow_version, status, reason)
-    VALUES (NEW.id, NEW.workflow_name, coalesce(NEW.workflow_version, 1), NEW.status, NEW.reason);
-    RETURN NULL;
-END
-$function$;
 CREATE OR REPLACE FUNCTION public.clamp_partition_existing(bound uuid)
  RETURNS void
  LANGUAGE plpgsql
@@ -411,13 +401,3 @@ AS $function$
     SELECT (lpad(to_hex(floor(extract(epoch FROM at) * 1000)::bigint), 12, '0')
             || '70008000000000000000')::uuid
 $function$;
-
--- triggers
-CREATE TRIGGER service_requests_notify AFTER UPDATE OF status ON public.service_requests FOR EACH ROW WHEN (((new.notify IS NOT NULL) AND (new.status IS DISTINCT FROM old.status) AND (((new.status = 'COMPLETED'::text) AND (((new.notify)::integer & 1) <> 0)) OR ((new.status = 'FAILED'::text) AND (((new.notify)::integer & 2) <> 0)) OR ((new.status = 'CANCELLED'::text) AND (((new.notify)::integer & 4) <> 0))))) EXECUTE FUNCTION clamp_notify();
-CREATE TRIGGER service_requests_notify AFTER UPDATE OF status ON public.service_requests_p0 FOR EACH ROW WHEN (((new.notify IS NOT NULL) AND (new.status IS DISTINCT FROM old.status) AND (((new.status = 'COMPLETED'::text) AND (((new.notify)::integer & 1) <> 0)) OR ((new.status = 'FAILED'::text) AND (((new.notify)::integer & 2) <> 0)) OR ((new.status = 'CANCELLED'::text) AND (((new.notify)::integer & 4) <> 0))))) EXECUTE FUNCTION clamp_notify();
-CREATE TRIGGER service_requests_notify AFTER UPDATE OF status ON public.service_requests_p20261206t114025 FOR EACH ROW WHEN (((new.notify IS NOT NULL) AND (new.status IS DISTINCT FROM old.status) AND (((new.status = 'COMPLETED'::text) AND (((new.notify)::integer & 1) <> 0)) OR ((new.status = 'FAILED'::text) AND (((new.notify)::integer & 2) <> 0)) OR ((new.status = 'CANCELLED'::text) AND (((new.notify)::integer & 4) <> 0))))) EXECUTE FUNCTION clamp_notify();
-CREATE TRIGGER service_requests_notify AFTER UPDATE OF status ON public.service_requests_p20261206t114125 FOR EACH ROW WHEN (((new.notify IS NOT NULL) AND (new.status IS DISTINCT FROM old.status) AND (((new.status = 'COMPLETED'::text) AND (((new.notify)::integer & 1) <> 0)) OR ((new.status = 'FAILED'::text) AND (((new.notify)::integer & 2) <> 0)) OR ((new.status = 'CANCELLED'::text) AND (((new.notify)::integer & 4) <> 0))))) EXECUTE FUNCTION clamp_notify();
-CREATE TRIGGER service_requests_notify AFTER UPDATE OF status ON public.service_requests_p20261206t114225 FOR EACH ROW WHEN (((new.notify IS NOT NULL) AND (new.status IS DISTINCT FROM old.status) AND (((new.status = 'COMPLETED'::text) AND (((new.notify)::integer & 1) <> 0)) OR ((new.status = 'FAILED'::text) AND (((new.notify)::integer & 2) <> 0)) OR ((new.status = 'CANCELLED'::text) AND (((new.notify)::integer & 4) <> 0))))) EXECUTE FUNCTION clamp_notify();
-CREATE TRIGGER service_requests_notify AFTER UPDATE OF status ON public.service_requests_p20261206t114325 FOR EACH ROW WHEN (((new.notify IS NOT NULL) AND (new.status IS DISTINCT FROM old.status) AND (((new.status = 'COMPLETED'::text) AND (((new.notify)::integer & 1) <> 0)) OR ((new.status = 'FAILED'::text) AND (((new.notify)::integer & 2) <> 0)) OR ((new.status = 'CANCELLED'::text) AND (((new.notify)::integer & 4) <> 0))))) EXECUTE FUNCTION clamp_notify();
-CREATE TRIGGER service_requests_notify AFTER UPDATE OF status ON public.service_requests_p20261206t114425 FOR EACH ROW WHEN (((new.notify IS NOT NULL) AND (new.status IS DISTINCT FROM old.status) AND (((new.status = 'COMPLETED'::text) AND (((new.notify)::integer & 1) <> 0)) OR ((new.status = 'FAILED'::text) AND (((new.notify)::integer & 2) <> 0)) OR ((new.status = 'CANCELLED'::text) AND (((new.notify)::integer & 4) <> 0))))) EXECUTE FUNCTION clamp_notify();
-CREATE TRIGGER service_requests_notify AFTER UPDATE OF status ON public.service_requests_p20261206t114525 FOR EACH ROW WHEN (((new.notify IS NOT NULL) AND (new.status IS DISTINCT FROM old.status) AND (((new.status = 'COMPLETED'::text) AND (((new.notify)::integer & 1) <> 0)) OR ((new.status = 'FAILED'::text) AND (((new.notify)::integer & 2) <> 0)) OR ((new.status = 'CANCELLED'::text) AND (((new.notify)::integer & 4) <> 0))))) EXECUTE FUNCTION clamp_notify();

@@ -50,6 +50,10 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
             transitions::WRITE_TRANSITIONS,
         ),
         (
+            "transitions::WRITE_TRANSITIONS_TELLING",
+            transitions::WRITE_TRANSITIONS_TELLING,
+        ),
+        (
             "step_responses::REQUEST_STATE",
             step_responses::REQUEST_STATE,
         ),

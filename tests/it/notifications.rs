@@ -157,6 +157,29 @@ async fn a_request_without_notify_writes_no_notification_and_bad_targets_are_ref
             .await,
         0
     );
+    // A cancel writes its notification in the cancel's own statement.
+    s.create_workflow(&json!({"name": "later", "steps": [
+        {"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}],
+        "notify": [{"on": ["CANCELLED"], "http": {"url": d.url("/api/echo")}}]}))
+        .await;
+    let later = s
+        .post("/serviceRequest/later?delayMs=600000", "{}")
+        .await
+        .json();
+    let later = later["serviceRequestId"].as_str().unwrap().to_string();
+    let r = s
+        .post(&format!("/serviceRequest/{later}/cancel"), "{}")
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    wait_for("the cancel told", Duration::from_secs(20), || async {
+        (db.count(
+            "SELECT count(*) FROM notifications WHERE status = 'CANCELLED' AND state = 'delivered'",
+        )
+        .await
+            == 1)
+            .then_some(())
+    })
+    .await;
     for (notify, field) in [
         (
             json!([{"on": ["NEW"], "http": {"url": d.url("/x")}}]),
