@@ -262,6 +262,9 @@ pub struct Metrics {
     /// Messages to triggers, by source (webhook, amqp, kafka) and outcome (in the order
     /// `ops::hooks` counts them).
     pub trigger_deliveries: [[Counter; 5]; 3],
+    /// Notifications delivered (0), attempts that failed and will be tried again (1), and
+    /// notifications failed for good (2).
+    pub notifications: [Counter; 3],
 }
 
 impl std::fmt::Debug for Metrics {
@@ -470,6 +473,14 @@ impl Metrics {
                 |outcome| OutcomeLabel { outcome },
             ),
             trigger_deliveries: trigger_deliveries(&mut registry),
+            notifications: labelled(
+                &mut registry,
+                "clamp_notifications",
+                "Notifications of finished requests, by outcome: delivered to every target, \
+                 an attempt that failed (tried again), failed for good (kept as a dead letter)",
+                ["delivered", "retried", "failed"],
+                |outcome| OutcomeLabel { outcome },
+            ),
             schedule_lateness: Arc::new(AtomicHistogram::new(LATENESS_BOUNDS)),
             timer_lateness: Arc::new(AtomicHistogram::new(LATENESS_BOUNDS)),
             timers_pending: Gauge::default(),

@@ -77,6 +77,7 @@ routes! {
     RetryServiceRequest = "POST" "/serviceRequest/{id}/retry", Retry, "clamp_retry_service_request_handler", false;
     RerunServiceRequest = "POST" "/serviceRequest/{id}/rerun", Rerun, "clamp_rerun_service_request_handler", false;
     ServiceRequestChildren = "GET" "/serviceRequest/{id}/children", Read, "clamp_service_request_children_handler", false;
+    ServiceRequestNotifications = "GET" "/serviceRequest/{id}/notifications", Read, "clamp_service_request_notifications_handler", false;
     ListServiceRequests = "GET" "/serviceRequests/{workflow}", Read, "get_service_requests_by_workflow_name_handler", false;
     SearchServiceRequests = "GET" "/serviceRequests", Read, "clamp_search_service_requests_handler", false;
     RetryServiceRequests = "POST" "/serviceRequests/retry", BulkRetry, "clamp_retry_service_requests_handler", false;

@@ -227,6 +227,10 @@ fn instance_tasks(
             core.executor.clone(),
             stop.clone(),
         )),
+        tokio::spawn(crate::engine::notify::run(
+            core.executor.clone(),
+            stop.clone(),
+        )),
     ];
     if cfg.brokers.kafka_enabled {
         tasks.push(tokio::spawn(crate::broker::kafka::consume(

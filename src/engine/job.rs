@@ -213,6 +213,7 @@ async fn finish(exec: &Executor, job: &Job) {
         attempts: 0,
         retry_in_ms: None,
         last_error: None,
+        notify: false,
     };
     let reason = t.reason.clone();
     if write(exec, t).await {
@@ -500,6 +501,7 @@ async fn sent(exec: &Executor, job: &Job, step: &CompiledStep, body: &Doc, a: &A
         },
         retry_in_ms: step.answer_timeout.map(|d| d.as_secs_f64() * 1000.0),
         last_error: None,
+        notify: false,
     };
     if write(exec, t).await && step.step_type == crate::workflow::StepType::Async {
         // Its answer, when it comes here, needs no read of the row for the workflow.
@@ -527,6 +529,7 @@ async fn sleep(exec: &Executor, job: &Job, step: &CompiledStep, body: &Doc, a: &
         attempts: 1,
         retry_in_ms: Some((due - now_ms()).max(1.0)),
         last_error: None,
+        notify: false,
     };
     write(exec, t).await;
 }
@@ -865,6 +868,7 @@ async fn retry(
         attempts,
         retry_in_ms: (!at_once).then_some(wait.as_secs_f64() * 1000.0),
         last_error: Some(format!("attempt {attempts} failed: {}", e.message)),
+        notify: false,
     };
     if !write(exec, t).await {
         return false;
@@ -901,13 +905,20 @@ fn transition(
         attempts: 0,
         retry_in_ms: None,
         last_error: None,
+        notify: false,
     }
 }
 
 /// Writes a step's transition; true when the request goes on to another step (false when
 /// it finished, paused, or is no longer this instance's to run).
-async fn advance(exec: &Executor, job: &Job, t: Transition) -> bool {
+async fn advance(exec: &Executor, job: &Job, mut t: Transition) -> bool {
     let status = t.status;
+    // A final status its workflow tells of: written with its notification.
+    t.notify = job
+        .wf
+        .notify_mask
+        .zip(crate::workflow::notify::bit(status))
+        .is_some_and(|(m, b)| m & b != 0);
     let reason = if status == RequestStatus::InProgress {
         None
     } else {

@@ -554,6 +554,7 @@ async fn write(fan: &Fan<'_>, rec: StepRecord) -> Result<(), LaneEnd> {
         attempts: job.attempts,
         retry_in_ms: None,
         last_error: None,
+        notify: false,
     };
     if step_io::write(fan.exec, t).await {
         Ok(())

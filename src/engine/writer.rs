@@ -79,6 +79,9 @@ pub struct Transition {
     pub retry_in_ms: Option<f64>,
     /// Why the last attempt failed, while a retry is pending.
     pub last_error: Option<String>,
+    /// Its request's workflow tells of the status it reaches (`workflow::notify`): the
+    /// batch holding it is written with the outbox rows (`WRITE_TRANSITIONS_TELLING`).
+    pub notify: bool,
 }
 
 impl Transition {
@@ -96,6 +99,7 @@ impl Transition {
             attempts: 0,
             retry_in_ms: None,
             last_error: None,
+            notify: false,
         }
     }
 }
@@ -224,7 +228,8 @@ async fn run(rx: mpsc::Receiver<Pending>, w: Arc<Writer>, concurrency: usize) {
 async fn write(pool: &Pool, batch: &[Pending], owner: Uuid) -> Result<Vec<Uuid>, StoreError> {
     let conn = pool.get().await?;
     let rows: Vec<transitions::Row> = batch.iter().map(|p| row(&p.t)).collect();
-    transitions::write(&conn, &rows, owner).await
+    let telling = batch.iter().any(|p| p.t.notify);
+    transitions::write(&conn, &rows, owner, telling).await
 }
 
 /// A transition as the statement's row type holds it.

@@ -245,6 +245,19 @@ pub fn children(page: &[Child], total: i64) -> Value {
     json!({"children": items, "totalChildren": total})
 }
 
+/// A request's notifications (beyond Clamp).
+pub fn notifications(all: &[crate::ops::read::Notification]) -> Value {
+    json!({"notifications": all.iter().map(|n| json!({
+        "id": n.id.to_string(),
+        "status": n.status.as_str(),
+        "state": n.state,
+        "attempts": n.attempts,
+        "lastError": n.last_error,
+        "finishedAt": n.finished_at,
+        "deliveredAt": n.delivered_at,
+    })).collect::<Vec<_>>()})
+}
+
 pub fn request_item(r: &RequestRow) -> Value {
     let mut item = json!({
         "id": r.id.to_string(),

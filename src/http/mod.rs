@@ -285,6 +285,9 @@ async fn to_handler(
         }
         Route::RetryServiceRequest => Box::pin(retry::retry(core, who, arg, parts, body)).await,
         Route::RerunServiceRequest => Box::pin(rerun::rerun(core, who, arg, parts, body)).await,
+        Route::ServiceRequestNotifications => {
+            Box::pin(service_requests::notifications(core, arg)).await
+        }
         Route::ServiceRequestChildren => {
             Box::pin(service_requests::children(core, arg, query)).await
         }

@@ -269,6 +269,16 @@ pub async fn children(core: &Core, id: &str, query: Option<&str>) -> Resp {
     }
 }
 
+/// `GET /serviceRequest/{id}/notifications` (beyond Clamp): its notifications, oldest
+/// first, with how far each got.
+pub async fn notifications(core: &Core, id: &str) -> Resp {
+    let id = or_answer!(request_id(id));
+    match crate::ops::read::notifications(core, id).await {
+        Ok(all) => json(StatusCode::OK, &answers::notifications(&all)),
+        Err(e) => op_error(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -423,6 +423,7 @@ async fn limited(core: &Core, r: Apart<'_>) -> Result<Outcome> {
         priority: r.priority,
         rate: limit.rate,
         labels: r.labels.map(Labels::joined),
+        notify: r.wf.notify_mask,
     };
     let stored = core
         .app
@@ -462,6 +463,7 @@ async fn delayed(core: &Core, r: Apart<'_>, start: SystemTime) -> Result<Outcome
         deadline_ms: r.deadline_ms,
         priority: r.priority,
         labels: r.labels.map(Labels::as_slice),
+        notify: r.wf.notify_mask,
     };
     crate::store::delayed::insert(&conn, &row)
         .await

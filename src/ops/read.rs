@@ -19,6 +19,7 @@ use crate::store::reader::Want;
 
 // The rows a read returns, as its carriers render them.
 pub use crate::store::fan::Child;
+pub use crate::store::notifications::Told as Notification;
 pub use crate::store::queries::RequestRow;
 pub use crate::store::reader::Found;
 pub use crate::store::status::{Head, StepRow, Waits};
@@ -160,6 +161,8 @@ pub struct Details {
     pub headers: Vec<(String, String)>,
     /// Its labels (beyond Clamp; empty: none).
     pub labels: Vec<String>,
+    /// Its notifications (beyond Clamp), oldest first.
+    pub notifications: Vec<Notification>,
     pub reruns: Vec<crate::store::queries::RequestRow>,
     /// More reruns than `reruns` holds.
     pub more_reruns: bool,
@@ -168,6 +171,24 @@ pub struct Details {
     pub children: Vec<crate::store::fan::Child>,
     /// How many children it has in all.
     pub children_total: i64,
+}
+
+/// A request's notifications (beyond Clamp), oldest first; 404 for an unknown request.
+pub async fn notifications(core: &Core, id: Uuid) -> Result<Vec<Notification>> {
+    let doing = "read notifications";
+    let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
+    let all = crate::store::notifications::of_request(&conn, id)
+        .await
+        .map_err(OpError::store(doing))?;
+    if all.is_empty()
+        && crate::store::rerun::source(&conn, id)
+            .await
+            .map_err(OpError::store(doing))?
+            .is_none()
+    {
+        return Err(no_request());
+    }
+    Ok(all)
 }
 
 /// Children a request's page lists.
@@ -232,6 +253,9 @@ pub async fn details(core: &Core, id: Uuid) -> Result<Details> {
     let (children, children_total) = crate::store::fan::children(&conn, id, CHILDREN_SHOWN, 0)
         .await
         .map_err(OpError::store(doing))?;
+    let notifications = crate::store::notifications::of_request(&conn, id)
+        .await
+        .map_err(OpError::store(doing))?;
     drop(conn);
     let workflow = core
         .app
@@ -249,6 +273,7 @@ pub async fn details(core: &Core, id: Uuid) -> Result<Details> {
         payload,
         headers,
         labels,
+        notifications,
         reruns,
         more_reruns: more.is_some(),
         workflow,

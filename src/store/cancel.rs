@@ -60,7 +60,11 @@ pub(super) const CANCEL: &str = concat!(
     crate::status::status_sql!(Cancelled),
     ")
     RETURNING id, workflow_name, headers,
-        (extract(epoch FROM created_at) * 1000000)::int8 AS created_us, retries, reason
+        (extract(epoch FROM created_at) * 1000000)::int8 AS created_us, retries, reason,
+        notify, workflow_version, status
+), told AS (",
+    crate::store::sql::tell!("done"),
+    "
 ) SELECT id, workflow_name, headers, created_us, retries, reason FROM done
 ORDER BY id = $1 DESC"
 );

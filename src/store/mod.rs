@@ -19,6 +19,7 @@ pub(crate) mod kafka_offsets;
 pub mod keeper;
 pub(crate) mod lanes;
 pub(crate) mod leases;
+pub(crate) mod notifications;
 pub mod partitions;
 pub(crate) mod queries;
 pub(crate) mod raw_json;

@@ -99,7 +99,7 @@ WITH run AS (
     INSERT INTO service_requests (id, workflow_name, status, payload, headers,
                                   current_step_id, step_request, rerun_of,
                                   lease_owner, lease_until, workflow_version, deadline,
-                                  concurrency_key, priority, labels)
+                                  concurrency_key, priority, labels, notify)
     VALUES ($1, $3, ",
     crate::status::status_sql!(New),
     ", $4, $5, $6, $7, $2, NULL,
@@ -112,7 +112,8 @@ WITH run AS (
              FROM service_requests o WHERE o.id = $2),
             (SELECT o.concurrency_key FROM service_requests o WHERE o.id = $2),
             (SELECT o.priority FROM service_requests o WHERE o.id = $2),
-            (SELECT o.labels FROM service_requests o WHERE o.id = $2))
+            (SELECT o.labels FROM service_requests o WHERE o.id = $2),
+            (SELECT o.notify FROM service_requests o WHERE o.id = $2))
     RETURNING id)
 INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
                           started_at, finished_at, time_taken_ms, reason, attempts)

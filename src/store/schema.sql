@@ -94,6 +94,25 @@ CREATE TABLE kafka_offsets (
 ALTER TABLE kafka_offsets ADD CONSTRAINT kafka_offsets_pkey PRIMARY KEY (topic, partition);
 CREATE UNIQUE INDEX kafka_offsets_pkey ON public.kafka_offsets USING btree (topic, partition);
 
+CREATE TABLE notifications (
+    id bigint NOT NULL DEFAULT nextval('notifications_id_seq'::regclass),
+    service_request_id uuid NOT NULL,
+    workflow_name text NOT NULL,
+    workflow_version integer NOT NULL,
+    status text NOT NULL,
+    reason text,
+    finished_at timestamp with time zone NOT NULL DEFAULT now(),
+    state text NOT NULL DEFAULT 'pending'::text,
+    attempts integer NOT NULL DEFAULT 0,
+    next_at timestamp with time zone NOT NULL DEFAULT now(),
+    last_error text,
+    delivered_at timestamp with time zone
+);
+ALTER TABLE notifications ADD CONSTRAINT notifications_pkey PRIMARY KEY (id);
+CREATE INDEX notifications_due ON public.notifications USING btree (next_at, id) WHERE (state = 'pending'::text);
+CREATE INDEX notifications_of_request ON public.notifications USING btree (service_request_id, id);
+CREATE UNIQUE INDEX notifications_pkey ON public.notifications USING btree (id);
+
 CREATE TABLE schedule_fires (
     schedule text NOT NULL,
     fire_at timestamp with time zone NOT NULL,
@@ -157,7 +176,8 @@ CREATE TABLE service_requests (
     concurrency_key text,
     admitted_at timestamp with time zone,
     priority smallint,
-    labels text[]
+    labels text[],
+    notify smallint
 ) PARTITION BY RANGE (id);
 ALTER TABLE service_requests ADD CONSTRAINT service_requests_pkey PRIMARY KEY (id);
 CREATE INDEX service_requests_admitted ON ONLY public.service_requests USING btree (workflow_name, concurrency_key, admitted_at) WHERE ((concurrency_key IS NOT NULL) AND (admitted_at IS NOT NULL));
@@ -245,7 +265,8 @@ CREATE TYPE new_request AS (
     ver integer,
     deadline_ms double precision,
     priority smallint,
-    labels text[]
+    labels text[],
+    notify smallint
 );
 
 CREATE TYPE step_transition AS (
@@ -273,6 +294,7 @@ CREATE TYPE step_transition AS (
 -- sequences
 CREATE SEQUENCE audit_log_id_seq AS bigint;
 CREATE SEQUENCE dead_letters_id_seq AS bigint;
+CREATE SEQUENCE notifications_id_seq AS bigint;
 CREATE SEQUENCE steps_status_id_seq AS bigint;
 
 -- functions

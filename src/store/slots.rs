@@ -99,9 +99,9 @@ pub(super) const INSERT: &str = concat!(
     "WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], \
                          $6::float8[], $7::text[], $8::bigint[], $9::bigint[], $10::float8[], \
-                         $11::int2[], $12::text[]) \
+                         $11::int2[], $12::text[], $13::int2[]) \
       AS t(id, workflow, payload, headers, ver, deadline_ms, key, lim, rate, window_ms, priority, \
-           labels)
+           labels, notify)
 ), keys AS (
     SELECT workflow, key, min(lim) AS lim, min(rate) AS rate, min(window_ms) AS window_ms \
     FROM input GROUP BY workflow, key
@@ -133,7 +133,7 @@ pub(super) const INSERT: &str = concat!(
 ), stored AS (
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until, \
                               workflow_version, deadline, concurrency_key, admitted_at, priority, \
-                              labels)
+                              labels, notify)
 SELECT t.id, t.workflow, t.payload, t.headers, NULL, \
   CASE WHEN t.rank <= t.free THEN '-infinity'::timestamptz ELSE 'infinity'::timestamptz END, ",
     crate::store::sql::pinned_version!(
@@ -142,7 +142,7 @@ SELECT t.id, t.workflow, t.payload, t.headers, NULL, \
     ),
     ", now() + t.deadline_ms * interval '1 millisecond', t.key, \
   CASE WHEN t.rank <= t.free THEN statement_timestamp() END, t.priority, \
-  string_to_array(t.labels, E'\\n') \
+  string_to_array(t.labels, E'\\n'), t.notify \
 FROM ranked t \
 RETURNING id, lease_until = '-infinity'::timestamptz AS admitted)
 SELECT s.id, s.admitted, \
@@ -269,6 +269,8 @@ pub struct Limited {
     pub rate: Option<(u32, u32)>,
     /// Its labels, separated by newlines (None: none).
     pub labels: Option<String>,
+    /// The final statuses its workflow tells of (None: none).
+    pub notify: Option<i16>,
 }
 
 /// A rate as the statements take it: (starts or NULL, window ms).
@@ -297,6 +299,7 @@ pub async fn insert(conn: &mut PgConn, rows: &[Limited]) -> Result<Vec<Admission
     let windows: Vec<f64> = rows.iter().map(|r| rate_args(r.rate).1).collect();
     let priorities: Vec<Option<i16>> = rows.iter().map(|r| r.priority).collect();
     let labels: Vec<Option<&str>> = rows.iter().map(|r| r.labels.as_deref()).collect();
+    let notify: Vec<Option<i16>> = rows.iter().map(|r| r.notify).collect();
     let tx = conn.client.transaction().await?;
     tx.execute(&lock, &[&workflows, &keys]).await?;
     let done = tx
@@ -315,6 +318,7 @@ pub async fn insert(conn: &mut PgConn, rows: &[Limited]) -> Result<Vec<Admission
                 &windows,
                 &priorities,
                 &labels,
+                &notify,
             ],
         )
         .await?;

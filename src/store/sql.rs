@@ -191,6 +191,29 @@ macro_rules! pinned_version {
 /// The CTE `fenced` of a step that waits for child requests (WORKFLOW, PARALLEL, MAP):
 /// request `$1`, leased to `$3` and not cancelled, paused at step `$2` and unleased (its
 /// children's outcome resumes it); returns its id and headers, which the children take.
+/// The notifications of the rows of `$from` (a CTE returning `id, notify, workflow_name,
+/// workflow_version, status, reason`) whose new status their workflow tells of (the bits of
+/// migration 28): the outbox rows, written in the statement that finishes the requests.
+macro_rules! tell {
+    ($from:literal) => {
+        concat!(
+            "INSERT INTO notifications (service_request_id, workflow_name, workflow_version, \
+             status, reason) \
+             SELECT n.id, n.workflow_name, coalesce(n.workflow_version, 1), n.status, n.reason \
+             FROM ",
+            $from,
+            " n WHERE n.notify IS NOT NULL AND n.notify & (CASE n.status WHEN ",
+            crate::status::status_sql!(Completed),
+            " THEN 1 WHEN ",
+            crate::status::status_sql!(Failed),
+            " THEN 2 WHEN ",
+            crate::status::status_sql!(Cancelled),
+            " THEN 4 ELSE 0 END) <> 0"
+        )
+    };
+}
+pub(crate) use tell;
+
 macro_rules! pause_for_children {
     () => {
         concat!(

@@ -10,9 +10,9 @@
 
 use super::{
     audit, buffer, cancel, children, connect, dead_letters, deadlines, delayed, events, fan,
-    housekeeping, idempotency, kafka_offsets, keeper, lanes, leases, migrate, partitions, pool,
-    queries, rerun, retention, retry, schedules, search, sessions, slots, stats, status,
-    step_responses, transitions, triggers,
+    housekeeping, idempotency, kafka_offsets, keeper, lanes, leases, migrate, notifications,
+    partitions, pool, queries, rerun, retention, retry, schedules, search, sessions, slots, stats,
+    status, step_responses, transitions, triggers,
 };
 
 /// Every fixed statement of the store, expanded: (`file::CONST`, text), grouped by file.
@@ -48,6 +48,10 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         (
             "transitions::WRITE_TRANSITIONS",
             transitions::WRITE_TRANSITIONS,
+        ),
+        (
+            "transitions::WRITE_TRANSITIONS_TELLING",
+            transitions::WRITE_TRANSITIONS_TELLING,
         ),
         (
             "step_responses::REQUEST_STATE",
@@ -101,6 +105,11 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("events::COMMIT", events::COMMIT),
         ("events::FORGET", events::FORGET),
         ("events::TAKE", events::TAKE),
+        ("notifications::CLAIM", notifications::CLAIM),
+        ("notifications::DELIVERED", notifications::DELIVERED),
+        ("notifications::AGAIN", notifications::AGAIN),
+        ("notifications::FAILED", notifications::FAILED),
+        ("notifications::OF_REQUEST", notifications::OF_REQUEST),
         ("triggers::INSERT", triggers::INSERT),
         ("triggers::GET", triggers::GET),
         ("triggers::LIST", triggers::LIST),

@@ -9,12 +9,13 @@ WITH v AS (SELECT w.name, w.version
     FROM workflows w
     WHERE w.name = ANY($2::text[])),
         ins AS (INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner,
-            lease_until, created_at, workflow_version, deadline, priority, labels) SELECT t.id,
+            lease_until, created_at, workflow_version, deadline, priority, labels,
+            notify) SELECT t.id,
             t.wf, t.payload, t.headers, CASE WHEN leased THEN $3::uuid END,
             CASE WHEN leased THEN now() + $4::float8 * interval '1 millisecond' ELSE '-infinity' END,
                 t.created,
             NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END, 1),
-            t.created + t.deadline_ms * interval '1 millisecond', t.priority, t.labels
+            t.created + t.deadline_ms * interval '1 millisecond', t.priority, t.labels, t.notify
     FROM UNNEST($1::new_request[]) AS t
     LEFT JOIN v ON v.name = t.wf) SELECT name, version
     FROM v;
@@ -26,16 +27,16 @@ WITH v AS (SELECT w.name, w.version FROM workflows w WHERE w.name = ANY($2::text
 ), ins AS (
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
     created_at,
-                              workflow_version, deadline, priority, labels)
+                              workflow_version, deadline, priority, labels, notify)
 SELECT t.id, t.wf, t.payload, t.headers, CASE WHEN leased THEN $6::uuid END,
     CASE WHEN leased THEN now() + $7::float8 * interval '1 millisecond' ELSE '-infinity' END,
     t.created, NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END, 1),
     t.created + t.deadline_ms * interval '1 millisecond', t.priority,
-    string_to_array(t.labels, E'\n')
+    string_to_array(t.labels, E'\n'), t.notify
 FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $9::timestamptz[],
     $10::int[],
-            $11::float8[], $12::int2[], $13::text[])
-    AS t(id, wf, payload, headers, leased, created, ver, deadline_ms, priority, labels)
+            $11::float8[], $12::int2[], $13::text[], $14::int2[])
+    AS t(id, wf, payload, headers, leased, created, ver, deadline_ms, priority, labels, notify)
 LEFT JOIN v ON v.name = t.wf
 )
 SELECT name, version FROM v;
@@ -43,8 +44,10 @@ SELECT name, version FROM v;
 -- idempotency::INSERT_KEYED_CONFLICTS
 WITH input AS (
     SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::uuid[],
-                         $9::timestamptz[], $11::int[], $12::float8[], $13::int2[], $14::text[])
-        AS t(id, wf, payload, headers, leased, h, created, ver, deadline_ms, priority, labels)
+                         $9::timestamptz[], $11::int[], $12::float8[], $13::int2[], $14::text[],
+                         $15::int2[])
+        AS t(id, wf, payload, headers, leased, h, created, ver, deadline_ms, priority, labels,
+             notify)
 ), v AS (SELECT w.name, w.version FROM workflows w WHERE w.name = ANY($2::text[])), claimed AS (
     INSERT INTO idempotency_keys AS k (key_hash, service_request_id)
     SELECT h, id FROM input WHERE h IS NOT NULL
@@ -55,12 +58,12 @@ WITH input AS (
 ), inserted AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
         created_at,
-                                  workflow_version, deadline, priority, labels)
+                                  workflow_version, deadline, priority, labels, notify)
     SELECT t.id, t.wf, t.payload, t.headers, CASE WHEN leased THEN $6::uuid END,
         CASE WHEN leased THEN now() + $7::float8 * interval '1 millisecond' ELSE '-infinity' END,
         t.created, NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce(v.version, 1) END, 1),
         t.created + t.deadline_ms * interval '1 millisecond', t.priority,
-        string_to_array(t.labels, E'\n')
+        string_to_array(t.labels, E'\n'), t.notify
     FROM input t LEFT JOIN v ON v.name = t.wf
     WHERE t.h IS NULL OR t.id IN (SELECT service_request_id FROM claimed)
     RETURNING id, coalesce(workflow_version, 1) AS workflow_version
@@ -91,12 +94,12 @@ RESET statement_timeout;
 
 -- delayed::INSERT
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
-    created_at, workflow_version, start_at, deadline, priority, labels) SELECT $1,
+    created_at, workflow_version, start_at, deadline, priority, labels, notify) SELECT $1,
     $2, $3, $4, NULL, $6, $5,
     NULLIF(CASE WHEN $7::int > 0 THEN $7::int ELSE coalesce((SELECT w.version
     FROM workflows w
     WHERE w.name = $2), 1) END, 1), $6, $6::timestamptz + $8::float8 * interval '1 millisecond',
-        $9::int2, $10::text[];
+        $9::int2, $10::text[], $11::int2;
 
 -- slots::LOCK_MANY
 SELECT pg_advisory_xact_lock(h)
@@ -108,9 +111,9 @@ SELECT pg_advisory_xact_lock(h)
 WITH input AS (
     SELECT *
         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::float8[],
-            $7::text[], $8::bigint[], $9::bigint[], $10::float8[], $11::int2[],
-            $12::text[]) AS t(id, workflow, payload, headers, ver, deadline_ms, key, lim, rate,
-            window_ms, priority, labels)
+            $7::text[], $8::bigint[], $9::bigint[], $10::float8[], $11::int2[], $12::text[],
+            $13::int2[]) AS t(id, workflow, payload, headers, ver, deadline_ms, key, lim, rate,
+            window_ms, priority, labels, notify)
 ), keys AS (
     SELECT workflow, key, min(lim) AS lim, min(rate) AS rate, min(window_ms) AS window_ms
         FROM input
@@ -140,14 +143,14 @@ WITH input AS (
         JOIN counted c ON c.workflow = i.workflow AND c.key = i.key
 ), stored AS (
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
-    workflow_version, deadline, concurrency_key, admitted_at, priority, labels)
+    workflow_version, deadline, concurrency_key, admitted_at, priority, labels, notify)
 SELECT t.id, t.workflow, t.payload, t.headers, NULL,
     CASE WHEN t.rank <= t.free THEN '-infinity'::timestamptz ELSE 'infinity'::timestamptz END,
     NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce((SELECT w.version
     FROM workflows w
     WHERE w.name = t.workflow), 1) END, 1), now() + t.deadline_ms * interval '1 millisecond', t.key,
         CASE WHEN t.rank <= t.free THEN statement_timestamp() END, t.priority,
-        string_to_array(t.labels, E'\n')
+        string_to_array(t.labels, E'\n'), t.notify
     FROM ranked t
     RETURNING id, lease_until = '-infinity'::timestamptz AS admitted)
 SELECT s.id, s.admitted,
@@ -326,6 +329,51 @@ WITH input AS (
 )
 SELECT id FROM fenced;
 
+-- transitions::WRITE_TRANSITIONS_TELLING
+WITH input AS (
+    -- One array of rows (migration 15's type), not an array per column.
+    SELECT * FROM UNNEST($1::step_transition[])
+), fenced AS (
+    UPDATE service_requests s SET
+        -- Between steps the stored status stays NEW (or RESUMED): status is in the claim
+        -- index's predicate, so leaving it alone lets the update be HOT (no index writes).
+        -- Reads show such a request as IN_PROGRESS.
+        status = CASE WHEN i.status = 'IN_PROGRESS' THEN s.status ELSE i.status END,
+        current_step_id = i.next_step, step_request = i.next_request,
+        failed_step_id = i.failed_step, reason = i.reason, updated_at = now(),
+        step_attempts = i.attempts, last_error = i.last_error,
+        finished_at = CASE WHEN i.status IN ('COMPLETED', 'FAILED') THEN now() END,
+        lease_owner = CASE WHEN i.release THEN NULL ELSE s.lease_owner END,
+        -- A pending retry waits unowned until it is due; the sweeper claims it then.
+        lease_until = CASE WHEN i.retry_in_ms IS NOT NULL
+                           THEN now() + i.retry_in_ms::float8 * interval '1 millisecond'
+                           WHEN i.release THEN '-infinity'::timestamptz ELSE s.lease_until END
+    FROM input i
+    -- The fence: still leased to this instance, and not cancelled meanwhile.
+    WHERE s.id = i.id AND s.lease_owner = $2 AND s.status <> 'CANCELLED'
+    RETURNING s.id, s.notify, s.workflow_name, s.workflow_version, s.status, s.reason
+), records AS (
+    INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
+                              started_at, finished_at, time_taken_ms, reason, attempts)
+    SELECT i.id, i.step_id, i.step_name, i.step_status, i.step_request, i.step_response,
+           to_timestamp(i.started_ms / 1000.0), to_timestamp(i.finished_ms / 1000.0),
+           CASE WHEN i.finished_ms IS NULL THEN NULL ELSE round(i.finished_ms - i.started_ms)::bigint END,
+           i.step_reason, i.step_attempts
+    FROM input i LEFT JOIN fenced f ON f.id = i.id
+    -- A request cancelled while one of its steps was in flight still gets that step's
+    -- outcome as its entry (nothing after it starts); only unfenced rows are looked at.
+    -- (0: no record; below 0: a lane's step, `workflow::fan::lane_step_id`)
+    WHERE i.step_id <> 0
+      AND (f.id IS NOT NULL
+           OR EXISTS (SELECT 1
+               FROM service_requests c
+               WHERE c.id = i.id AND c.status = 'CANCELLED'))
+),
+    told AS (INSERT INTO notifications (service_request_id, workflow_name, workflow_version, status, reason) SELECT n.id, n.workflow_name, coalesce(n.workflow_version, 1), n.status, n.reason
+    FROM fenced n
+    WHERE n.notify IS NOT NULL AND n.notify & (CASE n.status WHEN 'COMPLETED' THEN 1 WHEN 'FAILED' THEN 2 WHEN 'CANCELLED' THEN 4 ELSE 0 END) <> 0)
+SELECT id FROM fenced;
+
 -- step_responses::REQUEST_STATE
 SELECT workflow_name, status, current_step_id, coalesce(workflow_version, 1)
     FROM service_requests
@@ -383,7 +431,12 @@ WITH RECURSIVE tree AS (
     WHERE id IN (SELECT id FROM tree)
       AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
     RETURNING id, workflow_name, headers,
-        (extract(epoch FROM created_at) * 1000000)::int8 AS created_us, retries, reason
+        (extract(epoch FROM created_at) * 1000000)::int8 AS created_us, retries, reason,
+        notify, workflow_version, status
+),
+    told AS (INSERT INTO notifications (service_request_id, workflow_name, workflow_version, status, reason) SELECT n.id, n.workflow_name, coalesce(n.workflow_version, 1), n.status, n.reason
+    FROM done n
+    WHERE n.notify IS NOT NULL AND n.notify & (CASE n.status WHEN 'COMPLETED' THEN 1 WHEN 'FAILED' THEN 2 WHEN 'CANCELLED' THEN 4 ELSE 0 END) <> 0
 ) SELECT id, workflow_name, headers, created_us, retries, reason FROM done
 ORDER BY id = $1 DESC;
 
@@ -476,7 +529,7 @@ WITH run AS (
     INSERT INTO service_requests (id, workflow_name, status, payload, headers,
                                   current_step_id, step_request, rerun_of,
                                   lease_owner, lease_until, workflow_version, deadline,
-                                  concurrency_key, priority, labels)
+                                  concurrency_key, priority, labels, notify)
     VALUES ($1, $3, 'NEW', $4, $5, $6, $7, $2, NULL,
             -- With the original's concurrency key, it waits for a slot (`slots`).
             CASE WHEN (SELECT o.concurrency_key FROM service_requests o WHERE o.id = $2) IS NULL
@@ -487,7 +540,8 @@ WITH run AS (
              FROM service_requests o WHERE o.id = $2),
             (SELECT o.concurrency_key FROM service_requests o WHERE o.id = $2),
             (SELECT o.priority FROM service_requests o WHERE o.id = $2),
-            (SELECT o.labels FROM service_requests o WHERE o.id = $2))
+            (SELECT o.labels FROM service_requests o WHERE o.id = $2),
+            (SELECT o.notify FROM service_requests o WHERE o.id = $2))
     RETURNING id)
 INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
                           started_at, finished_at, time_taken_ms, reason, attempts)
@@ -978,6 +1032,46 @@ DELETE
 INSERT INTO event_takes (service_request_id, step_id, event, event_id)
     VALUES ($1, $2, $3, $4)
     ON CONFLICT DO NOTHING;
+
+-- notifications::CLAIM
+WITH due AS (
+    SELECT n.id FROM notifications n
+    WHERE n.state = 'pending' AND n.next_at <= now()
+      AND NOT EXISTS (SELECT 1 FROM notifications e
+                      WHERE e.service_request_id = n.service_request_id
+                        AND e.state = 'pending' AND e.id < n.id)
+    ORDER BY n.next_at, n.id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE notifications x SET next_at = now() + $2::float8 * interval '1 millisecond',
+                           attempts = x.attempts + 1
+FROM due WHERE x.id = due.id
+RETURNING x.id, x.service_request_id, x.workflow_name, x.workflow_version, x.status, x.reason,
+          x.attempts, to_json(x.finished_at) #>> '{}',
+          (SELECT to_json(r.created_at) #>> '{}' FROM service_requests r
+           WHERE r.id = x.service_request_id),
+          (SELECT r.labels FROM service_requests r WHERE r.id = x.service_request_id),
+          (SELECT s.response FROM steps_status s
+           WHERE s.service_request_id = x.service_request_id AND s.step_id > 0
+           ORDER BY s.id DESC LIMIT 1);
+
+-- notifications::DELIVERED
+UPDATE notifications SET state = 'delivered', delivered_at = now(), last_error = NULL
+WHERE id = $1;
+
+-- notifications::AGAIN
+UPDATE notifications SET next_at = now() + $2::float8 * interval '1 millisecond',
+                         last_error = $3
+WHERE id = $1;
+
+-- notifications::FAILED
+UPDATE notifications SET state = 'failed', last_error = $2 WHERE id = $1;
+
+-- notifications::OF_REQUEST
+SELECT id, status, state, attempts, last_error, to_json(finished_at) #>> '{}',
+       to_json(delivered_at) #>> '{}'
+FROM notifications WHERE service_request_id = $1 ORDER BY id LIMIT 100;
 
 -- triggers::INSERT
 INSERT INTO triggers (name, definition, paused) VALUES ($1, $2, $3)

@@ -15,8 +15,10 @@ use super::StoreError;
 /// Longest a batch of transitions may take before it counts as unavailable.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The statement: fence on the lease, update the request row, insert the step record.
-pub(super) const WRITE_TRANSITIONS: &str = concat!("\
+/// The statement: fence on the lease, update the request row, insert the step record;
+/// `$returning` is what the fenced update returns, `$tell` a CTE more (or nothing).
+macro_rules! write_transitions {
+    ($returning:literal, $tell:expr) => { concat!("\
 WITH input AS (
     -- One array of rows (migration 15's type), not an array per column.
     SELECT * FROM UNNEST($1::step_transition[])
@@ -38,7 +40,7 @@ WITH input AS (
     FROM input i
     -- The fence: still leased to this instance, and not cancelled meanwhile.
     WHERE s.id = i.id AND s.lease_owner = $2 AND s.status <> ", crate::status::status_sql!(Cancelled), "
-    RETURNING s.id
+    RETURNING ", $returning, "
 ), records AS (
     INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
                               started_at, finished_at, time_taken_ms, reason, attempts)
@@ -53,8 +55,19 @@ WITH input AS (
     WHERE i.step_id <> 0
       AND (f.id IS NOT NULL
            OR EXISTS (SELECT 1 FROM service_requests c WHERE c.id = i.id AND c.status = ", crate::status::status_sql!(Cancelled), "))
-)
-SELECT id FROM fenced");
+)", $tell, "
+SELECT id FROM fenced") };
+}
+
+pub(super) const WRITE_TRANSITIONS: &str = write_transitions!("s.id", "");
+
+/// The same for a batch that holds a request whose workflow notifies: the fenced rows
+/// whose new status is told of get their outbox row in the same statement
+/// (`sql::tell!`). Other batches use the one above and pay nothing for it.
+pub(super) const WRITE_TRANSITIONS_TELLING: &str = write_transitions!(
+    "s.id, s.notify, s.workflow_name, s.workflow_version, s.status, s.reason",
+    concat!(", told AS (", crate::store::sql::tell!("fenced"), ")")
+);
 
 /// One transition as the statement reads it: a `step_transition` (migration 15), field
 /// by field. A transition without a step record has `step_id` 0.
@@ -82,9 +95,19 @@ pub struct Row<'a> {
     pub last_error: Option<&'a str>,
 }
 
-/// Writes a batch of transitions for lease owner `owner`; returns the ids that passed
-/// the fence.
-pub async fn write(conn: &PgConn, rows: &[Row<'_>], owner: Uuid) -> Result<Vec<Uuid>> {
+/// Writes a batch of transitions for lease owner `owner` (`telling`: with their
+/// notifications, `WRITE_TRANSITIONS_TELLING`); returns the ids that passed the fence.
+pub async fn write(
+    conn: &PgConn,
+    rows: &[Row<'_>],
+    owner: Uuid,
+    telling: bool,
+) -> Result<Vec<Uuid>> {
+    let sql = if telling {
+        WRITE_TRANSITIONS_TELLING
+    } else {
+        WRITE_TRANSITIONS
+    };
     let written = tokio::time::timeout(WRITE_TIMEOUT, async {
         // One statement per partition set the batch's requests are in (one, but at a
         // set's edge), aimed at that set's partitions (`partitions::leaf_sql`).
@@ -92,7 +115,7 @@ pub async fn write(conn: &PgConn, rows: &[Row<'_>], owner: Uuid) -> Result<Vec<U
         let mut applied = Vec::with_capacity(rows.len());
         for (set, idx) in conn.partitions().group(&order, |&i| rows[i].id) {
             let group: Vec<&Row<'_>> = idx.iter().map(|&i| &rows[i]).collect();
-            let got = super::partitions::on_set(conn, WRITE_TRANSITIONS, set.as_ref(), |stmt| {
+            let got = super::partitions::on_set(conn, sql, set.as_ref(), |stmt| {
                 let group = &group;
                 async move { conn.client.query(&stmt, &[group, &owner]).await }
             })

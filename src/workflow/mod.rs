@@ -5,6 +5,7 @@ pub(crate) mod brokers;
 pub(crate) mod expr;
 pub(crate) mod fan;
 pub(crate) mod model;
+pub(crate) mod notify;
 pub(crate) mod retention;
 pub(crate) mod retry;
 pub(crate) mod schedule;

@@ -48,6 +48,9 @@ pub struct WorkflowDef {
     /// forever), over the server's ages (`workflow::retention`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<std::collections::BTreeMap<String, Option<String>>>,
+    /// Beyond Clamp: where its requests' outcomes are told (`workflow::notify`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<Vec<serde_json::Value>>,
 }
 
 /// A workflow's `rateLimit` as written: a key as `concurrency`'s (the same one when both
@@ -399,6 +402,17 @@ pub struct CompiledStep {
     pub answer_timeout: Option<std::time::Duration>,
 }
 
+/// One place a workflow's outcomes are told (`workflow::notify`).
+#[derive(Debug, Clone)]
+pub struct NotifyTarget {
+    /// The final statuses it is told of (`notify::bit`s).
+    pub on: i16,
+    /// Where: an HTTP step's `val`, POSTed.
+    pub http: HttpVal,
+    /// The key that signs the body, a `{{secret:NAME}}` reference.
+    pub secret: Option<String>,
+}
+
 /// A validated workflow: the definition, its JSON as served, and the steps compiled.
 #[derive(Debug)]
 pub struct Workflow {
@@ -418,6 +432,10 @@ pub struct Workflow {
     pub deadline: Option<std::time::Duration>,
     /// Its concurrency limit by key (`def.concurrency`), if any.
     pub concurrency: Option<Concurrency>,
+    /// Where its requests' outcomes are told (`def.notify`), and the final statuses any
+    /// of them is told of, as the request row keeps them (None: none).
+    pub notify: Vec<NotifyTarget>,
+    pub notify_mask: Option<i16>,
 }
 
 impl Workflow {

@@ -115,6 +115,11 @@ fn compile_in(mut def: WorkflowDef, scope: &Scope) -> Result<Workflow, Validatio
     if let Some(r) = &def.retention {
         super::retention::check(r).map_err(ValidationError)?;
     }
+    let notify = match (&def.notify, scope.depth) {
+        (Some(n), 0) => super::notify::compile(n, http_val)?,
+        _ => Vec::new(),
+    };
+    let notify_mask = super::notify::mask(&notify);
     let concurrency = match (&def.concurrency, &def.rate_limit) {
         (None, None) => None,
         _ if scope.depth > 0 => None,
@@ -129,6 +134,8 @@ fn compile_in(mut def: WorkflowDef, scope: &Scope) -> Result<Workflow, Validatio
         uses_context,
         deadline,
         concurrency,
+        notify,
+        notify_mask,
     })
 }
 

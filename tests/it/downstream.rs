@@ -30,6 +30,9 @@ pub struct Received {
     pub at: std::time::Instant,
     /// Over HTTPS, whether the client presented a certificate.
     pub client_cert: bool,
+    /// Whether the downstream was fixed when it came (`/until-fixed` and
+    /// `/unavailable-until-fixed` answered it 200).
+    pub fixed: bool,
 }
 
 #[derive(Default)]
@@ -251,6 +254,7 @@ async fn handle(
             body: body.clone(),
             at: std::time::Instant::now(),
             client_cert,
+            fixed,
         });
     }
     let mut flight = Flight {
@@ -285,6 +289,8 @@ async fn handle(
         "/api/echo" => (200, json!({"echo": body})),
         "/until-fixed" if fixed => (200, json!({"echo": body})),
         "/until-fixed" => (500, json!({"error": "down for now"})),
+        "/unavailable-until-fixed" if fixed => (200, json!({"ok": true})),
+        "/unavailable-until-fixed" => (503, json!({"error": "unavailable for now"})),
         // A peer that answers when the test says so, however long that takes (the peer's
         // side: the test bounds its own wait for what follows the release).
         "/held" => {

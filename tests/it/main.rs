@@ -26,6 +26,7 @@ mod hardening;
 mod idempotency_cleanup;
 mod labels;
 mod lanes;
+mod notifications;
 mod openapi;
 mod outcomes;
 mod partitions;

@@ -111,6 +111,20 @@ pub async fn render(
         (steps(&d.found.steps))
         h2 { "Payload" }
         (json_block(d.payload.as_deref()))
+        @if !d.notifications.is_empty() {
+            h2 { "Notifications" }
+            div.scroll { table {
+                thead { tr { th { "Status" } th { "State" } th.num { "Attempts" } th { "Finished (UTC)" } th { "Delivered (UTC)" } th { "Last error" } } }
+                tbody { @for n in &d.notifications { tr {
+                    td { (layout::status(n.status.as_str())) }
+                    td { (n.state) }
+                    td.num { (n.attempts) }
+                    td.mono { (layout::when(&n.finished_at)) }
+                    td.mono { @if let Some(at) = &n.delivered_at { (layout::when(at)) } }
+                    td { (n.last_error.as_deref().unwrap_or("")) }
+                } } }
+            } }
+        }
         @if !d.headers.is_empty() {
             h2 { "Forwarded headers" }
             div.scroll { table.headers {

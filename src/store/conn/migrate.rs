@@ -46,6 +46,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (25, include_str!("../migrations/0025_partitions.sql")),
     (26, include_str!("../migrations/0026_labels.sql")),
     (27, include_str!("../migrations/0027_triggers.sql")),
+    (28, include_str!("../migrations/0028_notifications.sql")),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.

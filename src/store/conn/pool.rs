@@ -107,14 +107,14 @@ pub mod sql {
         crate::store::sql::batch_versions!("$2"),
         ", ins AS (INSERT INTO service_requests \
         (id, workflow_name, payload, headers, lease_owner, lease_until, created_at, workflow_version, \
-        deadline, priority, labels) \
+        deadline, priority, labels, notify) \
         SELECT t.id, t.wf, t.payload, t.headers, ",
         crate::store::sql::fresh_lease!("$3", "$4"),
         ", t.created, ",
         crate::store::sql::pinned_version!(),
         ", ",
         crate::store::sql::new_deadline!(),
-        ", t.priority, t.labels",
+        ", t.priority, t.labels, t.notify",
         // One array of rows (migration 15's type), not an array per column; `$2` is
         // their workflows' names, for `v`.
         " FROM UNNEST($1::new_request[]) AS t LEFT JOIN v ON v.name = t.wf) \

@@ -733,8 +733,8 @@ struct KeyedRequests<'a> {
 }
 
 impl KeyedRequests<'_> {
-    /// `INSERT_KEYED`'s `$1..$13`.
-    fn insert_keyed(&self) -> [Param<'_>; 13] {
+    /// `INSERT_KEYED`'s `$1..$14`.
+    fn insert_keyed(&self) -> [Param<'_>; 14] {
         let c = &self.c;
         [
             &c.ids,
@@ -750,11 +750,12 @@ impl KeyedRequests<'_> {
             &c.deadlines,
             &c.priorities,
             &c.labels,
+            &c.notify,
         ]
     }
 
-    /// `INSERT_KEYED_CONFLICTS`' `$1..$14`: the window before the versions.
-    fn insert_keyed_conflicts(&self) -> [Param<'_>; 14] {
+    /// `INSERT_KEYED_CONFLICTS`' `$1..$15`: the window before the versions.
+    fn insert_keyed_conflicts(&self) -> [Param<'_>; 15] {
         let c = &self.c;
         [
             &c.ids,
@@ -771,6 +772,7 @@ impl KeyedRequests<'_> {
             &c.deadlines,
             &c.priorities,
             &c.labels,
+            &c.notify,
         ]
     }
 }
@@ -825,6 +827,8 @@ pub(in crate::store) struct Columns<'a> {
     pub priorities: Vec<Option<i16>>,
     /// Its labels, one text separated by newlines (None: none).
     pub labels: Vec<Option<String>>,
+    /// The final statuses its workflow tells of (None: none).
+    pub notify: Vec<Option<i16>>,
 }
 
 impl<'a> Columns<'a> {
@@ -841,6 +845,7 @@ impl<'a> Columns<'a> {
             deadlines: Vec::with_capacity(n),
             priorities: Vec::with_capacity(n),
             labels: Vec::with_capacity(n),
+            notify: Vec::with_capacity(n),
         };
         for r in rows {
             c.ids.push(r.id);
@@ -853,6 +858,7 @@ impl<'a> Columns<'a> {
             c.deadlines.push(r.deadline_ms);
             c.priorities.push(r.priority);
             c.labels.push(r.labels.map(|l| l.join("\n")));
+            c.notify.push(r.notify);
         }
         c
     }
@@ -877,6 +883,8 @@ pub(in crate::store) struct NewRequest<'a> {
     priority: Option<i16>,
     /// Its labels (None: none; migration 26).
     labels: Option<&'a [String]>,
+    /// The final statuses its workflow tells of (None: none; migration 28).
+    notify: Option<i16>,
 }
 
 impl<'a> NewRequest<'a> {
@@ -892,6 +900,7 @@ impl<'a> NewRequest<'a> {
             deadline_ms: r.deadline_ms,
             priority: r.priority,
             labels: r.labels.as_ref().map(crate::labels::Labels::as_slice),
+            notify: r.workflow.notify_mask,
         }
     }
 }

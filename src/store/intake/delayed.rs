@@ -26,22 +26,24 @@ pub struct Delayed<'a> {
     pub priority: Option<i16>,
     /// Its labels (None: none).
     pub labels: Option<&'a [String]>,
+    /// The final statuses its workflow tells of (None: none).
+    pub notify: Option<i16>,
 }
 
 /// `$1` id, `$2` workflow, `$3` payload, `$4` headers, `$5` created, `$6` start, `$7` the
 /// version named (0: the latest, stored as NULL when it is 1, as `pinned_version!`), `$8`
 /// the deadline in ms from the start (NULL: none), `$9` the priority (NULL: the default),
-/// `$10` the labels (NULL: none).
+/// `$10` the labels (NULL: none), `$11` the statuses told of (NULL: none).
 pub(in crate::store) const INSERT: &str = concat!(
     "INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, \
-     lease_until, created_at, workflow_version, start_at, deadline, priority, labels) \
+     lease_until, created_at, workflow_version, start_at, deadline, priority, labels, notify) \
      SELECT $1, $2, $3, $4, NULL, $6, $5, ",
     crate::store::sql::pinned_version!(
         "$7::int",
         "(SELECT w.version FROM workflows w WHERE w.name = $2)"
     ),
     ", $6, $6::timestamptz + $8::float8 * interval '1 millisecond', $9::int2, \
-     $10::text[]"
+     $10::text[], $11::int2"
 );
 
 /// Stores `d`; answered after its commit.
@@ -61,6 +63,7 @@ pub async fn insert(conn: &PgConn, d: &Delayed<'_>) -> Result<()> {
                 &d.deadline_ms,
                 &d.priority,
                 &d.labels,
+                &d.notify,
             ],
         )
         .await?;

@@ -48,17 +48,17 @@ pub const INSERT_KEYED: &str = concat!(
     SELECT h, id FROM UNNEST($8::uuid[], $1::uuid[]) AS k(h, id) WHERE h IS NOT NULL
 ), ins AS (
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until, created_at,
-                              workflow_version, deadline, priority, labels)
+                              workflow_version, deadline, priority, labels, notify)
 SELECT t.id, t.wf, t.payload, t.headers, ",
     crate::store::sql::fresh_lease!(),
     ", t.created, ",
     crate::store::sql::pinned_version!(),
     ", ",
     crate::store::sql::new_deadline!(),
-    ", t.priority, string_to_array(t.labels, E'\\n')
+    ", t.priority, string_to_array(t.labels, E'\\n'), t.notify
 FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $9::timestamptz[], $10::int[],
-            $11::float8[], $12::int2[], $13::text[])
-    AS t(id, wf, payload, headers, leased, created, ver, deadline_ms, priority, labels)
+            $11::float8[], $12::int2[], $13::text[], $14::int2[])
+    AS t(id, wf, payload, headers, leased, created, ver, deadline_ms, priority, labels, notify)
 LEFT JOIN v ON v.name = t.wf
 )
 SELECT name, version FROM v"
@@ -74,8 +74,10 @@ SELECT name, version FROM v"
 pub const INSERT_KEYED_CONFLICTS: &str = concat!(
     "WITH input AS (
     SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bool[], $8::uuid[],
-                         $9::timestamptz[], $11::int[], $12::float8[], $13::int2[], $14::text[])
-        AS t(id, wf, payload, headers, leased, h, created, ver, deadline_ms, priority, labels)
+                         $9::timestamptz[], $11::int[], $12::float8[], $13::int2[], $14::text[],
+                         $15::int2[])
+        AS t(id, wf, payload, headers, leased, h, created, ver, deadline_ms, priority, labels,
+             notify)
 ), ",
     crate::store::sql::batch_versions!("$2"),
     ", claimed AS (
@@ -87,14 +89,14 @@ pub const INSERT_KEYED_CONFLICTS: &str = concat!(
     RETURNING service_request_id
 ), inserted AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until, created_at,
-                                  workflow_version, deadline, priority, labels)
+                                  workflow_version, deadline, priority, labels, notify)
     SELECT t.id, t.wf, t.payload, t.headers, ",
     crate::store::sql::fresh_lease!(),
     ", t.created, ",
     crate::store::sql::pinned_version!(),
     ", ",
     crate::store::sql::new_deadline!(),
-    ", t.priority, string_to_array(t.labels, E'\\n')
+    ", t.priority, string_to_array(t.labels, E'\\n'), t.notify
     FROM input t LEFT JOIN v ON v.name = t.wf
     WHERE t.h IS NULL OR t.id IN (SELECT service_request_id FROM claimed)
     RETURNING id, coalesce(workflow_version, 1) AS workflow_version

@@ -1,0 +1,191 @@
+//! Delivering notifications (beyond Clamp): one task per instance takes the due rows of
+//! the outbox (`store::notifications`), each the oldest pending of its request so a
+//! request's notifications go out in order, and posts each to its workflow's targets that
+//! want its status, with `Idempotency-Key: notification:<id>` and, for a target with a
+//! secret, `X-Clamp-Signature-256` over the body. All targets answered 2xx: delivered;
+//! else tried again with back-off, up to `MAX_ATTEMPTS`, then failed and kept as a dead
+//! letter. At least once: a delivery whose outcome was not stored (a crash, an outage) is
+//! made again once its hold runs out, with the same id.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use hyper::header::{HeaderName, HeaderValue};
+use serde_json::{json, Value};
+use sha2::Sha256;
+use tokio::sync::watch;
+
+use super::Executor;
+use crate::outbound::doc::Doc;
+use crate::store::dead_letters::Origin;
+use crate::store::notifications::{self as store, Due};
+use crate::store::StoreError;
+
+/// Notifications taken at a time.
+const BATCH: i64 = 64;
+/// How long a taken notification is held before another deliverer may take it.
+const HOLD: Duration = Duration::from_secs(30);
+/// How often the outbox is looked at when it had nothing due.
+const LOOK_EVERY: Duration = Duration::from_millis(200);
+/// Attempts before a notification fails.
+pub const MAX_ATTEMPTS: i32 = 12;
+/// The first pause before another attempt; it doubles up to `MAX_PAUSE`.
+const FIRST_PAUSE: Duration = Duration::from_millis(500);
+const MAX_PAUSE: Duration = Duration::from_secs(60);
+
+/// Delivers due notifications until `stop`.
+pub async fn run(exec: Arc<Executor>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let taken = match round(&exec).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::debug!(error = %e, "notifications not delivered now; trying again");
+                0
+            }
+        };
+        if *stop.borrow() {
+            return;
+        }
+        if taken < BATCH as usize {
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = tokio::time::sleep(LOOK_EVERY) => {}
+            }
+        }
+    }
+}
+
+/// Takes the due notifications and delivers them at once; how many it took.
+async fn round(exec: &Executor) -> Result<usize, StoreError> {
+    let due = {
+        let conn = exec.pool.get().await?;
+        store::claim(&conn, BATCH, HOLD.as_secs_f64() * 1000.0).await?
+    };
+    let n = due.len();
+    futures_util::future::join_all(due.into_iter().map(|d| deliver(exec, d))).await;
+    Ok(n)
+}
+
+/// Delivers one notification to its targets and stores what came of it.
+async fn deliver(exec: &Executor, d: Due) {
+    let outcome = send(exec, &d).await;
+    let stored = async {
+        let conn = exec.pool.get().await?;
+        match &outcome {
+            Ok(()) => store::delivered(&conn, d.id).await,
+            Err(why) if d.attempts >= MAX_ATTEMPTS => {
+                store::failed(&conn, d.id, why).await?;
+                let origin = Origin {
+                    source: "notification",
+                    topic: &d.workflow_name,
+                    partition: None,
+                    offset: Some(d.id),
+                };
+                crate::store::dead_letters::insert(&conn, &origin, body(&d).as_bytes(), why).await
+            }
+            Err(why) => {
+                store::again(&conn, d.id, pause(d.attempts).as_secs_f64() * 1000.0, why).await
+            }
+        }
+    }
+    .await;
+    let m = &exec.app.metrics;
+    match (&outcome, stored) {
+        (_, Err(e)) => {
+            tracing::debug!(notification = d.id, error = %e, "a notification's outcome was not stored; it is sent again")
+        }
+        (Ok(()), Ok(())) => {
+            m.notifications[0].inc();
+        }
+        (Err(_), Ok(())) if d.attempts >= MAX_ATTEMPTS => {
+            m.notifications[2].inc();
+        }
+        (Err(_), Ok(())) => {
+            m.notifications[1].inc();
+        }
+    }
+}
+
+/// The pause after attempt `n` failed.
+fn pause(n: i32) -> Duration {
+    let factor = 1u32 << n.clamp(1, 16).saturating_sub(1);
+    (FIRST_PAUSE * factor).min(MAX_PAUSE)
+}
+
+/// The notification's body: what happened to which request.
+fn body(d: &Due) -> String {
+    let response = d
+        .response
+        .as_deref()
+        .and_then(|r| serde_json::from_str::<Value>(r).ok())
+        .unwrap_or(Value::Null);
+    json!({
+        "id": d.id.to_string(),
+        "serviceRequestId": d.service_request_id.to_string(),
+        "workflow": d.workflow_name,
+        "version": d.workflow_version,
+        "status": d.status.as_str(),
+        "reason": d.reason.as_deref().unwrap_or(""),
+        "labels": d.labels.clone().unwrap_or_default(),
+        "response": response,
+        "createdAt": d.created_at,
+        "finishedAt": d.finished_at,
+    })
+    .to_string()
+}
+
+/// Posts `d` to each target of its workflow that wants its status; Err says why one did
+/// not take it.
+async fn send(exec: &Executor, d: &Due) -> Result<(), String> {
+    let wf = exec
+        .app
+        .workflows
+        .get_or_load_version(
+            &exec.pool,
+            &d.workflow_name,
+            d.workflow_version.max(1) as u32,
+        )
+        .await
+        .map_err(|e| format!("its workflow cannot be read now: {e}"))?
+        .ok_or_else(|| "its workflow version is gone".to_string())?;
+    let text = body(d);
+    let doc = Doc::trusted(text.clone());
+    let key = HeaderValue::from_str(&format!("notification:{}", d.id)).expect("digits");
+    for t in wf.notify.iter().filter(|t| t.wants(d.status)) {
+        let mut extra: Vec<(HeaderName, HeaderValue)> = Vec::new();
+        if let Some(secret) = &t.secret {
+            let k = exec
+                .app
+                .config
+                .secrets
+                .resolve(secret, crate::secrets::as_is)
+                .map_err(|e| e.to_string())?;
+            let mut mac = Hmac::<Sha256>::new_from_slice(k.as_bytes()).expect("any key length");
+            mac.update(text.as_bytes());
+            let sig = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+            extra.push((
+                HeaderName::from_static("x-clamp-signature-256"),
+                HeaderValue::from_str(&sig).expect("hex"),
+            ));
+        }
+        exec.http
+            .call(&t.http, &doc, &extra, key.clone(), None)
+            .await
+            .map_err(|e| e.message)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pauses_double_up_to_a_minute() {
+        assert_eq!(pause(1), Duration::from_millis(500));
+        assert_eq!(pause(2), Duration::from_secs(1));
+        assert_eq!(pause(4), Duration::from_secs(4));
+        assert_eq!(pause(12), MAX_PAUSE);
+    }
+}
