@@ -456,8 +456,7 @@ impl Metrics {
         let mut registry = Registry::default();
         let (requests, latency) = register_routes(&mut registry);
         let m = Metrics {
-            // The families hand out the counters the request path increments, label sets
-            // fixed.
+            // The families' counters the request path increments, label sets fixed.
             status_reads: labelled(
                 &mut registry,
                 "clamp_status_reads",
@@ -473,14 +472,7 @@ impl Metrics {
                 |outcome| OutcomeLabel { outcome },
             ),
             trigger_deliveries: trigger_deliveries(&mut registry),
-            notifications: labelled(
-                &mut registry,
-                "clamp_notifications",
-                "Notifications of finished requests, by outcome: delivered to every target, \
-                 an attempt that failed (tried again), failed for good (kept as a dead letter)",
-                ["delivered", "retried", "failed"],
-                |outcome| OutcomeLabel { outcome },
-            ),
+            notifications: notification_counters(&mut registry),
             schedule_lateness: Arc::new(AtomicHistogram::new(LATENESS_BOUNDS)),
             timer_lateness: Arc::new(AtomicHistogram::new(LATENESS_BOUNDS)),
             timers_pending: Gauge::default(),
@@ -750,6 +742,18 @@ where
 struct SourceOutcomeLabel {
     source: &'static str,
     outcome: &'static str,
+}
+
+/// `clamp_notifications_total{outcome}`: delivered, retried, failed.
+fn notification_counters(registry: &mut Registry) -> [Counter; 3] {
+    labelled(
+        registry,
+        "clamp_notifications",
+        "Notifications of finished requests, by outcome: delivered to every target, an \
+         attempt that failed (tried again), failed for good (kept as a dead letter)",
+        ["delivered", "retried", "failed"],
+        |outcome| OutcomeLabel { outcome },
+    )
 }
 
 /// `clamp_trigger_deliveries_total{source, outcome}`: the counters of each source.
