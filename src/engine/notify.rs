@@ -74,7 +74,7 @@ async fn deliver(exec: &Executor, d: Due) {
         let conn = exec.pool.get().await?;
         match &outcome {
             Ok(()) => store::delivered(&conn, d.id).await,
-            Err(why) if d.attempts >= MAX_ATTEMPTS => {
+            Err(Undelivered(why)) if d.attempts >= MAX_ATTEMPTS => {
                 store::failed(&conn, d.id, why).await?;
                 let origin = Origin {
                     source: "notification",
@@ -84,7 +84,7 @@ async fn deliver(exec: &Executor, d: Due) {
                 };
                 crate::store::dead_letters::insert(&conn, &origin, body(&d).as_bytes(), why).await
             }
-            Err(why) => {
+            Err(Undelivered(why)) => {
                 store::again(&conn, d.id, pause(d.attempts).as_secs_f64() * 1000.0, why).await
             }
         }
@@ -135,9 +135,12 @@ fn body(d: &Due) -> String {
     .to_string()
 }
 
+/// Why a notification was not taken (kept as its last error).
+struct Undelivered(String);
+
 /// Posts `d` to each target of its workflow that wants its status; Err says why one did
 /// not take it.
-async fn send(exec: &Executor, d: &Due) -> Result<(), String> {
+async fn send(exec: &Executor, d: &Due) -> Result<(), Undelivered> {
     let wf = exec
         .app
         .workflows
@@ -147,8 +150,8 @@ async fn send(exec: &Executor, d: &Due) -> Result<(), String> {
             d.workflow_version.max(1) as u32,
         )
         .await
-        .map_err(|e| format!("its workflow cannot be read now: {e}"))?
-        .ok_or_else(|| "its workflow version is gone".to_string())?;
+        .map_err(|e| Undelivered(format!("its workflow cannot be read now: {e}")))?
+        .ok_or_else(|| Undelivered("its workflow version is gone".into()))?;
     let text = body(d);
     let doc = Doc::trusted(text.clone());
     let key = HeaderValue::from_str(&format!("notification:{}", d.id)).expect("digits");
@@ -160,7 +163,7 @@ async fn send(exec: &Executor, d: &Due) -> Result<(), String> {
                 .config
                 .secrets
                 .resolve(secret, crate::secrets::as_is)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| Undelivered(e.to_string()))?;
             let mut mac = Hmac::<Sha256>::new_from_slice(k.as_bytes()).expect("any key length");
             mac.update(text.as_bytes());
             let sig = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
@@ -172,7 +175,7 @@ async fn send(exec: &Executor, d: &Due) -> Result<(), String> {
         exec.http
             .call(&t.http, &doc, &extra, key.clone(), None)
             .await
-            .map_err(|e| e.message)?;
+            .map_err(|e| Undelivered(e.message))?;
     }
     Ok(())
 }
