@@ -88,12 +88,7 @@ async fn trigger_session(
     else {
         return Ok(());
     };
-    let resolved = core
-        .app
-        .config
-        .secrets
-        .resolve(connection, crate::workflow::brokers::encode_secret)
-        .map_err(|e| ConsumerError::Refused(e.to_string()))?;
+    let resolved = super::with_secrets(core, connection)?;
     let (c, _relay) = crate::outbound::publish::kafka::judged_client(
         &resolved,
         &core.app.outbound.kafka_steps,

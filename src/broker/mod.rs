@@ -52,6 +52,16 @@ impl ConsumerError {
     }
 }
 
+/// A trigger's connection string with its `{{secret:…}}` references filled in (each
+/// value encoded as a connection string takes it); a secret not set is `Refused`.
+fn with_secrets(core: &crate::state::Core, text: &str) -> Result<String, ConsumerError> {
+    core.app
+        .config
+        .secrets
+        .resolve(text, crate::workflow::brokers::encode_secret)
+        .map_err(|e| ConsumerError::Refused(e.to_string()))
+}
+
 /// `ConsumerError::Away` from anything that prints.
 fn away(e: impl std::fmt::Display) -> ConsumerError {
     ConsumerError::Away(e.to_string())

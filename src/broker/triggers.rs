@@ -126,12 +126,7 @@ async fn session(
     else {
         return Ok(());
     };
-    let resolved = core
-        .app
-        .config
-        .secrets
-        .resolve(url, crate::workflow::brokers::encode_secret)
-        .map_err(|e| ConsumerError::Refused(e.to_string()))?;
+    let resolved = super::with_secrets(core, url)?;
     let target = AmqpTarget::read(&resolved).map_err(ConsumerError::Refused)?;
     let conn = crate::outbound::publish::amqp::connect_checked(
         &target,

@@ -30,6 +30,21 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
 }
 
 impl Body {
+    /// `read_request`, parsed as one JSON value; 400 when it is not JSON.
+    pub async fn read_json(
+        &mut self,
+        parts: &hyper::http::request::Parts,
+        cfg: &crate::config::Config,
+    ) -> Result<serde_json::Value, Resp> {
+        let bytes = self.read_request(parts, cfg).await?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            error(
+                StatusCode::BAD_REQUEST,
+                &format!("the body is not valid JSON: {e}"),
+            )
+        })
+    }
+
     /// `read` with the server's limits: its body size and its wait for the body.
     pub async fn read_request(
         &mut self,

@@ -7,23 +7,12 @@ use hyper::StatusCode;
 use serde_json::{json, Value};
 
 use super::body::Body;
-use super::response::{error, json, no_content, op_error, Resp};
+use super::response::{json, no_content, op_error, Resp};
 use super::rfc3339;
 use crate::ops::schedules::{self, Schedule};
 use crate::ops::OpError;
 use crate::state::Core;
 use crate::tokens::Caller;
-
-/// The body as a JSON value; 400 when it is not JSON.
-async fn read_json(core: &Core, parts: &Parts, body: &mut Body) -> Result<Value, Resp> {
-    let bytes = body.read_request(parts, &core.app.config).await?;
-    serde_json::from_slice(&bytes).map_err(|e| {
-        error(
-            StatusCode::BAD_REQUEST,
-            &format!("the body is not valid JSON: {e}"),
-        )
-    })
-}
 
 /// A schedule as the answers show it: its definition, `paused`, its next fire times
 /// (none while paused), its stamps, and its last fires when read with them.
@@ -63,7 +52,7 @@ fn answer(status: StatusCode, r: Result<Schedule, OpError>) -> Resp {
 
 /// `POST /schedules`: 201 with the schedule; 409 when the name is taken.
 pub async fn create(core: &Core, who: &Caller, parts: &Parts, body: &mut Body) -> Resp {
-    match read_json(core, parts, body).await {
+    match body.read_json(parts, &core.app.config).await {
         Ok(v) => answer(StatusCode::CREATED, schedules::define(core, who, v).await),
         Err(r) => r,
     }
@@ -87,7 +76,7 @@ pub async fn get(core: &Core, name: &str) -> Resp {
 
 /// `PUT /schedules/{name}`: replaces the definition (`ops::schedules::replace`).
 pub async fn put(core: &Core, who: &Caller, name: &str, parts: &Parts, body: &mut Body) -> Resp {
-    match read_json(core, parts, body).await {
+    match body.read_json(parts, &core.app.config).await {
         Ok(v) => answer(StatusCode::OK, schedules::replace(core, who, name, v).await),
         Err(r) => r,
     }

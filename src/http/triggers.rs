@@ -7,24 +7,13 @@ use hyper::StatusCode;
 use serde_json::{json, Value};
 
 use super::body::Body;
-use super::response::{error, json, no_content, op_error, Resp};
+use super::response::{json, no_content, op_error, Resp};
 use super::rfc3339;
 use crate::ops::hooks::{self, Delivered, Delivery};
 use crate::ops::triggers::{self, Trigger};
 use crate::ops::OpError;
 use crate::state::Core;
 use crate::tokens::Caller;
-
-/// The body as a JSON value; 400 when it is not JSON.
-async fn read_json(core: &Core, parts: &Parts, body: &mut Body) -> Result<Value, Resp> {
-    let bytes = body.read_request(parts, &core.app.config).await?;
-    serde_json::from_slice(&bytes).map_err(|e| {
-        error(
-            StatusCode::BAD_REQUEST,
-            &format!("the body is not valid JSON: {e}"),
-        )
-    })
-}
 
 /// A trigger as the answers show it: its definition, `paused`, and its stamps.
 pub fn trigger_json(t: &Trigger) -> Value {
@@ -45,7 +34,7 @@ fn answer(status: StatusCode, r: Result<Trigger, OpError>) -> Resp {
 
 /// `POST /triggers`: 201 with the trigger; 409 when the name is taken.
 pub async fn create(core: &Core, who: &Caller, parts: &Parts, body: &mut Body) -> Resp {
-    match read_json(core, parts, body).await {
+    match body.read_json(parts, &core.app.config).await {
         Ok(v) => answer(StatusCode::CREATED, triggers::define(core, who, v).await),
         Err(r) => r,
     }
@@ -69,7 +58,7 @@ pub async fn get(core: &Core, name: &str) -> Resp {
 
 /// `PUT /triggers/{name}`.
 pub async fn put(core: &Core, who: &Caller, name: &str, parts: &Parts, body: &mut Body) -> Resp {
-    match read_json(core, parts, body).await {
+    match body.read_json(parts, &core.app.config).await {
         Ok(v) => answer(StatusCode::OK, triggers::replace(core, who, name, v).await),
         Err(r) => r,
     }
