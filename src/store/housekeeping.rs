@@ -27,6 +27,13 @@ pub(super) const DEAD_LETTERS: &str =
     "DELETE FROM dead_letters WHERE id IN (SELECT id FROM dead_letters \
      WHERE created_at < now() - $1::float8 * interval '1 millisecond' ORDER BY id LIMIT $2)";
 
+/// `$1` age (ms), `$2` how many: notifications delivered or failed longer ago than the
+/// age (kept as long as dead letters; pending ones stay). Oldest first, by id.
+pub(super) const NOTIFICATIONS: &str =
+    "DELETE FROM notifications WHERE id IN (SELECT id FROM notifications \
+     WHERE state <> 'pending' AND finished_at < now() - $1::float8 * interval '1 millisecond' \
+     ORDER BY id LIMIT $2)";
+
 /// `$1` idle (ms), `$2` absolute (ms), `$3` how many: console sessions that expired.
 pub(super) const SESSIONS: &str = "DELETE FROM console_sessions WHERE id_hash IN (\
      SELECT id_hash FROM console_sessions \
@@ -76,6 +83,7 @@ pub async fn sweep(pool: &Pool, ages: &Ages, metrics: &Metrics) -> Result<()> {
         metrics
             .dead_letters_deleted
             .inc_by(drain(pool, DEAD_LETTERS, &[&ms(age)]).await?);
+        drain(pool, NOTIFICATIONS, &[&ms(age)]).await?;
     }
     metrics.events_expired.inc_by(
         drain(

@@ -96,6 +96,7 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("sessions::END", sessions::END),
         ("housekeeping::AUDIT", housekeeping::AUDIT),
         ("housekeeping::DEAD_LETTERS", housekeeping::DEAD_LETTERS),
+        ("housekeeping::NOTIFICATIONS", housekeeping::NOTIFICATIONS),
         ("housekeeping::SESSIONS", housekeeping::SESSIONS),
         ("events::LOCK", events::LOCK),
         ("events::KEPT", events::KEPT),

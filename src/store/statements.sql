@@ -932,6 +932,15 @@ DELETE
         ORDER BY id
         LIMIT $2);
 
+-- housekeeping::NOTIFICATIONS
+DELETE
+    FROM notifications
+    WHERE id IN (SELECT id
+        FROM notifications
+        WHERE state <> 'pending' AND finished_at < now() - $1::float8 * interval '1 millisecond'
+        ORDER BY id
+        LIMIT $2);
+
 -- housekeeping::SESSIONS
 DELETE
     FROM console_sessions

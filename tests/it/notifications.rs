@@ -273,3 +273,35 @@ async fn a_kill_mid_delivery_and_a_postgres_outage_lose_no_notification() {
     assert!(ids.iter().all(|id| told.contains_key(id)));
     s.shutdown().await;
 }
+
+/// Notifications delivered or failed go with the dead letters' age; pending ones stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn told_notifications_go_past_the_dead_letters_age() {
+    let db = TestDb::new();
+    let mut cfg = config(&db.url);
+    cfg.retention_interval = Duration::from_millis(100);
+    cfg.housekeeping.dead_letters = Some(Duration::from_secs(86_400));
+    let s = TestServer::start(cfg).await;
+    db.client()
+        .await
+        .batch_execute(
+            "INSERT INTO notifications (service_request_id, workflow_name, workflow_version, \
+             status, state, finished_at, next_at) VALUES \
+             (gen_random_uuid(), 'w', 1, 'COMPLETED', 'delivered', now() - interval '2 days', now()), \
+             (gen_random_uuid(), 'w', 1, 'FAILED', 'failed', now() - interval '2 days', now()), \
+             (gen_random_uuid(), 'w', 1, 'COMPLETED', 'delivered', now() - interval '1 hour', now()), \
+             (gen_random_uuid(), 'w', 1, 'COMPLETED', 'pending', now() - interval '2 days', now() + interval '1 day')",
+        )
+        .await
+        .unwrap();
+    wait_for("the housekeeping pass", Duration::from_secs(20), || async {
+        (db.count("SELECT count(*) FROM notifications").await == 2).then_some(())
+    })
+    .await;
+    assert_eq!(
+        db.count("SELECT count(*) FROM notifications WHERE state = 'pending' OR finished_at > now() - interval '1 day'")
+            .await,
+        2
+    );
+    s.shutdown().await;
+}
