@@ -5,7 +5,10 @@
 //! changed one (an unchanged definition stores nothing), through a running server
 //! (`--url`) or the database itself (`--database-url`, as the server takes it).
 //! `export` writes the latest version of every workflow as `<name>.json`, without the
-//! server's stamps, so that applying an export changes nothing.
+//! server's stamps, so that applying an export changes nothing. Triggers are files too
+//! (`triggers`).
+
+mod triggers;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -105,6 +108,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 std::fs::write(&path, text).with_context(|| path.display().to_string())?;
                 println!("{}: exported", path.display());
             }
+            triggers::export(&backend, &dir).await?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -115,7 +119,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// applied in turn.
 async fn apply(target: &Target, paths: &[PathBuf], dry_run: bool) -> anyhow::Result<ExitCode> {
     let files = definition_files(paths)?;
-    let (defs, errors) = read_all(&files);
+    let (defs, hooks, errors) = read_all(&files);
     if !errors.is_empty() {
         return Ok(refused_all(
             &errors,
@@ -140,23 +144,29 @@ async fn apply(target: &Target, paths: &[PathBuf], dry_run: bool) -> anyhow::Res
             return Ok(refused_all(&refused, &what));
         }
     }
-    let refused = check_includes(&backend, &defs).await?;
+    let mut refused = check_includes(&backend, &defs).await?;
+    refused.extend(check_started(&backend, &defs, &hooks).await?);
     if !refused.is_empty() {
         let what = format!(
-            "{} files name workflows that cannot be included",
+            "{} files name workflows that cannot be included or started",
             refused.len()
         );
         return Ok(refused_all(&refused, &what));
     }
     let mut failed = false;
-    for (path, def) in defs {
-        match apply_one(&backend, &def, dry_run).await {
-            Ok(what) => println!("{}: {what}", path.display()),
-            Err(why) => {
-                failed = true;
-                eprintln!("{}: error: {why:#}", path.display());
-            }
+    let mut said = |path: &Path, r: anyhow::Result<String>| match r {
+        Ok(what) => println!("{}: {what}", path.display()),
+        Err(why) => {
+            failed = true;
+            eprintln!("{}: error: {why:#}", path.display());
         }
+    };
+    for (path, def) in defs {
+        said(&path, apply_one(&backend, &def, dry_run).await);
+    }
+    // After the workflows they start.
+    for (path, def) in hooks {
+        said(&path, triggers::apply_one(&backend, &def, dry_run).await);
     }
     Ok(if failed {
         ExitCode::from(1)
@@ -174,19 +184,14 @@ fn refused_all(refused: &[(PathBuf, anyhow::Error)], what: &str) -> ExitCode {
     ExitCode::from(1)
 }
 
-/// The files named, and the `*.json` files of the directories named (sorted, so the
-/// order of output and application is stable).
+/// The files named, and the `*.json` files under the directories named, their
+/// subdirectories too (`triggers/` of an export), sorted so the order of output and
+/// application is stable.
 fn definition_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {
-            let mut found: Vec<PathBuf> = std::fs::read_dir(p)
-                .with_context(|| p.display().to_string())?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|f| f.extension().is_some_and(|x| x == "json"))
-                .collect();
-            found.sort();
-            out.extend(found);
+            json_under(p, &mut out)?;
         } else {
             out.push(p.clone());
         }
@@ -197,21 +202,66 @@ fn definition_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Every file parsed and validated; the errors of those that are not valid (a name
-/// defined by two files is an error of the second).
+/// The `*.json` files under `dir`, each directory's files before its subdirectories'.
+fn json_under(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| dir.display().to_string())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    let (dirs, files): (Vec<PathBuf>, Vec<PathBuf>) = entries.into_iter().partition(|p| p.is_dir());
+    out.extend(
+        files
+            .into_iter()
+            .filter(|f| f.extension().is_some_and(|x| x == "json")),
+    );
+    for d in dirs {
+        json_under(&d, out)?;
+    }
+    Ok(())
+}
+
 /// Files and what each defines, or why not.
 type Read = Vec<(PathBuf, WorkflowDef)>;
+type Hooks = Vec<(PathBuf, Value)>;
 type Refused = Vec<(PathBuf, anyhow::Error)>;
 
-fn read_all(files: &[PathBuf]) -> (Read, Refused) {
+/// Every file parsed and validated: the workflows (in include order), the triggers, and
+/// the errors of those that are not valid (a name defined by two files is an error of
+/// the second).
+fn read_all(files: &[PathBuf]) -> (Read, Hooks, Refused) {
     let defaults = match config(None) {
         Ok(c) => c,
-        Err(why) => return (Vec::new(), vec![(PathBuf::from("(configuration)"), why)]),
+        Err(why) => {
+            let e = vec![(PathBuf::from("(configuration)"), why)];
+            return (Vec::new(), Vec::new(), e);
+        }
     };
     let mut defs: Read = Vec::new();
+    let mut hooks: Hooks = Vec::new();
     let mut errors = Vec::new();
     for f in files {
-        match read_one(f, &defaults) {
+        let value = match read_json(f) {
+            Ok(v) => v,
+            Err(why) => {
+                errors.push((f.clone(), why));
+                continue;
+            }
+        };
+        if triggers::is_trigger(&value) {
+            match triggers::check(&value) {
+                Ok((name, _)) => match hooks.iter().find(|(_, h)| h["name"] == name.as_str()) {
+                    Some((other, _)) => errors.push((
+                        f.clone(),
+                        anyhow!("trigger {name} is defined in {} too", other.display()),
+                    )),
+                    None => hooks.push((f.clone(), value)),
+                },
+                Err(why) => errors.push((f.clone(), why)),
+            }
+            continue;
+        }
+        match read_one(value, &defaults) {
             Ok(def) => match defs.iter().find(|(_, d)| d.name == def.name) {
                 Some((other, _)) => errors.push((
                     f.clone(),
@@ -226,7 +276,26 @@ fn read_all(files: &[PathBuf]) -> (Read, Refused) {
             Err(why) => errors.push((f.clone(), why)),
         }
     }
-    (in_include_order(defs), errors)
+    (in_include_order(defs), hooks, errors)
+}
+
+/// Before anything is applied: the workflow each trigger starts must be one of the files
+/// or known to the target (the server checks again, with the version, as each is stored).
+async fn check_started(backend: &Backend, defs: &Read, hooks: &Hooks) -> anyhow::Result<Refused> {
+    let mut refused = Vec::new();
+    for (path, h) in hooks {
+        let (_, workflow) = triggers::check(h)?;
+        if defs.iter().any(|(_, d)| d.name == workflow) {
+            continue;
+        }
+        if backend.current(&workflow).await?.is_none() {
+            refused.push((
+                path.clone(),
+                anyhow!("starts workflow {workflow}, which is neither a file here nor known"),
+            ));
+        }
+    }
+    Ok(refused)
 }
 
 /// The definitions ordered so that a workflow that another one includes (a WORKFLOW
@@ -251,12 +320,17 @@ fn in_include_order(mut defs: Read) -> Read {
     out
 }
 
-fn read_one(path: &Path, cfg: &Config) -> anyhow::Result<WorkflowDef> {
+/// A definition file's JSON object.
+fn read_json(path: &Path) -> anyhow::Result<Value> {
     let text = std::fs::read(path)?;
     let value: Value = serde_json::from_slice(&text).context("not JSON")?;
     if !value.is_object() {
         bail!("the definition must be a JSON object");
     }
+    Ok(value)
+}
+
+fn read_one(value: Value, cfg: &Config) -> anyhow::Result<WorkflowDef> {
     let mut def: WorkflowDef =
         serde_json::from_value(value).context("invalid workflow definition")?;
     def.version = 1;
@@ -426,6 +500,7 @@ impl Db {
             config: &self.config,
             workflows: &self.workflows,
             pool: &self.pool,
+            triggers_changed: None,
         }
     }
 

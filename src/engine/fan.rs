@@ -30,7 +30,7 @@ use crate::backoff::Backoff;
 use crate::status::RequestStatus;
 use crate::store::fan::{self, Children, Counted, Part, Started};
 use crate::workflow::fan::items;
-use crate::workflow::model::{MapBody, ITEM_BRANCH};
+use crate::workflow::model::{MapBody, MapVal, ITEM_BRANCH};
 use crate::workflow::{CompiledStep, Val};
 
 /// Most due joins applied per look of the reporter.
@@ -109,6 +109,25 @@ fn children(s: &Starting) -> Result<(Children, u32), FanError> {
     }
 }
 
+/// The statuses a MAP's children tell of when they are requests of a stored workflow,
+/// by the version read now (its latest unless pinned; unreadable now: none). A
+/// PARALLEL's branches and a MAP's own steps are parts of the request: they tell nothing.
+async fn told_of(exec: &Executor, step: &CompiledStep) -> Option<i16> {
+    let Val::Map(MapVal {
+        body: MapBody::Workflow(w),
+        ..
+    }) = &step.val
+    else {
+        return None;
+    };
+    let map = &exec.app.workflows;
+    let wf = match w.version {
+        Some(v) => map.get_or_load_version(&exec.pool, &w.workflow, v).await,
+        None => map.get_or_load(&exec.pool, &w.workflow).await,
+    };
+    wf.ok().flatten().and_then(|wf| wf.notify_mask)
+}
+
 /// The most children of the step running at once.
 fn concurrency(step: &CompiledStep) -> u32 {
     match &step.val {
@@ -144,6 +163,7 @@ pub async fn start(exec: &Arc<Executor>, s: &Starting<'_>) {
         headers: s.headers.clone(),
         own: 0,
         lease_ms: exec.app.config.lease.as_secs_f64() * 1000.0,
+        notify: told_of(exec, s.step).await,
     };
     // The branches and items of inline steps that start now run here at once, as a
     // create's request does, without waiting for a sweeper's claim (a child workflow's

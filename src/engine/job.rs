@@ -432,9 +432,9 @@ async fn start_child(exec: &Executor, job: &Job, step: &CompiledStep, body: &Doc
                 .await
         }
     };
+    let child_wf = child_wf.ok().flatten();
     let deadline_ms = child_wf
-        .ok()
-        .flatten()
+        .as_ref()
         .and_then(|wf| wf.deadline)
         .map(|d| d.as_millis() as f64);
     let start = crate::store::children::Start {
@@ -449,6 +449,9 @@ async fn start_child(exec: &Executor, job: &Job, step: &CompiledStep, body: &Doc
         workflow: &val.workflow,
         version,
         deadline_ms,
+        // Told as its workflow tells (by the version read here: a newer one stored
+        // meanwhile tells by its own targets, of the statuses this one named).
+        notify: child_wf.and_then(|wf| wf.notify_mask),
     };
     let mut backoff = Backoff::new(WRITE_RETRY, MAX_WRITE_RETRY);
     loop {

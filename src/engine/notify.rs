@@ -1,8 +1,9 @@
 //! Delivering notifications (beyond Clamp): one task per instance takes the due rows of
 //! the outbox (`store::notifications`), each the oldest pending of its request so a
-//! request's notifications go out in order, and posts each to its workflow's targets that
-//! want its status, with `Idempotency-Key: notification:<id>` and, for a target with a
-//! secret, `X-Clamp-Signature-256` over the body. All targets answered 2xx: delivered;
+//! request's notifications go out in order, and tells each to its workflow's targets that
+//! want its status (an HTTP POST, an AMQP publish confirmed, a Kafka record acknowledged),
+//! with `Idempotency-Key: notification:<id>` and, for a target with a secret,
+//! `X-Clamp-Signature-256` over the body. All targets answered 2xx: delivered;
 //! else tried again with back-off, up to `MAX_ATTEMPTS`, then failed and kept as a dead
 //! letter. At least once: a delivery whose outcome was not stored (a crash, an outage) is
 //! made again once its hold runs out, with the same id.
@@ -18,9 +19,11 @@ use tokio::sync::watch;
 
 use super::Executor;
 use crate::outbound::doc::Doc;
+use crate::outbound::publish::{Of, StepMessage};
 use crate::store::dead_letters::Origin;
 use crate::store::notifications::{self as store, Due};
 use crate::store::StoreError;
+use crate::workflow::model::NotifyTo as To;
 
 /// Notifications taken at a time.
 const BATCH: i64 = 64;
@@ -138,7 +141,7 @@ fn body(d: &Due) -> String {
 /// Why a notification was not taken (kept as its last error).
 struct Undelivered(String);
 
-/// Posts `d` to each target of its workflow that wants its status; Err says why one did
+/// Tells `d` to each target of its workflow that wants its status; Err says why one did
 /// not take it.
 async fn send(exec: &Executor, d: &Due) -> Result<(), Undelivered> {
     let wf = exec
@@ -153,31 +156,80 @@ async fn send(exec: &Executor, d: &Due) -> Result<(), Undelivered> {
         .map_err(|e| Undelivered(format!("its workflow cannot be read now: {e}")))?
         .ok_or_else(|| Undelivered("its workflow version is gone".into()))?;
     let text = body(d);
-    let doc = Doc::trusted(text.clone());
-    let key = HeaderValue::from_str(&format!("notification:{}", d.id)).expect("digits");
+    let key = format!("notification:{}", d.id);
     for t in wf.notify.iter().filter(|t| t.wants(d.status)) {
-        let mut extra: Vec<(HeaderName, HeaderValue)> = Vec::new();
-        if let Some(secret) = &t.secret {
-            let k = exec
-                .app
-                .config
-                .secrets
-                .resolve(secret, crate::secrets::as_is)
-                .map_err(|e| Undelivered(e.to_string()))?;
-            let mut mac = Hmac::<Sha256>::new_from_slice(k.as_bytes()).expect("any key length");
-            mac.update(text.as_bytes());
-            let sig = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
-            extra.push((
-                HeaderName::from_static("x-clamp-signature-256"),
-                HeaderValue::from_str(&sig).expect("hex"),
-            ));
-        }
-        exec.http
-            .call(&t.http, &doc, &extra, key.clone(), None)
-            .await
-            .map_err(|e| Undelivered(e.message))?;
+        let signature = match &t.secret {
+            Some(secret) => Some(sign(exec, secret, &text)?),
+            None => None,
+        };
+        let told = match &t.to {
+            To::Http(val) => {
+                let extra: Vec<(HeaderName, HeaderValue)> = signature
+                    .iter()
+                    .map(|sig| {
+                        (
+                            HeaderName::from_static(SIGNATURE),
+                            HeaderValue::from_str(sig).expect("hex"),
+                        )
+                    })
+                    .collect();
+                let key = HeaderValue::from_str(&key).expect("digits");
+                let doc = Doc::trusted(text.clone());
+                exec.http.call(val, &doc, &extra, key, None).await.map(drop)
+            }
+            To::Amqp(val) => {
+                let headers = signature.map(|s| (SIGNATURE.to_string(), s));
+                let msg = message(exec, d, &text, headers.as_slice());
+                super::step_io::publish_amqp(exec, val, &msg).await
+            }
+            To::Kafka(val) => {
+                let headers = signature.map(|s| (SIGNATURE.to_string(), s));
+                let msg = message(exec, d, &text, headers.as_slice());
+                super::step_io::produce_kafka(exec, val, &msg).await
+            }
+        };
+        told.map_err(|e| Undelivered(e.message))?;
     }
     Ok(())
+}
+
+/// The header a signed notification carries its signature in.
+const SIGNATURE: &str = "x-clamp-signature-256";
+
+/// `sha256=<hex>`: the HMAC-SHA256 of `text` with the secret `secret` names.
+fn sign(exec: &Executor, secret: &str, text: &str) -> Result<String, Undelivered> {
+    let k = exec
+        .app
+        .config
+        .secrets
+        .resolve(secret, crate::secrets::as_is)
+        .map_err(|e| Undelivered(e.to_string()))?;
+    let mut mac = Hmac::<Sha256>::new_from_slice(k.as_bytes()).expect("any key length");
+    mac.update(text.as_bytes());
+    Ok(format!(
+        "sha256={}",
+        hex::encode(mac.finalize().into_bytes())
+    ))
+}
+
+/// The notification as a broker message: keyed by its request (Kafka keeps a request's
+/// notifications on one partition, in order), `notificationId` and `Idempotency-Key`
+/// (`notification:<id>`) among its headers.
+fn message<'a>(
+    exec: &Executor,
+    d: &Due,
+    text: &'a str,
+    headers: &'a [(String, String)],
+) -> StepMessage<'a> {
+    StepMessage {
+        service_request_id: d.service_request_id,
+        of: Of::Notification(d.id),
+        body: text.as_bytes(),
+        headers,
+        traceparent: None,
+        tracestate: None,
+        timeout: exec.app.config.http.timeout,
+    }
 }
 
 #[cfg(test)]

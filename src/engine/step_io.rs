@@ -83,15 +83,22 @@ async fn send_amqp(
     trace: Option<&StepTrace>,
 ) -> Result<(), CallError> {
     let msg = step_message(exec, id, headers, step, body, trace);
+    publish_amqp(exec, val, &msg).await
+}
+
+/// A message published to an AMQP step's (or notification target's) `val`.
+pub async fn publish_amqp(
+    exec: &Executor,
+    val: &crate::workflow::model::AmqpVal,
+    msg: &crate::outbound::publish::StepMessage<'_>,
+) -> Result<(), CallError> {
     // A connection string that names a secret is filled in for this call.
     let filled =
         with_secrets(exec, &val.connection_url)?.map(|url| crate::workflow::model::AmqpVal {
             connection_url: url,
             ..val.clone()
         });
-    exec.amqp
-        .publish(filled.as_ref().unwrap_or(val), &msg)
-        .await
+    exec.amqp.publish(filled.as_ref().unwrap_or(val), msg).await
 }
 
 /// A Kafka step's message, produced.
@@ -105,13 +112,22 @@ async fn send_kafka(
     trace: Option<&StepTrace>,
 ) -> Result<(), CallError> {
     let msg = step_message(exec, id, headers, step, body, trace);
+    produce_kafka(exec, val, &msg).await
+}
+
+/// A record produced to a Kafka step's (or notification target's) `val`.
+pub async fn produce_kafka(
+    exec: &Executor,
+    val: &crate::workflow::model::KafkaVal,
+    msg: &crate::outbound::publish::StepMessage<'_>,
+) -> Result<(), CallError> {
     let filled =
         with_secrets(exec, &val.connection_url)?.map(|url| crate::workflow::model::KafkaVal {
             connection_url: url,
             ..val.clone()
         });
     exec.kafka
-        .produce(filled.as_ref().unwrap_or(val), &msg)
+        .produce(filled.as_ref().unwrap_or(val), msg)
         .await
 }
 
@@ -140,7 +156,7 @@ fn step_message<'a>(
 ) -> crate::outbound::publish::StepMessage<'a> {
     crate::outbound::publish::StepMessage {
         service_request_id: id,
-        step_id: step.id,
+        of: crate::outbound::publish::Of::Step(step.id),
         body: body.as_bytes(),
         headers,
         traceparent: trace.map(StepTrace::traceparent),

@@ -35,7 +35,10 @@ fn answer(status: StatusCode, r: Result<Trigger, OpError>) -> Resp {
 /// `POST /triggers`: 201 with the trigger; 409 when the name is taken.
 pub async fn create(core: &Core, who: &Caller, parts: &Parts, body: &mut Body) -> Resp {
     match body.read_json(parts, &core.app.config).await {
-        Ok(v) => answer(StatusCode::CREATED, triggers::define(core, who, v).await),
+        Ok(v) => answer(
+            StatusCode::CREATED,
+            triggers::define(&crate::ops::deps(core), who, v).await,
+        ),
         Err(r) => r,
     }
 }
@@ -59,7 +62,10 @@ pub async fn get(core: &Core, name: &str) -> Resp {
 /// `PUT /triggers/{name}`.
 pub async fn put(core: &Core, who: &Caller, name: &str, parts: &Parts, body: &mut Body) -> Resp {
     match body.read_json(parts, &core.app.config).await {
-        Ok(v) => answer(StatusCode::OK, triggers::replace(core, who, name, v).await),
+        Ok(v) => answer(
+            StatusCode::OK,
+            triggers::replace(&crate::ops::deps(core), who, name, v).await,
+        ),
         Err(r) => r,
     }
 }

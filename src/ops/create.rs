@@ -69,10 +69,19 @@ fn unknown_workflow(name: &str) -> OpError {
 /// (the map first, then Postgres once: another instance may have made it). A stored
 /// workflow that no longer validates is answered as unknown (and logged where found).
 pub async fn workflow(core: &Core, name: &str, pinned: Option<u32>) -> Result<Arc<Workflow>> {
-    let map = &core.app.workflows;
+    workflow_in(&super::deps(core), name, pinned).await
+}
+
+/// `workflow`, with what `d` lends (a server's or `clamp workflows apply`'s).
+pub async fn workflow_in(
+    d: &super::Deps<'_>,
+    name: &str,
+    pinned: Option<u32>,
+) -> Result<Arc<Workflow>> {
+    let map = d.workflows;
     let found = match pinned {
-        None => map.get_or_load(&core.pool, name).await,
-        Some(v) => map.get_or_load_version(&core.pool, name, v).await,
+        None => map.get_or_load(d.pool, name).await,
+        Some(v) => map.get_or_load_version(d.pool, name, v).await,
     };
     match (found, pinned) {
         (Ok(Some(wf)), _) => Ok(wf),

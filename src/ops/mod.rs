@@ -48,6 +48,9 @@ pub struct Deps<'a> {
     pub config: &'a Config,
     pub workflows: &'a WorkflowMap,
     pub pool: &'a Pool,
+    /// Told of a trigger changed, so this instance's consumers follow at once (None
+    /// outside a server: every server reads the triggers every two seconds).
+    pub triggers_changed: Option<&'a tokio::sync::Notify>,
 }
 
 /// A server's own `Deps`.
@@ -56,6 +59,7 @@ pub fn deps(core: &Core) -> Deps<'_> {
         config: &core.app.config,
         workflows: &core.app.workflows,
         pool: &core.pool,
+        triggers_changed: Some(&core.app.triggers_changed),
     }
 }
 

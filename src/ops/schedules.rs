@@ -252,16 +252,16 @@ async fn trigger_it(core: &Core, name: &str) -> Result<Run> {
     let s = compiled(&row)?;
     let ms = Utc::now().timestamp_millis();
     let at = DateTime::from_timestamp_millis(ms).expect("now is a time");
-    let key = crate::engine::timers::slots::key_of_schedule(&core.executor, &s)
+    let terms = crate::engine::timers::slots::schedule_terms(&core.executor, &s)
         .await
         .map_err(OpError::store(doing))?;
-    let id = match store::trigger(&conn, &s, key.as_deref(), at)
+    let id = match store::trigger(&conn, &s, &terms, at)
         .await
         .map_err(OpError::store(doing))?
     {
         Triggered::Started(id) => {
             core.executor.wake();
-            if let Some(key) = key {
+            if let Some(key) = terms.key {
                 // Waits in its key's queue: admitted now if a slot is free.
                 let queued = [(id, s.def.workflow.clone(), key)];
                 if let Err(e) =

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::access::Op;
 use super::audit::{recorded, Told, NOT_CREATED};
-use super::{OpError, Result};
+use super::{Deps, OpError, Result};
 use crate::state::Core;
 use crate::store::triggers::{self as store, Stored};
 use crate::store::StoreError;
@@ -35,7 +35,7 @@ fn bad(msg: String) -> OpError {
 /// A posted definition (`name` from the path when it has none), checked with its
 /// workflow and its secret; and the `paused` it asks for.
 async fn checked(
-    core: &Core,
+    d: &Deps<'_>,
     mut v: Value,
     path_name: Option<&str>,
 ) -> Result<(CompiledTrigger, Option<bool>)> {
@@ -50,13 +50,13 @@ async fn checked(
             t.name
         )));
     }
-    super::create::workflow(core, &t.workflow, t.version)
+    super::create::workflow_in(d, &t.workflow, t.version)
         .await
         .map_err(|e| match e {
             OpError::NotFound(m) => bad(format!("workflow: {m}")),
             other => other,
         })?;
-    let secrets = &core.app.config.secrets;
+    let secrets = &d.config.secrets;
     match &t.source {
         Source::Webhook { secret, .. } => secrets
             .check(secret)
@@ -65,8 +65,7 @@ async fn checked(
             secrets
                 .check(url)
                 .map_err(|e| bad(format!("source.amqp.url: {e}")))?;
-            core.app
-                .config
+            d.config
                 .destinations
                 .check_host(&endpoint.host.as_str())
                 .map_err(|e| bad(format!("source.amqp.url: {e}")))?;
@@ -80,8 +79,7 @@ async fn checked(
                 .check(connection)
                 .map_err(|e| bad(format!("source.kafka.connection: {e}")))?;
             for b in brokers {
-                core.app
-                    .config
+                d.config
                     .destinations
                     .check_host(&b.host.as_str())
                     .map_err(|e| bad(format!("source.kafka.connection: {e}")))?;
@@ -93,31 +91,31 @@ async fn checked(
 
 /// `POST /triggers`: a new trigger (409 when the name is taken).
 /// Recorded in the audit trail as `who`'s.
-pub async fn define(core: &Core, who: &Caller, definition: Value) -> Result<Trigger> {
-    let r = define_it(core, definition).await;
+pub async fn define(d: &Deps<'_>, who: &Caller, definition: Value) -> Result<Trigger> {
+    let r = define_it(d, definition).await;
     let target = match &r {
         Ok(t) => t.stored.definition["name"].as_str().unwrap_or(NOT_CREATED),
         Err(_) => NOT_CREATED,
     }
     .to_string();
     changed(
-        core,
-        recorded(&core.pool, who, Op::ChangeTrigger, &target, r).await,
+        d,
+        recorded(d.pool, who, Op::ChangeTrigger, &target, r).await,
     )
 }
 
 /// Passes `r` on, telling this instance's triggers' supervisor when it is a change made.
-fn changed<T>(core: &Core, r: Result<T>) -> Result<T> {
-    if r.is_ok() {
-        core.app.triggers_changed.notify_one();
+fn changed<T>(d: &Deps<'_>, r: Result<T>) -> Result<T> {
+    if let (Ok(_), Some(n)) = (&r, d.triggers_changed) {
+        n.notify_one();
     }
     r
 }
 
-async fn define_it(core: &Core, definition: Value) -> Result<Trigger> {
-    let (t, paused) = checked(core, definition, None).await?;
+async fn define_it(d: &Deps<'_>, definition: Value) -> Result<Trigger> {
+    let (t, paused) = checked(d, definition, None).await?;
     let doing = "create trigger";
-    let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
+    let conn = d.pool.get().await.map_err(OpError::pool(doing))?;
     match store::insert(&conn, &t.name, &t.definition, paused.unwrap_or(false)).await {
         Ok(stored) => Ok(Trigger { stored }),
         Err(StoreError::Conflict) => Err(OpError::Conflict(format!(
@@ -151,11 +149,11 @@ pub async fn read(core: &Core, name: &str) -> Result<Trigger> {
 
 /// `PUT /triggers/{name}`: replaces the definition; `paused` given sets it, left out the
 /// trigger stays as it was. Recorded in the audit trail as `who`'s.
-pub async fn replace(core: &Core, who: &Caller, name: &str, definition: Value) -> Result<Trigger> {
+pub async fn replace(d: &Deps<'_>, who: &Caller, name: &str, definition: Value) -> Result<Trigger> {
     let r = async {
-        let (t, paused) = checked(core, definition, Some(name)).await?;
+        let (t, paused) = checked(d, definition, Some(name)).await?;
         let doing = "replace trigger";
-        let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
+        let conn = d.pool.get().await.map_err(OpError::pool(doing))?;
         store::put(&conn, name, &t.definition, paused)
             .await
             .map_err(OpError::store(doing))?
@@ -163,10 +161,45 @@ pub async fn replace(core: &Core, who: &Caller, name: &str, definition: Value) -
             .ok_or_else(|| no_trigger(name))
     }
     .await;
-    changed(
-        core,
-        recorded(&core.pool, who, Op::ChangeTrigger, name, r).await,
-    )
+    changed(d, recorded(d.pool, who, Op::ChangeTrigger, name, r).await)
+}
+
+/// What applying a trigger's definition from a file did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Applied {
+    Created,
+    Replaced,
+    /// The stored definition is the same (and `paused`, when the file gives it).
+    Unchanged,
+}
+
+/// `clamp workflows apply` of a trigger's file: defined when new, replaced when its
+/// definition (or the `paused` it gives) differs from the stored one, else left as it is
+/// (nothing stored, nothing in the audit trail).
+pub async fn apply(d: &Deps<'_>, who: &Caller, definition: Value) -> Result<Applied> {
+    let t = def::validate(&definition).map_err(|e| bad(e.0))?;
+    let doing = "read trigger";
+    let stored = {
+        let conn = d.pool.get().await.map_err(OpError::pool(doing))?;
+        store::get(&conn, &t.name)
+            .await
+            .map_err(OpError::store(doing))?
+    };
+    match stored {
+        None => define(d, who, definition).await.map(|_| Applied::Created),
+        Some(s)
+            if s.definition == t.definition
+                && def::paused_in(&definition).is_none_or(|p| p == s.paused) =>
+        {
+            Ok(Applied::Unchanged)
+        }
+        Some(_) => {
+            let name = t.name;
+            replace(d, who, &name, definition)
+                .await
+                .map(|_| Applied::Replaced)
+        }
+    }
 }
 
 /// `DELETE /triggers/{name}`: the requests it started stay.
@@ -183,7 +216,7 @@ pub async fn delete(core: &Core, who: &Caller, name: &str) -> Result<()> {
     }
     .await;
     changed(
-        core,
+        &super::deps(core),
         recorded(&core.pool, who, Op::ChangeTrigger, name, r).await,
     )
 }
@@ -207,7 +240,7 @@ pub async fn set_paused(core: &Core, who: &Caller, name: &str, paused: bool) -> 
     }
     .await;
     changed(
-        core,
+        &super::deps(core),
         recorded(&core.pool, who, Op::ChangeTrigger, name, r).await,
     )
 }

@@ -27,6 +27,8 @@ pub struct Start<'a> {
     pub version: u32,
     /// The child's own deadline (its workflow's), in ms from now (None: none).
     pub deadline_ms: Option<f64>,
+    /// The final statuses its workflow tells of (`workflow::notify::mask`; None: none).
+    pub notify: Option<i16>,
 }
 
 pub(super) const START: &str = concat!(
@@ -42,12 +44,12 @@ WITH ",
 ), child AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
                                   workflow_version, parent_id, parent_step_id, parent_told,
-                                  deadline, priority, labels)
+                                  deadline, priority, labels, notify)
     SELECT $8, $9, $5, f.headers, NULL, '-infinity', ",
     crate::store::sql::pinned_version!("$10", "w.version"),
     ", $1, $2, false, ",
     crate::store::sql::now_plus_ms!("$11"),
-    ", f.priority, f.labels
+    ", f.priority, f.labels, $12::smallint
     FROM fenced f LEFT JOIN workflows w ON w.name = $9
     RETURNING id
 )
@@ -73,6 +75,7 @@ pub async fn start(conn: &PgConn, s: &Start<'_>) -> Result<bool> {
                 &s.workflow,
                 &(s.version as i32),
                 &s.deadline_ms,
+                &s.notify,
             ],
         )
         .await?;

@@ -38,6 +38,9 @@ pub struct Start<'a> {
     /// them at once, as a create runs its request) instead of left for a sweeper's claim.
     pub own: u32,
     pub lease_ms: f64,
+    /// The final statuses the children's workflow tells of (a MAP over a stored
+    /// workflow; None: none, and always for steps of the request's own definition).
+    pub notify: Option<i16>,
 }
 
 /// The children's columns, one entry per child in index order.
@@ -56,7 +59,7 @@ pub struct Children {
 /// `$7` attempts, `$8`..`$12` the children's ids, workflows, versions, payloads and held
 /// flags, `$13` tolerated failures, `$14` branch names (NULL for a MAP), `$15` the
 /// children's headers (NULL: the parent's), `$16` how many of the first children are
-/// leased to the owner, for `$17` ms. Inserts nothing but the pause and the record when
+/// leased to the owner, for `$17` ms, `$18` the statuses the children tell of. Inserts nothing but the pause and the record when
 /// the step has children already (a retry in place: `restart`). Returns whether the lease
 /// held, whether the children are new, and their headers.
 pub(super) const START: &str = concat!(
@@ -75,7 +78,7 @@ WITH ",
 ), kids AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
                                   workflow_version, parent_id, parent_step_id, parent_told,
-                                  fan_index, priority, labels)
+                                  fan_index, priority, labels, notify)
     SELECT c.id, c.workflow, c.payload, coalesce($15::text, f.headers),
            CASE WHEN c.n <= $16::int THEN $3::uuid END,
            CASE WHEN c.held THEN 'infinity'::timestamptz
@@ -89,7 +92,7 @@ WITH ",
         "(SELECT w.version FROM workflows w WHERE w.name = c.workflow)"
     ),
     ",
-           $1, $2, false, (c.n - 1)::int, f.priority, f.labels
+           $1, $2, false, (c.n - 1)::int, f.priority, f.labels, $18::smallint
     FROM fresh f,
          unnest($8::uuid[], $9::text[], $10::int[], $11::text[], $12::bool[])
            WITH ORDINALITY AS c(id, workflow, version, payload, held, n)
@@ -141,6 +144,7 @@ pub async fn start(conn: &PgConn, s: &Start<'_>) -> Result<Started> {
                 &s.headers,
                 &(s.own as i32),
                 &s.lease_ms,
+                &s.notify,
             ],
         )
         .await?;

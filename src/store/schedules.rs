@@ -119,7 +119,7 @@ pub(super) const SET_NEXT: &str = "UPDATE schedules SET next_fire_at = $2 WHERE 
 /// `$5` payload, `$6` created, `$7` the version named (0: the latest, stored as NULL when
 /// it is 1, as `pinned_version!`), `$8` skip when the previous run is unfinished, `$9` the
 /// concurrency key the request waits under (NULL: none; it is runnable at once), `$10` its
-/// priority (NULL: the default).
+/// priority (NULL: the default), `$11` the final statuses its workflow tells of (NULL: none).
 ///
 /// The schedule's row is locked first (`FOR KEY SHARE`, which a runner holding it `FOR
 /// UPDATE` already covers), so a trigger and a pass meet on the row, not on the fire's key.
@@ -154,7 +154,7 @@ WITH s AS (
 ), req AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner,
                                   lease_until, created_at, workflow_version,
-                                  concurrency_key, priority)
+                                  concurrency_key, priority, notify)
     SELECT fire.service_request_id, $4, $5, '[]', NULL,
            CASE WHEN $9::text IS NULL THEN '-infinity'::timestamptz
                 ELSE 'infinity'::timestamptz END, $6, ",
@@ -162,7 +162,7 @@ WITH s AS (
         "$7::int",
         "(SELECT w.version FROM workflows w WHERE w.name = $4)"
     ),
-    ", $9, $10
+    ", $9, $10, $11::smallint
     FROM fire WHERE fire.service_request_id IS NOT NULL
     RETURNING id
 )
@@ -310,15 +310,23 @@ pub async fn last_fires_of(
         .collect())
 }
 
+/// What a schedule's requests are stored with, from the workflow version they run.
+#[derive(Debug, Default, Clone)]
+pub struct Terms {
+    /// The concurrency key they wait under (None: the workflow has no limit).
+    pub key: Option<String>,
+    /// The final statuses their workflow tells of (None: none).
+    pub notify: Option<i16>,
+}
+
 /// Makes the fire of `s` at `at` (with the prepared `FIRE` statement), starting request
 /// `id` unless the fire was made before or the overlap policy skips it.
-/// `key`: the concurrency key its request waits under (None: the workflow has no limit).
 async fn fire_with(
     client: &impl GenericClient,
     stmt: &Statement,
     s: &CompiledSchedule,
     payload: &str,
-    key: Option<&str>,
+    terms: &Terms,
     at: DateTime<Utc>,
     id: Uuid,
 ) -> Result<Fired> {
@@ -335,8 +343,9 @@ async fn fire_with(
                 &SystemTime::now(),
                 &version,
                 &(s.def.overlap == Overlap::Skip),
-                &key,
+                &terms.key,
                 &s.def.priority,
+                &terms.notify,
             ],
         )
         .await?;
@@ -359,18 +368,18 @@ pub enum Triggered {
     Gone,
 }
 
-/// Fires `s` now (`at`, a key to the millisecond), outside its times; its request waits
-/// under concurrency key `key` if given.
+/// Fires `s` now (`at`, a key to the millisecond), outside its times; its request is
+/// stored with `terms`.
 pub async fn trigger(
     conn: &PgConn,
     s: &CompiledSchedule,
-    key: Option<&str>,
+    terms: &Terms,
     at: DateTime<Utc>,
 ) -> Result<Triggered> {
     let stmt = conn.stmt(FIRE).await?;
     let payload = serde_json::to_string(&s.def.payload).expect("a payload serializes");
     let id = crate::ids::new_v7();
-    match fire_with(&conn.client, &stmt, s, &payload, key, at, id).await? {
+    match fire_with(&conn.client, &stmt, s, &payload, terms, at, id).await? {
         Fired::Started => Ok(Triggered::Started(id)),
         Fired::Skipped => Ok(Triggered::Skipped),
         Fired::Already => {
@@ -402,12 +411,12 @@ pub struct Pass {
 /// One pass of the runner, in one transaction: up to `limit` due schedules locked, the
 /// fires their `catchUp` policy asks for made, and each one's next fire time stored. Run
 /// by every instance at once, it makes each fire once: a locked schedule is skipped by the
-/// others, and a fire made before is not made again (its key). `key_of` gives the
-/// concurrency key a schedule's requests wait under (None: its workflow has no limit).
-pub async fn pass<K, F>(conn: &mut PgConn, limit: i64, key_of: K) -> Result<Pass>
+/// others, and a fire made before is not made again (its key). `terms_of` gives what a
+/// schedule's requests are stored with.
+pub async fn pass<K, F>(conn: &mut PgConn, limit: i64, terms_of: K) -> Result<Pass>
 where
     K: Fn(CompiledSchedule) -> F,
-    F: std::future::Future<Output = Result<Option<String>>>,
+    F: std::future::Future<Output = Result<Terms>>,
 {
     let due = conn.stmt(DUE).await?;
     let fire = conn.stmt(FIRE).await?;
@@ -433,16 +442,16 @@ where
         };
         let plan = s.due(from, now);
         let payload = serde_json::to_string(&s.def.payload).expect("a payload serializes");
-        let key = match plan.fires.is_empty() {
-            true => None,
-            false => key_of(s.clone()).await?,
+        let terms = match plan.fires.is_empty() {
+            true => Terms::default(),
+            false => terms_of(s.clone()).await?,
         };
         for at in plan.fires {
             let id = crate::ids::new_v7();
-            match fire_with(&tx, &fire, &s, &payload, key.as_deref(), at, id).await? {
+            match fire_with(&tx, &fire, &s, &payload, &terms, at, id).await? {
                 Fired::Started => {
                     out.started.push(now - at);
-                    if let Some(k) = &key {
+                    if let Some(k) = &terms.key {
                         out.queued.push((id, s.def.workflow.clone(), k.clone()));
                     }
                 }

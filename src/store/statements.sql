@@ -567,10 +567,10 @@ WITH fenced AS (
 ), child AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
                                   workflow_version, parent_id, parent_step_id, parent_told,
-                                  deadline, priority, labels)
+                                  deadline, priority, labels, notify)
     SELECT $8, $9, $5, f.headers, NULL, '-infinity',
         NULLIF(CASE WHEN $10 > 0 THEN $10 ELSE coalesce(w.version, 1) END, 1), $1, $2, false,
-        now() + $11::float8 * interval '1 millisecond', f.priority, f.labels
+        now() + $11::float8 * interval '1 millisecond', f.priority, f.labels, $12::smallint
     FROM fenced f LEFT JOIN workflows w ON w.name = $9
     RETURNING id
 )
@@ -613,7 +613,7 @@ WITH fenced AS (
 ), kids AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
                                   workflow_version, parent_id, parent_step_id, parent_told,
-                                  fan_index, priority, labels)
+                                  fan_index, priority, labels, notify)
     SELECT c.id, c.workflow, c.payload, coalesce($15::text, f.headers),
            CASE WHEN c.n <= $16::int THEN $3::uuid END,
            CASE WHEN c.held THEN 'infinity'::timestamptz
@@ -622,7 +622,7 @@ WITH fenced AS (
            NULLIF(CASE WHEN c.version > 0 THEN c.version ELSE coalesce((SELECT w.version
                FROM workflows w
                WHERE w.name = c.workflow), 1) END, 1),
-           $1, $2, false, (c.n - 1)::int, f.priority, f.labels
+           $1, $2, false, (c.n - 1)::int, f.priority, f.labels, $18::smallint
     FROM fresh f,
          unnest($8::uuid[], $9::text[], $10::int[], $11::text[], $12::bool[])
            WITH ORDINALITY AS c(id, workflow, version, payload, held, n)
@@ -1193,13 +1193,13 @@ WITH s AS (
 ), req AS (
     INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner,
                                   lease_until, created_at, workflow_version,
-                                  concurrency_key, priority)
+                                  concurrency_key, priority, notify)
     SELECT fire.service_request_id, $4, $5, '[]', NULL,
            CASE WHEN $9::text IS NULL THEN '-infinity'::timestamptz
                 ELSE 'infinity'::timestamptz END, $6,
                     NULLIF(CASE WHEN $7::int > 0 THEN $7::int ELSE coalesce((SELECT w.version
                     FROM workflows w
-                    WHERE w.name = $4), 1) END, 1), $9, $10
+                    WHERE w.name = $4), 1) END, 1), $9, $10, $11::smallint
     FROM fire WHERE fire.service_request_id IS NOT NULL
     RETURNING id
 )

@@ -407,10 +407,19 @@ pub struct CompiledStep {
 pub struct NotifyTarget {
     /// The final statuses it is told of (`notify::bit`s).
     pub on: i16,
-    /// Where: an HTTP step's `val`, POSTed.
-    pub http: HttpVal,
+    /// Where it goes.
+    pub to: NotifyTo,
     /// The key that signs the body, a `{{secret:NAME}}` reference.
     pub secret: Option<String>,
+}
+
+/// Where a notification goes: an HTTP step's `val` (POSTed), or an AMQP or Kafka step's
+/// (published as a step's message is, confirmed by the broker).
+#[derive(Debug, Clone)]
+pub enum NotifyTo {
+    Http(HttpVal),
+    Amqp(AmqpVal),
+    Kafka(KafkaVal),
 }
 
 /// A validated workflow: the definition, its JSON as served, and the steps compiled.

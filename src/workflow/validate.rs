@@ -116,7 +116,7 @@ fn compile_in(mut def: WorkflowDef, scope: &Scope) -> Result<Workflow, Validatio
         super::retention::check(r).map_err(ValidationError)?;
     }
     let notify = match (&def.notify, scope.depth) {
-        (Some(n), 0) => super::notify::compile(n, http_val)?,
+        (Some(n), 0) => super::notify::compile(n, compile_val)?,
         _ => Vec::new(),
     };
     let notify_mask = super::notify::mask(&notify);

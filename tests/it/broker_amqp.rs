@@ -760,3 +760,76 @@ async fn an_amqp_step_without_a_reply_in_time_is_sent_again_then_fails() {
     s.shutdown().await;
     r.cleanup().await;
 }
+
+/// A workflow's outcomes told on an AMQP queue (beyond Clamp): each notification is one
+/// persistent message, confirmed by the broker, its id `notification:<id>`, signed with the
+/// target's secret; a WORKFLOW step's child is told as its own workflow tells.
+#[tokio::test]
+async fn outcomes_are_told_on_a_queue_signed_and_keyed_by_notification() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let mut r = Rabbit::connect().await;
+    let told = r.name("told");
+    r.declare(&told).await;
+    let dir = std::env::temp_dir().join(format!("clamp-secrets-{}", Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("NOTE"), "queue-key").unwrap();
+    let mut cfg = config(&db.url);
+    cfg.secrets = std::sync::Arc::new(clamp::secrets::Secrets::new(Some(dir)));
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&json!({"name": "told", "steps": [
+        {"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}],
+        "notify": [{"on": ["COMPLETED", "FAILED"],
+                    "amqp": {"connection_url": RABBIT, "queue_name": told, "secret": "{{secret:NOTE}}"}}]}))
+        .await;
+    s.create_workflow(&json!({"name": "above", "steps": [
+        {"name": "sub", "mode": "WORKFLOW", "val": {"workflow": "told"}}]}))
+        .await;
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        ids.push(create_request(&s, "told", &json!({"n": n})).await);
+    }
+    let above = create_request(&s, "above", &json!({"n": 9})).await;
+    wait_status(&s, &above, &["COMPLETED"], Duration::from_secs(20)).await;
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let m = r.next(&told).await;
+        let body: Value = serde_json::from_slice(&m.data).unwrap();
+        assert_eq!(body["status"], "COMPLETED", "{body}");
+        assert_eq!(body["workflow"], "told");
+        let p = &m.properties;
+        assert_eq!(
+            p.message_id().as_ref().unwrap().as_str(),
+            format!("notification:{}", body["id"].as_str().unwrap())
+        );
+        assert_eq!(p.delivery_mode(), &Some(2), "not persistent");
+        assert!(
+            matches!(header(&m, "notificationId"), Some(AMQPValue::LongLongInt(n)) if n.to_string() == body["id"].as_str().unwrap())
+        );
+        let Some(AMQPValue::LongString(sig)) = header(&m, "x-clamp-signature-256") else {
+            panic!("unsigned")
+        };
+        let mut mac =
+            <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(b"queue-key").unwrap();
+        hmac::Mac::update(&mut mac, &m.data);
+        let want = format!(
+            "sha256={}",
+            hex::encode(hmac::Mac::finalize(mac).into_bytes())
+        );
+        assert_eq!(sig.to_string(), want);
+        seen.push(body["serviceRequestId"].as_str().unwrap().to_string());
+    }
+    for id in &ids {
+        assert!(seen.contains(id), "{id} not told");
+    }
+    assert!(!seen.contains(&above), "the parent was told");
+    wait_for("all four delivered", Duration::from_secs(10), || async {
+        (db.count("SELECT count(*) FROM notifications WHERE state = 'delivered'")
+            .await
+            == 4)
+            .then_some(())
+    })
+    .await;
+    s.shutdown().await;
+    r.cleanup().await;
+}

@@ -705,3 +705,45 @@ async fn a_kafka_step_to_another_broker_gets_none_of_the_servers_credentials() {
     k.paused(&s, &id, &steps).await;
     s.shutdown().await;
 }
+
+/// A workflow's outcomes told on a Kafka topic (beyond Clamp): one record per
+/// notification, keyed by its request (a request's notifications share a partition, in
+/// order), with `notificationId` and `Idempotency-Key: notification:<id>` headers; a
+/// FAILED request and the COMPLETED of its retry are both told, in that order.
+#[tokio::test]
+async fn outcomes_are_told_on_a_topic_keyed_by_request_in_order() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let k = Kafka::connect().await;
+    let told = k.name("told");
+    k.create_topic(&told).await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&json!({"name": "told", "steps": [
+        {"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/flaky/500")}}],
+        "notify": [{"on": ["COMPLETED", "FAILED"],
+                    "kafka": {"connection_url": broker().to_string(), "topic_name": told}}]}))
+        .await;
+    let id = create_request(&s, "told", &json!({"n": 1})).await;
+    wait_status(&s, &id, &["FAILED"], Duration::from_secs(20)).await;
+    let r = s.post(&format!("/serviceRequest/{id}/retry"), "").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    wait_status(&s, &id, &["COMPLETED"], Duration::from_secs(20)).await;
+    let records = k.records(&told, 2).await;
+    let statuses: Vec<String> = records
+        .iter()
+        .map(|r| {
+            let body: Value = serde_json::from_slice(r.value.as_ref().unwrap()).unwrap();
+            assert_eq!(body["serviceRequestId"], id.as_str());
+            assert_eq!(r.key.as_deref(), Some(id.as_bytes()));
+            let n = body["id"].as_str().unwrap();
+            assert_eq!(r.headers["notificationId"], n.as_bytes());
+            assert_eq!(
+                r.headers["Idempotency-Key"],
+                format!("notification:{n}").as_bytes()
+            );
+            body["status"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(statuses, ["FAILED", "COMPLETED"]);
+    s.shutdown().await;
+}

@@ -189,7 +189,26 @@ async fn a_request_without_notify_writes_no_notification_and_bad_targets_are_ref
             json!([{"on": [], "http": {"url": d.url("/x")}}]),
             "notify[0].on",
         ),
-        (json!([{"on": ["FAILED"]}]), "notify[0].http"),
+        (
+            json!([{"on": ["FAILED"]}]),
+            "notify[0]: one of http, amqp and kafka",
+        ),
+        (
+            json!([{"on": ["FAILED"], "http": {"url": d.url("/x")}, "kafka": {"connection_url": "127.0.0.1:9092", "topic_name": "t"}}]),
+            "notify[0]: one of http, amqp and kafka",
+        ),
+        (
+            json!([{"on": ["FAILED"], "amqp": {"connection_url": "amqp://127.0.0.1:5672/%2f"}}]),
+            "notify[0].amqp needs queue_name or exchange_name",
+        ),
+        (
+            json!([{"on": ["FAILED"], "amqp": {"connection_url": "amqp://127.0.0.1:5672/%2f", "queue_name": "q", "reply_to": "r"}}]),
+            "notify[0].amqp.reply_to: unknown field",
+        ),
+        (
+            json!([{"on": ["FAILED"], "kafka": {"connection_url": "127.0.0.1:9092", "topic_name": "a b"}}]),
+            "notify[0].kafka.topic_name may hold only",
+        ),
         (
             json!([{"on": ["FAILED"], "http": {"url": "ftp://x"}}]),
             "notify[0].http",
@@ -302,6 +321,81 @@ async fn told_notifications_go_past_the_dead_letters_age() {
         db.count("SELECT count(*) FROM notifications WHERE state = 'pending' OR finished_at > now() - interval '1 day'")
             .await,
         2
+    );
+    s.shutdown().await;
+}
+
+/// A request is told as its own workflow tells, however it was started: a WORKFLOW
+/// step's child, a MAP item over a stored workflow and a schedule's fire are told; the
+/// parent, whose workflow names no target, is not, nor are a PARALLEL's branches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_map_items_and_schedule_fires_are_told_as_their_workflow_tells() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&json!({"name": "told", "steps": [
+        {"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}],
+        "notify": [{"on": ["COMPLETED"], "http": {"url": d.url("/api/accepted")}}]}))
+        .await;
+    s.create_workflow(&json!({"name": "parent", "steps": [
+        {"name": "ask", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}},
+        {"name": "child", "mode": "WORKFLOW", "val": {"workflow": "told"}},
+        {"name": "lines", "mode": "MAP", "val": {"items": "ask.response.echo.items", "workflow": "told", "maxConcurrency": 2}},
+        // Its branches run as child requests (a WAIT is no lane's).
+        {"name": "both", "mode": "PARALLEL", "val": {"branches": [
+            {"name": "x", "steps": [{"name": "rest", "mode": "WAIT", "val": {"duration": "PT0S"}}]},
+            {"name": "y", "steps": [{"name": "rest", "mode": "WAIT", "val": {"duration": "PT0S"}}]}]}}]}))
+        .await;
+    let parent = create_request(&s, "parent", &json!({"items": [1, 2, 3]})).await;
+    let v = wait_status(
+        &s,
+        &parent,
+        &["COMPLETED", "FAILED"],
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+    let r = s
+        .post_json(
+            "/schedules",
+            &json!({"name": "told-nightly", "workflow": "told", "cron": "0 30 2 * * *",
+                    "payload": {"fired": true}}),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let r = s.post("/schedules/told-nightly/trigger", "").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // One child, three items and one fire.
+    wait_for(
+        "five notifications delivered",
+        Duration::from_secs(30),
+        || async {
+            (db.count("SELECT count(*) FROM notifications WHERE state = 'delivered'")
+                .await
+                == 5)
+                .then_some(())
+        },
+    )
+    .await;
+    let told = d.received("/api/accepted");
+    let mut ids: Vec<&str> = told
+        .iter()
+        .map(|r| r.body["serviceRequestId"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 5, "{ids:?}");
+    assert!(!ids.contains(&parent.as_str()), "the parent was told");
+    assert!(told.iter().all(|r| r.body["workflow"] == "told"));
+    let fired = told
+        .iter()
+        .filter(|r| r.body["response"]["echo"]["fired"] == true);
+    assert_eq!(fired.count(), 1, "the schedule's request was not told");
+    assert_eq!(
+        db.count("SELECT count(*) FROM service_requests WHERE notify IS NOT NULL")
+            .await,
+        5,
+        "the parent or a branch keeps a notify"
     );
     s.shutdown().await;
 }

@@ -362,3 +362,93 @@ async fn apply_through_the_database_is_audited_as_the_api_is() {
     assert_eq!(v2["version"], 2, "{v2}");
     s.shutdown().await;
 }
+
+/// Triggers are files too: applied after the workflows they start, left alone when
+/// unchanged (a pause made meanwhile stays), replaced when changed, through a server or
+/// the database (audited as the API is); an export writes them under `triggers/`, and
+/// applying it changes nothing; a trigger starting an unknown workflow refuses the lot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triggers_apply_and_export_beside_their_workflows() {
+    let db = TestDb::new();
+    let secrets = tempdir("apply-trigger-secrets");
+    std::fs::write(secrets.join("HOOK"), "hook-key").unwrap();
+    let mut cfg = config(&db.url);
+    cfg.secrets = std::sync::Arc::new(clamp::secrets::Secrets::new(Some(secrets.clone())));
+    let s = TestServer::start(cfg).await;
+    let url = format!("http://{}", s.addr);
+    let dir = tempdir("apply-triggers");
+    let d = dir.to_str().unwrap();
+    std::fs::create_dir_all(dir.join("triggers")).unwrap();
+    let hook = json!({"name": "orders-hook", "workflow": "orders",
+        "source": {"webhook": {"verify": "github", "secret": "{{secret:HOOK}}"}}});
+    write(&dir, "triggers/orders-hook.json", &hook);
+    write(
+        &dir,
+        "orders.json",
+        &def("orders", "http://127.0.0.1:9/orders"),
+    );
+
+    let (code, out, err) = clamp(&["apply", "--url", &url, d]);
+    assert_eq!(code, 0, "{out}{err}");
+    let created = out.find("orders.json: created (version 1)");
+    let hooked = out.find("orders-hook.json: trigger created");
+    assert!(created.is_some() && hooked > created, "{out}");
+    assert_eq!(s.get("/triggers/orders-hook").await.status, 200);
+
+    // Paused meanwhile: applying the same files leaves it as it is.
+    let r = s.post("/triggers/orders-hook/pause", "").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let (code, out, err) = clamp(&["apply", "--url", &url, d]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("orders-hook.json: trigger unchanged"), "{out}");
+    assert_eq!(s.get("/triggers/orders-hook").await.json()["paused"], true);
+
+    // Changed, through the database: replaced, audited, still paused.
+    let mut changed = hook.clone();
+    changed["when"] = json!("body.amount > 0");
+    write(&dir, "triggers/orders-hook.json", &changed);
+    let env = [
+        ("CLAMP_SECRETS_DIR", secrets.to_str().unwrap()),
+        ("USER", "ops-bot"),
+    ];
+    let (code, out, err) = clamp_with_env(&["apply", "--database-url", &db.url, d], &env);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("orders-hook.json: trigger replaced"), "{out}");
+    let now = s.get("/triggers/orders-hook").await.json();
+    assert_eq!(now["when"], "body.amount > 0", "{now}");
+    assert_eq!(now["paused"], true, "{now}");
+    assert_eq!(
+        db.count(
+            "SELECT count(*) FROM audit_log WHERE action = 'change trigger' \
+             AND actor = 'clamp workflows apply (ops-bot)' AND target = 'orders-hook'"
+        )
+        .await,
+        1
+    );
+
+    // An export applied again changes nothing.
+    let out_dir = tempdir("export-triggers");
+    let (code, out, err) = clamp(&["export", "--url", &url, out_dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let text = std::fs::read_to_string(out_dir.join("triggers/orders-hook.json")).unwrap();
+    let exported: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(exported, changed, "{text}");
+    let (code, out, err) = clamp(&["apply", "--url", &url, out_dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("orders-hook.json: trigger unchanged"), "{out}");
+    assert!(out.contains("orders.json: unchanged (version 1)"), "{out}");
+
+    // A trigger of a workflow known nowhere: nothing applied.
+    let bad = tempdir("apply-triggers-bad");
+    write(&bad, "a.json", &def("a-new", "http://127.0.0.1:9/a"));
+    let mut stray = hook.clone();
+    stray["name"] = json!("stray");
+    stray["workflow"] = json!("nowhere");
+    write(&bad, "stray.json", &stray);
+    let (code, out, err) = clamp(&["apply", "--url", &url, bad.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("starts workflow nowhere"), "{err}");
+    assert!(err.contains("nothing applied"), "{err}");
+    assert_eq!(s.get("/workflow/a-new").await.status, 404);
+    s.shutdown().await;
+}

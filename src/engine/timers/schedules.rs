@@ -56,7 +56,7 @@ pub async fn run(exec: Arc<Executor>, mut stop: watch::Receiver<bool>) {
 async fn pass(exec: &Executor) -> Result<usize, StoreError> {
     let mut conn = exec.pool.get().await?;
     let done = schedules::pass(&mut conn, PASS_LIMIT, |s| async move {
-        super::slots::key_of_schedule(exec, &s).await
+        super::slots::schedule_terms(exec, &s).await
     })
     .await?;
     drop(conn);

@@ -249,13 +249,14 @@ pub async fn admit_queued(
     Ok(())
 }
 
-/// The concurrency key a schedule's requests wait under: its payload's, by the version it
-/// runs (None: that version declares no limit, or the workflow is gone or no longer
-/// reads, and its fire is stored as before).
-pub async fn key_of_schedule(
+/// What a schedule's requests are stored with, by the version they run: the concurrency
+/// key they wait under (its payload's) and the statuses they tell of (none of either
+/// when that version declares none, or the workflow is gone or no longer reads, and its
+/// fire is stored as before).
+pub async fn schedule_terms(
     exec: &Executor,
     s: &crate::workflow::schedule::CompiledSchedule,
-) -> Result<Option<String>, StoreError> {
+) -> Result<crate::store::schedules::Terms, StoreError> {
     let map = &exec.app.workflows;
     let name = &s.def.workflow;
     let wf = match s.def.version {
@@ -267,7 +268,12 @@ pub async fn key_of_schedule(
         Err(crate::store::workflow_map::LoadError::Store(e)) => return Err(e),
         Err(_) => None,
     };
-    Ok(wf.and_then(|w| w.concurrency.as_ref().map(|c| c.key_of(&s.def.payload))))
+    Ok(crate::store::schedules::Terms {
+        key: wf
+            .as_ref()
+            .and_then(|w| w.concurrency.as_ref().map(|c| c.key_of(&s.def.payload))),
+        notify: wf.and_then(|w| w.notify_mask),
+    })
 }
 
 /// Admits what fits into one key, waking this runtime's sweeper when any was; the ids

@@ -264,10 +264,8 @@ fn properties(val: &AmqpVal, msg: &StepMessage<'_>) -> BasicProperties {
         "serviceRequestId".into(),
         AMQPValue::LongString(id.as_str().into()),
     );
-    headers.insert(
-        "stepId".into(),
-        AMQPValue::LongLongInt(i64::from(msg.step_id)),
-    );
+    let (of, n) = msg.of_header();
+    headers.insert(of.into(), AMQPValue::LongLongInt(n));
     let mut props = BasicProperties::default()
         .with_content_type(val.content_type.as_str().into())
         .with_delivery_mode(2)

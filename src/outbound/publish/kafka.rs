@@ -254,7 +254,8 @@ fn record(val: &KafkaVal, msg: &StepMessage<'_>, key: &[u8]) -> Record {
         headers.insert(k.to_string(), v.as_bytes().to_vec());
     }
     headers.insert("serviceRequestId".into(), key.to_vec());
-    headers.insert("stepId".into(), msg.step_id.to_string().into_bytes());
+    let (of, n) = msg.of_header();
+    headers.insert(of.into(), n.to_string().into_bytes());
     headers.insert("Idempotency-Key".into(), msg.idempotency_key().into_bytes());
     if !val.reply_to.is_empty() {
         headers.insert("reply_to".into(), val.reply_to.clone().into_bytes());

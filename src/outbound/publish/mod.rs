@@ -16,11 +16,13 @@ use super::call::{CallError, CallErrorKind};
 use crate::metrics::Metrics;
 
 /// A step message as both brokers carry it: the step's request as the body, and who it
-/// belongs to as properties and headers, so the service can answer and dedupe.
+/// belongs to as properties and headers, so the service can answer and dedupe. A
+/// notification (`engine::notify`) travels the same way, its outcome as the body.
 pub struct StepMessage<'a> {
     pub service_request_id: Uuid,
-    pub step_id: u32,
-    /// The step's request, serialized once for both the record and the message.
+    pub of: Of,
+    /// The step's request (or the notification), serialized once for both the record and
+    /// the message.
     pub body: &'a [u8],
     /// The service request's forwardable headers.
     pub headers: &'a [(String, String)],
@@ -42,10 +44,29 @@ impl StepMessage<'_> {
         .filter_map(|(k, v)| Some((k, v?)))
     }
 
-    /// `<service-request-id>:<step-id>`, the same key HTTP steps send as `Idempotency-Key`.
+    /// `<service-request-id>:<step-id>`, the same key HTTP steps send as `Idempotency-Key`
+    /// (`notification:<id>` for a notification, as its HTTP target gets it).
     pub fn idempotency_key(&self) -> String {
-        format!("{}:{}", self.service_request_id, self.step_id)
+        match self.of {
+            Of::Step(step) => format!("{}:{step}", self.service_request_id),
+            Of::Notification(n) => format!("notification:{n}"),
+        }
     }
+
+    /// The header naming what the message is of: `stepId` or `notificationId`.
+    pub fn of_header(&self) -> (&'static str, i64) {
+        match self.of {
+            Of::Step(step) => ("stepId", i64::from(step)),
+            Of::Notification(n) => ("notificationId", n),
+        }
+    }
+}
+
+/// What a message carries: a step's request, or a notification of a request's outcome.
+#[derive(Debug, Clone, Copy)]
+pub enum Of {
+    Step(u32),
+    Notification(i64),
 }
 
 /// Why one publish attempt did not succeed.
