@@ -29,7 +29,9 @@
 # run and given to the server as --step-ca-file: A=B with B_SCHEME=https prices TLS),
 # A_CONCURRENCY and B_CONCURRENCY (a `concurrency` object for that side's workflow, e.g.
 # '{"key":"payload.k","limit":4}'), KEYS (0; N: each create's payload carries "k", one of N
-# keys in turn, on both sides).
+# keys in turn, on both sides), A_NOTIFY and B_NOTIFY (1: that side's workflow tells each
+# COMPLETED to nginx over HTTP, and a round ends only once every notification is delivered,
+# by the server's counter: A=B with B_NOTIFY=1 prices a notification).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -121,6 +123,8 @@ workflow_for() {  # workflow_for A|B: the two-step workflow, over that side's sc
   [ "${!scheme_var:-http}" = https ] && base_url="https://localhost:$nginx_tls_port"
   local conc_var="${1}_CONCURRENCY" extra=""
   [ -z "${!conc_var:-}" ] || extra=",\"concurrency\":${!conc_var}"
+  local notify_var="${1}_NOTIFY"
+  [ "${!notify_var:-0}" != 1 ] || extra="$extra,\"notify\":[{\"on\":[\"COMPLETED\"],\"http\":{\"url\":\"$base_url/told\"}}]"
   echo "{\"name\":\"two\",\"description\":\"bench\"$extra,\"steps\":[{\"name\":\"a\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"$base_url/a\"}},{\"name\":\"b\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"$base_url/b\"}}]}"
 }
 # TOKEN: every call to the server carries it (servers started with tokens, e.g.
@@ -199,9 +203,15 @@ for round in $(seq 1 "$ROUNDS"); do
     # (no query on the measured database).
     timed_out=0
     give_up=$((SECONDS + DEADLINE))
+    notify_var="${which}_NOTIFY"
     while :; do
       read -r done_ failed < <(finished)
-      [ $((done_ + failed)) -ge "$created" ] && break
+      if [ $((done_ + failed)) -ge "$created" ]; then
+        # A side that tells: its round ends when every COMPLETED is told too.
+        [ "${!notify_var:-0}" != 1 ] && break
+        told=$(metric "$port" 'clamp_notifications_total{outcome="delivered"}')
+        [ "${told%.*}" -ge "$done_" ] && break
+      fi
       if [ "$SECONDS" -ge "$give_up" ]; then timed_out=1; break; fi
       sleep 0.05
     done

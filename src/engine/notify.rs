@@ -25,8 +25,8 @@ use crate::store::notifications::{self as store, Due};
 use crate::store::StoreError;
 use crate::workflow::model::NotifyTo as To;
 
-/// Notifications taken at a time.
-const BATCH: i64 = 64;
+/// Notifications taken at a time (delivered at once, their outcomes stored together).
+const BATCH: i64 = 256;
 /// How long a taken notification is held before another deliverer may take it.
 const HOLD: Duration = Duration::from_secs(30);
 /// How often the outbox is looked at when it had nothing due.
@@ -59,55 +59,56 @@ pub async fn run(exec: Arc<Executor>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-/// Takes the due notifications and delivers them at once; how many it took.
+/// Takes the due notifications, delivers them at once, and stores what came of them:
+/// the delivered ones in one statement (a round of a busy outbox costs two statements,
+/// not one per notification), the others each with its next attempt or its failure.
+/// How many it took.
 async fn round(exec: &Executor) -> Result<usize, StoreError> {
     let due = {
         let conn = exec.pool.get().await?;
         store::claim(&conn, BATCH, HOLD.as_secs_f64() * 1000.0).await?
     };
     let n = due.len();
-    futures_util::future::join_all(due.into_iter().map(|d| deliver(exec, d))).await;
+    let outcomes = futures_util::future::join_all(due.iter().map(|d| send(exec, d))).await;
+    let delivered: Vec<i64> = due
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, o)| o.is_ok())
+        .map(|(d, _)| d.id)
+        .collect();
+    let m = &exec.app.metrics;
+    let conn = exec.pool.get().await?;
+    if !delivered.is_empty() {
+        // Not stored: each comes due again after its hold, and is sent again, same id.
+        store::delivered(&conn, &delivered).await?;
+        m.notifications[0].inc_by(delivered.len() as u64);
+    }
+    for (d, o) in due.iter().zip(outcomes) {
+        if let Err(Undelivered(why)) = o {
+            if let Err(e) = not_taken(&conn, d, &why).await {
+                tracing::debug!(notification = d.id, error = %e, "a notification's outcome was not stored; it is sent again");
+                continue;
+            }
+            m.notifications[if d.attempts >= MAX_ATTEMPTS { 2 } else { 1 }].inc();
+        }
+    }
     Ok(n)
 }
 
-/// Delivers one notification to its targets and stores what came of it.
-async fn deliver(exec: &Executor, d: Due) {
-    let outcome = send(exec, &d).await;
-    let stored = async {
-        let conn = exec.pool.get().await?;
-        match &outcome {
-            Ok(()) => store::delivered(&conn, d.id).await,
-            Err(Undelivered(why)) if d.attempts >= MAX_ATTEMPTS => {
-                store::failed(&conn, d.id, why).await?;
-                let origin = Origin {
-                    source: "notification",
-                    topic: &d.workflow_name,
-                    partition: None,
-                    offset: Some(d.id),
-                };
-                crate::store::dead_letters::insert(&conn, &origin, body(&d).as_bytes(), why).await
-            }
-            Err(Undelivered(why)) => {
-                store::again(&conn, d.id, pause(d.attempts).as_secs_f64() * 1000.0, why).await
-            }
-        }
+/// Stores a delivery that was not taken: another attempt later, or, its attempts used
+/// up, failed and kept as a dead letter.
+async fn not_taken(conn: &crate::store::PgConn, d: &Due, why: &str) -> Result<(), StoreError> {
+    if d.attempts < MAX_ATTEMPTS {
+        return store::again(conn, d.id, pause(d.attempts).as_secs_f64() * 1000.0, why).await;
     }
-    .await;
-    let m = &exec.app.metrics;
-    match (&outcome, stored) {
-        (_, Err(e)) => {
-            tracing::debug!(notification = d.id, error = %e, "a notification's outcome was not stored; it is sent again")
-        }
-        (Ok(()), Ok(())) => {
-            m.notifications[0].inc();
-        }
-        (Err(_), Ok(())) if d.attempts >= MAX_ATTEMPTS => {
-            m.notifications[2].inc();
-        }
-        (Err(_), Ok(())) => {
-            m.notifications[1].inc();
-        }
-    }
+    store::failed(conn, d.id, why).await?;
+    let origin = Origin {
+        source: "notification",
+        topic: &d.workflow_name,
+        partition: None,
+        offset: Some(d.id),
+    };
+    crate::store::dead_letters::insert(conn, &origin, body(d).as_bytes(), why).await
 }
 
 /// The pause after attempt `n` failed.

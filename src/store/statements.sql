@@ -1043,15 +1043,17 @@ INSERT INTO event_takes (service_request_id, step_id, event, event_id)
     ON CONFLICT DO NOTHING;
 
 -- notifications::CLAIM
-WITH due AS (
-    SELECT n.id FROM notifications n
+WITH cand AS (
+    SELECT n.id, n.service_request_id FROM notifications n
     WHERE n.state = 'pending' AND n.next_at <= now()
-      AND NOT EXISTS (SELECT 1 FROM notifications e
-                      WHERE e.service_request_id = n.service_request_id
-                        AND e.state = 'pending' AND e.id < n.id)
     ORDER BY n.next_at, n.id
     LIMIT $1
     FOR UPDATE SKIP LOCKED
+), due AS (
+    SELECT c.id FROM cand c
+    WHERE c.id = (SELECT min(e.id) FROM notifications e
+                  WHERE e.service_request_id = c.service_request_id
+                    AND e.state NOT IN ('delivered', 'failed'))
 )
 UPDATE notifications x SET next_at = now() + $2::float8 * interval '1 millisecond',
                            attempts = x.attempts + 1
@@ -1067,7 +1069,7 @@ RETURNING x.id, x.service_request_id, x.workflow_name, x.workflow_version, x.sta
 
 -- notifications::DELIVERED
 UPDATE notifications SET state = 'delivered', delivered_at = now(), last_error = NULL
-WHERE id = $1;
+WHERE id = ANY($1);
 
 -- notifications::AGAIN
 UPDATE notifications SET next_at = now() + $2::float8 * interval '1 millisecond',
