@@ -286,6 +286,9 @@ pub async fn create(core: &Core, a: Admitted, headers: Bytes, body: Bytes) -> Re
         validate_payload(&r.body).map_err(|msg| OpError::BadRequest(msg.into()))?;
         r.body
     };
+    if let Some(schema) = &r.workflow.input_schema {
+        schema.check(&payload).map_err(OpError::BadRequest)?;
+    }
     // Whole milliseconds, so that the time Postgres stores is the one this process knows.
     let deadline_ms = r
         .deadline

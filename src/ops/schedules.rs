@@ -55,26 +55,29 @@ fn bad(msg: String) -> OpError {
     OpError::BadRequest(msg)
 }
 
-/// 400 unless the schedule's workflow (and the version it names) exists.
+/// 400 unless the schedule's workflow (and the version it names) exists, and its payload
+/// meets that version's `inputSchema` (the latest's when it names none).
 async fn check_workflow(core: &Core, s: &CompiledSchedule) -> Result<()> {
     let (map, name) = (&core.app.workflows, s.def.workflow.as_str());
     let found = |r: std::result::Result<Option<_>, LoadError>| match r {
-        Ok(Some(_)) => Ok(true),
-        Ok(None) | Err(LoadError::Invalid { .. }) => Ok(false),
+        Ok(found) => Ok(found),
+        Err(LoadError::Invalid { .. }) => Ok(None),
         Err(LoadError::Store(error)) => Err(OpError::Store {
             error,
             doing: "workflow lookup",
         }),
     };
-    if !found(map.get_or_load(&core.pool, name).await)? {
+    let Some(mut wf) = found(map.get_or_load(&core.pool, name).await)? else {
         return Err(bad(format!("workflow: no workflow named {name:?}")));
-    }
+    };
     if let Some(v) = s.def.version {
-        if !found(map.get_or_load_version(&core.pool, name, v).await)? {
-            return Err(bad(format!(
-                "version: workflow {name:?} has no version {v}"
-            )));
-        }
+        wf = found(map.get_or_load_version(&core.pool, name, v).await)?
+            .ok_or_else(|| bad(format!("version: workflow {name:?} has no version {v}")))?;
+    }
+    if let Some(schema) = &wf.input_schema {
+        schema
+            .check_value(&s.def.payload)
+            .map_err(|why| bad(format!("payload: {why}")))?;
     }
     Ok(())
 }

@@ -4,6 +4,7 @@
 pub(crate) mod brokers;
 pub(crate) mod expr;
 pub(crate) mod fan;
+pub(crate) mod input_schema;
 pub(crate) mod model;
 pub(crate) mod notify;
 pub(crate) mod retention;

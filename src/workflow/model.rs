@@ -51,6 +51,10 @@ pub struct WorkflowDef {
     /// Beyond Clamp: where its requests' outcomes are told (`workflow::notify`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notify: Option<Vec<serde_json::Value>>,
+    /// Beyond Clamp: the JSON Schema (2020-12) every create's payload must meet
+    /// (`workflow::input_schema`).
+    #[serde(default, rename = "inputSchema", skip_serializing_if = "Option::is_none")]
+    pub input_schema: Option<serde_json::Value>,
 }
 
 /// A workflow's `rateLimit` as written: a key as `concurrency`'s (the same one when both
@@ -445,6 +449,8 @@ pub struct Workflow {
     /// of them is told of, as the request row keeps them (None: none).
     pub notify: Vec<NotifyTarget>,
     pub notify_mask: Option<i16>,
+    /// What every create's payload must meet (`def.input_schema`), compiled once.
+    pub input_schema: Option<super::input_schema::InputSchema>,
 }
 
 impl Workflow {

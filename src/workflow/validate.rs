@@ -120,6 +120,10 @@ fn compile_in(mut def: WorkflowDef, scope: &Scope) -> Result<Workflow, Validatio
         _ => Vec::new(),
     };
     let notify_mask = super::notify::mask(&notify);
+    let input_schema = match (&def.input_schema, scope.depth) {
+        (Some(schema), 0) => Some(super::input_schema::compile(schema)?),
+        _ => None,
+    };
     let concurrency = match (&def.concurrency, &def.rate_limit) {
         (None, None) => None,
         _ if scope.depth > 0 => None,
@@ -136,6 +140,7 @@ fn compile_in(mut def: WorkflowDef, scope: &Scope) -> Result<Workflow, Validatio
         concurrency,
         notify,
         notify_mask,
+        input_schema,
     })
 }
 

@@ -24,6 +24,7 @@ mod faults;
 mod front_door;
 mod hardening;
 mod idempotency_cleanup;
+mod input_schemas;
 mod labels;
 mod lanes;
 mod notifications;
