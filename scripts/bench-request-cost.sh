@@ -31,7 +31,9 @@
 # '{"key":"payload.k","limit":4}'), KEYS (0; N: each create's payload carries "k", one of N
 # keys in turn, on both sides), A_NOTIFY and B_NOTIFY (1: that side's workflow tells each
 # COMPLETED to nginx over HTTP, and a round ends only once every notification is delivered,
-# by the server's counter: A=B with B_NOTIFY=1 prices a notification).
+# by the server's counter: A=B with B_NOTIFY=1 prices a notification), A_SCHEMA and
+# B_SCHEMA (1: that side's workflow has an inputSchema of five properties, which every
+# create's payload meets: A=B with B_SCHEMA=1 prices the check).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -118,11 +120,15 @@ curl -sf -o /dev/null -X POST -d x "http://127.0.0.1:$nginx_port/a" \
   || { echo "bench-request-cost: nginx did not answer on 127.0.0.1:$nginx_port" >&2; cat "$tmp/nginx/logs/error.log" >&2; exit 1; }
 
 port=$(free_port)
+# The inputSchema of A_SCHEMA/B_SCHEMA: five properties of perf/wrk/create.lua's payload.
+bench_schema='{"type":"object","required":["claimDetails","customer","policy"],"properties":{"claimDetails":{"type":"object","required":["amount","currency"],"properties":{"amount":{"type":"number","minimum":0},"currency":{"enum":["EUR","USD"]}}},"customer":{"type":"object","required":["id"]},"policy":{"type":"object"}}}'
 workflow_for() {  # workflow_for A|B: the two-step workflow, over that side's scheme
   local scheme_var="${1}_SCHEME" base_url="http://127.0.0.1:$nginx_port"
   [ "${!scheme_var:-http}" = https ] && base_url="https://localhost:$nginx_tls_port"
   local conc_var="${1}_CONCURRENCY" extra=""
   [ -z "${!conc_var:-}" ] || extra=",\"concurrency\":${!conc_var}"
+  local schema_var="${1}_SCHEMA"
+  [ "${!schema_var:-0}" != 1 ] || extra="$extra,\"inputSchema\":$bench_schema"
   local notify_var="${1}_NOTIFY"
   [ "${!notify_var:-0}" != 1 ] || extra="$extra,\"notify\":[{\"on\":[\"COMPLETED\"],\"http\":{\"url\":\"$base_url/told\"}}]"
   echo "{\"name\":\"two\",\"description\":\"bench\"$extra,\"steps\":[{\"name\":\"a\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"$base_url/a\"}},{\"name\":\"b\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"$base_url/b\"}}]}"

@@ -257,6 +257,9 @@ pub struct Metrics {
     pub slots_admitted: Counter,
     /// Requests waiting for a slot or a rate's room, by workflow, counted with the timers.
     pub slots_waiting: Family<WorkflowLabel, Gauge>,
+    /// Requests parked by their workflow's pause, by paused workflow, counted with the
+    /// timers.
+    pub parked: Family<WorkflowLabel, Gauge>,
     /// Requests finished, by workflow and status, and their time from create to finish.
     pub outcomes: Arc<Outcomes>,
     /// Messages to triggers, by source (webhook, amqp, kafka) and outcome (in the order
@@ -481,6 +484,7 @@ impl Metrics {
             rate_waits: Counter::default(),
             slots_admitted: Counter::default(),
             slots_waiting: Family::default(),
+            parked: Family::default(),
             outcomes: Default::default(),
             requests,
             latency,
@@ -653,6 +657,12 @@ impl Metrics {
             "Requests waiting for a concurrency slot or a rate's room, by workflow (counted with \
              clamp_timers_pending)",
             self.slots_waiting.clone(),
+        );
+        registry.register(
+            "clamp_workflow_parked",
+            "Requests waiting for their paused workflow's resume, by paused workflow \
+             (counted with clamp_timers_pending)",
+            self.parked.clone(),
         );
     }
 

@@ -23,6 +23,9 @@ pub enum Op {
     DeliverEvent,
     /// Defining or replacing a workflow (a new version).
     DefineWorkflow,
+    /// Pausing a workflow's requests, and resuming them.
+    PauseWorkflow,
+    ResumeWorkflow,
     /// Defining, replacing, deleting, triggering, pausing or resuming a schedule.
     ChangeSchedule,
     /// Defining, replacing, deleting, pausing or resuming a trigger.
@@ -86,6 +89,8 @@ routes! {
     GetWorkflow = "GET" "/workflow/{name}", Read, "get_workflow_handler_by_workflow_name", false;
     PutWorkflow = "PUT" "/workflow/{name}", DefineWorkflow, "clamp_put_workflow_handler", false;
     WorkflowVersions = "GET" "/workflow/{name}/versions", Read, "clamp_workflow_versions_handler", false;
+    PauseWorkflow = "POST" "/workflow/{name}/pause", PauseWorkflow, "clamp_pause_workflow_handler", false;
+    ResumeWorkflow = "POST" "/workflow/{name}/resume", ResumeWorkflow, "clamp_resume_workflow_handler", false;
     ListWorkflows = "GET" "/workflows", Read, "get_workflows_handler", false;
     StepResponse = "POST" "/stepResponse", StepResponse, "resume_async_service_request_handler", false;
     DeliverEvent = "POST" "/events/{event}", DeliverEvent, "clamp_deliver_event_handler", false;

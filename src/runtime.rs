@@ -231,6 +231,11 @@ fn instance_tasks(
             core.executor.clone(),
             stop.clone(),
         )),
+        tokio::spawn(crate::store::pauses::run(
+            core.pool.clone(),
+            core.app.pauses.clone(),
+            stop.clone(),
+        )),
     ];
     if cfg.brokers.kafka_enabled {
         tasks.push(tokio::spawn(crate::broker::kafka::consume(

@@ -175,6 +175,11 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
             finish(exec, &job).await;
             return;
         };
+        // Its workflow paused: it waits, parked, before this step (one atomic load while
+        // no workflow is paused).
+        if exec.app.pauses.is(&job.wf.name) && park(exec, &job).await {
+            return;
+        }
         // The workflow is shared (an Arc), so the step is borrowed from it, not copied.
         let wf = job.wf.clone();
         let Some(step) = wf.step(step_id) else {
@@ -190,6 +195,36 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
         };
         if let Flow::Stop = run_step(exec, &mut job, step).await {
             return;
+        }
+    }
+}
+
+/// Parks `job` before its next step, its workflow paused (`store::pauses`); true when
+/// it is parked or no longer this executor's, false when the workflow was resumed
+/// meanwhile (the step runs). Retried while the database is away.
+async fn park(exec: &Executor, job: &Job) -> bool {
+    use crate::store::pauses::{self, Parked};
+    let mut backoff = Backoff::new(WRITE_RETRY, MAX_WRITE_RETRY);
+    loop {
+        let parked = async {
+            let conn = exec
+                .pool
+                .get()
+                .await
+                .map_err(crate::store::StoreError::from)?;
+            pauses::park(&conn, job.id, exec.app.instance_id, &job.wf.name).await
+        }
+        .await;
+        match parked {
+            Ok(Parked::Yes) => {
+                exec.app.changes.notify(&job.id);
+                return true;
+            }
+            Ok(Parked::Lost) => return true,
+            Ok(Parked::NotPaused) => return false,
+            Err(e) if e.is_transient() && !exec.is_stopping() => backoff.wait().await,
+            // Not parked, not run: its lease runs out and a sweeper takes it again.
+            Err(_) => return true,
         }
     }
 }

@@ -38,6 +38,9 @@ pub struct Shared {
     pub freed: super::timers::slots::Freed,
     /// Creates of limited workflows, written in batches (`slots`).
     pub limited: super::timers::slots::LimitedCreates,
+    /// The workflows paused, read every second (`store::pauses`): their requests park
+    /// before their next step.
+    pub pauses: Arc<crate::store::pauses::Pauses>,
 }
 
 impl Shared {
@@ -75,6 +78,7 @@ impl Shared {
             paused: Default::default(),
             freed: Default::default(),
             limited: Default::default(),
+            pauses: Default::default(),
             config,
             db,
             outbound,

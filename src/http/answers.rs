@@ -35,6 +35,36 @@ fn place_in_lane(entry: &mut Value, lane: &Option<(crate::workflow::fan::LaneSte
     }
 }
 
+/// A status answer with `"workflowPaused": true` when its workflow is paused and it has
+/// not finished (it waits, parked, before its next step); the answer as it is otherwise,
+/// read again only while some workflow is paused.
+pub fn with_pause(pauses: &crate::ops::pauses::Pauses, body: Bytes) -> Bytes {
+    if !pauses.any() {
+        return body;
+    }
+    let Ok(Value::Object(mut v)) = serde_json::from_slice::<Value>(&body) else {
+        return body;
+    };
+    let waiting = v
+        .get("status")
+        .and_then(Value::as_str)
+        .and_then(|s| {
+            crate::status::RequestStatus::ALL
+                .into_iter()
+                .find(|k| k.as_str() == s)
+        })
+        .is_some_and(|s| !s.is_final() && s != crate::status::RequestStatus::Paused);
+    let paused = v
+        .get("workflow_name")
+        .and_then(Value::as_str)
+        .is_some_and(|w| pauses.is(w));
+    if !(waiting && paused) {
+        return body;
+    }
+    v.insert("workflowPaused".into(), Value::Bool(true));
+    Bytes::from(serde_json::to_vec(&Value::Object(v)).expect("values serialize"))
+}
+
 /// `GET /serviceRequest/{id}`'s answer: Clamp's fields, a STARTED and a final entry per
 /// step attempt, and the fields beyond Clamp where they apply. Given to the `App` as its
 /// renderer, so answers from memory and from reads come from here alike.

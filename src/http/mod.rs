@@ -303,6 +303,8 @@ async fn to_handler(
         Route::GetWorkflow => Box::pin(workflows::get(core, &decode(arg), query)).await,
         Route::PutWorkflow => Box::pin(workflows::put(core, who, &decode(arg), parts, body)).await,
         Route::WorkflowVersions => Box::pin(workflows::versions(core, &decode(arg))).await,
+        Route::PauseWorkflow => Box::pin(workflows::pause(core, who, &decode(arg))).await,
+        Route::ResumeWorkflow => Box::pin(workflows::resume(core, who, &decode(arg))).await,
         Route::ListWorkflows => Box::pin(workflows::list(core, query)).await,
         Route::StepResponse => step_response::post(core, parts, body).await,
         Route::DeliverEvent => Box::pin(events::post(core, parts, &decode(arg), body)).await,

@@ -217,7 +217,7 @@ pub async fn get(core: &Core, id: &str, query: Option<&str>) -> Resp {
         },
     };
     match crate::ops::read::status(core, id, wait).await {
-        Ok(body) => json_bytes(StatusCode::OK, body),
+        Ok(body) => json_bytes(StatusCode::OK, answers::with_pause(&core.app.pauses, body)),
         Err(e) => op_error(e),
     }
 }

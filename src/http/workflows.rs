@@ -1,6 +1,6 @@
 //! `POST /workflow`, `GET /workflow/{name}` and `GET /workflows`; beyond Clamp
-//! `PUT /workflow/{name}` and `GET /workflow/{name}/versions`: read, call `ops::workflows`,
-//! answer.
+//! `PUT /workflow/{name}`, `GET /workflow/{name}/versions` and `POST
+//! /workflow/{name}/pause|resume`: read, call `ops::workflows` (`ops::pauses`), answer.
 
 use hyper::http::request::Parts;
 use hyper::StatusCode;
@@ -48,7 +48,39 @@ pub async fn get(core: &Core, name: &str, query: Option<&str>) -> Resp {
         },
     };
     match workflows::read(&crate::ops::deps(core), name, version).await {
+        // Beyond Clamp: a paused workflow says so (only then is its JSON read again).
+        Ok(wf) if core.app.pauses.is(name) => {
+            let mut v: serde_json::Value =
+                serde_json::from_slice(&wf.json).expect("a stored definition is JSON");
+            v["paused"] = serde_json::Value::Bool(true);
+            json(StatusCode::OK, &v)
+        }
         Ok(wf) => json_bytes(StatusCode::OK, wf.json.clone()),
+        Err(e) => op_error(e),
+    }
+}
+
+/// `POST /workflow/{name}/pause` (beyond Clamp): its requests wait, parked, before their
+/// next step until `/resume`; answers the pause.
+pub async fn pause(core: &Core, who: &Caller, name: &str) -> Resp {
+    match crate::ops::pauses::pause(core, who, name).await {
+        Ok(p) => json(
+            StatusCode::OK,
+            &serde_json::json!({"workflow": p.workflow, "paused": true,
+                                "pausedAt": p.paused_at, "pausedBy": p.paused_by}),
+        ),
+        Err(e) => op_error(e),
+    }
+}
+
+/// `POST /workflow/{name}/resume` (beyond Clamp): its parked requests run again.
+pub async fn resume(core: &Core, who: &Caller, name: &str) -> Resp {
+    match crate::ops::pauses::resume(core, who, name).await {
+        Ok(r) => json(
+            StatusCode::OK,
+            &serde_json::json!({"workflow": name, "paused": false,
+                                "wasPaused": r.was_paused, "freed": r.freed}),
+        ),
         Err(e) => op_error(e),
     }
 }

@@ -19,6 +19,8 @@ pub fn needs(op: Op) -> Role {
         | Op::Rerun
         | Op::StepResponse
         | Op::DeliverEvent
+        | Op::PauseWorkflow
+        | Op::ResumeWorkflow
         | Op::Hook => Role::Operate,
         Op::DefineWorkflow | Op::ChangeSchedule | Op::ChangeTrigger | Op::ReadAudit => Role::Admin,
     }
@@ -32,6 +34,8 @@ pub fn audited(op: Op) -> Option<&'static str> {
         Op::BulkRetry => Some("bulk retry"),
         Op::Rerun => Some("rerun"),
         Op::DefineWorkflow => Some("define workflow"),
+        Op::PauseWorkflow => Some("pause workflow"),
+        Op::ResumeWorkflow => Some("resume workflow"),
         Op::ChangeSchedule => Some("change schedule"),
         Op::ChangeTrigger => Some("change trigger"),
         Op::Read | Op::Create | Op::StepResponse | Op::DeliverEvent | Op::Hook | Op::ReadAudit => {

@@ -24,6 +24,7 @@ pub mod delayed;
 pub mod events;
 pub mod hooks;
 pub mod lists;
+pub mod pauses;
 pub mod read;
 pub mod respond;
 pub mod schedules;

@@ -49,11 +49,12 @@ async fn count_timers(app: &App, pool: &Pool) {
         let conn = pool.get().await.ok()?;
         let timers = crate::store::deadlines::timers(&conn).await.ok()?;
         let waiting = crate::store::slots::waiting_counts(&conn).await.ok()?;
-        Some((timers, waiting))
+        let parked = crate::store::pauses::parked_counts(&conn).await.ok()?;
+        Some((timers, waiting, parked))
     })
     .await;
     match counted {
-        Ok(Some(((pending, overdue_ms), waiting))) => {
+        Ok(Some(((pending, overdue_ms), waiting, parked))) => {
             app.metrics.timers_pending.set(pending);
             app.metrics.timers_overdue_ms.set(overdue_ms as i64);
             // A workflow nobody waits for any more drops out rather than stay at its
@@ -62,6 +63,19 @@ async fn count_timers(app: &App, pool: &Pool) {
             for (workflow, n) in waiting {
                 let label = crate::metrics::WorkflowLabel { workflow };
                 app.metrics.slots_waiting.get_or_create(&label).set(n);
+            }
+            // Every paused workflow has a series (0 until a request parks); a resumed
+            // one drops out once its parked requests are gone.
+            app.metrics.parked.clear();
+            for workflow in app.pauses.names().iter() {
+                let label = crate::metrics::WorkflowLabel {
+                    workflow: workflow.clone(),
+                };
+                app.metrics.parked.get_or_create(&label).set(0);
+            }
+            for (workflow, n) in parked {
+                let label = crate::metrics::WorkflowLabel { workflow };
+                app.metrics.parked.get_or_create(&label).set(n);
             }
         }
         // Counted again by the next scrape.

@@ -21,6 +21,7 @@ pub(crate) mod lanes;
 pub(crate) mod leases;
 pub(crate) mod notifications;
 pub mod partitions;
+pub(crate) mod pauses;
 pub(crate) mod queries;
 pub(crate) mod raw_json;
 pub(crate) mod reader;

@@ -196,6 +196,7 @@ CREATE INDEX service_requests_failed_or_cancelled ON ONLY public.service_request
 CREATE INDEX service_requests_failed_or_cancelled_by_workflow ON ONLY public.service_requests USING btree (workflow_name, id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
 CREATE INDEX service_requests_fan_held ON ONLY public.service_requests USING btree (parent_id, parent_step_id, fan_index) WHERE (lease_until = 'infinity'::timestamp with time zone);
 CREATE INDEX service_requests_labels ON ONLY public.service_requests USING gin (labels) WHERE (labels IS NOT NULL);
+CREATE INDEX service_requests_parked ON ONLY public.service_requests USING btree (workflow_name, id) WHERE (lease_owner = '00000000-0000-0000-0000-000000000000'::uuid);
 CREATE UNIQUE INDEX service_requests_pkey ON ONLY public.service_requests USING btree (id) WITH (fillfactor='50');
 CREATE INDEX service_requests_queued ON ONLY public.service_requests USING btree (workflow_name, concurrency_key, ((- COALESCE((priority)::integer, 5))), id) WHERE ((concurrency_key IS NOT NULL) AND (lease_until = 'infinity'::timestamp with time zone) AND (status = 'NEW'::text));
 CREATE INDEX service_requests_reruns ON ONLY public.service_requests USING btree (rerun_of, id) WHERE (rerun_of IS NOT NULL);
@@ -229,6 +230,14 @@ CREATE TABLE triggers (
 );
 ALTER TABLE triggers ADD CONSTRAINT triggers_pkey PRIMARY KEY (name);
 CREATE UNIQUE INDEX triggers_pkey ON public.triggers USING btree (name);
+
+CREATE TABLE workflow_pauses (
+    workflow_name text NOT NULL,
+    paused_at timestamp with time zone NOT NULL DEFAULT now(),
+    paused_by text NOT NULL
+);
+ALTER TABLE workflow_pauses ADD CONSTRAINT workflow_pauses_pkey PRIMARY KEY (workflow_name);
+CREATE UNIQUE INDEX workflow_pauses_pkey ON public.workflow_pauses USING btree (workflow_name);
 
 CREATE TABLE workflow_versions (
     name text NOT NULL,

@@ -15,7 +15,8 @@ macro_rules! new_running {
             $t,
             ".lease_until > now() AND ",
             $t,
-            ".lease_owner IS NOT NULL)) THEN ",
+            // A parked request (its workflow paused, `store::pauses`) has not started.
+            ".lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN ",
             crate::status::status_sql!(InProgress)
         )
     };

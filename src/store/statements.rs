@@ -11,8 +11,8 @@
 use super::{
     audit, buffer, cancel, children, connect, dead_letters, deadlines, delayed, events, fan,
     housekeeping, idempotency, kafka_offsets, keeper, lanes, leases, migrate, notifications,
-    partitions, pool, queries, rerun, retention, retry, schedules, search, sessions, slots, stats,
-    status, step_responses, transitions, triggers,
+    partitions, pauses, pool, queries, rerun, retention, retry, schedules, search, sessions, slots,
+    stats, status, step_responses, transitions, triggers,
 };
 
 /// Every fixed statement of the store, expanded: (`file::CONST`, text), grouped by file.
@@ -111,6 +111,13 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("notifications::AGAIN", notifications::AGAIN),
         ("notifications::FAILED", notifications::FAILED),
         ("notifications::OF_REQUEST", notifications::OF_REQUEST),
+        ("pauses::LIST", pauses::LIST),
+        ("pauses::GET", pauses::GET),
+        ("pauses::PAUSE", pauses::PAUSE),
+        ("pauses::UNPAUSE", pauses::UNPAUSE),
+        ("pauses::FREE", pauses::FREE),
+        ("pauses::PARK", pauses::PARK),
+        ("pauses::PARKED_COUNTS", pauses::PARKED_COUNTS),
         ("triggers::INSERT", triggers::INSERT),
         ("triggers::GET", triggers::GET),
         ("triggers::LIST", triggers::LIST),

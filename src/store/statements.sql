@@ -72,7 +72,7 @@ SELECT id, workflow_version FROM inserted;
 
 -- idempotency::LOOKUP
 SELECT t.idx, k.service_request_id, r.payload = t.payload,
-    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN r.status = 'PAUSED' AND EXISTS (SELECT 1
+    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN r.status = 'PAUSED' AND EXISTS (SELECT 1
     FROM service_requests fc
     WHERE fc.parent_id = r.id AND fc.parent_step_id = r.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
@@ -779,7 +779,7 @@ SELECT c.fan_index, c.parent_id, p.workflow_name, p.payload
 
 -- fan::CHILDREN
 SELECT c.id, c.parent_step_id, c.fan_index, c.workflow_name,
-    CASE WHEN c.status = 'NEW' AND (c.current_step_id > 0 OR (c.lease_until > now() AND c.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN c.status = 'PAUSED' AND EXISTS (SELECT 1
+    CASE WHEN c.status = 'NEW' AND (c.current_step_id > 0 OR (c.lease_until > now() AND c.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN c.status = 'PAUSED' AND EXISTS (SELECT 1
     FROM service_requests fc
     WHERE fc.parent_id = c.id AND fc.parent_step_id = c.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
@@ -1084,6 +1084,48 @@ SELECT id, status, state, attempts, last_error, to_json(finished_at) #>> '{}',
        to_json(delivered_at) #>> '{}'
 FROM notifications WHERE service_request_id = $1 ORDER BY id LIMIT 100;
 
+-- pauses::LIST
+SELECT workflow_name, to_json(paused_at) #>> '{}', paused_by FROM workflow_pauses
+ORDER BY workflow_name;
+
+-- pauses::GET
+SELECT workflow_name, to_json(paused_at) #>> '{}', paused_by FROM workflow_pauses
+WHERE workflow_name = $1;
+
+-- pauses::PAUSE
+WITH made AS (
+    INSERT INTO workflow_pauses (workflow_name, paused_by) VALUES ($1, $2)
+    ON CONFLICT (workflow_name) DO NOTHING
+    RETURNING workflow_name, paused_at, paused_by
+)
+SELECT workflow_name, to_json(paused_at) #>> '{}', paused_by FROM made
+UNION ALL
+SELECT workflow_name, to_json(paused_at) #>> '{}', paused_by FROM workflow_pauses
+WHERE workflow_name = $1 AND NOT EXISTS (SELECT 1 FROM made);
+
+-- pauses::UNPAUSE
+DELETE FROM workflow_pauses WHERE workflow_name = $1;
+
+-- pauses::FREE
+UPDATE service_requests SET lease_owner = NULL, lease_until = '-infinity'
+WHERE lease_owner = '00000000-0000-0000-0000-000000000000'::uuid AND workflow_name = $1;
+
+-- pauses::PARK
+WITH p AS (
+    SELECT 1 FROM workflow_pauses WHERE workflow_name = $3 FOR KEY SHARE
+), parked AS (
+    UPDATE service_requests SET lease_owner = '00000000-0000-0000-0000-000000000000'::uuid,
+                                lease_until = '9999-12-31 00:00:00+00'
+    WHERE id = $1 AND lease_owner = $2 AND EXISTS (SELECT 1 FROM p)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM p), (SELECT count(*) FROM parked);
+
+-- pauses::PARKED_COUNTS
+SELECT workflow_name, count(*) FROM service_requests
+WHERE lease_owner = '00000000-0000-0000-0000-000000000000'::uuid
+GROUP BY workflow_name;
+
 -- triggers::INSERT
 INSERT INTO triggers (name, definition, paused) VALUES ($1, $2, $3)
 RETURNING definition, paused, created_at, updated_at;
@@ -1140,7 +1182,7 @@ UPDATE schedules SET paused = false, next_fire_at = $2 WHERE name = $1 AND pause
 
 -- schedules::LAST_FIRES
 SELECT f.fire_at, f.service_request_id,
-    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN r.status = 'PAUSED' AND EXISTS (SELECT 1
+    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN r.status = 'PAUSED' AND EXISTS (SELECT 1
     FROM service_requests fc
     WHERE fc.parent_id = r.id AND fc.parent_step_id = r.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
@@ -1151,7 +1193,7 @@ WHERE f.schedule = $1 ORDER BY f.fire_at DESC LIMIT $2;
 
 -- schedules::LAST_FIRES_OF
 SELECT f.schedule, f.fire_at, f.service_request_id,
-    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN r.status = 'PAUSED' AND EXISTS (SELECT 1
+    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN r.status = 'PAUSED' AND EXISTS (SELECT 1
     FROM service_requests fc
     WHERE fc.parent_id = r.id AND fc.parent_step_id = r.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
@@ -1288,7 +1330,7 @@ RESET statement_timeout;
 
 -- status::GET_HEADS
 SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_version,
-    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE r.status END AS status,
+    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' ELSE r.status END AS status,
         r.current_step_id,
     r.reason, to_json(r.created_at) #>> '{}' AS created_at, extract(epoch
     FROM r.finished_at)::float8 * 1000 AS request_finished_ms, r.step_attempts, r.last_error,
@@ -1303,7 +1345,7 @@ SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_versio
 
 -- status::GET_WHOLE
 SELECT r.id, r.workflow_name, coalesce(r.workflow_version, 1) AS workflow_version,
-    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' ELSE r.status END AS status,
+    CASE WHEN r.status = 'NEW' AND (r.current_step_id > 0 OR (r.lease_until > now() AND r.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' ELSE r.status END AS status,
         r.current_step_id,
     r.reason, to_json(r.created_at) #>> '{}' AS created_at, extract(epoch
     FROM r.finished_at)::float8 * 1000 AS request_finished_ms, r.step_attempts, r.last_error,
@@ -1389,7 +1431,7 @@ SELECT count(*) FROM workflows;
 
 -- queries::REQUESTS_PAGE
 SELECT s.id, s.workflow_name,
-    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
     FROM service_requests fc
     WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
@@ -1403,7 +1445,7 @@ SELECT s.id, s.workflow_name,
 
 -- search::SEARCH_ALL
 SELECT s.id, s.workflow_name,
-    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
     FROM service_requests fc
     WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
@@ -1411,7 +1453,7 @@ SELECT s.id, s.workflow_name,
         to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason,
         s.labels
     FROM service_requests s
-    WHERE s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    WHERE s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
         FROM service_requests fc
         WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
             'IN_PROGRESS',
@@ -1421,7 +1463,7 @@ SELECT s.id, s.workflow_name,
 
 -- search::SEARCH_WORKFLOW
 SELECT s.id, s.workflow_name,
-    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
     FROM service_requests fc
     WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
@@ -1429,7 +1471,7 @@ SELECT s.id, s.workflow_name,
         to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason,
         s.labels
     FROM service_requests s
-    WHERE s.workflow_name = $7 AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    WHERE s.workflow_name = $7 AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
         FROM service_requests fc
         WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
             'IN_PROGRESS',
@@ -1439,7 +1481,7 @@ SELECT s.id, s.workflow_name,
 
 -- search::SEARCH_SETTLED_BADLY
 SELECT s.id, s.workflow_name,
-    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
     FROM service_requests fc
     WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
@@ -1448,7 +1490,7 @@ SELECT s.id, s.workflow_name,
         s.labels
     FROM service_requests s
     WHERE s.status IN ('FAILED',
-        'CANCELLED') AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+        'CANCELLED') AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
         FROM service_requests fc
         WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
             'IN_PROGRESS',
@@ -1458,7 +1500,7 @@ SELECT s.id, s.workflow_name,
 
 -- search::SEARCH_SETTLED_BADLY_WORKFLOW
 SELECT s.id, s.workflow_name,
-    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
     FROM service_requests fc
     WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
@@ -1467,7 +1509,7 @@ SELECT s.id, s.workflow_name,
         s.labels
     FROM service_requests s
     WHERE s.status IN ('FAILED',
-        'CANCELLED') AND s.workflow_name = $7 AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+        'CANCELLED') AND s.workflow_name = $7 AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
         FROM service_requests fc
         WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
             'IN_PROGRESS',
@@ -1477,7 +1519,7 @@ SELECT s.id, s.workflow_name,
 
 -- search::SEARCH_RERUNS
 SELECT s.id, s.workflow_name,
-    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
     FROM service_requests fc
     WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
@@ -1485,7 +1527,7 @@ SELECT s.id, s.workflow_name,
         to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason,
         s.labels
     FROM service_requests s
-    WHERE s.rerun_of = $8 AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    WHERE s.rerun_of = $8 AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
         FROM service_requests fc
         WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
             'IN_PROGRESS',
@@ -1495,7 +1537,7 @@ SELECT s.id, s.workflow_name,
 
 -- search::SEARCH_AWAITING
 SELECT s.id, s.workflow_name,
-    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
     FROM service_requests fc
     WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
@@ -1503,7 +1545,7 @@ SELECT s.id, s.workflow_name,
         to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason,
         s.labels
     FROM service_requests s
-    WHERE s.status = 'PAUSED' AND s.wait_event = $8 AND ($9::text IS NULL OR s.wait_key = $9) AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    WHERE s.status = 'PAUSED' AND s.wait_event = $8 AND ($9::text IS NULL OR s.wait_key = $9) AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
         FROM service_requests fc
         WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
             'IN_PROGRESS',
@@ -1513,7 +1555,7 @@ SELECT s.id, s.workflow_name,
 
 -- search::SEARCH_LABELS_RECENT
 SELECT s.id, s.workflow_name,
-    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
     FROM service_requests fc
     WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
@@ -1526,7 +1568,7 @@ SELECT s.id, s.workflow_name,
         WHERE w.id >= $1 AND w.id < $2
         ORDER BY w.id DESC OFFSET 2000 - 1
         LIMIT 1),
-            $1) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+            $1) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
         FROM service_requests fc
         WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
             'IN_PROGRESS',
@@ -1536,7 +1578,7 @@ SELECT s.id, s.workflow_name,
 
 -- search::SEARCH_LABELS
 SELECT s.id, s.workflow_name,
-    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
     FROM service_requests fc
     WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
@@ -1544,7 +1586,7 @@ SELECT s.id, s.workflow_name,
         to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason,
         s.labels
     FROM service_requests s
-    WHERE s.labels @> $8::text[] AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    WHERE s.labels @> $8::text[] AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
         FROM service_requests fc
         WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
             'IN_PROGRESS',
@@ -1554,7 +1596,7 @@ SELECT s.id, s.workflow_name,
 
 -- search::SEARCH_WAITING_SLOT
 SELECT s.id, s.workflow_name,
-    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
     FROM service_requests fc
     WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',
@@ -1562,7 +1604,7 @@ SELECT s.id, s.workflow_name,
         to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason,
         s.labels
     FROM service_requests s
-    WHERE s.concurrency_key IS NOT NULL AND s.lease_until = 'infinity' AND s.status = 'NEW' AND ($8::text IS NULL OR s.concurrency_key = $8) AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+    WHERE s.concurrency_key IS NOT NULL AND s.lease_until = 'infinity' AND s.status = 'NEW' AND ($8::text IS NULL OR s.concurrency_key = $8) AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
         FROM service_requests fc
         WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
             'IN_PROGRESS',
@@ -1573,7 +1615,7 @@ SELECT s.id, s.workflow_name,
 -- stats::COUNTS
 SELECT extract(epoch
     FROM date_trunc('minute', s.created_at))::bigint AS minute,
-        CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner IS NOT NULL)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+        CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
     FROM service_requests fc
     WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
         'IN_PROGRESS',

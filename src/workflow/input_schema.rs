@@ -97,9 +97,15 @@ mod tests {
         let why = schema()
             .check(br#"{"currency": "GBP", "lines": [{"sku": "a"}, {}]}"#)
             .unwrap_err();
-        assert!(why.contains("/: \"amount\" is a required property"), "{why}");
+        assert!(
+            why.contains("/: \"amount\" is a required property"),
+            "{why}"
+        );
         assert!(why.contains("/currency: "), "{why}");
-        assert!(why.contains("/lines/1: \"sku\" is a required property"), "{why}");
+        assert!(
+            why.contains("/lines/1: \"sku\" is a required property"),
+            "{why}"
+        );
     }
 
     #[test]

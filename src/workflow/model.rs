@@ -53,7 +53,11 @@ pub struct WorkflowDef {
     pub notify: Option<Vec<serde_json::Value>>,
     /// Beyond Clamp: the JSON Schema (2020-12) every create's payload must meet
     /// (`workflow::input_schema`).
-    #[serde(default, rename = "inputSchema", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "inputSchema",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub input_schema: Option<serde_json::Value>,
 }
 

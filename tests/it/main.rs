@@ -31,6 +31,7 @@ mod notifications;
 mod openapi;
 mod outcomes;
 mod partitions;
+mod pauses;
 mod pki;
 mod priority;
 mod rerun;

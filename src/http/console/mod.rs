@@ -80,6 +80,8 @@ pub async fn handle(core: &Core, conn: &ConnState, parts: &Parts, body: &mut Bod
         (&Method::POST, ["serviceRequests", _, action]) => actions::op(action),
         (&Method::POST, ["schedules", _, _]) => Some(crate::ops::access::Op::ChangeSchedule),
         (&Method::POST, ["triggers", _, _]) => Some(crate::ops::access::Op::ChangeTrigger),
+        (&Method::POST, ["workflows", _, "pause"]) => Some(crate::ops::access::Op::PauseWorkflow),
+        (&Method::POST, ["workflows", _, "resume"]) => Some(crate::ops::access::Op::ResumeWorkflow),
         _ => None,
     };
     if let Some(op) = wants {
@@ -99,6 +101,9 @@ pub async fn handle(core: &Core, conn: &ConnState, parts: &Parts, body: &mut Bod
         (&Method::GET, ["workflows"]) => workflows::list(core, &ctx).await,
         (&Method::GET, ["workflows", name]) => {
             workflows::page(core, &ctx, &super::decode(name)).await
+        }
+        (&Method::POST, ["workflows", name, action]) => {
+            workflows::post(core, &ctx, &super::decode(name), action, parts, body).await
         }
         (&Method::GET, ["schedules"]) => schedules::page(core, &ctx, query).await,
         (&Method::POST, ["schedules", name, action]) => {

@@ -47,7 +47,10 @@ pub async fn list(core: &Core, ctx: &Ctx) -> Resp {
                     @for d in &defs {
                         @let name = d["name"].as_str().unwrap_or("");
                         tr {
-                            td { a href={ "/console/workflows/" (seg(name)) } { (name) } }
+                            td {
+                                a href={ "/console/workflows/" (seg(name)) } { (name) }
+                                @if core.app.pauses.is(name) { " " span.badge.st-PAUSED { "paused" } }
+                            }
                             td { (d["description"].as_str().unwrap_or("")) }
                             td.num { (d["steps"].as_array().map_or(0, Vec::len)) }
                             td { @if d["enabled"].as_bool().unwrap_or(true) { "yes" } @else { "no" } }
@@ -118,8 +121,14 @@ pub async fn page(core: &Core, ctx: &Ctx, name: &str) -> Resp {
         },
     };
     let def = &wf.def;
+    // As stored, not as this instance last read it.
+    let pause = match crate::ops::pauses::of(core, name).await {
+        Ok(p) => p,
+        Err(e) => return super::op_problem(ctx, e),
+    };
     let body = html! {
-        h1 { "Workflow " (def.name) }
+        h1 { "Workflow " (def.name) @if pause.is_some() { " " span.badge.st-PAUSED { "paused" } } }
+        (pausing(ctx, name, pause.as_ref()))
         div.card { dl.facts {
             dt { "Description" } dd { (def.description) }
             dt { "Version" } dd {
@@ -150,6 +159,56 @@ pub async fn page(core: &Core, ctx: &Ctx, name: &str) -> Resp {
         ctx,
         layout::page(ctx, Nav::Workflows, &def.name, body),
     )
+}
+
+/// Whether the workflow is paused, by whom and since when, and the button that pauses
+/// or resumes it (for a caller whose role may).
+fn pausing(ctx: &Ctx, name: &str, pause: Option<&crate::ops::pauses::Pause>) -> Markup {
+    use crate::ops::access::Op;
+    let (verb, label, op) = match pause {
+        Some(_) => ("resume", "Resume", Op::ResumeWorkflow),
+        None => ("pause", "Pause", Op::PauseWorkflow),
+    };
+    html! {
+        @if let Some(p) = pause {
+            p.card { "Paused by " (p.paused_by) " at " span.mono { (layout::when(&p.paused_at)) }
+                ": its requests are stored and wait, parked, before their next step." }
+        }
+        @if ctx.may(op) { div.buttons {
+            form method="post" action={ "/console/workflows/" (seg(name)) "/" (verb) } {
+                input type="hidden" name="csrf" value=(ctx.csrf);
+                button type="submit" { (label) " this workflow" }
+            }
+        } }
+    }
+}
+
+/// A workflow's action (pause, resume), posted by its form: done by its operation, then
+/// back to its page.
+pub async fn post(
+    core: &Core,
+    ctx: &Ctx,
+    name: &str,
+    action: &str,
+    parts: &hyper::http::request::Parts,
+    body: &mut crate::http::body::Body,
+) -> Resp {
+    if let Err(r) = super::actions::checked_form(core, ctx, parts, body).await {
+        return r;
+    }
+    let done = match action {
+        "pause" => crate::ops::pauses::pause(core, &ctx.caller, name)
+            .await
+            .map(drop),
+        "resume" => crate::ops::pauses::resume(core, &ctx.caller, name)
+            .await
+            .map(drop),
+        _ => return layout::problem(StatusCode::NOT_FOUND, ctx, "no such action"),
+    };
+    match done {
+        Ok(()) => layout::see_other(&format!("/console/workflows/{}", seg(name)), ctx),
+        Err(e) => super::op_problem(ctx, e),
+    }
 }
 
 /// A limited workflow's flow control: its limit and rate per key, and the keys with the
