@@ -19,7 +19,9 @@
 # (64, wrk's connections), SERVER_FLAGS (extra server flags, split into words), SEED (0:
 # that many finished two-step requests, and their step records, written before the start
 # as clamp writes them, spread over the SEED_HOURS (24) before it; through the server's
-# own insert into whatever table layout its migrations made), TAG (soak).
+# own insert into whatever table layout its migrations made), TAG (soak), NOTIFY (1: the
+# workflow tells each COMPLETED to nginx over HTTP, the outbox counts among the tables
+# that grow, and the notifications still pending at the end go to notify.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -70,7 +72,9 @@ server_cmd="$BIN --port $port --bind 127.0.0.1 --database-url $url ${SERVER_FLAG
 # SERVER_FLAGS is split into words on purpose.
 # shellcheck disable=SC2086
 serve "$port" "$tmp/server.log" $server_cmd
-workflow="{\"name\":\"two\",\"description\":\"soak\",\"steps\":[{\"name\":\"a\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"http://127.0.0.1:$nginx_port/a\"}},{\"name\":\"b\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"http://127.0.0.1:$nginx_port/b\"}}]}"
+notify=
+[ "${NOTIFY:-0}" != 1 ] || notify=",\"notify\":[{\"on\":[\"COMPLETED\"],\"http\":{\"url\":\"http://127.0.0.1:$nginx_port/told\"}}]"
+workflow="{\"name\":\"two\",\"description\":\"soak\"$notify,\"steps\":[{\"name\":\"a\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"http://127.0.0.1:$nginx_port/a\"}},{\"name\":\"b\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"http://127.0.0.1:$nginx_port/b\"}}]}"
 curl -sf -o /dev/null -X POST -H 'Content-Type: application/json' -d "$workflow" "http://127.0.0.1:$port/workflow"
 
 if [ "$SEED" -gt 0 ]; then
@@ -113,7 +117,8 @@ fi
 # partitions (pg_partition_tree), indexes and TOAST.
 size_sql="SELECT coalesce(sum(pg_total_relation_size(t.relid)), 0)::bigint
   FROM (VALUES ('service_requests'), ('steps_status'), ('event_takes'), ('fan_joins'),
-               ('idempotency_keys'), ('events'), ('dead_letters'), ('audit_log')) v(name)
+               ('idempotency_keys'), ('events'), ('dead_letters'), ('audit_log'),
+               ('notifications')) v(name)
   JOIN LATERAL (SELECT relid FROM pg_partition_tree(to_regclass(v.name)) WHERE isleaf
                 UNION SELECT to_regclass(v.name)
                 WHERE (SELECT relkind FROM pg_class WHERE oid = to_regclass(v.name)) = 'r') t ON true"
@@ -157,6 +162,9 @@ read -r c n r f < <(finished)
 rows=$(q "SELECT count(*) FROM service_requests WHERE workflow_name = 'two'")
 open_rows=$(q "SELECT count(*) FROM service_requests WHERE workflow_name = 'two' AND status NOT IN ('COMPLETED', 'FAILED')")
 seeded_left=$(q "SELECT count(*) FROM service_requests WHERE workflow_name = 'two' AND created_at < to_timestamp($start)")
+if [ "${NOTIFY:-0}" = 1 ]; then
+  q "SELECT state, count(*), max(delivered_at - finished_at) FROM notifications GROUP BY state" > "$out/notify.txt"
+fi
 stop "$server_pid"; server_pid=
 cp "$tmp/samples.csv" "$out/samples.csv"
 cp "$tmp/wrk.txt" "$out/wrk.txt"
