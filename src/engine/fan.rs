@@ -30,7 +30,7 @@ use crate::backoff::Backoff;
 use crate::status::RequestStatus;
 use crate::store::fan::{self, Children, Counted, Part, Started};
 use crate::workflow::fan::items;
-use crate::workflow::model::{MapBody, MapVal, ITEM_BRANCH};
+use crate::workflow::model::{Branch, MapBody, MapVal, SwitchVal, DEFAULT_CASE, ITEM_BRANCH};
 use crate::workflow::{CompiledStep, Val};
 
 /// Most due joins applied per look of the reporter.
@@ -60,8 +60,23 @@ pub struct Starting<'a> {
 pub enum FanError {
     #[error(transparent)]
     Items(#[from] crate::workflow::fan::ItemsError),
+    /// A SWITCH's `on` could not be evaluated over the context.
+    #[error("SWITCH {0}")]
+    On(String),
+    /// A SWITCH's value has no case, and it has no default.
+    #[error("SWITCH on {on:?} is {value:?}: no case has that value, and there is no default")]
+    NoCase { on: String, value: String },
     #[error("not a fan-out step")]
     NotFanOut,
+}
+
+/// The path a SWITCH takes over `context`, or why it takes none.
+fn path<'a>(sw: &'a SwitchVal, context: &Map<String, Value>) -> Result<&'a Branch, FanError> {
+    let value = sw.on.eval_case(context).map_err(|e| FanError::On(e.0))?;
+    sw.path(&value).ok_or_else(|| FanError::NoCase {
+        on: sw.on.source().to_string(),
+        value,
+    })
 }
 
 /// A MAP step's list, or why the step fails: checked before anything is written, so a
@@ -70,6 +85,7 @@ pub fn check(step: &CompiledStep, context: &Map<String, Value>) -> Result<usize,
     match &step.val {
         Val::Map(m) => Ok(items(context, &m.items)?.len()),
         Val::Parallel(p) => Ok(p.branches.len()),
+        Val::Switch(sw) => path(sw, context).map(|_| 1),
         _ => Err(FanError::NotFanOut),
     }
 }
@@ -91,6 +107,11 @@ fn children(s: &Starting) -> Result<(Children, u32), FanError> {
             for b in &p.branches {
                 push(own(&b.name), s.version as i32, s.request.to_string(), false);
             }
+            Ok((c, 0))
+        }
+        Val::Switch(sw) => {
+            let b = path(sw, s.context)?;
+            push(own(&b.name), s.version as i32, s.request.to_string(), false);
             Ok((c, 0))
         }
         Val::Map(m) => {
@@ -158,8 +179,11 @@ pub async fn start(exec: &Arc<Executor>, s: &Starting<'_>) {
         tolerated,
         branches: match &s.step.val {
             Val::Parallel(p) => Some(p.branches.iter().map(|b| b.name.clone()).collect()),
+            // The case taken (checked before: the context did not change since).
+            Val::Switch(sw) => path(sw, s.context).ok().map(|b| vec![b.name.clone()]),
             _ => None,
         },
+        switch: matches!(s.step.val, Val::Switch(_)),
         headers: s.headers.clone(),
         own: 0,
         lease_ms: exec.app.config.lease.as_secs_f64() * 1000.0,
@@ -217,11 +241,11 @@ pub async fn start(exec: &Arc<Executor>, s: &Starting<'_>) {
     exec.wake();
 }
 
-/// Whether a fan-out step's children run the step's own steps (a PARALLEL, or a MAP
-/// of `steps`), whose workflow is the parent's version.
+/// Whether a fan-out step's children run the step's own steps (a PARALLEL, a SWITCH, or
+/// a MAP of `steps`), whose workflow is the parent's version.
 fn inline(step: &CompiledStep) -> bool {
     match &step.val {
-        Val::Parallel(_) => true,
+        Val::Parallel(_) | Val::Switch(_) => true,
         Val::Map(m) => matches!(m.body, MapBody::Steps(_)),
         _ => false,
     }
@@ -363,7 +387,8 @@ impl Executor {
 }
 
 /// The joined answer of a fan-out step: every branch's or item's last answer (null for a
-/// tolerated failure), or, when more failed than tolerated, an error naming the first.
+/// tolerated failure), or, when more failed than tolerated, an error naming the first; a
+/// SWITCH's, its path's last answer, or its path's failure.
 fn answer(parent: Uuid, step_id: u32, join: &fan::Join, parts: &[Part]) -> Answer {
     // Finished without completing (a child still running is not a failure yet).
     let failed: Vec<&Part> = parts
@@ -377,11 +402,17 @@ fn answer(parent: Uuid, step_id: u32, join: &fan::Join, parts: &[Part]) -> Answe
             .iter()
             .find(|p| p.status == RequestStatus::Failed)
             .unwrap_or(&failed[0]);
+        let branch = |b: &Vec<String>| {
+            b.get(first.index as usize)
+                .map_or("?", String::as_str)
+                .to_string()
+        };
         let name = match &join.branches {
-            Some(b) => format!(
-                "branch {}",
-                b.get(first.index as usize).map_or("?", String::as_str)
-            ),
+            Some(b) if join.switch && b.first().is_some_and(|n| n == DEFAULT_CASE) => {
+                "the default path".to_string()
+            }
+            Some(b) if join.switch => format!("case {:?}", branch(b)),
+            Some(b) => format!("branch {}", branch(b)),
             None => format!("item {}", first.index),
         };
         StepError {
@@ -410,6 +441,8 @@ fn answer(parent: Uuid, step_id: u32, join: &fan::Join, parts: &[Part]) -> Answe
             .unwrap_or(Value::Null)
     };
     let response = error.is_none().then(|| match &join.branches {
+        // A SWITCH answers as its path's last step did.
+        Some(_) if join.switch => parts.first().map_or(Value::Null, last),
         Some(names) => Value::Object(
             parts
                 .iter()

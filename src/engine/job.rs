@@ -771,7 +771,12 @@ async fn execute(
         }
         // Its children are started where the pause is written (`fan::start`); a MAP
         // whose list is missing or too long fails here, one with no items is done.
-        (Val::Parallel(_), Mode::Parallel) | (Val::Map(_), Mode::Map) if is_async => {
+        // A SWITCH whose value has no case (and no default) fails here, naming it.
+        (Val::Parallel(_), Mode::Parallel)
+        | (Val::Map(_), Mode::Map)
+        | (Val::Switch(_), Mode::Switch)
+            if is_async =>
+        {
             match super::fan::check(step, &job.context_for(step, body)) {
                 Ok(0) => Outcome::Done(Doc::trusted("[]")),
                 Ok(_) => Outcome::Sent,

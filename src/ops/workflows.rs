@@ -20,7 +20,6 @@ use crate::store::workflow_map::WorkflowMap;
 use crate::store::{LoadError, StoreError};
 use crate::tokens::Caller;
 use crate::workflow::brokers::{self, AmqpTarget, Endpoint, KafkaTarget};
-use crate::workflow::model::{MapBody, MapVal};
 use crate::workflow::validate::includes;
 use crate::workflow::{compile, set_default_reply_to, Val, Workflow, WorkflowDef};
 
@@ -64,17 +63,12 @@ fn each_call<E: std::fmt::Display>(
     check: &impl Fn(&Val) -> std::result::Result<(), E>,
 ) -> Result<()> {
     for s in &wf.steps {
-        match &s.val {
-            Val::Parallel(p) => {
-                for b in &p.branches {
-                    each_call(&b.sub.0, check)?;
-                }
-            }
-            Val::Map(MapVal {
-                body: MapBody::Steps(sub),
-                ..
-            }) => each_call(&sub.0, check)?,
-            v => check(v).map_err(|e| OpError::BadRequest(format!("step '{}': {e}", s.name)))?,
+        let subs = s.val.subs();
+        if subs.is_empty() {
+            check(&s.val).map_err(|e| OpError::BadRequest(format!("step '{}': {e}", s.name)))?;
+        }
+        for sub in subs {
+            each_call(&sub.0, check)?;
         }
     }
     Ok(())

@@ -205,6 +205,10 @@ fn describe(step: &CompiledStep, attributes: &mut Vec<KeyValue>) -> (SpanKind, S
                 format!("fan out {} branches", p.branches.len()),
             )
         }
+        Val::Switch(sw) => {
+            attributes.push(KeyValue::new("clamp.switch.on", sw.on.source().to_string()));
+            (SpanKind::Internal, format!("switch on {}", sw.on.source()))
+        }
         Val::Map(m) => {
             attributes.push(KeyValue::new("clamp.fan.items", m.items.clone()));
             (SpanKind::Internal, format!("map {}", m.items))

@@ -41,6 +41,8 @@ pub struct Start<'a> {
     /// The final statuses the children's workflow tells of (a MAP over a stored
     /// workflow; None: none, and always for steps of the request's own definition).
     pub notify: Option<i16>,
+    /// A SWITCH's (its one child's answer is the step's: `Join::switch`).
+    pub switch: bool,
 }
 
 /// The children's columns, one entry per child in index order.
@@ -59,7 +61,8 @@ pub struct Children {
 /// `$7` attempts, `$8`..`$12` the children's ids, workflows, versions, payloads and held
 /// flags, `$13` tolerated failures, `$14` branch names (NULL for a MAP), `$15` the
 /// children's headers (NULL: the parent's), `$16` how many of the first children are
-/// leased to the owner, for `$17` ms, `$18` the statuses the children tell of. Inserts nothing but the pause and the record when
+/// leased to the owner, for `$17` ms, `$18` the statuses the children tell of, `$19`
+/// whether the step is a SWITCH. Inserts nothing but the pause and the record when
 /// the step has children already (a retry in place: `restart`). Returns whether the lease
 /// held, whether the children are new, and their headers.
 pub(super) const START: &str = concat!(
@@ -98,8 +101,8 @@ WITH ",
            WITH ORDINALITY AS c(id, workflow, version, payload, held, n)
     RETURNING 1
 ), joined AS (
-    INSERT INTO fan_joins (parent_id, step_id, total, tolerated, branches)
-    SELECT $1, $2, cardinality($8::uuid[]), $13, $14::text[]
+    INSERT INTO fan_joins (parent_id, step_id, total, tolerated, branches, switch)
+    SELECT $1, $2, cardinality($8::uuid[]), $13, $14::text[], $19::bool
     FROM fresh
     RETURNING 1
 )
@@ -145,6 +148,7 @@ pub async fn start(conn: &PgConn, s: &Start<'_>) -> Result<Started> {
                 &(s.own as i32),
                 &s.lease_ms,
                 &s.notify,
+                &s.switch,
             ],
         )
         .await?;
@@ -408,14 +412,16 @@ ORDER BY c.fan_index"
 
 /// `$1` parent, `$2` step: what the join knows of the step.
 pub(super) const JOIN: &str =
-    "SELECT tolerated, branches FROM fan_joins WHERE parent_id = $1 AND step_id = $2";
+    "SELECT tolerated, branches, switch FROM fan_joins WHERE parent_id = $1 AND step_id = $2";
 
 /// A fan-out step as its join keeps it.
 #[derive(Debug)]
 pub struct Join {
     pub tolerated: u32,
-    /// A PARALLEL step's branch names, by index (None: a MAP).
+    /// A PARALLEL step's branch names, by index (None: a MAP); a SWITCH's case taken.
     pub branches: Option<Vec<String>>,
+    /// A SWITCH's: its one child's answer is the step's.
+    pub switch: bool,
 }
 
 /// The join of a fan-out step and its children's outcomes, in index order.
@@ -427,6 +433,7 @@ pub async fn parts(conn: &PgConn, parent: Uuid, step_id: u32) -> Result<(Join, V
     let join = Join {
         tolerated: j.get::<_, i32>(0).max(0) as u32,
         branches: j.get(1),
+        switch: j.get(2),
     };
     let parts = conn
         .client

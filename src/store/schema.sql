@@ -70,7 +70,8 @@ CREATE TABLE fan_joins (
     failed integer NOT NULL DEFAULT 0,
     tolerated integer NOT NULL,
     branches text[],
-    done boolean NOT NULL DEFAULT false
+    done boolean NOT NULL DEFAULT false,
+    switch boolean NOT NULL DEFAULT false
 ) PARTITION BY RANGE (parent_id);
 ALTER TABLE fan_joins ADD CONSTRAINT fan_joins_pkey PRIMARY KEY (parent_id, step_id);
 CREATE INDEX fan_joins_due ON ONLY public.fan_joins USING btree (parent_id) WHERE (NOT done);

@@ -628,8 +628,8 @@ WITH fenced AS (
            WITH ORDINALITY AS c(id, workflow, version, payload, held, n)
     RETURNING 1
 ), joined AS (
-    INSERT INTO fan_joins (parent_id, step_id, total, tolerated, branches)
-    SELECT $1, $2, cardinality($8::uuid[]), $13, $14::text[]
+    INSERT INTO fan_joins (parent_id, step_id, total, tolerated, branches, switch)
+    SELECT $1, $2, cardinality($8::uuid[]), $13, $14::text[], $19::bool
     FROM fresh
     RETURNING 1
 )
@@ -759,7 +759,7 @@ WHERE c.parent_id = $1 AND c.parent_step_id = $2 AND c.fan_index IS NOT NULL
 ORDER BY c.fan_index;
 
 -- fan::JOIN
-SELECT tolerated, branches FROM fan_joins WHERE parent_id = $1 AND step_id = $2;
+SELECT tolerated, branches, switch FROM fan_joins WHERE parent_id = $1 AND step_id = $2;
 
 -- fan::DONE
 UPDATE fan_joins SET done = true WHERE parent_id = $1 AND step_id = $2;

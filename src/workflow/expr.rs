@@ -168,6 +168,19 @@ impl KeyExpr {
             .map(KeyExpr)
     }
 
+    /// The expression as written.
+    pub fn source(&self) -> &str {
+        &self.0.source
+    }
+
+    /// A SWITCH's case for `context`: as `eval`, and a boolean as `true` or `false`.
+    pub fn eval_case(&self, context: &Map<String, Value>) -> Result<String, ConditionError> {
+        if let Ok(cel::Value::Bool(b)) = self.0.execute(context, "on")? {
+            return Ok(b.to_string());
+        }
+        self.eval(context)
+    }
+
     /// The key for `context`: a string as it is, a number as written; anything else (or
     /// data that is not there) is an error naming the expression.
     pub fn eval(&self, context: &Map<String, Value>) -> Result<String, ConditionError> {

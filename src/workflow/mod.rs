@@ -10,6 +10,7 @@ pub(crate) mod notify;
 pub(crate) mod retention;
 pub(crate) mod retry;
 pub(crate) mod schedule;
+pub(crate) mod switch;
 pub(crate) mod transform;
 pub(crate) mod trigger;
 pub(crate) mod validate;

@@ -211,6 +211,9 @@ pub enum Mode {
     Wait,
     /// Beyond Clamp: the request waits for an event delivered with its key.
     Event,
+    /// Beyond Clamp: one path of steps of several, chosen by a value of the context, run
+    /// as a child request (the fan-out machinery, with one child).
+    Switch,
 }
 
 impl Mode {
@@ -224,17 +227,23 @@ impl Mode {
             Mode::Map => "MAP",
             Mode::Wait => "WAIT",
             Mode::Event => "EVENT",
+            Mode::Switch => "SWITCH",
         }
     }
 
     /// Whether the step's answer comes from child requests (their outcome resumes it).
     pub fn has_children(self) -> bool {
-        matches!(self, Mode::Workflow | Mode::Parallel | Mode::Map)
+        matches!(
+            self,
+            Mode::Workflow | Mode::Parallel | Mode::Map | Mode::Switch
+        )
     }
 
-    /// Whether the step fans out (several children, joined).
+    /// Whether the step's children are of steps of its own definition, started and
+    /// joined by the fan-out machinery (`engine::fan`): PARALLEL and MAP (several, joined)
+    /// and SWITCH (one, its path's).
     pub fn fans_out(self) -> bool {
-        matches!(self, Mode::Parallel | Mode::Map)
+        matches!(self, Mode::Parallel | Mode::Map | Mode::Switch)
     }
 }
 
@@ -357,6 +366,36 @@ pub struct MapVal {
     pub tolerated_failures: u32,
 }
 
+/// The branch name of a SWITCH's `default` path (no case can be named so).
+pub const DEFAULT_CASE: &str = "*";
+
+/// A SWITCH step: `on`'s value over the context picks the case whose name it is (else
+/// the default); that case's steps run as one child request, and its last answer is the
+/// step's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SwitchVal {
+    pub on: Arc<super::expr::KeyExpr>,
+    /// The cases, in the definition's order, each a branch named by its value.
+    pub cases: Vec<Branch>,
+    /// The path when no case has the value (named `DEFAULT_CASE`).
+    pub default: Option<Branch>,
+}
+
+impl SwitchVal {
+    /// The path `value` takes: its case, else the default.
+    pub fn path(&self, value: &str) -> Option<&Branch> {
+        self.cases
+            .iter()
+            .find(|b| b.name == value)
+            .or(self.default.as_ref())
+    }
+
+    /// Every path, cases then the default.
+    pub fn paths(&self) -> impl Iterator<Item = &Branch> {
+        self.cases.iter().chain(self.default.as_ref())
+    }
+}
+
 /// A WAIT step: how long it sleeps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WaitVal {
@@ -383,6 +422,23 @@ pub enum Val {
     Map(MapVal),
     Wait(WaitVal),
     Event(EventVal),
+    Switch(SwitchVal),
+}
+
+impl Val {
+    /// The workflows of its own steps a step runs as children: a PARALLEL's branches, a
+    /// MAP's per-item steps, a SWITCH's paths.
+    pub fn subs(&self) -> Vec<&Sub> {
+        match self {
+            Val::Parallel(p) => p.branches.iter().map(|b| &b.sub).collect(),
+            Val::Map(MapVal {
+                body: MapBody::Steps(sub),
+                ..
+            }) => vec![sub],
+            Val::Switch(s) => s.paths().map(|b| &b.sub).collect(),
+            _ => Vec::new(),
+        }
+    }
 }
 
 /// The branch name of a MAP's per-item steps in their workflow's name (`order/4/item`).
@@ -477,6 +533,7 @@ impl Workflow {
                     body: MapBody::Steps(sub),
                     ..
                 }) if branch == ITEM_BRANCH => sub.0.clone(),
+                Val::Switch(sw) => sw.paths().find(|b| b.name == branch)?.sub.0.clone(),
                 _ => return None,
             };
             wf = next;

@@ -190,6 +190,7 @@ fn reads_context(s: &CompiledStep) -> bool {
     s.when.is_some()
         || s.transform.is_some()
         || s.mode == Mode::Map
+        || s.mode == Mode::Switch
         || matches!(&s.val, Val::Parallel(p) if p.lanes && p.branches.iter().any(|b| b.sub.0.uses_context))
         || matches!(
             s.val,
@@ -408,11 +409,12 @@ fn step_mode(s: &Step, at: &str) -> Result<Mode, ValidationError> {
         "MAP" => Ok(Mode::Map),
         "WAIT" => Ok(Mode::Wait),
         "EVENT" => Ok(Mode::Event),
+        "SWITCH" => Ok(Mode::Switch),
         "" => err(format!(
-            "{at}.mode is required (HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP, WAIT or EVENT)"
+            "{at}.mode is required (HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP, SWITCH, WAIT or EVENT)"
         )),
         other => err(format!(
-            "{at}.mode {other:?} must be HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP, WAIT or EVENT"
+            "{at}.mode {other:?} must be HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP, SWITCH, WAIT or EVENT"
         )),
     }
 }
@@ -491,7 +493,9 @@ fn compile_val(mode: Mode, val: &Value, at: &str) -> Result<Val, ValidationError
         Mode::Event => err(format!(
             "{at}.val: an EVENT step is compiled with its names"
         )),
-        Mode::Parallel | Mode::Map => err(format!("{at}.val: a fan-out step is compiled whole")),
+        Mode::Parallel | Mode::Map | Mode::Switch => {
+            err(format!("{at}.val: a fan-out step is compiled whole"))
+        }
     }
 }
 
@@ -539,6 +543,37 @@ fn fan_val(
         };
         compile_in(def, &scope).map(|wf| Sub(Arc::new(wf)))
     };
+    if mode == Mode::Switch {
+        let shape = super::switch::shape(val, at).map_err(ValidationError)?;
+        let on = KeyExpr::compile(&shape.on, known)
+            .map_err(|e| ValidationError(format!("{at}.val.on {:?} {}", shape.on, e.0)))?;
+        let mut cases = Vec::with_capacity(shape.cases.len());
+        for (name, steps) in shape.cases {
+            let at = format!("{at}.val.cases.{name}");
+            let sub = sub(&name, steps, known, &at)?;
+            val["cases"][&name] =
+                serde_json::to_value(&sub.0.def.steps).expect("steps always serialize");
+            cases.push(Branch { name, sub });
+        }
+        let default = match shape.default {
+            None => None,
+            Some(steps) => {
+                let at = format!("{at}.val.default");
+                let sub = sub(DEFAULT_CASE, steps, known, &at)?;
+                val["default"] =
+                    serde_json::to_value(&sub.0.def.steps).expect("steps always serialize");
+                Some(Branch {
+                    name: DEFAULT_CASE.to_string(),
+                    sub,
+                })
+            }
+        };
+        return Ok(Val::Switch(SwitchVal {
+            on: Arc::new(on),
+            cases,
+            default,
+        }));
+    }
     if mode == Mode::Parallel {
         let shape = super::fan::branches(val, at).map_err(ValidationError)?;
         let mut branches = Vec::with_capacity(shape.len());
@@ -771,15 +806,7 @@ pub fn includes(wf: &Workflow) -> Vec<(String, Option<u32>, String)> {
     }
     // The steps of fan-out steps, which may start workflows too.
     for s in &wf.steps {
-        let subs: Vec<&Sub> = match &s.val {
-            Val::Parallel(p) => p.branches.iter().map(|b| &b.sub).collect(),
-            Val::Map(MapVal {
-                body: MapBody::Steps(sub),
-                ..
-            }) => vec![sub],
-            _ => Vec::new(),
-        };
-        for sub in subs {
+        for sub in s.val.subs() {
             out.extend(includes(&sub.0));
         }
     }
@@ -1008,7 +1035,7 @@ mod tests {
         );
         bad(
             json!({"name": "w", "steps": [{"name": "a", "mode": "FTP", "val": {}}]}),
-            "must be HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP, WAIT or EVENT",
+            "must be HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP, SWITCH, WAIT or EVENT",
         );
         bad(
             json!({"name": "w", "steps": [{"name": "a", "mode": "HTTP"}]}),

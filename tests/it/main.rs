@@ -43,6 +43,7 @@ mod search;
 mod secrets;
 mod status_reads;
 mod support;
+mod switch;
 mod tls_brokers;
 mod tls_postgres;
 mod tls_server;

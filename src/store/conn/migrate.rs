@@ -48,6 +48,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (27, include_str!("../migrations/0027_triggers.sql")),
     (28, include_str!("../migrations/0028_notifications.sql")),
     (29, include_str!("../migrations/0029_workflow_pauses.sql")),
+    (30, include_str!("../migrations/0030_switch.sql")),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.
