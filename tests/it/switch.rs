@@ -45,7 +45,9 @@ async fn after_got(s: &TestServer, id: &str) -> Value {
 
 async fn case_taken(s: &TestServer, id: &str) -> String {
     let c = s
-        .get(&format!("/serviceRequest/{id}/children?pageNumber=0&pageSize=10"))
+        .get(&format!(
+            "/serviceRequest/{id}/children?pageNumber=0&pageSize=10"
+        ))
         .await
         .json();
     assert_eq!(c["totalChildren"], 1, "{c}");
