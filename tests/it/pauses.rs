@@ -121,3 +121,80 @@ async fn a_paused_workflow_keeps_its_requests_and_runs_them_all_after_resume() {
     s2.shutdown().await;
     s1.shutdown().await;
 }
+
+/// A pause composes with flow control, deadlines and cancels: under a limit of one, the
+/// request admitted before it parks keeps its slot (the next one waits for it, as
+/// `waitingForSlot` says) and after the resume they run one at a time in creation order;
+/// a cancel cancels a parked request; a deadline that passed while parked fails the
+/// request unstarted when it runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_keeps_slots_and_lets_deadlines_and_cancels_through() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(
+        &json!({"name": "one", "concurrency": {"limit": 1}, "steps": [
+        {"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/api/echo")}}]}),
+    )
+    .await;
+    s.create_workflow(&json!({"name": "timed", "steps": [
+        {"name": "a", "mode": "HTTP", "val": {"method": "POST", "url": d.url("/traced")}}]}))
+        .await;
+    for w in ["one", "timed"] {
+        let r = s.post(&format!("/workflow/{w}/pause"), "").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        ids.push(create_request(&s, "one", &json!({"n": n})).await);
+    }
+    let late = s
+        .post("/serviceRequest/timed?deadline=PT1S", "{}")
+        .await
+        .json()["serviceRequestId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let first = s.get(&format!("/serviceRequest/{}", ids[0])).await.json();
+    assert_eq!(first["workflowPaused"], true, "{first}");
+    let second = s.get(&format!("/serviceRequest/{}", ids[1])).await.json();
+    assert_eq!(
+        second["waitingForSlot"]["ahead"], 0,
+        "the parked one keeps its slot: {second}"
+    );
+    let r = s
+        .post(&format!("/serviceRequest/{}/cancel", ids[2]), "{}")
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let parked = s.get(&format!("/serviceRequest/{late}")).await.json();
+    assert_eq!(parked["workflowPaused"], true, "{parked}");
+    assert!(d.received("/api/echo").is_empty());
+
+    for w in ["one", "timed"] {
+        let r = s.post(&format!("/workflow/{w}/resume"), "").await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    for id in &ids[..2] {
+        let v = wait_status(&s, id, &["COMPLETED", "FAILED"], Duration::from_secs(20)).await;
+        assert_eq!(v["status"], "COMPLETED", "{v}");
+    }
+    let order: Vec<i64> = d
+        .received("/api/echo")
+        .iter()
+        .map(|r| r.body["n"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        order,
+        [0, 1],
+        "in creation order, the cancelled one not run"
+    );
+    let v = wait_status(&s, &late, &["COMPLETED", "FAILED"], Duration::from_secs(20)).await;
+    assert_eq!(v["status"], "FAILED", "{v}");
+    assert!(v["reason"].as_str().unwrap().contains("deadline"), "{v}");
+    assert!(
+        d.received("/traced").is_empty(),
+        "a step ran past its deadline"
+    );
+    s.shutdown().await;
+}
