@@ -90,9 +90,17 @@ pub fn check(step: &CompiledStep, context: &Map<String, Value>) -> Result<usize,
     }
 }
 
+/// What a fan-out step starts: its children, the failures it tolerates, and the branch
+/// names its join keeps (a PARALLEL's; a SWITCH's case taken; None for a MAP).
+struct Plan {
+    children: Children,
+    tolerated: u32,
+    branches: Option<Vec<String>>,
+}
+
 /// The children of a fan-out step, in index order: a branch's first step receives the
 /// step's request, an item's its item; a MAP's items beyond its concurrency are held.
-fn children(s: &Starting) -> Result<(Children, u32), FanError> {
+fn children(s: &Starting) -> Result<Plan, FanError> {
     let mut c = Children::default();
     let mut push = |workflow: String, version: i32, payload: String, held: bool| {
         c.ids.push(crate::ids::new_v7());
@@ -107,12 +115,13 @@ fn children(s: &Starting) -> Result<(Children, u32), FanError> {
             for b in &p.branches {
                 push(own(&b.name), s.version as i32, s.request.to_string(), false);
             }
-            Ok((c, 0))
+            let names = p.branches.iter().map(|b| b.name.clone()).collect();
+            Ok((c, 0, Some(names)))
         }
         Val::Switch(sw) => {
             let b = path(sw, s.context)?;
             push(own(&b.name), s.version as i32, s.request.to_string(), false);
-            Ok((c, 0))
+            Ok((c, 0, Some(vec![b.name.clone()])))
         }
         Val::Map(m) => {
             let list = items(s.context, &m.items)?;
@@ -124,10 +133,15 @@ fn children(s: &Starting) -> Result<(Children, u32), FanError> {
                 let held = i >= m.max_concurrency as usize;
                 push(workflow, version, item.to_string(), held);
             }
-            Ok((c, m.tolerated_failures))
+            Ok((c, m.tolerated_failures, None))
         }
         _ => Err(FanError::NotFanOut),
     }
+    .map(|(children, tolerated, branches)| Plan {
+        children,
+        tolerated,
+        branches,
+    })
 }
 
 /// The statuses a MAP's children tell of when they are requests of a stored workflow,
@@ -162,7 +176,7 @@ fn concurrency(step: &CompiledStep) -> u32 {
 /// only the children that did not complete. Retried while the database is away;
 /// abandoned when the lease is lost (its next holder runs the step again).
 pub async fn start(exec: &Arc<Executor>, s: &Starting<'_>) {
-    let (kids, tolerated) = match children(s) {
+    let plan = match children(s) {
         Ok(c) => c,
         // Checked before (`check`): the context did not change since.
         Err(_) => return,
@@ -175,14 +189,9 @@ pub async fn start(exec: &Arc<Executor>, s: &Starting<'_>) {
         request: s.request,
         started_ms: s.started_ms,
         attempts: s.attempts,
-        children: kids,
-        tolerated,
-        branches: match &s.step.val {
-            Val::Parallel(p) => Some(p.branches.iter().map(|b| b.name.clone()).collect()),
-            // The case taken (checked before: the context did not change since).
-            Val::Switch(sw) => path(sw, s.context).ok().map(|b| vec![b.name.clone()]),
-            _ => None,
-        },
+        children: plan.children,
+        tolerated: plan.tolerated,
+        branches: plan.branches,
         switch: matches!(s.step.val, Val::Switch(_)),
         headers: s.headers.clone(),
         own: 0,

@@ -175,21 +175,24 @@ impl KeyExpr {
 
     /// A SWITCH's case for `context`: as `eval`, and a boolean as `true` or `false`.
     pub fn eval_case(&self, context: &Map<String, Value>) -> Result<String, ConditionError> {
-        if let Ok(cel::Value::Bool(b)) = self.0.execute(context, "on")? {
-            return Ok(b.to_string());
-        }
-        self.eval(context)
+        self.text(context, true)
     }
 
     /// The key for `context`: a string as it is, a number as written; anything else (or
     /// data that is not there) is an error naming the expression.
     pub fn eval(&self, context: &Map<String, Value>) -> Result<String, ConditionError> {
+        self.text(context, false)
+    }
+
+    /// The value for `context` as text, a boolean too when `booleans`; one evaluation.
+    fn text(&self, context: &Map<String, Value>, booleans: bool) -> Result<String, ConditionError> {
         let source = &self.0.source;
         match self.0.execute(context, "key")? {
             Ok(cel::Value::String(s)) => Ok(s.to_string()),
             Ok(cel::Value::Int(i)) => Ok(i.to_string()),
             Ok(cel::Value::UInt(u)) => Ok(u.to_string()),
             Ok(cel::Value::Float(f)) => Ok(f.to_string()),
+            Ok(cel::Value::Bool(b)) if booleans => Ok(b.to_string()),
             Ok(other) => Err(ConditionError(format!(
                 "key {source:?} evaluated to {}, not a string or a number",
                 type_name(&other)
