@@ -48,11 +48,7 @@ pub fn with_pause(pauses: &crate::ops::pauses::Pauses, body: Bytes) -> Bytes {
     let waiting = v
         .get("status")
         .and_then(Value::as_str)
-        .and_then(|s| {
-            crate::status::RequestStatus::ALL
-                .into_iter()
-                .find(|k| k.as_str() == s)
-        })
+        .and_then(crate::status::RequestStatus::parse)
         .is_some_and(|s| !s.is_final() && s != crate::status::RequestStatus::Paused);
     let paused = v
         .get("workflow_name")

@@ -187,10 +187,7 @@ pub async fn apply(d: &Deps<'_>, who: &Caller, definition: Value) -> Result<Appl
     };
     match stored {
         None => define(d, who, definition).await.map(|_| Applied::Created),
-        Some(s)
-            if s.definition == t.definition
-                && def::paused_in(&definition).is_none_or(|p| p == s.paused) =>
-        {
+        Some(s) if def::unchanged(&s.definition, s.paused, &t, def::paused_in(&definition)) => {
             Ok(Applied::Unchanged)
         }
         Some(_) => {

@@ -130,7 +130,7 @@ fn statuses(on: Option<&Value>, at: &str) -> Result<i16, ValidationError> {
     for s in on.and_then(Value::as_array).into_iter().flatten() {
         bits |= s
             .as_str()
-            .and_then(|s| RequestStatus::ALL.into_iter().find(|k| k.as_str() == s))
+            .and_then(RequestStatus::parse)
             .and_then(bit)
             .ok_or_else(|| {
                 ValidationError(format!(

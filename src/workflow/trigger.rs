@@ -226,6 +226,17 @@ pub fn paused_in(v: &Value) -> Option<bool> {
     v.get("paused").and_then(Value::as_bool)
 }
 
+/// Whether applying `file` (a definition, checked) to a trigger stored as `stored` with
+/// `paused` changes nothing: the same definition, and no other `paused` asked for.
+pub fn unchanged(
+    stored: &Value,
+    paused: bool,
+    file: &CompiledTrigger,
+    asked: Option<bool>,
+) -> bool {
+    *stored == file.definition && asked.is_none_or(|p| p == paused)
+}
+
 fn text(obj: &Map<String, Value>, key: &str) -> Result<String, TriggerError> {
     match obj.get(key) {
         Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),

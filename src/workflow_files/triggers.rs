@@ -56,7 +56,7 @@ pub fn unstamped(mut v: Value) -> Value {
 
 /// Applies one trigger's file; what it did, as `apply` prints it.
 pub async fn apply_one(backend: &Backend, def: &Value, dry_run: bool) -> anyhow::Result<String> {
-    let (name, _) = check(def)?;
+    let t = crate::workflow::trigger::validate(def).map_err(|e| anyhow!(e.0))?;
     let paused = crate::workflow::trigger::paused_in(def);
     if let (Backend::Db(db), false) = (backend, dry_run) {
         let done = crate::ops::triggers::apply(&db.deps(), &db.who, def.clone())
@@ -64,11 +64,9 @@ pub async fn apply_one(backend: &Backend, def: &Value, dry_run: bool) -> anyhow:
             .map_err(|e| anyhow!(e.message()))?;
         return Ok(said(&done).into());
     }
-    let done = match current(backend, &name).await? {
+    let done = match current(backend, &t.name).await? {
         None => Applied::Created,
-        Some((stored, was))
-            if stored == unstamped(def.clone()) && paused.is_none_or(|p| p == was) =>
-        {
+        Some((stored, was)) if crate::workflow::trigger::unchanged(&stored, was, &t, paused) => {
             Applied::Unchanged
         }
         Some(_) => Applied::Replaced,
@@ -84,7 +82,10 @@ pub async fn apply_one(backend: &Backend, def: &Value, dry_run: bool) -> anyhow:
     let (method, path) = match done {
         Applied::Unchanged => return Ok(said(&done).into()),
         Applied::Created => (hyper::Method::POST, "/triggers".to_string()),
-        Applied::Replaced => (hyper::Method::PUT, format!("/triggers/{}", segment(&name))),
+        Applied::Replaced => (
+            hyper::Method::PUT,
+            format!("/triggers/{}", segment(&t.name)),
+        ),
     };
     let (status, _) = backend.call(method, &path, Some(def.clone())).await?;
     if status == 404 {
