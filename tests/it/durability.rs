@@ -389,8 +389,13 @@ async fn connections_an_outage_closed_are_not_handed_out_after_it() {
 /// test's alone: what it bounds is the server, not the tests that would share two cores.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_create_waits_past_the_stall_bound_while_a_lock_is_held() {
-    /// The margin docs/configuration.md states beyond flush timeout + enqueue wait.
-    const MARGIN: Duration = Duration::from_millis(500);
+    /// Beyond flush timeout + enqueue wait: docs/configuration.md states 0.25 s and a
+    /// round trip; these clients are 64 tasks of a debug build on a shared 2-core
+    /// machine, whose answers were seen 3.03 to 3.23 s here (alone, and beside two busy
+    /// loops) and once past 3.7 s on a slower one. The behaviour this test was written
+    /// against answered in 4.7 s (batches queued behind the stalled one), which this
+    /// bound still fails.
+    const MARGIN: Duration = Duration::from_millis(1000);
     let db = TestDb::alone();
     let cfg = config(&db.url);
     let bound = cfg.flush_timeout + cfg.enqueue_wait + MARGIN;
@@ -453,14 +458,19 @@ async fn no_create_waits_past_the_stall_bound_while_a_lock_is_held() {
     );
     assert!(all.iter().all(|(st, _)| *st == 200 || *st == 503));
     assert!(refused > 0, "the lock refused nothing");
+    let mut by_time: Vec<_> = all.iter().collect();
+    by_time.sort_by_key(|(_, took)| std::cmp::Reverse(*took));
     assert!(
         slowest <= bound,
-        "a create waited {slowest:?} (bound {bound:?})"
+        "a create waited {slowest:?} (bound {bound:?}); the slowest five: {:?}",
+        &by_time[..by_time.len().min(5)]
     );
     s.shutdown().await;
     // Every 503 was truthful: exactly the acknowledged rows (and the ten before) are stored.
     assert_eq!(
         db.count("SELECT count(*) FROM service_requests").await as usize,
-        acked + 10
+        acked + 10,
+        "stored rows against acknowledged ones (+10 before the lock): a 503 that was \
+         stored, or an acknowledgement that was not"
     );
 }
