@@ -1,4 +1,5 @@
-//! Fan-out steps (PARALLEL and MAP, beyond Clamp): the step pauses its request and
+//! Fan-out steps (PARALLEL, MAP, SWITCH and LOOP, beyond Clamp; a LOOP's iterations in
+//! `loops`): the step pauses its request and
 //! starts a child request per branch or item (`store::fan`, one statement fenced on the
 //! lease), and the step's answer is their outcomes joined: an object of each branch's
 //! last answer by branch name, or the array of each item's in item order. The children
@@ -30,7 +31,9 @@ use crate::backoff::Backoff;
 use crate::status::RequestStatus;
 use crate::store::fan::{self, Children, Counted, Part, Started};
 use crate::workflow::fan::items;
-use crate::workflow::model::{Branch, MapBody, MapVal, SwitchVal, DEFAULT_CASE, ITEM_BRANCH};
+use crate::workflow::model::{
+    Branch, MapBody, MapVal, SwitchVal, DEFAULT_CASE, ITEM_BRANCH, ITERATION, LOOP_BODY,
+};
 use crate::workflow::{CompiledStep, Val};
 
 /// Most due joins applied per look of the reporter.
@@ -86,6 +89,7 @@ pub fn check(step: &CompiledStep, context: &Map<String, Value>) -> Result<usize,
         Val::Map(m) => Ok(items(context, &m.items)?.len()),
         Val::Parallel(p) => Ok(p.branches.len()),
         Val::Switch(sw) => path(sw, context).map(|_| 1),
+        Val::Loop(_) => Ok(1),
         _ => Err(FanError::NotFanOut),
     }
 }
@@ -122,6 +126,16 @@ fn children(s: &Starting) -> Result<Plan, FanError> {
             let b = path(sw, s.context)?;
             push(own(&b.name), s.version as i32, s.request.to_string(), false);
             Ok((c, 0, Some(vec![b.name.clone()])))
+        }
+        // A LOOP's first iteration; the next ones are inserted one by one (`loops`).
+        Val::Loop(_) => {
+            push(
+                own(LOOP_BODY),
+                s.version as i32,
+                s.request.to_string(),
+                false,
+            );
+            Ok((c, 0, None))
         }
         Val::Map(m) => {
             let list = items(s.context, &m.items)?;
@@ -193,6 +207,10 @@ pub async fn start(exec: &Arc<Executor>, s: &Starting<'_>) {
         tolerated: plan.tolerated,
         branches: plan.branches,
         switch: matches!(s.step.val, Val::Switch(_)),
+        max_iterations: match &s.step.val {
+            Val::Loop(l) => Some(l.max_iterations),
+            _ => None,
+        },
         headers: s.headers.clone(),
         own: 0,
         lease_ms: exec.app.config.lease.as_secs_f64() * 1000.0,
@@ -254,7 +272,7 @@ pub async fn start(exec: &Arc<Executor>, s: &Starting<'_>) {
 /// a MAP of `steps`), whose workflow is the parent's version.
 fn inline(step: &CompiledStep) -> bool {
     match &step.val {
-        Val::Parallel(_) | Val::Switch(_) => true,
+        Val::Parallel(_) | Val::Switch(_) | Val::Loop(_) => true,
         Val::Map(m) => matches!(m.body, MapBody::Steps(_)),
         _ => false,
     }
@@ -370,7 +388,15 @@ impl Executor {
         let Ok((join, parts)) = read else {
             return;
         };
-        let a = answer(parent, step_id, &join, &parts);
+        let a = match parts.last() {
+            Some(last) if join.max_iterations.is_some() => {
+                match self.after_iteration(parent, step_id, &join, last).await {
+                    super::loops::Next::Answer(a) => a,
+                    super::loops::Next::Nothing => return,
+                }
+            }
+            _ => answer(parent, step_id, &join, &parts),
+        };
         let applied = match self.apply_response(&a, Duration::ZERO).await {
             Ok(Applied::NotYet(_)) | Err(_) => false,
             Ok(_) => true,
@@ -487,8 +513,10 @@ pub async fn outer_context(
     payload: &str,
 ) -> crate::store::Result<Map<String, Value>> {
     let conn = exec.pool.get().await?;
-    // (parent, its item and index when the level is a MAP item), innermost first.
-    let mut levels: Vec<(Uuid, Option<(Value, i32)>)> = Vec::new();
+    // (parent, its item and index when the level is a MAP item, its iteration when the
+    // level is a LOOP's), innermost first.
+    type Level = (Uuid, Option<(Value, i32)>, Option<i32>);
+    let mut levels: Vec<Level> = Vec::new();
     let (mut at, mut name, mut payload) = (id, workflow.to_string(), payload.to_string());
     for _ in 0..=crate::workflow::fan::MAX_DEPTH {
         if !name.contains('/') {
@@ -504,11 +532,14 @@ pub async fn outer_context(
             let v = serde_json::from_str(&payload).unwrap_or(Value::Null);
             (v, place.index.unwrap_or(0))
         });
-        levels.push((parent, item));
+        let iteration = name
+            .ends_with(&format!("/{LOOP_BODY}"))
+            .then(|| place.index.unwrap_or(0) + 1);
+        levels.push((parent, item, iteration));
         (at, name, payload) = (parent, place.parent_workflow, place.parent_payload);
     }
     let mut ctx = Map::new();
-    for (parent, item) in levels.into_iter().rev() {
+    for (parent, item, iteration) in levels.into_iter().rev() {
         for r in crate::store::leases::load_context(&conn, parent).await? {
             ctx.insert(
                 crate::workflow::expr::context_name(&r.step_name),
@@ -521,6 +552,9 @@ pub async fn outer_context(
         if let Some((item, index)) = item {
             ctx.insert(ITEM_BRANCH.into(), item);
             ctx.insert("index".into(), Value::from(index));
+        }
+        if let Some(iteration) = iteration {
+            ctx.insert(ITERATION.into(), Value::from(iteration));
         }
     }
     Ok(ctx)

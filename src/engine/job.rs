@@ -775,6 +775,7 @@ async fn execute(
         (Val::Parallel(_), Mode::Parallel)
         | (Val::Map(_), Mode::Map)
         | (Val::Switch(_), Mode::Switch)
+        | (Val::Loop(_), Mode::Loop)
             if is_async =>
         {
             match super::fan::check(step, &job.context_for(step, body)) {

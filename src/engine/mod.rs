@@ -14,6 +14,7 @@ pub(crate) mod fan;
 pub(crate) mod job;
 pub(crate) mod lanes;
 pub(crate) mod live;
+mod loops;
 pub(crate) mod notify;
 pub(crate) mod resume;
 pub(crate) mod running;

@@ -239,14 +239,14 @@ pub fn created_with(id: &Uuid, status: &str, extra: &[(&str, Value)]) -> Value {
 }
 
 /// One request as lists show it (Clamp's list by workflow, and search).
-/// What a child request is to its parent: a branch (its workflow's last segment) or an
-/// item index, when a fan-out step started it.
+/// What a child request is to its parent: a branch (its workflow's last segment), an
+/// item index, or a LOOP's iteration (from 1), when a fan-out step started it.
 pub fn fan_place(workflow_name: &str, fan_index: Option<i32>) -> Option<(&'static str, Value)> {
+    use crate::workflow::model::{ITEM_BRANCH, ITERATION, LOOP_BODY};
     let i = fan_index?;
     Some(match workflow_name.rsplit_once('/') {
-        Some((_, b)) if b != crate::workflow::model::ITEM_BRANCH => {
-            ("branch", Value::String(b.to_string()))
-        }
+        Some((_, LOOP_BODY)) => (ITERATION, json!(i + 1)),
+        Some((_, b)) if b != ITEM_BRANCH => ("branch", Value::String(b.to_string())),
         _ => ("index", json!(i)),
     })
 }

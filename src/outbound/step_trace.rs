@@ -209,6 +209,20 @@ fn describe(step: &CompiledStep, attributes: &mut Vec<KeyValue>) -> (SpanKind, S
             attributes.push(KeyValue::new("clamp.switch.on", sw.on.source().to_string()));
             (SpanKind::Internal, format!("switch on {}", sw.on.source()))
         }
+        Val::Loop(l) => {
+            attributes.push(KeyValue::new(
+                "clamp.loop.while",
+                l.while_.source().to_string(),
+            ));
+            attributes.push(KeyValue::new(
+                "clamp.loop.max_iterations",
+                i64::from(l.max_iterations),
+            ));
+            (
+                SpanKind::Internal,
+                format!("loop while {}", l.while_.source()),
+            )
+        }
         Val::Map(m) => {
             attributes.push(KeyValue::new("clamp.fan.items", m.items.clone()));
             (SpanKind::Internal, format!("map {}", m.items))

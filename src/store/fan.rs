@@ -43,6 +43,8 @@ pub struct Start<'a> {
     pub notify: Option<i16>,
     /// A SWITCH's (its one child's answer is the step's: `Join::switch`).
     pub switch: bool,
+    /// A LOOP's bound (its one child is the first iteration: `next_iteration`).
+    pub max_iterations: Option<u32>,
 }
 
 /// The children's columns, one entry per child in index order.
@@ -62,7 +64,7 @@ pub struct Children {
 /// flags, `$13` tolerated failures, `$14` branch names (NULL for a MAP), `$15` the
 /// children's headers (NULL: the parent's), `$16` how many of the first children are
 /// leased to the owner, for `$17` ms, `$18` the statuses the children tell of, `$19`
-/// whether the step is a SWITCH. Inserts nothing but the pause and the record when
+/// whether the step is a SWITCH, `$20` a LOOP's bound. Inserts nothing but the pause and the record when
 /// the step has children already (a retry in place: `restart`). Returns whether the lease
 /// held, whether the children are new, and their headers.
 pub(super) const START: &str = concat!(
@@ -101,8 +103,10 @@ WITH ",
            WITH ORDINALITY AS c(id, workflow, version, payload, held, n)
     RETURNING 1
 ), joined AS (
-    INSERT INTO fan_joins (parent_id, step_id, total, tolerated, branches, switch)
-    SELECT $1, $2, cardinality($8::uuid[]), $13, $14::text[], $19::bool
+    INSERT INTO fan_joins (parent_id, step_id, total, tolerated, branches, switch,
+                           max_iterations, last_child)
+    SELECT $1, $2, cardinality($8::uuid[]), $13, $14::text[], $19::bool, $20::int,
+           CASE WHEN $20::int IS NOT NULL THEN ($8::uuid[])[1] END
     FROM fresh
     RETURNING 1
 )
@@ -149,6 +153,7 @@ pub async fn start(conn: &PgConn, s: &Start<'_>) -> Result<Started> {
                 &s.lease_ms,
                 &s.notify,
                 &s.switch,
+                &s.max_iterations.map(|n| n as i32),
             ],
         )
         .await?;
@@ -410,9 +415,97 @@ WHERE c.parent_id = $1 AND c.parent_step_id = $2 AND c.fan_index IS NOT NULL
 ORDER BY c.fan_index"
 );
 
-/// `$1` parent, `$2` step: what the join knows of the step.
-pub(super) const JOIN: &str =
-    "SELECT tolerated, branches, switch FROM fan_joins WHERE parent_id = $1 AND step_id = $2";
+/// `$1` parent, `$2` step: what the join knows of the step, and its parent's workflow,
+/// version and payload (a LOOP's condition is read over the parent's context).
+pub(super) const JOIN: &str = "SELECT j.tolerated, j.branches, j.switch, j.max_iterations, \
+     j.total, p.workflow_name, coalesce(p.workflow_version, 1), p.payload \
+     FROM fan_joins j JOIN service_requests p ON p.id = j.parent_id \
+     WHERE j.parent_id = $1 AND j.step_id = $2";
+
+/// `$1` parent, `$2` step: a LOOP's last iteration's outcome (its earlier ones have
+/// completed: an iteration starts only after the one before completed), by the id its
+/// join keeps.
+pub(super) const LAST_PART: &str = concat!(
+    "SELECT c.fan_index, c.id, c.status, c.reason,
+       (SELECT st.response FROM steps_status st
+        WHERE st.service_request_id = c.id AND st.status IN (",
+    crate::status::status_sql!(Completed),
+    ", ",
+    crate::status::status_sql!(Skipped),
+    ")
+        ORDER BY st.id DESC LIMIT 1)
+FROM fan_joins j JOIN service_requests c ON c.id = j.last_child
+WHERE j.parent_id = $1 AND j.step_id = $2"
+);
+
+/// `$1` parent, `$2` step, `$3` the iterations so far (the new one's index), `$4` its id,
+/// `$5` its payload, `$6` its lease owner (NULL: a sweeper's to claim), for `$7` ms: a
+/// LOOP's next iteration, inserted as its last one was (workflow, version, headers,
+/// priority, labels), with the join's total grown by one; fenced on the total it had and
+/// on the parent still waiting at the step, so it is inserted once, or not at all.
+pub(super) const NEXT_ITERATION: &str = concat!(
+    "\
+WITH before AS (
+    SELECT last_child FROM fan_joins WHERE parent_id = $1 AND step_id = $2
+), grown AS (
+    UPDATE fan_joins j SET total = j.total + 1, last_child = $4
+    WHERE j.parent_id = $1 AND j.step_id = $2 AND j.total = $3 AND NOT j.done
+      AND EXISTS (SELECT 1 FROM service_requests p WHERE p.id = $1 AND p.current_step_id = $2
+                  AND p.status = ",
+    crate::status::status_sql!(Paused),
+    ")
+    RETURNING 1
+)
+INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
+                              workflow_version, parent_id, parent_step_id, parent_told,
+                              fan_index, priority, labels, notify)
+SELECT $4, c.workflow_name, $5, c.headers, $6::uuid,
+       CASE WHEN $6::uuid IS NULL THEN '-infinity'::timestamptz ELSE ",
+    crate::store::sql::now_plus_ms!("$7"),
+    " END,
+       c.workflow_version, $1, $2, false, $3, c.priority, c.labels, c.notify
+FROM grown, before b, service_requests c
+WHERE c.id = b.last_child
+RETURNING headers, coalesce(workflow_version, 1), workflow_name"
+);
+
+/// A LOOP's next iteration to insert.
+pub struct Iteration<'a> {
+    pub parent: Uuid,
+    pub step_id: u32,
+    /// Its index: the iterations run so far.
+    pub index: u32,
+    pub id: Uuid,
+    pub payload: &'a str,
+    pub owner: Option<Uuid>,
+    pub lease_ms: f64,
+}
+
+/// Inserts a LOOP's next iteration (`NEXT_ITERATION`); its headers and workflow version
+/// and workflow when it was inserted, None when another did first or the parent waits
+/// no more.
+pub async fn next_iteration(
+    conn: &PgConn,
+    it: &Iteration<'_>,
+) -> Result<Option<(String, i32, String)>> {
+    let stmt = conn.stmt(NEXT_ITERATION).await?;
+    let row = conn
+        .client
+        .query_opt(
+            &stmt,
+            &[
+                &it.parent,
+                &(it.step_id as i32),
+                &(it.index as i32),
+                &it.id,
+                &it.payload,
+                &it.owner,
+                &it.lease_ms,
+            ],
+        )
+        .await?;
+    Ok(row.map(|r| (r.get(0), r.get(1), r.get(2))))
+}
 
 /// A fan-out step as its join keeps it.
 #[derive(Debug)]
@@ -422,19 +515,39 @@ pub struct Join {
     pub branches: Option<Vec<String>>,
     /// A SWITCH's: its one child's answer is the step's.
     pub switch: bool,
+    /// A LOOP's bound (None: not a loop).
+    pub max_iterations: Option<u32>,
+    /// Its children so far (a LOOP's iterations so far).
+    pub total: u32,
+    /// Its parent's workflow, version and payload.
+    pub parent_workflow: String,
+    pub parent_version: i32,
+    pub parent_payload: String,
 }
 
-/// The join of a fan-out step and its children's outcomes, in index order.
+/// The join of a fan-out step and its children's outcomes, in index order (a LOOP's
+/// last iteration's alone).
 pub async fn parts(conn: &PgConn, parent: Uuid, step_id: u32) -> Result<(Join, Vec<Part>)> {
     let join = conn.stmt(JOIN).await?;
-    let stmt = conn.stmt(PARTS).await?;
     let step = step_id as i32;
     let j = conn.client.query_one(&join, &[&parent, &step]).await?;
     let join = Join {
         tolerated: j.get::<_, i32>(0).max(0) as u32,
         branches: j.get(1),
         switch: j.get(2),
+        max_iterations: j.get::<_, Option<i32>>(3).map(|n| n.max(0) as u32),
+        total: j.get::<_, i32>(4).max(0) as u32,
+        parent_workflow: j.get(5),
+        parent_version: j.get(6),
+        parent_payload: j.get(7),
     };
+    let stmt = conn
+        .stmt(if join.max_iterations.is_some() {
+            LAST_PART
+        } else {
+            PARTS
+        })
+        .await?;
     let parts = conn
         .client
         .query(&stmt, &[&parent, &step])

@@ -71,7 +71,9 @@ CREATE TABLE fan_joins (
     tolerated integer NOT NULL,
     branches text[],
     done boolean NOT NULL DEFAULT false,
-    switch boolean NOT NULL DEFAULT false
+    switch boolean NOT NULL DEFAULT false,
+    max_iterations integer,
+    last_child uuid
 ) PARTITION BY RANGE (parent_id);
 ALTER TABLE fan_joins ADD CONSTRAINT fan_joins_pkey PRIMARY KEY (parent_id, step_id);
 CREATE INDEX fan_joins_due ON ONLY public.fan_joins USING btree (parent_id) WHERE (NOT done);

@@ -80,6 +80,8 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("fan::CANCEL_REST", fan::CANCEL_REST),
         ("fan::PARTS", fan::PARTS),
         ("fan::JOIN", fan::JOIN),
+        ("fan::LAST_PART", fan::LAST_PART),
+        ("fan::NEXT_ITERATION", fan::NEXT_ITERATION),
         ("fan::DONE", fan::DONE),
         ("fan::DUE", fan::DUE),
         ("fan::PLACE", fan::PLACE),

@@ -628,8 +628,10 @@ WITH fenced AS (
            WITH ORDINALITY AS c(id, workflow, version, payload, held, n)
     RETURNING 1
 ), joined AS (
-    INSERT INTO fan_joins (parent_id, step_id, total, tolerated, branches, switch)
-    SELECT $1, $2, cardinality($8::uuid[]), $13, $14::text[], $19::bool
+    INSERT INTO fan_joins (parent_id, step_id, total, tolerated, branches, switch,
+                           max_iterations, last_child)
+    SELECT $1, $2, cardinality($8::uuid[]), $13, $14::text[], $19::bool, $20::int,
+           CASE WHEN $20::int IS NOT NULL THEN ($8::uuid[])[1] END
     FROM fresh
     RETURNING 1
 )
@@ -759,7 +761,39 @@ WHERE c.parent_id = $1 AND c.parent_step_id = $2 AND c.fan_index IS NOT NULL
 ORDER BY c.fan_index;
 
 -- fan::JOIN
-SELECT tolerated, branches, switch FROM fan_joins WHERE parent_id = $1 AND step_id = $2;
+SELECT j.tolerated, j.branches, j.switch, j.max_iterations, j.total, p.workflow_name,
+    coalesce(p.workflow_version, 1), p.payload
+    FROM fan_joins j
+    JOIN service_requests p ON p.id = j.parent_id
+    WHERE j.parent_id = $1 AND j.step_id = $2;
+
+-- fan::LAST_PART
+SELECT c.fan_index, c.id, c.status, c.reason,
+       (SELECT st.response FROM steps_status st
+        WHERE st.service_request_id = c.id AND st.status IN ('COMPLETED', 'SKIPPED')
+        ORDER BY st.id DESC LIMIT 1)
+FROM fan_joins j JOIN service_requests c ON c.id = j.last_child
+WHERE j.parent_id = $1 AND j.step_id = $2;
+
+-- fan::NEXT_ITERATION
+WITH before AS (
+    SELECT last_child FROM fan_joins WHERE parent_id = $1 AND step_id = $2
+), grown AS (
+    UPDATE fan_joins j SET total = j.total + 1, last_child = $4
+    WHERE j.parent_id = $1 AND j.step_id = $2 AND j.total = $3 AND NOT j.done
+      AND EXISTS (SELECT 1 FROM service_requests p WHERE p.id = $1 AND p.current_step_id = $2
+                  AND p.status = 'PAUSED')
+    RETURNING 1
+)
+INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
+                              workflow_version, parent_id, parent_step_id, parent_told,
+                              fan_index, priority, labels, notify)
+SELECT $4, c.workflow_name, $5, c.headers, $6::uuid,
+       CASE WHEN $6::uuid IS NULL THEN '-infinity'::timestamptz ELSE now() + $7::float8 * interval '1 millisecond' END,
+       c.workflow_version, $1, $2, false, $3, c.priority, c.labels, c.notify
+FROM grown, before b, service_requests c
+WHERE c.id = b.last_child
+RETURNING headers, coalesce(workflow_version, 1), workflow_name;
 
 -- fan::DONE
 UPDATE fan_joins SET done = true WHERE parent_id = $1 AND step_id = $2;

@@ -219,6 +219,14 @@ impl PartialEq for KeyExpr {
 
 impl Eq for KeyExpr {}
 
+impl PartialEq for Condition {
+    fn eq(&self, other: &Condition) -> bool {
+        self.0.source == other.0.source
+    }
+}
+
+impl Eq for Condition {}
+
 /// Errors that mean "the data has no such field": such a condition is false.
 fn is_missing_data(e: &cel::ExecutionError) -> bool {
     use cel::ExecutionError as E;

@@ -5,6 +5,7 @@ pub(crate) mod brokers;
 pub(crate) mod expr;
 pub(crate) mod fan;
 pub(crate) mod input_schema;
+pub(crate) mod loops;
 pub(crate) mod model;
 pub(crate) mod notify;
 pub(crate) mod retention;

@@ -214,6 +214,9 @@ pub enum Mode {
     /// Beyond Clamp: one path of steps of several, chosen by a value of the context, run
     /// as a child request (the fan-out machinery, with one child).
     Switch,
+    /// Beyond Clamp: steps run again while a condition over their answers holds, each
+    /// iteration a child request (the fan-out machinery, one child at a time).
+    Loop,
 }
 
 impl Mode {
@@ -228,6 +231,7 @@ impl Mode {
             Mode::Wait => "WAIT",
             Mode::Event => "EVENT",
             Mode::Switch => "SWITCH",
+            Mode::Loop => "LOOP",
         }
     }
 
@@ -235,15 +239,15 @@ impl Mode {
     pub fn has_children(self) -> bool {
         matches!(
             self,
-            Mode::Workflow | Mode::Parallel | Mode::Map | Mode::Switch
+            Mode::Workflow | Mode::Parallel | Mode::Map | Mode::Switch | Mode::Loop
         )
     }
 
     /// Whether the step's children are of steps of its own definition, started and
-    /// joined by the fan-out machinery (`engine::fan`): PARALLEL and MAP (several, joined)
-    /// and SWITCH (one, its path's).
+    /// joined by the fan-out machinery (`engine::fan`): PARALLEL and MAP (several, joined),
+    /// SWITCH (one, its path's) and LOOP (one per iteration, one after another).
     pub fn fans_out(self) -> bool {
-        matches!(self, Mode::Parallel | Mode::Map | Mode::Switch)
+        matches!(self, Mode::Parallel | Mode::Map | Mode::Switch | Mode::Loop)
     }
 }
 
@@ -396,6 +400,22 @@ impl SwitchVal {
     }
 }
 
+/// The branch name of a LOOP's body in its workflow's name (`order/4/body`).
+pub const LOOP_BODY: &str = "body";
+
+/// The name under which a LOOP's body and `while` read the iteration's number (from 1).
+pub const ITERATION: &str = "iteration";
+
+/// A LOOP step: its body runs as a child request per iteration, one after another; after
+/// each, `while` over the context (the body's answers and `iteration` included) says
+/// whether another runs, at most `max_iterations` in all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoopVal {
+    pub body: Sub,
+    pub while_: Arc<Condition>,
+    pub max_iterations: u32,
+}
+
 /// A WAIT step: how long it sleeps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WaitVal {
@@ -423,11 +443,12 @@ pub enum Val {
     Wait(WaitVal),
     Event(EventVal),
     Switch(SwitchVal),
+    Loop(LoopVal),
 }
 
 impl Val {
     /// The workflows of its own steps a step runs as children: a PARALLEL's branches, a
-    /// MAP's per-item steps, a SWITCH's paths.
+    /// MAP's per-item steps, a SWITCH's paths, a LOOP's body.
     pub fn subs(&self) -> Vec<&Sub> {
         match self {
             Val::Parallel(p) => p.branches.iter().map(|b| &b.sub).collect(),
@@ -436,6 +457,7 @@ impl Val {
                 ..
             }) => vec![sub],
             Val::Switch(s) => s.paths().map(|b| &b.sub).collect(),
+            Val::Loop(l) => vec![&l.body],
             _ => Vec::new(),
         }
     }
@@ -534,6 +556,7 @@ impl Workflow {
                     ..
                 }) if branch == ITEM_BRANCH => sub.0.clone(),
                 Val::Switch(sw) => sw.paths().find(|b| b.name == branch)?.sub.0.clone(),
+                Val::Loop(l) if branch == LOOP_BODY => l.body.0.clone(),
                 _ => return None,
             };
             wf = next;

@@ -191,6 +191,7 @@ fn reads_context(s: &CompiledStep) -> bool {
         || s.transform.is_some()
         || s.mode == Mode::Map
         || s.mode == Mode::Switch
+        || s.mode == Mode::Loop
         || matches!(&s.val, Val::Parallel(p) if p.lanes && p.branches.iter().any(|b| b.sub.0.uses_context))
         || matches!(
             s.val,
@@ -410,11 +411,12 @@ fn step_mode(s: &Step, at: &str) -> Result<Mode, ValidationError> {
         "WAIT" => Ok(Mode::Wait),
         "EVENT" => Ok(Mode::Event),
         "SWITCH" => Ok(Mode::Switch),
+        "LOOP" => Ok(Mode::Loop),
         "" => err(format!(
-            "{at}.mode is required (HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP, SWITCH, WAIT or EVENT)"
+            "{at}.mode is required (HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP, SWITCH, LOOP, WAIT or EVENT)"
         )),
         other => err(format!(
-            "{at}.mode {other:?} must be HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP, SWITCH, WAIT or EVENT"
+            "{at}.mode {other:?} must be HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP, SWITCH, LOOP, WAIT or EVENT"
         )),
     }
 }
@@ -493,7 +495,7 @@ fn compile_val(mode: Mode, val: &Value, at: &str) -> Result<Val, ValidationError
         Mode::Event => err(format!(
             "{at}.val: an EVENT step is compiled with its names"
         )),
-        Mode::Parallel | Mode::Map | Mode::Switch => {
+        Mode::Parallel | Mode::Map | Mode::Switch | Mode::Loop => {
             err(format!("{at}.val: a fan-out step is compiled whole"))
         }
     }
@@ -572,6 +574,22 @@ fn fan_val(
             on: Arc::new(on),
             cases,
             default,
+        }));
+    }
+    if mode == Mode::Loop {
+        let shape = super::loops::shape(val, at).map_err(ValidationError)?;
+        // The body sees `iteration`; `while` sees the body's steps too.
+        let mut outer = known.to_vec();
+        outer.push(ITERATION.to_string());
+        let body = sub(LOOP_BODY, shape.steps, &outer, &format!("{at}.val"))?;
+        outer.extend(body.0.steps.iter().map(|s| s.context_name.clone()));
+        let while_ = Condition::compile(&shape.while_, &outer)
+            .map_err(|e| ValidationError(format!("{at}.val.while {:?} {}", shape.while_, e.0)))?;
+        val["steps"] = serde_json::to_value(&body.0.def.steps).expect("steps always serialize");
+        return Ok(Val::Loop(LoopVal {
+            body,
+            while_: Arc::new(while_),
+            max_iterations: shape.max_iterations,
         }));
     }
     if mode == Mode::Parallel {
@@ -1035,7 +1053,7 @@ mod tests {
         );
         bad(
             json!({"name": "w", "steps": [{"name": "a", "mode": "FTP", "val": {}}]}),
-            "must be HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP, SWITCH, WAIT or EVENT",
+            "must be HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP, SWITCH, LOOP, WAIT or EVENT",
         );
         bad(
             json!({"name": "w", "steps": [{"name": "a", "mode": "HTTP"}]}),

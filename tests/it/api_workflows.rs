@@ -69,7 +69,7 @@ async fn rejects_invalid_definitions() {
         ),
         (
             json!({"name": "w", "steps": [{"name": "a", "mode": "SMTP", "val": {}}]}),
-            "HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP, SWITCH, WAIT or EVENT",
+            "HTTP, AMQP, KAFKA, WORKFLOW, PARALLEL, MAP, SWITCH, LOOP, WAIT or EVENT",
         ),
         (
             json!({"name": "w", "steps": [{"name": "a", "mode": "HTTP"}]}),

@@ -283,6 +283,14 @@ async fn handle(
                 (200, json!({"recovered": true}))
             }
         }
+        // A job that reports ready from its Nth call on (each call counted, whatever
+        // its key): a LOOP polls it.
+        p if p.starts_with("/ready-after/") => {
+            let n: usize = p[13..].parse().unwrap_or(1);
+            let calls = log.lock().requests.iter().filter(|r| r.path == p).count();
+            let status = if calls >= n { "ready" } else { "pending" };
+            (200, json!({"status": status, "call": calls}))
+        }
         "/api/step1" => (200, json!({"user": {"id": 7, "ok": true}, "step": 1})),
         // Answers with a `traceparent` of its own (a peer that traces too).
         "/traced" => (200, json!({"traced": true})),

@@ -27,6 +27,7 @@ mod idempotency_cleanup;
 mod input_schemas;
 mod labels;
 mod lanes;
+mod loops;
 mod notifications;
 mod openapi;
 mod outcomes;

@@ -49,6 +49,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (28, include_str!("../migrations/0028_notifications.sql")),
     (29, include_str!("../migrations/0029_workflow_pauses.sql")),
     (30, include_str!("../migrations/0030_switch.sql")),
+    (31, include_str!("../migrations/0031_loop.sql")),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.
