@@ -116,7 +116,7 @@ impl Executor {
             return Ok(Err("the step is not a LOOP in its version".into()));
         };
         let mut ctx = if join.parent_workflow.contains('/') {
-            super::fan::outer_context(self, parent, &join.parent_workflow, &join.parent_payload)
+            super::outer::outer_context(self, parent, &join.parent_workflow, &join.parent_payload)
                 .await
                 .map_err(|_| Retry)?
         } else {

@@ -16,6 +16,7 @@ pub(crate) mod lanes;
 pub(crate) mod live;
 mod loops;
 pub(crate) mod notify;
+pub(crate) mod outer;
 pub(crate) mod resume;
 pub(crate) mod running;
 mod shared;
@@ -279,7 +280,7 @@ impl Executor {
             })?;
         // A fan-out child's steps that read the context see the enclosing one too.
         let outer = if wf.uses_context && c.workflow_name.contains('/') {
-            fan::outer_context(self, c.id, &c.workflow_name, &c.payload).await?
+            outer::outer_context(self, c.id, &c.workflow_name, &c.payload).await?
         } else {
             Default::default()
         };
