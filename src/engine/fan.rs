@@ -388,6 +388,20 @@ impl Executor {
         let Ok((join, parts)) = read else {
             return;
         };
+        // Its children compensated, the request failing: it goes on with its own.
+        if let Some(failed) = join.parent_failing {
+            let version = join.parent_version.max(1) as u32;
+            let wf = &join.parent_workflow;
+            if self
+                .children_compensated(parent, step_id, wf, version, failed)
+                .await
+            {
+                if let Ok(conn) = self.pool.get().await {
+                    let _ = fan::done(&conn, parent, step_id).await;
+                }
+            }
+            return;
+        }
         let a = match parts.last() {
             Some(last) if join.max_iterations.is_some() => {
                 match self.after_iteration(parent, step_id, &join, last).await {

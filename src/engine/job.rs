@@ -62,6 +62,9 @@ pub struct Job {
     pub deadline_us: Option<i64>,
     /// Its priority as created (None: the default), for a fresh job's status memory.
     pub priority: Option<i16>,
+    /// While it fails: the compensations it runs after the onFailure steps (none read
+    /// unless its workflow has any).
+    pub compensations: super::compensate::Compensations,
 }
 
 /// A deadline `ms` from now (None: none).
@@ -106,6 +109,7 @@ impl Job {
             deadline: None,
             deadline_us: None,
             priority: None,
+            compensations: Default::default(),
         }
     }
 
@@ -116,14 +120,36 @@ impl Job {
             .map(|t| crate::telemetry::context::hex(&t.parent.trace_id))
     }
 
-    /// The onFailure sibling after `step_id` while handling `parent`'s failure.
+    /// The step after `step_id` while handling `parent`'s failure: its next onFailure
+    /// step, then the compensations, each once.
     fn next_on_failure(&self, parent: u32, step_id: u32) -> Option<u32> {
-        let list = &self.wf.step(parent)?.on_failure;
-        if step_id == parent {
-            return list.first().copied();
+        if self.compensations.has(step_id) {
+            return self.compensations.after(step_id);
         }
-        let pos = list.iter().position(|&s| s == step_id)?;
-        list.get(pos + 1).copied()
+        let list = &self.wf.step(parent)?.on_failure;
+        let next = if step_id == parent {
+            list.first().copied()
+        } else {
+            let pos = list.iter().position(|&s| s == step_id)?;
+            list.get(pos + 1).copied()
+        };
+        next.or_else(|| self.compensations.after(0))
+    }
+
+    /// The status a failing request ends with: FAILED, or CANCELLED when it was asked to
+    /// compensate (its parent failed, or a cancel asked: failed step 0).
+    fn failed_status(&self) -> RequestStatus {
+        match self.failing {
+            Some((0, _)) => RequestStatus::Cancelled,
+            _ => RequestStatus::Failed,
+        }
+    }
+
+    /// The reason a failing request ends with: its failure's, and the compensations
+    /// that failed.
+    fn final_reason(&self) -> Option<String> {
+        let (_, reason) = self.failing.as_ref()?;
+        Some(self.compensations.reason(reason))
     }
 
     /// Records what a step received and answered, for the conditions and transforms of
@@ -193,6 +219,22 @@ pub async fn run(exec: &Arc<Executor>, mut job: Job) {
             }
             return;
         };
+        // A compensation receives what the step it undoes answered; a fan-out step's
+        // place among them stands for its children's.
+        if let Some(undone) = job.compensations.request(step_id) {
+            if step.mode.fans_out() {
+                use super::compensate::{children, Undo};
+                let Some((failed, reason)) = &job.failing else {
+                    return;
+                };
+                match children(exec, job.id, step, reason).await {
+                    Undo::GoOn => job.next = job.next_on_failure(*failed, step.id),
+                    Undo::Waiting | Undo::Stop => return,
+                }
+                continue;
+            }
+            job.request = undone.clone();
+        }
         if let Flow::Stop = run_step(exec, &mut job, step).await {
             return;
         }
@@ -233,7 +275,7 @@ async fn park(exec: &Executor, job: &Job) -> bool {
 /// or fails if it was running onFailure steps.
 async fn finish(exec: &Executor, job: &Job) {
     let (status, reason) = match &job.failing {
-        Some((_, r)) => (RequestStatus::Failed, Some(r.clone())),
+        Some(_) => (job.failed_status(), job.final_reason()),
         None => (RequestStatus::Completed, None),
     };
     let t = Transition {
@@ -637,6 +679,23 @@ async fn await_event(
     }
 }
 
+/// The compensations of a failing job, read back (retried while the database is away;
+/// None when it stays away while stopping).
+async fn read_compensations(
+    exec: &Executor,
+    job: &Job,
+    failed: u32,
+) -> Option<super::compensate::Compensations> {
+    let mut backoff = Backoff::new(WRITE_RETRY, MAX_WRITE_RETRY);
+    loop {
+        match exec.compensations(&job.wf, job.id, failed).await {
+            Ok(c) => return Some(c),
+            Err(e) if e.is_transient() && !exec.is_stopping() => backoff.wait().await,
+            Err(_) => return None,
+        }
+    }
+}
+
 /// `step` answered: on to the next step with its response (or, among onFailure steps,
 /// with the failed step's request).
 async fn completed(
@@ -711,6 +770,16 @@ async fn failed(
         )
     };
     job.remember(step, &body, &error);
+    if job.compensations.has(step.id) {
+        job.compensations.failed.push(step.name.clone());
+    }
+    if job.failing.is_none() && job.wf.compensates {
+        match read_compensations(exec, job, step.id).await {
+            Some(c) => job.compensations = c,
+            // Not this executor's any more, or stopping: the step runs again later.
+            None => return Flow::Stop,
+        }
+    }
     let next = match &job.failing {
         Some((parent, _)) => job.next_on_failure(*parent, step.id),
         None => {
@@ -934,7 +1003,7 @@ fn transition(
 ) -> Transition {
     let (status, reason) = match (next, &job.failing) {
         (Some(_), _) => (RequestStatus::InProgress, None),
-        (None, Some((_, reason))) => (RequestStatus::Failed, Some(reason.clone())),
+        (None, Some(_)) => (job.failed_status(), job.final_reason()),
         (None, None) => (RequestStatus::Completed, None),
     };
     Transition {

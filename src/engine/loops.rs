@@ -39,7 +39,7 @@ impl Executor {
         join: &Join,
         last: &Part,
     ) -> Next {
-        if !last.status.is_final() {
+        if !last.status.is_finished() {
             return Next::Nothing;
         }
         let iteration = last.index.max(0) as u32 + 1;

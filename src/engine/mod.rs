@@ -9,6 +9,7 @@
 
 pub(crate) mod attempt;
 pub(crate) mod children;
+pub(crate) mod compensate;
 pub(crate) mod error;
 pub(crate) mod fan;
 pub(crate) mod job;
@@ -314,7 +315,7 @@ impl Executor {
             Default::default()
         };
         let reason = c.reason.filter(|r| !r.is_empty());
-        Ok(Job {
+        let mut job = Job {
             next: (c.current_step_id > 0).then_some(c.current_step_id),
             request: c
                 .step_request
@@ -325,7 +326,16 @@ impl Executor {
             context,
             attempts: c.step_attempts,
             ..common
-        })
+        };
+        // Failing: its compensations, and where it is among them, read back; asked to
+        // compensate (failed step 0: its parent failed, or a cancel asked), from the first.
+        if let (Some((failed, _)), true) = (&job.failing, job.wf.compensates) {
+            job.compensations = self.compensations(&job.wf, job.id, *failed).await?;
+            if *failed == 0 && job.next.is_none() {
+                job.next = job.compensations.after(0);
+            }
+        }
+        Ok(job)
     }
 
     /// The context of the steps a request already ran, read back, over `outer` (an

@@ -152,7 +152,8 @@ impl Executor {
         // Paused here: its workflow is known, and the resume statement alone decides.
         if let Some(wf) = self.app.paused.take(&a.id) {
             if let Ok(step) = answered_step(&wf, &wf.name, a) {
-                let outcome = Outcome::of(&wf, step, a);
+                let after = self.after_answer(&wf, step, a).await?;
+                let outcome = Outcome::of(&wf, step, a, after);
                 if let Some(applied) = self.resume(&conn, a, &outcome).await? {
                     return Ok(applied);
                 }
@@ -174,12 +175,21 @@ impl Executor {
             Ok(step) => step,
             Err(refused) => return Ok(refused),
         };
-        let outcome = Outcome::of(&wf, step, a);
+        let after = self.after_answer(&wf, step, a).await?;
+        let outcome = Outcome::of(&wf, step, a, after);
         if let Some(applied) = self.resume(&conn, a, &outcome).await? {
             self.app.paused.take(&a.id);
             return Ok(applied);
         }
         not_applied(&conn, a, step, &state).await
+    }
+
+    /// Where an answer that fails its step sends the request (0 for a success: unused).
+    async fn after_answer(&self, wf: &Workflow, step: &CompiledStep, a: &Answer) -> Result<u32> {
+        if a.response.failure().is_none() {
+            return Ok(0);
+        }
+        Ok(self.after_failure(wf, a.id, step).await?)
     }
 
     /// The resume statement for `outcome`, leased to this executor when it has a slot
@@ -316,7 +326,8 @@ struct Outcome {
 }
 
 impl Outcome {
-    fn of(wf: &Workflow, step: &CompiledStep, a: &Answer) -> Outcome {
+    /// `after_failure`: the step a failure goes to (`Executor::after_failure`).
+    fn of(wf: &Workflow, step: &CompiledStep, a: &Answer, after_failure: u32) -> Outcome {
         match a.response.failure() {
             None => Outcome {
                 response: a
@@ -332,7 +343,7 @@ impl Outcome {
             },
             Some(e) => Outcome {
                 response: super::Doc::error(e.code, &e.message).as_str().to_string(),
-                next_step: step.on_failure.first().copied().unwrap_or(0),
+                next_step: after_failure,
                 failed_step: Some(a.step_id),
                 reason: Some(format!(
                     "step '{}' failed: {} {}",

@@ -172,7 +172,22 @@ pub async fn cancel(core: &Core, who: &Caller, id: &str, parts: &Parts, body: &m
         Ok(b) => b.reason,
         Err(e) => return op_error(e),
     };
-    match crate::ops::control::cancel(core, who, id, reason).await {
+    let compensate = match parts.uri.query().map(compensate_asked) {
+        None => None,
+        Some(Ok(c)) => c,
+        Some(Err(msg)) => return error(StatusCode::BAD_REQUEST, msg),
+    };
+    match crate::ops::control::cancel(core, who, id, reason, compensate).await {
+        // Its compensations run first: accepted, CANCELLED when they have.
+        Ok(c) if c.compensating => json(
+            StatusCode::ACCEPTED,
+            &serde_json::json!({
+                "serviceRequestId": id.to_string(),
+                "status": RequestStatus::InProgress.as_str(),
+                "compensating": true,
+                "reason": c.reason,
+            }),
+        ),
         Ok(c) => json(
             StatusCode::OK,
             &serde_json::json!({
@@ -183,6 +198,20 @@ pub async fn cancel(core: &Core, who: &Caller, id: &str, parts: &Parts, body: &m
         ),
         Err(e) => op_error(e),
     }
+}
+
+/// A cancel's query: `compensate=true|false` (beyond Clamp), nothing else.
+fn compensate_asked(query: &str) -> Result<Option<bool>, &'static str> {
+    const SHAPE: &str = "the cancel's query takes compensate=true or compensate=false";
+    let mut asked = None;
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        asked = match (k.as_ref(), v.as_ref()) {
+            ("compensate", "true") => Some(true),
+            ("compensate", "false") => Some(false),
+            _ => return Err(SHAPE),
+        };
+    }
+    Ok(asked)
 }
 
 /// A service request id from the path; 400 when it is not a UUID.

@@ -19,9 +19,11 @@ use crate::store::retry::{self as store_retry};
 use crate::store::LoadError;
 use crate::tokens::Caller;
 
-/// A cancelled request's reason (its own, or the one it was cancelled with before).
+/// A cancelled request's reason (its own, or the one it was cancelled with before), and
+/// whether it runs its compensations before it ends CANCELLED.
 pub struct Cancelled {
     pub reason: String,
+    pub compensating: bool,
 }
 
 /// The reason of a cancel that gives none.
@@ -34,18 +36,26 @@ pub const MAX_REASON_BYTES: usize = 1024;
 /// waiting, onFailure steps do not run. Cancelling twice is the first cancel; 409 once
 /// the request finished.
 /// Recorded in the audit trail as `who`'s, with its outcome.
+/// With `compensate` true (beyond Clamp), or left out for a workflow that says
+/// `compensateOnCancel`, a request whose workflow has compensations runs them first (its
+/// completed steps undone, last first), then ends CANCELLED.
 pub async fn cancel(
     core: &Core,
     who: &Caller,
     id: Uuid,
     reason: Option<String>,
+    compensate: Option<bool>,
 ) -> Result<Cancelled> {
-    let r = cancel_it(core, id, reason).await;
+    let r = cancel_it(core, id, reason, compensate).await;
     recorded(&core.pool, who, Op::Cancel, &id.to_string(), r).await
 }
 
-async fn cancel_it(core: &Core, id: Uuid, reason: Option<String>) -> Result<Cancelled> {
-    let app = &core.app;
+async fn cancel_it(
+    core: &Core,
+    id: Uuid,
+    reason: Option<String>,
+    compensate: Option<bool>,
+) -> Result<Cancelled> {
     let doing = "cancel service request";
     if reason.as_ref().is_some_and(|r| r.len() > MAX_REASON_BYTES) {
         return Err(OpError::BadRequest(format!(
@@ -54,10 +64,84 @@ async fn cancel_it(core: &Core, id: Uuid, reason: Option<String>) -> Result<Canc
     }
     let reason = reason.unwrap_or_else(|| DEFAULT_REASON.into());
     let conn = core.pool.get().await.map_err(OpError::pool(doing))?;
-    match store_cancel::cancel(&conn, id, &reason)
+    if compensate != Some(false) && compensates(core, &conn, id, compensate.is_some()).await? {
+        return cancel_compensating(core, &conn, id, reason).await;
+    }
+    let outcome = store_cancel::cancel(&conn, id, &reason)
+        .await
+        .map_err(OpError::store(doing))?;
+    cancelled(core, id, reason, outcome)
+}
+
+/// Whether a cancel of `id` runs its compensations: its workflow has some, and the
+/// cancel `asked` or the workflow says `compensateOnCancel` (false for a request not
+/// found: the cancel says so).
+async fn compensates(
+    core: &Core,
+    conn: &crate::store::PgConn,
+    id: Uuid,
+    asked: bool,
+) -> Result<bool> {
+    let doing = "cancel service request";
+    let Some(state) = crate::store::step_responses::request_state(conn, id)
+        .await
+        .map_err(OpError::store(doing))?
+    else {
+        return Ok(false);
+    };
+    // Its definition not readable now: cancelled without compensations would undo
+    // nothing it asked for, so the cancel waits for it.
+    let wf = core
+        .app
+        .workflows
+        .get_or_load_version(&core.pool, &state.workflow_name, state.workflow_version)
+        .await
+        .map_err(|_| OpError::Unavailable("the workflow definition cannot be read now"))?;
+    Ok(wf.is_some_and(|w| w.compensates && (asked || w.def.compensate_on_cancel)))
+}
+
+/// A cancel asking for compensation: the request compensates, then ends CANCELLED (its
+/// unfinished children are cancelled now).
+async fn cancel_compensating(
+    core: &Core,
+    conn: &crate::store::PgConn,
+    id: Uuid,
+    reason: String,
+) -> Result<Cancelled> {
+    let doing = "cancel service request";
+    match store_cancel::cancel_compensating(conn, id, &reason)
         .await
         .map_err(OpError::store(doing))?
     {
+        store_cancel::Compensating::Now(children) => {
+            trace_cancelled(&core.app, &children);
+            core.app.changes.notify(&id);
+            core.executor.wake();
+            Ok(Cancelled {
+                reason,
+                compensating: true,
+            })
+        }
+        store_cancel::Compensating::Not(store_cancel::Cancelled::Finished { status })
+            if !status.is_finished() =>
+        {
+            Err(OpError::Conflict(
+                "the service request is failing: its onFailure steps and compensations run".into(),
+            ))
+        }
+        store_cancel::Compensating::Not(c) => cancelled(core, id, reason, c),
+    }
+}
+
+/// The outcome of a cancel's statement, with its side effects.
+fn cancelled(
+    core: &Core,
+    id: Uuid,
+    reason: String,
+    outcome: store_cancel::Cancelled,
+) -> Result<Cancelled> {
+    let app = &core.app;
+    match outcome {
         store_cancel::Cancelled::Now(rows) => {
             trace_cancelled(app, &rows);
             // A cancelled request of a limited workflow frees its slot (or its place in
@@ -81,10 +165,14 @@ async fn cancel_it(core: &Core, id: Uuid, reason: Option<String>) -> Result<Canc
                 );
             }
             app.changes.notify(&id);
-            Ok(Cancelled { reason })
+            Ok(Cancelled {
+                reason,
+                compensating: false,
+            })
         }
         store_cancel::Cancelled::Already { reason } => Ok(Cancelled {
             reason: reason.unwrap_or_default(),
+            compensating: false,
         }),
         store_cancel::Cancelled::Finished { status } => Err(OpError::Conflict(format!(
             "the service request is {status} and can no longer be cancelled"

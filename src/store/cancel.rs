@@ -69,6 +69,97 @@ pub(super) const CANCEL: &str = concat!(
 ORDER BY id = $1 DESC"
 );
 
+/// A cancel that asks for compensation (beyond Clamp): the request, not failing already,
+/// is set to compensate from its first compensation (failed step 0, claimable: an
+/// executor runs its compensations, then it ends CANCELLED), and its unfinished children,
+/// theirs, and so on down, are cancelled in the same statement. Returns the request's row
+/// first (`true`), then each child cancelled.
+pub(super) const CANCEL_COMPENSATING: &str = concat!(
+    "WITH RECURSIVE tree AS (
+    SELECT c.id FROM service_requests c WHERE c.parent_id = $1
+    UNION ALL
+    SELECT g.id FROM service_requests g JOIN tree t ON g.parent_id = t.id
+    WHERE g.parent_id IS NOT NULL
+), me AS (
+    UPDATE service_requests SET status = ",
+    crate::status::status_sql!(InProgress),
+    ", failed_step_id = 0, current_step_id = 0, step_request = NULL, reason = $2,
+       step_attempts = 0, last_error = NULL, lease_owner = NULL, lease_until = '-infinity',
+       updated_at = now()
+    WHERE id = $1 AND failed_step_id IS NULL AND status NOT IN (",
+    crate::status::status_sql!(Completed),
+    ", ",
+    crate::status::status_sql!(Failed),
+    ", ",
+    crate::status::status_sql!(Cancelled),
+    ")
+    RETURNING id, workflow_name, headers,
+        (extract(epoch FROM created_at) * 1000000)::int8 AS created_us, retries, reason
+), done AS (
+    UPDATE service_requests SET status = ",
+    crate::status::status_sql!(Cancelled),
+    ",
+    reason = 'its parent was cancelled: ' || $2,
+    finished_at = now(), updated_at = now(), lease_owner = NULL, lease_until = '-infinity'
+    WHERE id IN (SELECT id FROM tree) AND EXISTS (SELECT 1 FROM me)
+      AND status NOT IN (",
+    crate::status::status_sql!(Completed),
+    ", ",
+    crate::status::status_sql!(Failed),
+    ", ",
+    crate::status::status_sql!(Cancelled),
+    ")
+    RETURNING id, workflow_name, headers,
+        (extract(epoch FROM created_at) * 1000000)::int8 AS created_us, retries, reason,
+        notify, workflow_version, status
+), told AS (",
+    crate::store::sql::tell!("done"),
+    "
+) SELECT true, id, workflow_name, headers, created_us, retries, reason FROM me
+UNION ALL
+SELECT false, id, workflow_name, headers, created_us, retries, reason FROM done"
+);
+
+/// What a compensating cancel did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Compensating {
+    /// The request compensates now; these children were cancelled.
+    Now(Vec<CancelledRow>),
+    /// It was not set to: cancelled, failing, finished, or unknown (`Cancelled` says).
+    Not(Cancelled),
+}
+
+/// Cancels `id` asking for its compensations (`CANCEL_COMPENSATING`).
+pub async fn cancel_compensating(conn: &PgConn, id: Uuid, reason: &str) -> Result<Compensating> {
+    let stmt = conn.stmt(CANCEL_COMPENSATING).await?;
+    let rows = conn.client.query(&stmt, &[&id, &reason]).await?;
+    if rows.first().is_some_and(|r| r.get::<_, bool>(0)) {
+        return Ok(Compensating::Now(
+            rows[1..]
+                .iter()
+                .map(|r| CancelledRow {
+                    id: r.get(1),
+                    workflow_name: r.get(2),
+                    headers: r.get(3),
+                    created_us: r.get(4),
+                    retries: r.get(5),
+                    reason: r.get(6),
+                })
+                .collect(),
+        ));
+    }
+    let stmt = conn.stmt(STATUS_AND_REASON).await?;
+    Ok(Compensating::Not(
+        match conn.client.query_opt(&stmt, &[&id]).await? {
+            None => Cancelled::Unknown,
+            Some(r) if r.get::<_, RequestStatus>(0) == RequestStatus::Cancelled => {
+                Cancelled::Already { reason: r.get(1) }
+            }
+            Some(r) => Cancelled::Finished { status: r.get(0) },
+        },
+    ))
+}
+
 /// A request's stored status and reason, when it was not cancelled now.
 pub(super) const STATUS_AND_REASON: &str =
     "SELECT status, reason FROM service_requests WHERE id = $1";

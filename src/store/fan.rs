@@ -418,7 +418,7 @@ ORDER BY c.fan_index"
 /// `$1` parent, `$2` step: what the join knows of the step, and its parent's workflow,
 /// version and payload (a LOOP's condition is read over the parent's context).
 pub(super) const JOIN: &str = "SELECT j.tolerated, j.branches, j.switch, j.max_iterations, \
-     j.total, p.workflow_name, coalesce(p.workflow_version, 1), p.payload \
+     j.total, p.workflow_name, coalesce(p.workflow_version, 1), p.payload, p.failed_step_id \
      FROM fan_joins j JOIN service_requests p ON p.id = j.parent_id \
      WHERE j.parent_id = $1 AND j.step_id = $2";
 
@@ -523,6 +523,8 @@ pub struct Join {
     pub parent_workflow: String,
     pub parent_version: i32,
     pub parent_payload: String,
+    /// The parent's failed step while it fails: its children were asked to compensate.
+    pub parent_failing: Option<u32>,
 }
 
 /// The join of a fan-out step and its children's outcomes, in index order (a LOOP's
@@ -540,6 +542,7 @@ pub async fn parts(conn: &PgConn, parent: Uuid, step_id: u32) -> Result<(Join, V
         parent_workflow: j.get(5),
         parent_version: j.get(6),
         parent_payload: j.get(7),
+        parent_failing: j.get::<_, Option<i32>>(8).map(|n| n.max(0) as u32),
     };
     let stmt = conn
         .stmt(if join.max_iterations.is_some() {

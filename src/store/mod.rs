@@ -8,6 +8,7 @@
 pub(crate) mod audit;
 pub(crate) mod cancel;
 pub(crate) mod children;
+pub(crate) mod compensations;
 pub mod conn;
 pub(crate) mod dead_letters;
 pub(crate) mod deadlines;

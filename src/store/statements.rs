@@ -9,10 +9,10 @@
 //! not here: `src/store/schema.sql` holds the schema they build.
 
 use super::{
-    audit, buffer, cancel, children, connect, dead_letters, deadlines, delayed, events, fan,
-    housekeeping, idempotency, kafka_offsets, keeper, lanes, leases, migrate, notifications,
-    partitions, pauses, pool, queries, rerun, retention, retry, schedules, search, sessions, slots,
-    stats, status, step_responses, transitions, triggers,
+    audit, buffer, cancel, children, compensations, connect, dead_letters, deadlines, delayed,
+    events, fan, housekeeping, idempotency, kafka_offsets, keeper, lanes, leases, migrate,
+    notifications, partitions, pauses, pool, queries, rerun, retention, retry, schedules, search,
+    sessions, slots, stats, status, step_responses, transitions, triggers,
 };
 
 /// Every fixed statement of the store, expanded: (`file::CONST`, text), grouped by file.
@@ -60,6 +60,7 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("step_responses::RESUME", step_responses::RESUME),
         ("step_responses::ANSWERED", step_responses::ANSWERED),
         ("cancel::CANCEL", cancel::CANCEL),
+        ("cancel::CANCEL_COMPENSATING", cancel::CANCEL_COMPENSATING),
         ("cancel::STATUS_AND_REASON", cancel::STATUS_AND_REASON),
         ("retry::RETRY", retry::RETRY),
         ("retry::STATUS", retry::STATUS),
@@ -71,6 +72,10 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("children::UNTOLD", children::UNTOLD),
         ("children::TOLD", children::TOLD),
         ("lanes::RECORDS", lanes::RECORDS),
+        ("compensations::LAST_RECORDS", compensations::LAST_RECORDS),
+        ("compensations::UNDOABLE", compensations::UNDOABLE),
+        ("compensations::UNDO_CHILDREN", compensations::UNDO_CHILDREN),
+        ("compensations::GO_ON", compensations::GO_ON),
         ("fan::START", fan::START),
         ("fan::RESTART", fan::RESTART),
         ("fan::RUNNING", fan::RUNNING),

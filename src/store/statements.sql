@@ -300,7 +300,7 @@ WITH input AS (
         current_step_id = i.next_step, step_request = i.next_request,
         failed_step_id = i.failed_step, reason = i.reason, updated_at = now(),
         step_attempts = i.attempts, last_error = i.last_error,
-        finished_at = CASE WHEN i.status IN ('COMPLETED', 'FAILED') THEN now() END,
+        finished_at = CASE WHEN i.status IN ('COMPLETED', 'FAILED', 'CANCELLED') THEN now() END,
         lease_owner = CASE WHEN i.release THEN NULL ELSE s.lease_owner END,
         -- A pending retry waits unowned until it is due; the sweeper claims it then.
         lease_until = CASE WHEN i.retry_in_ms IS NOT NULL
@@ -342,7 +342,7 @@ WITH input AS (
         current_step_id = i.next_step, step_request = i.next_request,
         failed_step_id = i.failed_step, reason = i.reason, updated_at = now(),
         step_attempts = i.attempts, last_error = i.last_error,
-        finished_at = CASE WHEN i.status IN ('COMPLETED', 'FAILED') THEN now() END,
+        finished_at = CASE WHEN i.status IN ('COMPLETED', 'FAILED', 'CANCELLED') THEN now() END,
         lease_owner = CASE WHEN i.release THEN NULL ELSE s.lease_owner END,
         -- A pending retry waits unowned until it is due; the sweeper claims it then.
         lease_until = CASE WHEN i.retry_in_ms IS NOT NULL
@@ -439,6 +439,37 @@ WITH RECURSIVE tree AS (
     WHERE n.notify IS NOT NULL AND n.notify & (CASE n.status WHEN 'COMPLETED' THEN 1 WHEN 'FAILED' THEN 2 WHEN 'CANCELLED' THEN 4 ELSE 0 END) <> 0
 ) SELECT id, workflow_name, headers, created_us, retries, reason FROM done
 ORDER BY id = $1 DESC;
+
+-- cancel::CANCEL_COMPENSATING
+WITH RECURSIVE tree AS (
+    SELECT c.id FROM service_requests c WHERE c.parent_id = $1
+    UNION ALL
+    SELECT g.id FROM service_requests g JOIN tree t ON g.parent_id = t.id
+    WHERE g.parent_id IS NOT NULL
+), me AS (
+    UPDATE service_requests SET status = 'IN_PROGRESS', failed_step_id = 0, current_step_id = 0,
+        step_request = NULL, reason = $2,
+       step_attempts = 0, last_error = NULL, lease_owner = NULL, lease_until = '-infinity',
+       updated_at = now()
+    WHERE id = $1 AND failed_step_id IS NULL AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
+    RETURNING id, workflow_name, headers,
+        (extract(epoch FROM created_at) * 1000000)::int8 AS created_us, retries, reason
+), done AS (
+    UPDATE service_requests SET status = 'CANCELLED',
+    reason = 'its parent was cancelled: ' || $2,
+    finished_at = now(), updated_at = now(), lease_owner = NULL, lease_until = '-infinity'
+    WHERE id IN (SELECT id FROM tree) AND EXISTS (SELECT 1 FROM me)
+      AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
+    RETURNING id, workflow_name, headers,
+        (extract(epoch FROM created_at) * 1000000)::int8 AS created_us, retries, reason,
+        notify, workflow_version, status
+),
+    told AS (INSERT INTO notifications (service_request_id, workflow_name, workflow_version, status, reason) SELECT n.id, n.workflow_name, coalesce(n.workflow_version, 1), n.status, n.reason
+    FROM done n
+    WHERE n.notify IS NOT NULL AND n.notify & (CASE n.status WHEN 'COMPLETED' THEN 1 WHEN 'FAILED' THEN 2 WHEN 'CANCELLED' THEN 4 ELSE 0 END) <> 0
+) SELECT true, id, workflow_name, headers, created_us, retries, reason FROM me
+UNION ALL
+SELECT false, id, workflow_name, headers, created_us, retries, reason FROM done;
 
 -- cancel::STATUS_AND_REASON
 SELECT status, reason FROM service_requests WHERE id = $1;
@@ -596,6 +627,51 @@ SELECT st.step_id, st.status, CASE WHEN st.request = '' THEN r.payload ELSE st.r
     JOIN service_requests r ON r.id = st.service_request_id
     WHERE st.service_request_id = $1 AND st.step_id BETWEEN $2 AND $3
     ORDER BY st.id;
+
+-- compensations::LAST_RECORDS
+SELECT DISTINCT ON (step_id) step_id, status, response
+    FROM steps_status
+    WHERE service_request_id = $1 AND step_id > 0
+    ORDER BY step_id, id DESC;
+
+-- compensations::UNDOABLE
+SELECT c.id, c.workflow_name, coalesce(c.workflow_version, 1) FROM service_requests c
+WHERE c.parent_id = $1 AND c.parent_step_id = $2 AND c.fan_index IS NOT NULL
+  AND c.status IN ('COMPLETED', 'CANCELLED');
+
+-- compensations::UNDO_CHILDREN
+WITH held AS (
+    SELECT 1
+        FROM service_requests p
+        WHERE p.id = $1 AND p.lease_owner = $3 AND p.status <> 'CANCELLED'
+), kids AS (
+    UPDATE service_requests c SET status = 'IN_PROGRESS', failed_step_id = 0, current_step_id = 0,
+        step_request = NULL, reason = $5,
+           finished_at = NULL, parent_told = false, step_attempts = 0, last_error = NULL,
+           lease_owner = NULL, lease_until = '-infinity', updated_at = now()
+    WHERE c.id = ANY($4) AND c.parent_id = $1 AND c.parent_step_id = $2 AND EXISTS (SELECT 1
+        FROM held)
+      AND c.status IN ('COMPLETED', 'CANCELLED')
+    RETURNING 1
+), n AS (SELECT count(*) AS n FROM kids
+), paused AS (
+    UPDATE service_requests s SET status = 'PAUSED', current_step_id = $2, updated_at = now(),
+        step_attempts = 0,
+           lease_owner = NULL, lease_until = '-infinity'
+    FROM n WHERE s.id = $1 AND s.lease_owner = $3 AND n.n > 0
+    RETURNING 1
+), joined AS (
+    UPDATE fan_joins j SET finished = j.finished - n.n, tolerated = j.total, done = false
+    FROM n WHERE j.parent_id = $1 AND j.step_id = $2 AND n.n > 0
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM held), (SELECT n FROM n);
+
+-- compensations::GO_ON
+UPDATE service_requests SET status = 'RESUMED', current_step_id = $3, step_attempts = 0,
+    updated_at = now(),
+       lease_owner = NULL, lease_until = '-infinity'
+WHERE id = $1 AND current_step_id = $2 AND failed_step_id IS NOT NULL AND status = 'PAUSED';
 
 -- fan::START
 WITH fenced AS (
@@ -762,7 +838,7 @@ ORDER BY c.fan_index;
 
 -- fan::JOIN
 SELECT j.tolerated, j.branches, j.switch, j.max_iterations, j.total, p.workflow_name,
-    coalesce(p.workflow_version, 1), p.payload
+    coalesce(p.workflow_version, 1), p.payload, p.failed_step_id
     FROM fan_joins j
     JOIN service_requests p ON p.id = j.parent_id
     WHERE j.parent_id = $1 AND j.step_id = $2;

@@ -31,7 +31,7 @@ WITH input AS (
         current_step_id = i.next_step, step_request = i.next_request,
         failed_step_id = i.failed_step, reason = i.reason, updated_at = now(),
         step_attempts = i.attempts, last_error = i.last_error,
-        finished_at = CASE WHEN i.status IN (", crate::status::status_sql!(Completed), ", ", crate::status::status_sql!(Failed), ") THEN now() END,
+        finished_at = CASE WHEN i.status IN (", crate::status::status_sql!(Completed), ", ", crate::status::status_sql!(Failed), ", ", crate::status::status_sql!(Cancelled), ") THEN now() END,
         lease_owner = CASE WHEN i.release THEN NULL ELSE s.lease_owner END,
         -- A pending retry waits unowned until it is due; the sweeper claims it then.
         lease_until = CASE WHEN i.retry_in_ms IS NOT NULL

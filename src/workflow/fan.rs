@@ -65,7 +65,8 @@ pub fn lane_range(fan: u32) -> (i32, i32) {
 
 /// Whether a PARALLEL step's branches run as lanes of their request: every step of every
 /// branch is a call answered at once (SYNC HTTP, or an AMQP or Kafka message sent) with
-/// no onFailure steps of its own, and the ids fit `lane_step_id`. Anything that pauses
+/// no onFailure or compensate steps of its own (a branch that may compensate runs as a
+/// request that can), and the ids fit `lane_step_id`. Anything that pauses
 /// (ASYNC, WAIT, EVENT, WORKFLOW, a nested fan-out) needs a row of its own to wait in: such
 /// a step's branches run as child requests.
 pub fn fits_lanes(fan: u32, branches: &[Branch]) -> bool {
@@ -79,6 +80,7 @@ pub fn fits_lanes(fan: u32, branches: &[Branch]) -> bool {
                     matches!(s.mode, Mode::Http | Mode::Amqp | Mode::Kafka)
                         && s.step_type == StepType::Sync
                         && s.on_failure.is_empty()
+                        && s.compensate.is_empty()
                 })
         })
 }

@@ -59,6 +59,14 @@ pub struct WorkflowDef {
         skip_serializing_if = "Option::is_none"
     )]
     pub input_schema: Option<serde_json::Value>,
+    /// Beyond Clamp: a cancel of its requests runs their compensations first unless the
+    /// cancel says `compensate=false` (without it, only a cancel that asks does).
+    #[serde(
+        default,
+        rename = "compensateOnCancel",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub compensate_on_cancel: bool,
 }
 
 /// A workflow's `rateLimit` as written: a key as `concurrency`'s (the same one when both
@@ -173,6 +181,10 @@ pub struct Step {
     pub when: String,
     #[serde(default, rename = "onFailure", skip_serializing_if = "Vec::is_empty")]
     pub on_failure: Vec<Step>,
+    /// Beyond Clamp: steps that undo this one, run when its request fails after it
+    /// completed (in reverse order of completion with the others', each once).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compensate: Vec<Step>,
     /// Beyond Clamp: how a failing call of this step is retried (the server default
     /// fills in what is left out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -482,6 +494,8 @@ pub struct CompiledStep {
     pub transform: Option<Vec<(String, String)>>,
     /// Ids of this step's `onFailure` steps, in order.
     pub on_failure: Vec<u32>,
+    /// Ids of this step's `compensate` steps, in order.
+    pub compensate: Vec<u32>,
     /// The step's own retry settings, if it has any.
     pub retry: Option<RetrySpec>,
     /// How long the step, sent, waits for its answer (ASYNC HTTP, AMQP and KAFKA steps).
@@ -533,9 +547,57 @@ pub struct Workflow {
     pub notify_mask: Option<i16>,
     /// What every create's payload must meet (`def.input_schema`), compiled once.
     pub input_schema: Option<super::input_schema::InputSchema>,
+    /// Whether any step has `compensate` steps, or is a fan-out step whose children may
+    /// (a failure then reads which steps completed).
+    pub compensates: bool,
+}
+
+impl CompiledStep {
+    /// Whether this fan-out step's children may have steps to undo: its own steps'
+    /// workflows compensate, or its items are requests of a stored workflow (which may).
+    pub fn children_compensate(&self) -> bool {
+        self.mode.fans_out()
+            && (self.val.subs().iter().any(|s| s.0.compensates)
+                || matches!(
+                    self.val,
+                    Val::Map(MapVal {
+                        body: MapBody::Workflow(_),
+                        ..
+                    })
+                ))
+    }
 }
 
 impl Workflow {
+    /// A failing request's compensations, in the order they run, each with the step it
+    /// undoes: first the children of `failed` when it is a fan-out step (its branches or
+    /// items that completed, or were cancelled by its failure, undo theirs), then, for each
+    /// main step that `completed`, the last to complete first (main steps complete in
+    /// their order), its `compensate` steps in order, then its children's. A fan-out
+    /// step's own id stands for its children's compensations.
+    pub fn compensations(&self, failed: u32, completed: impl Fn(u32) -> bool) -> Vec<(u32, u32)> {
+        let mut out = Vec::new();
+        if self
+            .step(failed)
+            .is_some_and(CompiledStep::children_compensate)
+        {
+            out.push((failed, failed));
+        }
+        for &m in self
+            .main
+            .iter()
+            .rev()
+            .filter(|&&m| m != failed && completed(m))
+        {
+            let Some(s) = self.step(m) else { continue };
+            out.extend(s.compensate.iter().map(|&c| (c, m)));
+            if s.children_compensate() {
+                out.push((m, m));
+            }
+        }
+        out
+    }
+
     /// The step with this id, if any.
     pub fn step(&self, id: u32) -> Option<&CompiledStep> {
         id.checked_sub(1).and_then(|i| self.steps.get(i as usize))

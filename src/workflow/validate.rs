@@ -106,12 +106,41 @@ fn compile_in(mut def: WorkflowDef, scope: &Scope) -> Result<Workflow, Validatio
             }
             steps.push((fid, c));
         }
+        for (j, f) in s.compensate.iter_mut().enumerate() {
+            let at = format!("{at}.compensate[{j}]");
+            if !f.on_failure.is_empty() || !f.compensate.is_empty() {
+                return err(format!(
+                    "{at}: compensate steps cannot have onFailure or compensate steps"
+                ));
+            }
+            let cid = next_id;
+            next_id += 1;
+            compiled.compensate.push(cid);
+            let here = Here {
+                workflow: &name,
+                version,
+                depth: scope.depth,
+            };
+            let c = compile_step(f, cid, &at, &known, &here)?;
+            if c.mode.has_children() {
+                // Compensations run as a failing request's last steps, as onFailure
+                // steps do: nothing would wait for children.
+                return err(format!(
+                    "{at}.mode {} cannot be a compensate step",
+                    c.mode.as_str()
+                ));
+            }
+            steps.push((cid, c));
+        }
         steps.push((id, compiled));
     }
     steps.sort_by_key(|(id, _)| *id);
     let steps: Vec<CompiledStep> = steps.into_iter().map(|(_, c)| c).collect();
     let json = Bytes::from(serde_json::to_vec(&def).expect("a workflow always serializes"));
     let uses_context = steps.iter().any(reads_context);
+    let compensates = steps
+        .iter()
+        .any(|s| !s.compensate.is_empty() || s.children_compensate());
     if let Some(r) = &def.retention {
         super::retention::check(r).map_err(ValidationError)?;
     }
@@ -141,6 +170,7 @@ fn compile_in(mut def: WorkflowDef, scope: &Scope) -> Result<Workflow, Validatio
         notify,
         notify_mask,
         input_schema,
+        compensates,
     })
 }
 
@@ -154,6 +184,9 @@ fn known_names(def: &WorkflowDef, scope: &Scope) -> Result<Vec<String>, Validati
         collect_names(s, &at, &mut known)?;
         for (j, f) in s.on_failure.iter().enumerate() {
             collect_names(f, &format!("{at}.onFailure[{j}]"), &mut known)?;
+        }
+        for (j, f) in s.compensate.iter().enumerate() {
+            collect_names(f, &format!("{at}.compensate[{j}]"), &mut known)?;
         }
     }
     for o in scope.outer {
@@ -327,6 +360,7 @@ fn compile_step(
         when,
         transform,
         on_failure: Vec::new(),
+        compensate: Vec::new(),
     })
 }
 
@@ -859,7 +893,7 @@ pub fn set_default_reply_to(def: &mut WorkflowDef, amqp_queue: &str, kafka_topic
                 val.insert("reply_to".into(), default.into());
             }
         }
-        for f in &mut s.on_failure {
+        for f in s.on_failure.iter_mut().chain(s.compensate.iter_mut()) {
             visit(f, amqp_queue, kafka_topic);
         }
         // The steps of a fan-out step's branches, or of its items.
@@ -954,6 +988,31 @@ mod tests {
 
     fn http(name: &str) -> Value {
         json!({"name": name, "mode": "HTTP", "val": {"method": "GET", "url": "http://127.0.0.1:9/x"}})
+    }
+
+    #[test]
+    fn compensations_run_last_completed_first_each_steps_own_in_order() {
+        let mut a = http("a");
+        a["onFailure"] = json!([http("a fail")]);
+        a["compensate"] = json!([http("undo a 1"), http("undo a 2")]);
+        let mut c = http("c");
+        c["compensate"] = json!([http("undo c")]);
+        let w = compile(def(
+            json!({"name": "w", "steps": [a, http("b"), c, http("d")]}),
+        ))
+        .unwrap();
+        // a 1, its onFailure 2, its compensations 3 and 4; b 5; c 6, undo c 7; d 8.
+        assert_eq!(w.main, vec![1, 5, 6, 8]);
+        assert_eq!(w.step(1).unwrap().compensate, vec![3, 4]);
+        assert!(w.compensates);
+        assert_eq!(w.compensations(8, |_| true), vec![(7, 6), (3, 1), (4, 1)]);
+        // c failed (not completed), b was skipped.
+        assert_eq!(w.compensations(6, |m| m != 5), vec![(3, 1), (4, 1)]);
+        assert!(
+            !compile(def(json!({"name": "w", "steps": [http("x")]})))
+                .unwrap()
+                .compensates
+        );
     }
 
     #[test]

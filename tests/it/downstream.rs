@@ -291,6 +291,8 @@ async fn handle(
             let status = if calls >= n { "ready" } else { "pending" };
             (200, json!({"status": status, "call": calls}))
         }
+        // Compensations' peers: each answers what it was sent.
+        p if p.starts_with("/undo/") => (200, json!({"undone": body})),
         "/api/step1" => (200, json!({"user": {"id": 7, "ok": true}, "step": 1})),
         // Answers with a `traceparent` of its own (a peer that traces too).
         "/traced" => (200, json!({"traced": true})),

@@ -7,6 +7,7 @@ mod api_workflows;
 mod broker_amqp;
 mod broker_kafka;
 mod children;
+mod compensation;
 mod concurrency;
 mod console;
 mod console_sessions;

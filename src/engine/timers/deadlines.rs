@@ -75,13 +75,15 @@ impl Executor {
             crate::engine::step_io::DEADLINE_PASSED
         );
         let response = Doc::error(504, crate::engine::step_io::DEADLINE_PASSED);
+        let next_step = match step {
+            Some(s) => self.after_failure(&wf, p.id, s).await?,
+            None => 0,
+        };
         let end = End {
             id: p.id,
             step_id: p.step_id,
             step_name: name,
-            next_step: step
-                .and_then(|s| s.on_failure.first().copied())
-                .unwrap_or(0),
+            next_step,
             reason: &reason,
             step_response: response.as_str(),
             step_reason: crate::engine::step_io::DEADLINE_PASSED,
@@ -128,7 +130,7 @@ impl Executor {
             next_step: if again {
                 o.step_id
             } else {
-                step.on_failure.first().copied().unwrap_or(0)
+                self.after_failure(&wf, o.id, step).await?
             },
             retry: again.then_some((attempts, last_error.as_str(), 0.0)),
             failed_step: (!again).then_some(o.step_id),

@@ -172,7 +172,9 @@ impl On<'_> {
             .map(str::trim)
             .filter(|r| !r.is_empty())
             .map(str::to_string);
-        control::cancel(self.core, &self.ctx.caller, self.id, reason).await?;
+        // Left out (a workflow without compensations): the workflow decides.
+        let compensate = field(form, "compensate").map(|c| c == "true");
+        control::cancel(self.core, &self.ctx.caller, self.id, reason, compensate).await?;
         Ok((self.back(), Done::Cancelled))
     }
 

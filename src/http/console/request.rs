@@ -385,6 +385,10 @@ fn actions(ctx: &Ctx, id: Uuid, f: &Found, wf: Option<&Arc<Workflow>>) -> Markup
     use crate::ops::access::Op;
     let retryable = f.head.status.is_retryable() && ctx.may(Op::Retry);
     let cancellable = !f.head.status.is_finished() && ctx.may(Op::Cancel);
+    // Whether it may undo its steps, and whether a cancel does unless told otherwise.
+    let wf_compensates = wf
+        .filter(|w| w.compensates)
+        .map(|w| w.def.compensate_on_cancel);
     let wf = wf.filter(|_| ctx.may(Op::Rerun));
     let deliverable = ctx.may(Op::DeliverEvent);
     html! {
@@ -436,6 +440,14 @@ fn actions(ctx: &Ctx, id: Uuid, f: &Found, wf: Option<&Arc<Workflow>>) -> Markup
                     span.muted { "No further step starts; a paused step stops waiting." }
                     input type="hidden" name="csrf" value=(ctx.csrf);
                     label { "Reason (optional)" input type="text" name="reason" maxlength="1024"; }
+                    @if let Some(on_cancel) = wf_compensates {
+                        label { "Undo its completed steps first (their compensations run, last first) "
+                            select name="compensate" {
+                                option value="true" selected[on_cancel] { "yes" }
+                                option value="false" selected[!on_cancel] { "no" }
+                            }
+                        }
+                    }
                     button.danger type="submit" name="action" value="cancel" { "Cancel" }
                 }
             }
