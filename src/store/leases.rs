@@ -40,10 +40,14 @@ pub struct Claimed {
     pub priority: Option<i16>,
 }
 
-/// Claims up to `limit` runnable requests whose lease is free or expired, in the claim
-/// order (`sql::claim_rank!`: higher priorities first, then creation order; rows due at a
-/// time after them, in the order they fell due). One statement: the inner SELECT skips
-/// rows another instance is claiming at the same moment.
+/// Claims up to `limit` runnable requests whose lease is free or expired. Rows due at a
+/// time (a WAIT's end, a back-off, a delayed start, a lease that ran out: their rank is
+/// the time, above 0) take the first half of every claim, in the order they fell due,
+/// so a backlog of fresh rows (ranked below 0, priorities being 1 to 9: higher ones
+/// first, then creation order, `sql::claim_rank!`) does not keep them from their time; the rest goes to fresh
+/// rows, then to more due ones. Two ranges of the claim index, each read in its order
+/// as far as the claim needs; one statement: the inner SELECTs skip rows another
+/// instance is claiming at the same moment.
 pub(super) const CLAIM: &str = concat!(
     "\
 UPDATE service_requests s SET lease_owner = $1,
@@ -51,19 +55,44 @@ UPDATE service_requests s SET lease_owner = $1,
     crate::store::sql::now_plus_ms!("$2"),
     ", updated_at = now()
 FROM (
-    SELECT id, lease_until, lease_owner FROM service_requests
-    WHERE status IN ",
+    WITH due AS (
+        SELECT d.id, d.lease_until, d.lease_owner, row_number() OVER () AS n FROM (
+            SELECT id, lease_until, lease_owner FROM service_requests
+            WHERE status IN ",
     crate::store::sql::claimable!(),
     " AND ",
+    crate::store::sql::claim_rank!(),
+    " > 0 AND ",
     crate::store::sql::claim_rank!(),
     " < ",
     crate::store::sql::now_rank!(),
     "
-    ORDER BY ",
+            ORDER BY ",
     crate::store::sql::claim_rank!(),
     "
-    LIMIT $3
-    FOR UPDATE SKIP LOCKED) was
+            LIMIT $3
+            FOR UPDATE SKIP LOCKED) d
+    ), fresh AS (
+        SELECT id, lease_until, lease_owner FROM service_requests
+        WHERE status IN ",
+    crate::store::sql::claimable!(),
+    " AND ",
+    crate::store::sql::claim_rank!(),
+    " <= 0
+        ORDER BY ",
+    crate::store::sql::claim_rank!(),
+    "
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED
+    )
+    -- In this order (an Append reads its parts one after another): the first half of
+    -- the due rows, the fresh ones, the rest of the due ones.
+    SELECT id, lease_until, lease_owner FROM due WHERE n <= ($3 + 1) / 2
+    UNION ALL
+    SELECT id, lease_until, lease_owner FROM fresh
+    UNION ALL
+    SELECT id, lease_until, lease_owner FROM due WHERE n > ($3 + 1) / 2
+    LIMIT $3) was
 WHERE s.id = was.id
 RETURNING
     -- A timer fired: the row was left unleased until a time (a WAIT's end, a back-off, a

@@ -238,19 +238,46 @@ SELECT q.concurrency_key, count(*), sum(count(*)) OVER ()::int8, count(*) OVER (
 UPDATE service_requests s SET lease_owner = $1,
        lease_until = now() + $2::float8 * interval '1 millisecond', updated_at = now()
 FROM (
-    SELECT id, lease_until, lease_owner FROM service_requests
-    WHERE status IN ('NEW', 'IN_PROGRESS',
-        'RESUMED') AND (CASE WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+    WITH due AS (
+        SELECT d.id, d.lease_until, d.lease_owner, row_number() OVER () AS n FROM (
+            SELECT id, lease_until, lease_owner FROM service_requests
+            WHERE status IN ('NEW', 'IN_PROGRESS',
+                'RESUMED') AND (CASE WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+                    created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
+                    5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
+                        lease_until - '1970-01-01 00:00:00+00'::timestamptz) END) > 0 AND (CASE WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+                    created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
+                    5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
+                        lease_until - '1970-01-01 00:00:00+00'::timestamptz) END) < date_part('epoch',
+                    now() - '1970-01-01 00:00:00+00'::timestamptz)
+            ORDER BY (CASE WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+                created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
+                5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
+                    lease_until - '1970-01-01 00:00:00+00'::timestamptz) END)
+            LIMIT $3
+            FOR UPDATE SKIP LOCKED) d
+    ), fresh AS (
+        SELECT id, lease_until, lease_owner FROM service_requests
+        WHERE status IN ('NEW', 'IN_PROGRESS',
+            'RESUMED') AND (CASE WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+                created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
+                5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
+                    lease_until - '1970-01-01 00:00:00+00'::timestamptz) END) <= 0
+        ORDER BY (CASE WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
             created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
             5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
-                lease_until - '1970-01-01 00:00:00+00'::timestamptz) END) < date_part('epoch',
-            now() - '1970-01-01 00:00:00+00'::timestamptz)
-    ORDER BY (CASE WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
-        created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
-        5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
-            lease_until - '1970-01-01 00:00:00+00'::timestamptz) END)
-    LIMIT $3
-    FOR UPDATE SKIP LOCKED) was
+                lease_until - '1970-01-01 00:00:00+00'::timestamptz) END)
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED
+    )
+    -- In this order (an Append reads its parts one after another): the first half of
+    -- the due rows, the fresh ones, the rest of the due ones.
+    SELECT id, lease_until, lease_owner FROM due WHERE n <= ($3 + 1) / 2
+    UNION ALL
+    SELECT id, lease_until, lease_owner FROM fresh
+    UNION ALL
+    SELECT id, lease_until, lease_owner FROM due WHERE n > ($3 + 1) / 2
+    LIMIT $3) was
 WHERE s.id = was.id
 RETURNING
     -- A timer fired: the row was left unleased until a time (a WAIT's end, a back-off, a

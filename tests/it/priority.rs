@@ -281,3 +281,54 @@ async fn the_claim_is_one_range_of_the_claim_order_index() {
     );
     s.shutdown().await;
 }
+
+/// Timers are served while a backlog waits: two slots; a request sleeps 1 s at a WAIT,
+/// and meanwhile 1,000 fresh requests of a 50 ms step are created (about 25 s of work):
+/// the step after the WAIT starts soon after its time (the first half of every claim
+/// goes to rows due at a time), not after the backlog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_due_timer_is_not_kept_waiting_by_a_backlog() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let mut cfg = config(&db.url);
+    cfg.threads = 1;
+    cfg.max_running = 2;
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&json!({"name": "work", "steps": [http("call", d.url("/slow/50"))]}))
+        .await;
+    s.create_workflow(&json!({"name": "nap", "steps": [
+        {"name": "sleep", "mode": "WAIT", "val": {"duration": "PT1S"}},
+        http("after", d.url("/api/echo"))]}))
+        .await;
+    let t0 = Instant::now();
+    let nap = create_with(&s, "nap", "", &json!({"n": -1})).await;
+    wait_status(&s, &nap, &["IN_PROGRESS"], WAIT).await;
+    for burst in 0..10 {
+        let creates = (0..100).map(|i| {
+            let s = &s;
+            async move { create_with(s, "work", "", &json!({"n": burst * 100 + i})).await }
+        });
+        futures_util::future::join_all(creates).await;
+    }
+    assert!(
+        d.received("/api/echo").is_empty() && t0.elapsed() < Duration::from_secs(1),
+        "the backlog was made while the WAIT slept"
+    );
+    wait_for(
+        "the step after the WAIT",
+        Duration::from_secs(10),
+        || async { (!d.received("/api/echo").is_empty()).then_some(()) },
+    )
+    .await;
+    let took = t0.elapsed();
+    let done = d.received("/slow/50").len();
+    assert!(
+        took < Duration::from_secs(2),
+        "the step after a 1 s WAIT started {took:?} after the create"
+    );
+    assert!(
+        done < 500,
+        "{done} of the backlog's 1,000 ran first: it was not kept waiting by them"
+    );
+    s.shutdown().await;
+}
