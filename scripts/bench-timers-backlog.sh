@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Timers behind a backlog, two server binaries side by side (alternating per round), on a
-# throwaway Postgres with the settings of docs/configuration.md: one instance with
-# `--max-running SLOTS` (4), a one-step workflow calling `clamp-bench mock` with a DELAY
+# throwaway Postgres with the settings of docs/configuration.md: one instance of one
+# runtime (`--threads 1`) with `--max-running SLOTS` (4: slots are per runtime), a one-step workflow calling `clamp-bench mock` with a DELAY
 # (20ms) service time, its creates offered open-loop at RATE/s (300: about 1.5 times what
 # four slots finish) for DURATION s (60) by `clamp-bench create`, and meanwhile a probe
 # request of [WAIT PT1S, HTTP] created every 0.5 s. A probe's lateness is when its WAIT
@@ -67,9 +67,9 @@ run() {
   local side=$1 bin=$2 db=$3
   fresh_db "$base" "$db"
   serve "$port" "$tmp/server-$side.log" "$bin" --port "$port" --bind 127.0.0.1 \
-    --database-url "$base/$db" --max-running "$SLOTS"
-  post /workflow "{\"name\":\"work\",\"steps\":[{\"name\":\"call\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"$mock/api/step1\"}}]}"
-  post /workflow "{\"name\":\"probe\",\"steps\":[{\"name\":\"nap\",\"mode\":\"WAIT\",\"val\":{\"duration\":\"PT1S\"}},{\"name\":\"call\",\"mode\":\"HTTP\",\"val\":{\"method\":\"POST\",\"url\":\"$mock/api/step1\"}}]}"
+    --database-url "$base/$db" --threads 1 --max-running "$SLOTS"
+  post /workflow "{\"name\":\"work\",\"steps\":[{\"name\":\"call\",\"mode\":\"HTTP\",\"val\":{\"method\":\"GET\",\"url\":\"$mock/api/step1\"}}]}"
+  post /workflow "{\"name\":\"probe\",\"steps\":[{\"name\":\"nap\",\"mode\":\"WAIT\",\"val\":{\"duration\":\"PT1S\"}},{\"name\":\"call\",\"mode\":\"HTTP\",\"val\":{\"method\":\"GET\",\"url\":\"$mock/api/step1\"}}]}"
   "$BENCH_BIN" create --url "http://127.0.0.1:$port" --workflow work --rate "$RATE" \
     --duration "${DURATION}s" --warmup 0s --connections 64 > "$tmp/load-$side.txt" 2>&1 &
   load_pid=$!
@@ -81,7 +81,7 @@ run() {
   done
   wait "$load_pid" || true
   load_pid=''
-  local drained=$((SECONDS + DEADLINE)) left
+  local load_end=$SECONDS drained=$((SECONDS + DEADLINE)) left
   while :; do
     left=$(dbsql "$db" "SELECT count(*) FROM service_requests WHERE status NOT IN ('COMPLETED','FAILED','CANCELLED')")
     [ "$left" -eq 0 ] && break
@@ -94,13 +94,16 @@ run() {
     FROM service_requests r JOIN steps_status st ON st.service_request_id = r.id AND st.step_name = 'nap'
     WHERE r.workflow_name = 'probe' GROUP BY r.id" > "$tmp/late-$side-now"
   cat "$tmp/late-$side-now" >> "$tmp/late-$side"
-  local created
+  local drain=$((SECONDS - load_end)) created
   created=$(dbsql "$db" "SELECT count(*) FROM service_requests WHERE workflow_name = 'work'")
+  local failed
+  failed=$(dbsql "$db" "SELECT count(*) FROM service_requests WHERE status <> 'COMPLETED'")
+  [ "$failed" -eq 0 ] || { echo "bench-timers-backlog: $failed requests did not complete (side $side)" >&2; exit 1; }
   echo "$side $(sort -n "$tmp/late-$side-now" | python3 -c '
 import sys
 v = [int(x) for x in sys.stdin.read().split()]
 q = lambda p: v[min(len(v) - 1, int(p * len(v)))] if v else -1
-print(q(0.5), q(0.99), v[-1] if v else -1, len(v))') $probes $created" >> "$tmp/results"
+print(q(0.5), q(0.99), v[-1] if v else -1, len(v))') $probes $created $drain" >> "$tmp/results"
   stop "$server_pid"
   server_pid=''
 }
@@ -135,14 +138,14 @@ for b in bounds + [None]:
   machine_line
   echo
   echo "Command: \`A=${A:-} B=$B ROUNDS=$ROUNDS RATE=$RATE DURATION=$DURATION SLOTS=$SLOTS DELAY=$DELAY scripts/bench-timers-backlog.sh\`"
-  echo "(README's Postgres: scripts/dev-postgres.sh; one instance, --max-running $SLOTS; creates of a"
+  echo "(README's Postgres: scripts/dev-postgres.sh; one instance, --threads 1 --max-running $SLOTS; creates of a"
   echo "one-step workflow calling clamp-bench mock ($DELAY) offered at $RATE/s for ${DURATION}s; a probe"
   echo "[WAIT PT1S, HTTP] created every 0.5 s; lateness = WAIT completed - (its start + 1 s))."
   echo
-  echo "| side | p50 ms | p99 ms | max ms | probes measured | probes created | creates stored |"
-  echo "|---|---|---|---|---|---|---|"
-  while read -r side p50 p99 max n probes created; do
-    echo "| $side | $p50 | $p99 | $max | $n | $probes | $created |"
+  echo "| side | p50 ms | p99 ms | max ms | probes measured | probes created | creates stored | s to drain after the load |"
+  echo "|---|---|---|---|---|---|---|---|"
+  while read -r side p50 p99 max n probes created drain; do
+    echo "| $side | $p50 | $p99 | $max | $n | $probes | $created | $drain |"
   done < "$tmp/results"
   for side in $sides; do
     echo
