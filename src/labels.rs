@@ -15,6 +15,10 @@ pub const MAX_LABELS: usize = 16;
 pub const MAX_KEY: usize = 63;
 /// Longest value, in bytes.
 pub const MAX_VALUE: usize = 200;
+/// The label by which a create asks that a cancel of its request run the request's
+/// compensations first (as `compensateOnCancel` asks for every request of a workflow).
+pub const COMPENSATE_ON_CANCEL: &str = "clamp.compensate:on-cancel";
+
 /// The header a create may give its labels in, comma-separated.
 pub const HEADER: &str = "clamp-labels";
 

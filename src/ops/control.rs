@@ -74,8 +74,9 @@ async fn cancel_it(
 }
 
 /// Whether a cancel of `id` runs its compensations: its workflow has some, and the
-/// cancel `asked` or the workflow says `compensateOnCancel` (false for a request not
-/// found: the cancel says so).
+/// cancel `asked`, or the workflow says `compensateOnCancel`, or the create asked (its
+/// label `clamp.compensate:on-cancel`); false for a request not found (the cancel says
+/// so).
 async fn compensates(
     core: &Core,
     conn: &crate::store::PgConn,
@@ -97,7 +98,15 @@ async fn compensates(
         .get_or_load_version(&core.pool, &state.workflow_name, state.workflow_version)
         .await
         .map_err(|_| OpError::Unavailable("the workflow definition cannot be read now"))?;
-    Ok(wf.is_some_and(|w| w.compensates && (asked || w.def.compensate_on_cancel)))
+    let Some(wf) = wf.filter(|w| w.compensates) else {
+        return Ok(false);
+    };
+    if asked || wf.def.compensate_on_cancel {
+        return Ok(true);
+    }
+    crate::store::cancel::asked_at_create(conn, id)
+        .await
+        .map_err(OpError::store(doing))
 }
 
 /// A cancel asking for compensation: the request compensates, then ends CANCELLED (its

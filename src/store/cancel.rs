@@ -160,6 +160,21 @@ pub async fn cancel_compensating(conn: &PgConn, id: Uuid, reason: &str) -> Resul
     ))
 }
 
+/// `$1` request: whether its create asked that a cancel compensate it (its label
+/// `COMPENSATE_ON_CANCEL`).
+pub(super) const ASKED_AT_CREATE: &str =
+    "SELECT coalesce(labels @> ARRAY[$2::text], false) FROM service_requests WHERE id = $1";
+
+/// Whether request `id`'s create asked that a cancel compensate it.
+pub async fn asked_at_create(conn: &PgConn, id: Uuid) -> Result<bool> {
+    let stmt = conn.stmt(ASKED_AT_CREATE).await?;
+    Ok(conn
+        .client
+        .query_opt(&stmt, &[&id, &crate::labels::COMPENSATE_ON_CANCEL])
+        .await?
+        .is_some_and(|r| r.get(0)))
+}
+
 /// A request's stored status and reason, when it was not cancelled now.
 pub(super) const STATUS_AND_REASON: &str =
     "SELECT status, reason FROM service_requests WHERE id = $1";

@@ -61,6 +61,7 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("step_responses::ANSWERED", step_responses::ANSWERED),
         ("cancel::CANCEL", cancel::CANCEL),
         ("cancel::CANCEL_COMPENSATING", cancel::CANCEL_COMPENSATING),
+        ("cancel::ASKED_AT_CREATE", cancel::ASKED_AT_CREATE),
         ("cancel::STATUS_AND_REASON", cancel::STATUS_AND_REASON),
         ("retry::RETRY", retry::RETRY),
         ("retry::STATUS", retry::STATUS),

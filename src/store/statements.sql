@@ -498,6 +498,9 @@ WITH RECURSIVE tree AS (
 UNION ALL
 SELECT false, id, workflow_name, headers, created_us, retries, reason FROM done;
 
+-- cancel::ASKED_AT_CREATE
+SELECT coalesce(labels @> ARRAY[$2::text], false) FROM service_requests WHERE id = $1;
+
 -- cancel::STATUS_AND_REASON
 SELECT status, reason FROM service_requests WHERE id = $1;
 

@@ -405,4 +405,21 @@ async fn a_cancel_that_asks_compensates_then_ends_cancelled() {
     wait_status(&s, &told_not, &["CANCELLED"], WAIT).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(undone(&d), ["/undo/reserve", "/undo/reserve"]);
+
+    // A create that asks (its label): a plain cancel compensates it.
+    let r = s
+        .post_json(
+            "/serviceRequest/hold?label=clamp.compensate:on-cancel",
+            &json!({"k": "e"}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let labelled = r.json()["serviceRequestId"].as_str().unwrap().to_string();
+    wait_status(&s, &labelled, &["PAUSED"], WAIT).await;
+    let r = s
+        .post(&format!("/serviceRequest/{labelled}/cancel"), "")
+        .await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    wait_status(&s, &labelled, &["CANCELLED"], WAIT).await;
+    assert_eq!(undone(&d).len(), 3);
 }
