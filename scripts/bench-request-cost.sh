@@ -5,8 +5,10 @@
 # HTTP workflow against nginx (a fixed 200 on 127.0.0.1), `wrk -t1 -c64` creates for
 # DURATION seconds, then a wait until every created request has completed. Per completed
 # request: server CPU, Postgres CPU (this cluster's processes), WAL bytes, commits and
-# statements, from wrk's start to the moment the last request completed; and a
-# per-statement breakdown of each binary's last round. Then (POLL=0 skips it) one run per
+# statements, from wrk's start to the moment the last request completed; and, of each
+# binary's last round, a per-statement breakdown, the rows each table took (inserts,
+# updates and the share of them that were HOT) and each index's scans, buffer touches
+# and size. Then (POLL=0 skips it) one run per
 # binary of clients that poll (512 users, 20 ms, `clamp-bench e2e` against
 # `clamp-bench mock`, as scripts/bench-poll.sh). Writes perf/runs/<date>-<host>/<commit>-<tag>/<tag>.md.
 #
@@ -240,6 +242,21 @@ for round in $(seq 1 "$ROUNDS"); do
       echo "$round" > "$tmp/stmts-$which.round"
       echo "$done_" > "$tmp/stmts-$which.completed"
     fi
+    # Where the writes went (the last round of each binary is reported): per table,
+    # inserts, updates and HOT updates; per index (partitions summed into their parent),
+    # scans and buffer touches (reads and maintenance alike), and its size.
+    psql "$base/$db" -qAtX -v ON_ERROR_STOP=1 -F ' ' -c "SELECT
+        coalesce(pg_partition_root(relid), relid)::regclass::text, sum(n_tup_ins)::bigint,
+        sum(n_tup_upd)::bigint, sum(n_tup_hot_upd)::bigint, sum(n_tup_del)::bigint
+      FROM pg_stat_user_tables GROUP BY 1 HAVING sum(n_tup_ins + n_tup_upd + n_tup_del) > 0
+      ORDER BY 3 DESC" > "$tmp/hot-$which.txt"
+    psql "$base/$db" -qAtX -v ON_ERROR_STOP=1 -F ' ' -c "SELECT
+        coalesce(pg_partition_root(s.indexrelid), s.indexrelid)::regclass::text,
+        sum(s.idx_scan)::bigint, sum(io.idx_blks_hit + io.idx_blks_read)::bigint,
+        sum(pg_relation_size(s.indexrelid))::bigint
+      FROM pg_stat_user_indexes s JOIN pg_statio_user_indexes io USING (indexrelid)
+      GROUP BY 1 HAVING sum(io.idx_blks_hit + io.idx_blks_read) > 0 ORDER BY 3 DESC" > "$tmp/idx-$which.txt"
+    echo "$round $done_" > "$tmp/hot-$which.round"
     read -r failed_db open_db < <(psql "$base/$db" -qAtX -F ' ' -c \
       "SELECT count(*) FILTER (WHERE status = 'FAILED'), count(*) FILTER (WHERE status NOT IN ('COMPLETED', 'FAILED')) FROM service_requests")
     open_db=$((open_db - SEED))  # the seeded requests wait on purpose
@@ -427,6 +444,29 @@ if E['RC_PGSS'] == '1':
             q = q.replace('|', '\\|').replace('`', "'")
             w(f"| {calls / done:.3f} | {rows / calls if calls else 0:.1f} | {ms * 1e3 / done:.2f} | "
               f"{ms * 1e3 / calls if calls else 0:.1f} | `{q}` |")
+
+for b in 'AB':
+    f = f'{tmp}/hot-{b}.txt'
+    if not os.path.exists(f):
+        continue
+    rnd, done = open(f'{tmp}/hot-{b}.round').read().split()
+    done = int(done)
+    w(f'\nTables of {b} (round {rnd}, {done:,} completed): rows written per completed request, '
+      'and the share of updates that were HOT (no index entry written):\n')
+    w('| table | inserts | updates | HOT updates | HOT ratio | deletes |')
+    w('|---|---|---|---|---|---|')
+    for line in open(f):
+        t, ins, upd, hot, dele = line.split()
+        ins, upd, hot, dele = int(ins), int(upd), int(hot), int(dele)
+        w(f"| {t} | {ins / done:.3f} | {upd / done:.3f} | {hot / done:.3f} | "
+          f"{(hot / upd if upd else 0):.3f} | {dele / done:.3f} |")
+    w(f'\nIndexes of {b} (round {rnd}; partitions summed into their parent): scans and buffer '
+      'touches (reads and maintenance) per completed request, and size:\n')
+    w('| index | scans | buffers touched | MB |')
+    w('|---|---|---|---|')
+    for line in open(f'{tmp}/idx-{b}.txt'):
+        i, scans, blks, size = line.split()
+        w(f"| {i} | {int(scans) / done:.3f} | {int(blks) / done:.2f} | {int(size) / 1e6:.1f} |")
 
 w(f"\n## Clients that poll ({E['RC_POLLCONNS']} users, {E['RC_POLLINT']} between reads, {E['RC_POLLDUR']} s, as scripts/bench-poll.sh)\n")
 w(f"- {E['RC_POLLNOTE']}")
