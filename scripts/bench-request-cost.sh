@@ -21,7 +21,8 @@
 #
 # Settings: ROUNDS (2), DURATION (15, seconds of wrk), CONNS (64), TOKEN (a bearer token
 # every call carries), SEED (0; that many requests waiting in the table before each run:
-# asleep at a WAIT, paused at an EVENT, some with deadlines), SERVER_FLAGS (both
+# asleep at a WAIT, paused at an EVENT, some with deadlines; A_SEED and B_SEED: one
+# side's own, so that A=B with B_SEED=1000000 prices a table of waiting work), SERVER_FLAGS (both
 # binaries), A_FLAGS and B_FLAGS (one binary's own; `@NGINX@` in them becomes nginx's
 # base URL, e.g. B_FLAGS='--otlp-endpoint @NGINX@' exports spans to nginx's fixed 200), DEADLINE (120, seconds to wait for completion after wrk), POLL (1; 0 skips
 # the polling runs), POLL_ROUNDS (1), POLL_CONNS (512), POLL_INTERVAL (20ms),
@@ -175,7 +176,9 @@ for round in $(seq 1 "$ROUNDS"); do
     code=$(curl -s "${auth[@]}" -o "$tmp/workflow.json" -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
       -d "$(workflow_for "$which")" "http://127.0.0.1:$port/workflow")
     case "$code" in 2??) ;; *) echo "bench-request-cost: POST /workflow answered $code: $(cat "$tmp/workflow.json")" >&2; exit 1 ;; esac
-    if [ "$SEED" -gt 0 ]; then
+    seed_var="${which}_SEED"
+    seed=${!seed_var:-$SEED}
+    if [ "$seed" -gt 0 ]; then
       # SEED requests waiting in the table: half asleep at a WAIT (due in a day), half
       # paused at an EVENT, a quarter with a deadline a day ahead; then analyzed.
       # (A binary from before deadlines has no such column: its rows get none.)
@@ -192,10 +195,12 @@ for round in $(seq 1 "$ROUNDS"); do
                CASE WHEN g % 2 = 0 THEN now() + interval '1 day' ELSE '-infinity' END,
                CASE WHEN g % 2 = 1 THEN 'seed.approved' END, CASE WHEN g % 2 = 1 THEN g::text END
                $dl_val
-        FROM generate_series(1, $SEED) g" -c "VACUUM ANALYZE service_requests" >/dev/null
+        FROM generate_series(1, $seed) g" -c "VACUUM ANALYZE service_requests" >/dev/null
     fi
     sleep 1
     [ "$pgss" = 0 ] || sql "SELECT pg_stat_statements_reset()" >/dev/null
+    # The tables and indexes report counts this run only (not the seeding, nor migrations).
+    psql "$base/$db" -qAt -c "SELECT pg_stat_reset()" >/dev/null
     commits0=$(sql "SELECT xact_commit FROM pg_stat_database WHERE datname = '$db'")
     lsn0=$(sql "SELECT pg_current_wal_lsn()")
     created0=$(metric "$port" 'create_service_request_handler_counter_total{status="2xx"}')
@@ -259,7 +264,7 @@ for round in $(seq 1 "$ROUNDS"); do
     echo "$round $done_" > "$tmp/hot-$which.round"
     read -r failed_db open_db < <(psql "$base/$db" -qAtX -F ' ' -c \
       "SELECT count(*) FILTER (WHERE status = 'FAILED'), count(*) FILTER (WHERE status NOT IN ('COMPLETED', 'FAILED')) FROM service_requests")
-    open_db=$((open_db - SEED))  # the seeded requests wait on purpose
+    open_db=$((open_db - seed))  # the seeded requests wait on purpose
     sql "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null
     echo "$round $which $created $done_ $failed $failed_db $open_db $timed_out $t0 $t_wrk $t1 $((s1 - s0)) $((p1 - p0)) $((n1 - n0)) $wal $commits $stmts $tmp/wrk-$round-$which.txt" >> "$tmp/rows"
     python3 - "$(tail -1 "$tmp/rows")" <<'PY'
@@ -329,7 +334,7 @@ git_head="$(git rev-parse --short HEAD 2>/dev/null || echo none)"
 export RC_AFLAGS="$(side_flags A | xargs)" RC_BFLAGS="$(side_flags B | xargs)"
 export RC_A=$A RC_B=$B RC_GIT=$git_head RC_PG="$pg_set" RC_PGCMD="$pg_cmd" RC_SERVER="$server_cmd" \
   RC_WRK="$wrk_cmd" RC_WORKFLOW="A: $(workflow_for A); B: $(workflow_for B)" RC_NGINX="$nginx_server" RC_POLLNOTE="$poll_note" \
-  RC_PGSS=$pgss RC_TMP=$tmp RC_ROUNDS=$ROUNDS RC_SEED=$SEED RC_DURATION=$DURATION RC_DEADLINE=$DEADLINE \
+  RC_PGSS=$pgss RC_TMP=$tmp RC_ROUNDS=$ROUNDS RC_SEED="${A_SEED:-$SEED}/${B_SEED:-$SEED}" RC_DURATION=$DURATION RC_DEADLINE=$DEADLINE \
   RC_POLLDUR=$POLL_DURATION RC_POLLCONNS=$POLL_CONNS RC_POLLINT=$POLL_INTERVAL
 python3 - "$out/$tag.md" <<'PY'
 import datetime, hashlib, json, os, socket, sys
@@ -398,8 +403,9 @@ w(f"- load: `{E['RC_WRK']}`, then a wait (up to {E['RC_DEADLINE']} s) until the 
   "(`create_service_request_handler_counter_total{status=\"2xx\"}`)")
 w(f"- rounds: {E['RC_ROUNDS']}, A then B in odd rounds, B then A in even ones, each run on a fresh database; "
   "server, Postgres, nginx and wrk share the machine")
-if E['RC_SEED'] != '0':
-    w(f"- waiting: {int(E['RC_SEED']):,} requests inserted before each run (half asleep at a WAIT due in a day, "
+seeds = [int(x) for x in E['RC_SEED'].split('/')]
+if any(seeds):
+    w(f"- waiting: A {seeds[0]:,}, B {seeds[1]:,} requests inserted before each run (half asleep at a WAIT due in a day, "
       "half paused at an EVENT, half of all with a deadline a day ahead where the binary has deadlines), then `VACUUM ANALYZE service_requests`")
 w('- per completed request, from wrk\'s start to the moment the last request completed: server CPU '
   '(`/proc/<pid>/stat`), Postgres CPU (the postmaster with its children, live and reaped: this cluster only), '
