@@ -180,7 +180,9 @@ for round in $(seq 1 "$ROUNDS"); do
     seed=${!seed_var:-$SEED}
     if [ "$seed" -gt 0 ]; then
       # SEED requests waiting in the table: half asleep at a WAIT (due in a day), half
-      # paused at an EVENT, a quarter with a deadline a day ahead; then analyzed.
+      # paused at an EVENT, a quarter with a deadline a day ahead; then analyzed. Their
+      # ids are UUIDv7 of now (the table is partitioned by id: a random UUID has no
+      # partition).
       # (A binary from before deadlines has no such column: its rows get none.)
       dl_col= dl_val=
       if [ -n "$(psql "$base/$db" -qAt -c "SELECT 1 FROM information_schema.columns
@@ -190,7 +192,9 @@ for round in $(seq 1 "$ROUNDS"); do
       psql "$base/$db" -qAt -v ON_ERROR_STOP=1 -c "INSERT INTO service_requests
           (id, workflow_name, payload, headers, status, current_step_id, step_attempts,
            lease_until, wait_event, wait_key $dl_col)
-        SELECT gen_random_uuid(), 'two', '{}', '[]',
+        SELECT (lpad(to_hex(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
+                || '7' || substr(md5(g::text), 1, 3) || '8' || substr(md5(g::text), 4, 15))::uuid,
+               'two', '{}', '[]',
                CASE WHEN g % 2 = 0 THEN 'NEW' ELSE 'PAUSED' END, 1, g % 2,
                CASE WHEN g % 2 = 0 THEN now() + interval '1 day' ELSE '-infinity' END,
                CASE WHEN g % 2 = 1 THEN 'seed.approved' END, CASE WHEN g % 2 = 1 THEN g::text END
