@@ -201,7 +201,8 @@ async fn a_kill_between_compensations_resumes_them_where_they_were() {
     assert_eq!(r.status, 200, "{}", r.text());
     let id = r.json()["serviceRequestId"].as_str().unwrap().to_string();
     d.wait_for("/undo/label").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Its call answered is not yet its record written: the kill lands in the 2 s WAIT.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     server.kill().unwrap();
     server.wait().unwrap();
     assert_eq!(
