@@ -439,10 +439,11 @@ impl Executor {
 /// tolerated failure), or, when more failed than tolerated, an error naming the first; a
 /// SWITCH's, its path's last answer, or its path's failure.
 fn answer(parent: Uuid, step_id: u32, join: &fan::Join, parts: &[Part]) -> Answer {
-    // Finished without completing (a child still running is not a failure yet).
+    // Finished without completing: failed, or cancelled (by a sibling's failure, or on
+    // its own); a child still running is not a failure yet.
     let failed: Vec<&Part> = parts
         .iter()
-        .filter(|p| p.status.is_final() && p.status != RequestStatus::Completed)
+        .filter(|p| p.status.is_finished() && p.status != RequestStatus::Completed)
         .collect();
     let failed_now = failed.len();
     let error = (failed_now > join.tolerated as usize).then(|| {

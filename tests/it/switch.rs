@@ -172,3 +172,37 @@ async fn a_switch_that_cannot_be_read_is_refused_at_definition() {
     assert!(why.contains("cannot be an onFailure step"), "{why}");
     s.shutdown().await;
 }
+
+/// A path cancelled on its own (its child request cancelled directly) fails the step,
+/// naming it: the step does not complete with a null answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_cancelled_on_its_own_fails_the_step() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&json!({"name": "held", "steps": [
+        {"name": "route", "mode": "SWITCH", "val": {"on": "route.request.kind", "cases": {
+            "x": [{"name": "nap", "mode": "WAIT", "val": {"duration": "PT30S"}}]}}},
+        http("after", d.url("/api/echo"))]}))
+        .await;
+    let id = create_request(&s, "held", &json!({"kind": "x"})).await;
+    let child = wait_for("the path's child", Duration::from_secs(20), || async {
+        let c = s
+            .get(&format!(
+                "/serviceRequest/{id}/children?pageNumber=0&pageSize=10"
+            ))
+            .await
+            .json();
+        c["children"][0]["serviceRequestId"]
+            .as_str()
+            .map(str::to_string)
+    })
+    .await;
+    let r = s.post(&format!("/serviceRequest/{child}/cancel"), "").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = wait_status(&s, &id, &["COMPLETED", "FAILED"], Duration::from_secs(20)).await;
+    assert_eq!(v["status"], "FAILED", "{v}");
+    assert!(v["reason"].as_str().unwrap().contains("CANCELLED"), "{v}");
+    assert!(d.received("/api/echo").is_empty(), "after never ran");
+    s.shutdown().await;
+}
