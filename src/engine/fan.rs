@@ -282,30 +282,15 @@ fn inline(step: &CompiledStep) -> bool {
 /// reserved for it, from their first step.
 async fn run_own(exec: &Arc<Executor>, s: &Starting<'_>, start: &fan::Start<'_>, headers: String) {
     let c = &start.children;
-    let created_us = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64);
     for i in 0..start.own as usize {
-        let claimed = crate::store::leases::Claimed {
-            id: c.ids[i],
-            workflow_name: c.workflows[i].clone(),
-            status: RequestStatus::New,
-            payload: c.payloads[i].clone(),
-            headers: headers.clone(),
-            current_step_id: 0,
-            step_request: None,
-            failed_step_id: None,
-            reason: None,
-            step_attempts: 0,
-            created_us,
-            workflow_version: s.version,
-            parent_id: Some(s.id),
-            retries: 0,
-            // Its steps run within the request's deadline, which the parent keeps.
-            deadline_in_ms: None,
-            // Its row has its parent's; a child keeps no status memory, the only reader.
-            priority: None,
-        };
+        let claimed = crate::store::leases::Claimed::fresh_child(
+            c.ids[i],
+            c.workflows[i].clone(),
+            s.version,
+            c.payloads[i].clone(),
+            headers.clone(),
+            s.id,
+        );
         exec.run_claimed(claimed).await;
     }
 }

@@ -182,27 +182,10 @@ impl Executor {
             self.wake();
             return;
         }
-        let created_us = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as i64);
-        let claimed = crate::store::leases::Claimed {
-            id,
-            workflow_name: workflow,
-            status: RequestStatus::New,
-            payload,
-            headers,
-            current_step_id: 0,
-            step_request: None,
-            failed_step_id: None,
-            reason: None,
-            step_attempts: 0,
-            created_us,
-            workflow_version: version.max(0) as u32,
-            parent_id: Some(parent),
-            retries: 0,
-            deadline_in_ms: None,
-            priority: None,
-        };
+        let version = version.max(0) as u32;
+        let claimed = crate::store::leases::Claimed::fresh_child(
+            id, workflow, version, payload, headers, parent,
+        );
         self.run_claimed(claimed).await;
     }
 }

@@ -135,29 +135,10 @@ pub async fn cancel_compensating(conn: &PgConn, id: Uuid, reason: &str) -> Resul
     let rows = conn.client.query(&stmt, &[&id, &reason]).await?;
     if rows.first().is_some_and(|r| r.get::<_, bool>(0)) {
         return Ok(Compensating::Now(
-            rows[1..]
-                .iter()
-                .map(|r| CancelledRow {
-                    id: r.get(1),
-                    workflow_name: r.get(2),
-                    headers: r.get(3),
-                    created_us: r.get(4),
-                    retries: r.get(5),
-                    reason: r.get(6),
-                })
-                .collect(),
+            rows[1..].iter().map(|r| CancelledRow::at(r, 1)).collect(),
         ));
     }
-    let stmt = conn.stmt(STATUS_AND_REASON).await?;
-    Ok(Compensating::Not(
-        match conn.client.query_opt(&stmt, &[&id]).await? {
-            None => Cancelled::Unknown,
-            Some(r) if r.get::<_, RequestStatus>(0) == RequestStatus::Cancelled => {
-                Cancelled::Already { reason: r.get(1) }
-            }
-            Some(r) => Cancelled::Finished { status: r.get(0) },
-        },
-    ))
+    Ok(Compensating::Not(not_now(conn, id).await?))
 }
 
 /// `$1` request: whether its create asked that a cancel compensate it (its label
@@ -192,19 +173,31 @@ pub async fn cancel(conn: &PgConn, id: Uuid, reason: &str) -> Result<Cancelled> 
         .query(&stmt, &[&id, &reason])
         .await?
         .iter()
-        .map(|r| CancelledRow {
-            id: r.get(0),
-            workflow_name: r.get(1),
-            headers: r.get(2),
-            created_us: r.get(3),
-            retries: r.get(4),
-            reason: r.get(5),
-        })
+        .map(|r| CancelledRow::at(r, 0))
         .collect();
     if rows.first().is_some_and(|r| r.id == id) {
         return Ok(Cancelled::Now(rows));
     }
-    // Not cancelled now: a final status never changes again, so this read is not racy.
+    not_now(conn, id).await
+}
+
+impl CancelledRow {
+    /// The row's columns from `at` on: id, workflow, headers, created (µs), retries, reason.
+    fn at(r: &tokio_postgres::Row, at: usize) -> CancelledRow {
+        CancelledRow {
+            id: r.get(at),
+            workflow_name: r.get(at + 1),
+            headers: r.get(at + 2),
+            created_us: r.get(at + 3),
+            retries: r.get(at + 4),
+            reason: r.get(at + 5),
+        }
+    }
+}
+
+/// What a request not cancelled now is: cancelled before, finished, or unknown (a final
+/// status never changes again, so this read is not racy).
+async fn not_now(conn: &PgConn, id: Uuid) -> Result<Cancelled> {
     let stmt = conn.stmt(STATUS_AND_REASON).await?;
     Ok(match conn.client.query_opt(&stmt, &[&id]).await? {
         None => Cancelled::Unknown,

@@ -40,6 +40,43 @@ pub struct Claimed {
     pub priority: Option<i16>,
 }
 
+impl Claimed {
+    /// A child request just inserted leased to this instance, as a claim would give it: at
+    /// its first step, with nothing run.
+    pub fn fresh_child(
+        id: Uuid,
+        workflow_name: String,
+        workflow_version: u32,
+        payload: String,
+        headers: String,
+        parent: Uuid,
+    ) -> Claimed {
+        let created_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64);
+        Claimed {
+            id,
+            workflow_name,
+            status: crate::status::RequestStatus::New,
+            payload,
+            headers,
+            current_step_id: 0,
+            step_request: None,
+            failed_step_id: None,
+            reason: None,
+            step_attempts: 0,
+            created_us,
+            workflow_version,
+            parent_id: Some(parent),
+            retries: 0,
+            // Its steps run within the request's deadline, which the parent keeps.
+            deadline_in_ms: None,
+            // Its row has its parent's; a child keeps no status memory, the only reader.
+            priority: None,
+        }
+    }
+}
+
 /// Claims up to `limit` runnable requests whose lease is free or expired. Rows due at a
 /// time (a WAIT's end, a back-off, a delayed start, a lease that ran out: their rank is
 /// the time, above 0) take the first half of every claim, in the order they fell due,
