@@ -217,7 +217,13 @@ fn instance_tasks(
         )),
         tokio::spawn({
             let (core, stop) = (core.clone(), stop.clone());
-            async move { core.app.limited.run(core.pool.clone(), stop).await }
+            async move {
+                let (owner, lease) = (core.app.instance_id, core.app.config.lease);
+                core.app
+                    .limited
+                    .run(core.pool.clone(), owner, lease, stop)
+                    .await
+            }
         }),
         tokio::spawn(crate::engine::timers::slots::run(
             core.executor.clone(),

@@ -300,9 +300,7 @@ pub async fn create(core: &Core, a: Admitted, headers: Bytes, body: Bytes) -> Re
         return Box::pin(create_apart(core, r, deadline_ms)).await;
     }
     let id = crate::ids::new_v7();
-    let created_us = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64);
+    let created_us = crate::store::buffer::now_us();
     let (ack, done) = if app.config.ack == AckMode::Commit || r.key.is_some() || r.after_commit {
         let (tx, rx) = oneshot::channel();
         (Some(tx), Some(rx))
@@ -396,10 +394,10 @@ async fn create_apart(core: &Core, r: NewRequest, deadline_ms: Option<f64>) -> R
 
 /// A create written apart from the batched insert (limited or delayed).
 struct Apart<'a> {
-    wf: &'a Workflow,
+    wf: &'a Arc<Workflow>,
     pinned: bool,
-    payload: &'a [u8],
-    headers: &'a [u8],
+    payload: &'a Bytes,
+    headers: &'a Bytes,
     deadline_ms: Option<f64>,
     priority: Option<i16>,
     labels: Option<&'a Labels>,
@@ -436,15 +434,23 @@ async fn limited(core: &Core, r: Apart<'_>) -> Result<Outcome> {
         rate: limit.rate,
         labels: r.labels.map(Labels::joined),
         notify: r.wf.notify_mask,
+        created_us: crate::store::buffer::now_us(),
+    };
+    let fresh = crate::engine::timers::slots::Fresh {
+        exec: core.executor.clone(),
+        workflow: r.wf.clone(),
+        payload: r.payload.clone(),
+        headers: r.headers.clone(),
     };
     let stored = core
         .app
         .limited
-        .create(row, core.app.config.enqueue_wait)
+        .create(row, fresh, core.app.config.enqueue_wait)
         .await
         .map_err(OpError::store("limited create"))?;
-    match stored {
-        Admission::Admitted => core.executor.wake(),
+    match stored.how {
+        Admission::Admitted if !stored.started => core.executor.wake(),
+        Admission::Admitted => {}
         Admission::ForSlot => {
             core.app.metrics.slot_waits.inc();
         }

@@ -1,6 +1,6 @@
 //! Answer deadlines of ASYNC steps (beyond Clamp): a step sent with an `answerTimeout`
 //! pauses its request with the deadline as `lease_until` (no claim takes a PAUSED row),
-//! indexed by `service_requests_answer_due` (migration 0018). Past it, any instance's
+//! ranked in the claim order's paused band (migration 32). Past it, any instance's
 //! look (`due`) finds the request, and one statement (`expire`) records the timeout on
 //! the step and resumes the request (to the same step again, or to its onFailure steps),
 //! only if it is still PAUSED at that step and its deadline has passed: an answer that
@@ -12,14 +12,28 @@ use uuid::Uuid;
 use super::PgConn;
 use super::Result;
 
-/// `$1` how many: paused requests whose answer is overdue, the most overdue first.
+/// `$1` how many: paused requests whose answer is overdue, the most overdue first: a
+/// range of the claim order's paused band (`sql::claim_rank!`, migration 32).
 pub(super) const DUE: &str = concat!(
     "SELECT id, current_step_id, step_attempts, workflow_name, coalesce(workflow_version, 1)
 FROM service_requests
 WHERE status = ",
     crate::status::status_sql!(Paused),
     " AND lease_until > '-infinity' AND lease_until < now()
-ORDER BY lease_until LIMIT $1"
+  AND ",
+    crate::store::sql::claim_rank!(),
+    " > ",
+    crate::store::sql::paused_rank!(),
+    " AND ",
+    crate::store::sql::claim_rank!(),
+    " < ",
+    crate::store::sql::paused_rank!(),
+    " + ",
+    crate::store::sql::now_rank!(),
+    "
+ORDER BY ",
+    crate::store::sql::claim_rank!(),
+    " LIMIT $1"
 );
 
 /// A paused request whose answer is overdue, or a request past its deadline.
@@ -289,36 +303,29 @@ pub async fn end(conn: &PgConn, e: &End<'_>) -> Result<bool> {
     Ok(row.get::<_, i64>(0) == 1)
 }
 
-/// The timers: how many requests wait on a clock (asleep or backing off, due later: the
-/// claim-order index's rows with `lease_until` after now; paused with an answer's or
-/// event's deadline: the answer-due index), and how long the most overdue one has been
-/// due (ms, 0: none), whichever index holds it. Counted from the indexes alone
-/// (index-only scans): a filter on a column they do not hold would read every sleeping
+/// The timers: how many requests wait on a clock (asleep or backing off, paused with an
+/// answer's or event's deadline: the claim order's rows whose `lease_until` is after now),
+/// and how long the most overdue one has been due (ms, 0: none). Counted from the claim
+/// order's index alone (index-only scans: its predicate spelled as it is,
+/// `sql::claim_order_rows!`, and `lease_until`, its second column; a condition on its rank
+/// would not do, since the planner reads the columns an indexed expression is made of
+/// from the row): a filter on a column it does not hold would read every sleeping
 /// request's row (with a million of them, 0.95 of the two-step rate when counted every
-/// 15 s). The claim-order index leads with its rank, not `lease_until` (migration 23), so
-/// its half is a scan of the whole index, with the fewest columns read per row. Requests
-/// running now, whose lease also ends later, count too: at most `--max-running` per thread
-/// of each instance. Read only when /metrics is, at most once per `TIMERS_PERIOD`.
+/// 15 s). So this is a scan of the whole index, with the fewest columns read per row.
+/// Requests running now, whose lease also ends later, count too (at most
+/// `--max-running` per thread of each instance), as do parked ones (their lease ends in
+/// the year 9999). Read only when /metrics is, at most once per `TIMERS_PERIOD`.
 pub(super) const TIMERS: &str = concat!(
     "WITH due AS (
     SELECT min(lease_until) AS at FROM service_requests
-    WHERE status IN ",
-    crate::store::sql::claimable!(),
-    " AND lease_until > '-infinity' AND lease_until <= now()
-    UNION ALL
-    SELECT min(lease_until) FROM service_requests
-    WHERE status = ",
-    crate::status::status_sql!(Paused),
+    WHERE ",
+    crate::store::sql::claim_order_rows!(),
     " AND lease_until > '-infinity' AND lease_until <= now()
 )
 SELECT (SELECT count(*) FROM service_requests
-        WHERE status IN ",
-    crate::store::sql::claimable!(),
-    " AND lease_until > now() AND lease_until < 'infinity')
-     + (SELECT count(*) FROM service_requests
-        WHERE status = ",
-    crate::status::status_sql!(Paused),
-    " AND lease_until > '-infinity'),
+        WHERE ",
+    crate::store::sql::claim_order_rows!(),
+    " AND lease_until > now() AND lease_until < 'infinity'),
        coalesce(extract(epoch FROM now() - (SELECT min(at) FROM due)) * 1000, 0)::float8"
 );
 

@@ -78,12 +78,13 @@ impl Claimed {
 }
 
 /// Claims up to `limit` runnable requests whose lease is free or expired. Rows due at a
-/// time (a WAIT's end, a back-off, a delayed start, a lease that ran out: their rank is
-/// the time, above 0) take the first half of every claim, in the order they fell due,
+/// time (a WAIT's end, a back-off, a delayed start, a lease that ran out: ranked above 0,
+/// in one band per priority) take the first half of every claim, the higher priorities
+/// first and within one in the order they fell due,
 /// so a backlog of fresh rows (ranked below 0, priorities being 1 to 9: higher ones
 /// first, then creation order, `sql::claim_rank!`) does not keep them from their time; the rest goes to fresh
-/// rows, then to more due ones. Two ranges of the claim index, each read in its order
-/// as far as the claim needs; one statement: the inner SELECTs skip rows another
+/// rows, then to more due ones. Ten ranges of the claim index (the nine due bands, the
+/// fresh rows), each read in its order as far as the claim needs; one statement: the inner SELECTs skip rows another
 /// instance is claiming at the same moment.
 pub(super) const CLAIM: &str = concat!(
     "\
@@ -94,21 +95,30 @@ UPDATE service_requests s SET lease_owner = $1,
 FROM (
     WITH due AS (
         SELECT d.id, d.lease_until, d.lease_owner, row_number() OVER () AS n FROM (
-            SELECT id, lease_until, lease_owner FROM service_requests
-            WHERE status IN ",
+            -- The nine due bands in order (priority 9 first), each read in its order as
+            -- far as the claim needs.
+            SELECT x.id, x.lease_until, x.lease_owner
+            FROM generate_series(0, 8) AS b(band) CROSS JOIN LATERAL (
+                SELECT id, lease_until, lease_owner FROM service_requests
+                WHERE status IN ",
     crate::store::sql::claimable!(),
     " AND ",
     crate::store::sql::claim_rank!(),
-    " > 0 AND ",
+    " > b.band * ",
+    crate::store::sql::due_band!(),
+    " AND ",
     crate::store::sql::claim_rank!(),
-    " < ",
+    " < b.band * ",
+    crate::store::sql::due_band!(),
+    " + ",
     crate::store::sql::now_rank!(),
     "
-            ORDER BY ",
+                ORDER BY ",
     crate::store::sql::claim_rank!(),
     "
-            LIMIT $3
-            FOR UPDATE SKIP LOCKED) d
+                LIMIT $3
+                FOR UPDATE SKIP LOCKED) x
+            LIMIT $3) d
     ), fresh AS (
         SELECT id, lease_until, lease_owner FROM service_requests
         WHERE status IN ",

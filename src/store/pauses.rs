@@ -102,9 +102,18 @@ pub(super) const UNPAUSE: &str = "DELETE FROM workflow_pauses WHERE workflow_nam
 
 /// `$1` workflow: its parked requests claimable, at once and in creation order (the
 /// claim's order), each where it was (a request under a concurrency limit keeps its slot).
-pub(super) const FREE: &str = "\
-UPDATE service_requests SET lease_owner = NULL, lease_until = '-infinity'
-WHERE lease_owner = '00000000-0000-0000-0000-000000000000'::uuid AND workflow_name = $1";
+/// The parked rows are the claim order's parked band (migration 32).
+pub(super) const FREE: &str = concat!(
+    "UPDATE service_requests SET lease_owner = NULL, lease_until = '-infinity'
+WHERE lease_owner = '00000000-0000-0000-0000-000000000000'::uuid AND workflow_name = $1
+  AND ",
+    crate::store::sql::claim_rank!(),
+    " >= ",
+    crate::store::sql::parked_rank!(),
+    " AND ",
+    crate::store::sql::claim_rank!(),
+    " < 'Infinity'::float8"
+);
 
 /// `$1` request, `$2` its lease owner, `$3` its workflow: parked, if it is still this
 /// owner's and its workflow still paused. Answers (paused, parked).
@@ -119,11 +128,19 @@ WITH p AS (
 )
 SELECT (SELECT count(*) FROM p), (SELECT count(*) FROM parked)";
 
-/// Parked requests by workflow, for the gauge.
-pub(super) const PARKED_COUNTS: &str = "\
-SELECT workflow_name, count(*) FROM service_requests
+/// Parked requests by workflow, for the gauge (the claim order's parked band).
+pub(super) const PARKED_COUNTS: &str = concat!(
+    "SELECT workflow_name, count(*) FROM service_requests
 WHERE lease_owner = '00000000-0000-0000-0000-000000000000'::uuid
-GROUP BY workflow_name";
+  AND ",
+    crate::store::sql::claim_rank!(),
+    " >= ",
+    crate::store::sql::parked_rank!(),
+    " AND ",
+    crate::store::sql::claim_rank!(),
+    " < 'Infinity'::float8
+GROUP BY workflow_name"
+);
 
 fn pause_of(r: &tokio_postgres::Row) -> Pause {
     Pause {

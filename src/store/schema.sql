@@ -184,26 +184,29 @@ CREATE TABLE service_requests (
 ) PARTITION BY RANGE (id);
 ALTER TABLE service_requests ADD CONSTRAINT service_requests_pkey PRIMARY KEY (id);
 CREATE INDEX service_requests_admitted ON ONLY public.service_requests USING btree (workflow_name, concurrency_key, admitted_at) WHERE ((concurrency_key IS NOT NULL) AND (admitted_at IS NOT NULL));
-CREATE INDEX service_requests_answer_due ON ONLY public.service_requests USING btree (lease_until) WHERE ((status = 'PAUSED'::text) AND (lease_until > '-infinity'::timestamp with time zone));
 CREATE INDEX service_requests_by_workflow ON ONLY public.service_requests USING btree (workflow_name, id) WITH (fillfactor='50');
 CREATE INDEX service_requests_children ON ONLY public.service_requests USING btree (parent_id, id) WHERE (parent_id IS NOT NULL);
 CREATE INDEX service_requests_claim_order ON ONLY public.service_requests USING btree ((
 CASE
+    WHEN (lease_owner = '00000000-0000-0000-0000-000000000000'::uuid) THEN (('2000000000000'::bigint)::double precision + date_part('epoch'::text, (created_at - '1970-01-01 00:00:00+00'::timestamp with time zone)))
+    WHEN (status = 'PAUSED'::text) THEN
+    CASE
+        WHEN ((lease_until = 'infinity'::timestamp with time zone) OR (lease_until = '-infinity'::timestamp with time zone)) THEN 'Infinity'::double precision
+        ELSE (('1000000000000'::bigint)::double precision + date_part('epoch'::text, (lease_until - '1970-01-01 00:00:00+00'::timestamp with time zone)))
+    END
     WHEN (lease_until = '-infinity'::timestamp with time zone) THEN (date_part('epoch'::text, (created_at - '1970-01-01 00:00:00+00'::timestamp with time zone)) - ((COALESCE((priority)::integer, 5))::double precision * ('10000000000'::bigint)::double precision))
     WHEN (lease_until = 'infinity'::timestamp with time zone) THEN 'Infinity'::double precision
-    ELSE date_part('epoch'::text, (lease_until - '1970-01-01 00:00:00+00'::timestamp with time zone))
-END), lease_until) WHERE (status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'RESUMED'::text]));
+    ELSE (date_part('epoch'::text, (lease_until - '1970-01-01 00:00:00+00'::timestamp with time zone)) + (((9 - COALESCE((priority)::integer, 5)))::double precision * ('10000000000'::bigint)::double precision))
+END), lease_until) WHERE ((status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'RESUMED'::text])) OR ((status = 'PAUSED'::text) AND (lease_until > '-infinity'::timestamp with time zone)) OR (lease_owner = '00000000-0000-0000-0000-000000000000'::uuid));
 CREATE INDEX service_requests_deadlines ON ONLY public.service_requests USING btree (deadline) WHERE ((deadline IS NOT NULL) AND (status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])));
 CREATE INDEX service_requests_event_waits ON ONLY public.service_requests USING btree (wait_event, wait_key) WHERE ((status = 'PAUSED'::text) AND (wait_event IS NOT NULL));
 CREATE INDEX service_requests_failed_or_cancelled ON ONLY public.service_requests USING btree (id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
 CREATE INDEX service_requests_failed_or_cancelled_by_workflow ON ONLY public.service_requests USING btree (workflow_name, id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
 CREATE INDEX service_requests_fan_held ON ONLY public.service_requests USING btree (parent_id, parent_step_id, fan_index) WHERE (lease_until = 'infinity'::timestamp with time zone);
+CREATE INDEX service_requests_keyed ON ONLY public.service_requests USING btree (workflow_name, concurrency_key, lease_until, ((- COALESCE((priority)::integer, 5))), id) WHERE ((concurrency_key IS NOT NULL) AND (status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])));
 CREATE INDEX service_requests_labels ON ONLY public.service_requests USING gin (labels) WHERE (labels IS NOT NULL);
-CREATE INDEX service_requests_parked ON ONLY public.service_requests USING btree (workflow_name, id) WHERE (lease_owner = '00000000-0000-0000-0000-000000000000'::uuid);
 CREATE UNIQUE INDEX service_requests_pkey ON ONLY public.service_requests USING btree (id) WITH (fillfactor='50');
-CREATE INDEX service_requests_queued ON ONLY public.service_requests USING btree (workflow_name, concurrency_key, ((- COALESCE((priority)::integer, 5))), id) WHERE ((concurrency_key IS NOT NULL) AND (lease_until = 'infinity'::timestamp with time zone) AND (status = 'NEW'::text));
 CREATE INDEX service_requests_reruns ON ONLY public.service_requests USING btree (rerun_of, id) WHERE (rerun_of IS NOT NULL);
-CREATE INDEX service_requests_slots ON ONLY public.service_requests USING btree (workflow_name, concurrency_key) WHERE ((concurrency_key IS NOT NULL) AND (lease_until <> 'infinity'::timestamp with time zone) AND (status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])));
 CREATE INDEX service_requests_untold_children ON ONLY public.service_requests USING btree (id) WHERE ((parent_id IS NOT NULL) AND (NOT parent_told) AND (status = ANY (ARRAY['COMPLETED'::text, 'FAILED'::text, 'CANCELLED'::text])));
 
 CREATE TABLE steps_status (

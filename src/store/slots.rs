@@ -2,7 +2,7 @@
 //! declares `concurrency` carries its key (`concurrency_key`). It holds a slot from its
 //! admission until it finishes (a pause or a sleep holds it too); until admitted it is
 //! NEW and held (`lease_until = 'infinity'`, which no claim takes). Slots are counted
-//! from the rows themselves (`service_requests_slots`), never kept as a number, so a
+//! from the rows themselves (`service_requests_keyed`), never kept as a number, so a
 //! crash can neither free one twice nor leak one: a request of a dead instance keeps its
 //! slot while it is continued elsewhere, and frees it when it finishes.
 //!
@@ -24,30 +24,36 @@ pub(super) const LOCK_MANY: &str = "SELECT pg_advisory_xact_lock(h) FROM \
      (SELECT DISTINCT hashtextextended(w || '/' || k, 22) AS h \
       FROM unnest($1::text[], $2::text[]) AS t(w, k)) l ORDER BY h";
 
-/// The predicate of a request holding a slot (the `service_requests_slots` index's).
+/// The predicate of a request holding a slot: `service_requests_keyed`'s predicate
+/// (migration 32) and its third column below Infinity (an index-only count).
 macro_rules! holds_slot {
     ($s:literal) => {
         concat!(
             $s,
             ".concurrency_key IS NOT NULL AND ",
             $s,
-            ".lease_until <> 'infinity' AND ",
-            $s,
             ".status IN (",
             crate::status::status_sql!(Unfinished),
-            ")"
+            ") AND ",
+            $s,
+            ".lease_until < 'infinity'::timestamptz"
         )
     };
 }
 
-/// The predicate of a request waiting for a slot (`service_requests_queued`'s).
+/// The predicate of a request waiting for a slot: `service_requests_keyed`'s predicate
+/// and its third column Infinity (held), and NEW.
 macro_rules! queued {
     ($s:literal) => {
         concat!(
             $s,
             ".concurrency_key IS NOT NULL AND ",
             $s,
-            ".lease_until = 'infinity' AND ",
+            ".status IN (",
+            crate::status::status_sql!(Unfinished),
+            ") AND ",
+            $s,
+            ".lease_until = 'infinity'::timestamptz AND ",
             $s,
             ".status = ",
             crate::status::status_sql!(New)
@@ -55,7 +61,7 @@ macro_rules! queued {
     };
 }
 
-/// A key's queue order (`service_requests_queued`'s last two columns): higher priorities
+/// A key's queue order (`service_requests_keyed`'s last two columns): higher priorities
 /// first, then creation order (ids are UUIDv7).
 macro_rules! queue_order {
     ($s:literal) => {
@@ -89,9 +95,12 @@ macro_rules! started_within {
 /// it; the rest are held. Arrays, one element per create: `$1` ids, `$2` workflows,
 /// `$3` payloads, `$4` headers, `$5` versions named (0: the latest), `$6` deadlines in ms
 /// from now (NULL: none), `$7` keys, `$8` limits, `$9` rates (NULL: none), `$10` their
-/// windows in ms, `$11` priorities (NULL: the default). Returns each id, whether it was
-/// admitted, and whether one held waits for its key's rate: its window had no room for it,
-/// or a queue held it while the slots had room (a queue that a rate keeps; with only a
+/// windows in ms, `$11` priorities (NULL: the default), `$12` labels, `$13` notify masks,
+/// `$14` whether an admitted one is leased to this instance (`$16`, for `$17` ms: its
+/// executor had room and starts it after the commit, as a plain create is handed over;
+/// else it waits unleased for a claim), `$15` creation times. Returns each id, whether it was
+/// admitted, whether one held waits for its key's rate (its window had no room for it,
+/// or a queue held it while the slots had room: a queue that a rate keeps; with only a
 /// rate declared, every wait is the rate's). A key with a queue counts neither its starts
 /// nor, without a limit of its own (`NO_LIMIT`, 2147483647), its slots: nothing is
 /// admitted past a queue.
@@ -99,9 +108,10 @@ pub(super) const INSERT: &str = concat!(
     "WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], \
                          $6::float8[], $7::text[], $8::bigint[], $9::bigint[], $10::float8[], \
-                         $11::int2[], $12::text[], $13::int2[]) \
+                         $11::int2[], $12::text[], $13::int2[], $14::bool[], \
+                         $15::timestamptz[]) \
       AS t(id, workflow, payload, headers, ver, deadline_ms, key, lim, rate, window_ms, priority, \
-           labels, notify)
+           labels, notify, leased, created)
 ), keys AS (
     SELECT workflow, key, min(lim) AS lim, min(rate) AS rate, min(window_ms) AS window_ms \
     FROM input GROUP BY workflow, key
@@ -128,27 +138,35 @@ pub(super) const INSERT: &str = concat!(
     queue_order!("i"),
     ") AS rank, \
       CASE WHEN c.queued THEN 0 ELSE least(c.slot_room, c.rate_room) END AS free, \
-      c.queued, c.slot_room, c.rate_room \
+      c.queued, c.slot_room, c.rate_room, ",
+    crate::store::sql::pinned_version!(
+        "i.ver",
+        "(SELECT w.version FROM workflows w WHERE w.name = i.workflow)"
+    ),
+    " AS stored_version \
     FROM input i JOIN counted c ON c.workflow = i.workflow AND c.key = i.key
 ), stored AS (
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until, \
                               workflow_version, deadline, concurrency_key, admitted_at, priority, \
-                              labels, notify)
-SELECT t.id, t.workflow, t.payload, t.headers, NULL, \
-  CASE WHEN t.rank <= t.free THEN '-infinity'::timestamptz ELSE 'infinity'::timestamptz END, ",
-    crate::store::sql::pinned_version!(
-        "t.ver",
-        "(SELECT w.version FROM workflows w WHERE w.name = t.workflow)"
-    ),
-    ", now() + t.deadline_ms * interval '1 millisecond', t.key, \
+                              labels, notify, created_at)
+SELECT t.id, t.workflow, t.payload, t.headers, \
+  CASE WHEN t.rank <= t.free AND t.leased THEN $16::uuid END, \
+  CASE WHEN t.rank > t.free THEN 'infinity'::timestamptz \
+       WHEN t.leased THEN ",
+    crate::store::sql::now_plus_ms!("$17"),
+    " \
+       ELSE '-infinity'::timestamptz END, \
+  t.stored_version, t.created + t.deadline_ms * interval '1 millisecond', t.key, \
   CASE WHEN t.rank <= t.free THEN statement_timestamp() END, t.priority, \
-  string_to_array(t.labels, E'\\n'), t.notify \
-FROM ranked t \
-RETURNING id, lease_until = '-infinity'::timestamptz AS admitted)
-SELECT s.id, s.admitted, \
-  NOT s.admitted AND t.rate IS NOT NULL AND CASE WHEN t.queued \
-    THEN t.slot_room IS NULL OR t.rank <= t.slot_room ELSE t.rank > t.rate_room END \
-FROM stored s JOIN ranked t ON t.id = s.id"
+  string_to_array(t.labels, E'\\n'), t.notify, t.created \
+FROM ranked t)
+-- What each create became, read from the ranking that stored it (no join back to the
+-- inserted rows: a create is admitted exactly when its rank is within its key's room).
+SELECT t.id, t.rank <= t.free, \
+  t.rank > t.free AND t.rate IS NOT NULL AND CASE WHEN t.queued \
+    THEN t.slot_room IS NULL OR t.rank <= t.slot_room ELSE t.rank > t.rate_room END, \
+  coalesce(t.stored_version, 1) \
+FROM ranked t"
 );
 
 // `INSERT` spells the limit of a workflow that declares only a rate.
@@ -157,7 +175,8 @@ const _: () = assert!(crate::workflow::model::NO_LIMIT == 2147483647);
 /// How a limited create was stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {
-    /// Claimable at once: its key had a free slot and room in its window.
+    /// Admitted at once (its key had a free slot and room in its window): leased to this
+    /// instance when `Lease::leased` said so, else claimable.
     Admitted,
     /// Waiting for a slot of its key.
     ForSlot,
@@ -271,6 +290,9 @@ pub struct Limited {
     pub labels: Option<String>,
     /// The final statuses its workflow tells of (None: none).
     pub notify: Option<i16>,
+    /// When it was created (µs since the Unix epoch): its `created_at`, and what its
+    /// deadline counts from.
+    pub created_us: i64,
 }
 
 /// A rate as the statements take it: (starts or NULL, window ms).
@@ -283,7 +305,7 @@ fn rate_args(rate: Option<(u32, u32)>) -> (Option<i64>, f64) {
 
 /// Stores a batch of limited creates in one transaction (their keys' locks, then one
 /// insert): how each, in order, was stored.
-pub async fn insert(conn: &mut PgConn, rows: &[Limited]) -> Result<Vec<Admission>> {
+pub async fn insert(conn: &mut PgConn, rows: &[Limited], lease: &Lease<'_>) -> Result<Vec<Stored>> {
     let lock = conn.stmt(LOCK_MANY).await?;
     let insert = conn.stmt(INSERT).await?;
     let col = |f: &dyn Fn(&Limited) -> String| rows.iter().map(f).collect::<Vec<String>>();
@@ -300,6 +322,11 @@ pub async fn insert(conn: &mut PgConn, rows: &[Limited]) -> Result<Vec<Admission
     let priorities: Vec<Option<i16>> = rows.iter().map(|r| r.priority).collect();
     let labels: Vec<Option<&str>> = rows.iter().map(|r| r.labels.as_deref()).collect();
     let notify: Vec<Option<i16>> = rows.iter().map(|r| r.notify).collect();
+    let created: Vec<std::time::SystemTime> = rows
+        .iter()
+        .map(|r| super::buffer::system_time(r.created_us))
+        .collect();
+    let lease_ms = lease.lease.as_secs_f64() * 1000.0;
     let tx = conn.client.transaction().await?;
     tx.execute(&lock, &[&workflows, &keys]).await?;
     let done = tx
@@ -319,11 +346,15 @@ pub async fn insert(conn: &mut PgConn, rows: &[Limited]) -> Result<Vec<Admission
                 &priorities,
                 &labels,
                 &notify,
+                &lease.leased,
+                &created,
+                &lease.owner,
+                &lease_ms,
             ],
         )
         .await?;
     tx.commit().await?;
-    let stored: std::collections::HashMap<Uuid, Admission> = done
+    let stored: std::collections::HashMap<Uuid, Stored> = done
         .iter()
         .map(|r| {
             let how = match (r.get(1), r.get(2)) {
@@ -331,16 +362,36 @@ pub async fn insert(conn: &mut PgConn, rows: &[Limited]) -> Result<Vec<Admission
                 (false, Some(true)) => Admission::ForRate,
                 (false, _) => Admission::ForSlot,
             };
-            (r.get(0), how)
+            let version = r.get::<_, i32>(3).max(1) as u32;
+            (r.get(0), Stored { how, version })
         })
         .collect();
     Ok(ids
         .iter()
-        .map(|id| stored.get(id).copied().unwrap_or(Admission::ForSlot))
+        .map(|id| {
+            stored.get(id).copied().unwrap_or(Stored {
+                how: Admission::ForSlot,
+                version: 1,
+            })
+        })
         .collect())
 }
 
-/// Admits what fits of a key's waiting requests; the ids admitted.
+/// Which of a batch of limited creates are leased to this instance if admitted (`leased`,
+/// one per create), whose lease (`owner`) and for how long.
+pub struct Lease<'a> {
+    pub leased: &'a [bool],
+    pub owner: Uuid,
+    pub lease: std::time::Duration,
+}
+
+/// How one limited create was stored, and the version its row was pinned to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    pub how: Admission,
+    pub version: u32,
+}
+
 pub async fn admit(
     conn: &mut PgConn,
     workflow: &str,

@@ -292,30 +292,79 @@ macro_rules! claimed_columns {
     };
 }
 
-/// A claimable row's place in the claim order: `service_requests_claim_order`'s expression
-/// (migration 23, which says why), spelled identically so that the planner matches it.
-/// Runnable rows rank below `now_rank!()`.
+/// A row's place in the claim order: `service_requests_claim_order`'s expression
+/// (migrations 23 and 32, which say why), spelled identically so that the planner matches
+/// it. Bands, each a range of the index: fresh rows below 0 (higher priorities first,
+/// then creation order); rows due at a time in nine bands of `DUE_BAND` s from 0, the
+/// highest priority's first (`due_band!`), each ordered by that time; paused rows with a
+/// deadline from `PAUSED_RANK` on (`paused_rank!`), parked rows from `PARKED_RANK` on,
+/// held rows at Infinity. Runnable rows rank below `now_rank!()` in their band.
 macro_rules! claim_rank {
     () => {
         "(CASE \
+        WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid \
+            THEN 2000000000000::float8 \
+                 + date_part('epoch', created_at - '1970-01-01 00:00:00+00'::timestamptz) \
+        WHEN status = 'PAUSED' \
+            THEN CASE WHEN lease_until = 'infinity'::timestamptz \
+                        OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 \
+                      ELSE 1000000000000::float8 \
+                           + date_part('epoch', lease_until - '1970-01-01 00:00:00+00'::timestamptz) \
+                 END \
         WHEN lease_until = '-infinity'::timestamptz \
             THEN date_part('epoch', created_at - '1970-01-01 00:00:00+00'::timestamptz) \
                  - coalesce(priority, 5)::float8 * 10000000000::float8 \
         WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 \
         ELSE date_part('epoch', lease_until - '1970-01-01 00:00:00+00'::timestamptz) \
+             + (9 - coalesce(priority, 5))::float8 * 10000000000::float8 \
     END)"
     };
 }
 
-/// Now as a `claim_rank!`: rows ranked below it are runnable.
+/// The rows `service_requests_claim_order` holds (its predicate, spelled identically): a
+/// look that names it and reads only the rank and `lease_until` is an index-only scan.
+macro_rules! claim_order_rows {
+    () => {
+        "(status IN ('NEW', 'IN_PROGRESS', 'RESUMED') \
+        OR (status = 'PAUSED' AND lease_until > '-infinity'::timestamptz) \
+        OR lease_owner = '00000000-0000-0000-0000-000000000000'::uuid)"
+    };
+}
+
+/// Where the paused rows' band starts (`claim_rank!`): a deadline at epoch second t ranks
+/// at this plus t.
+macro_rules! paused_rank {
+    () => {
+        "1000000000000::float8"
+    };
+}
+
+/// Where the parked rows' band starts (`claim_rank!`).
+macro_rules! parked_rank {
+    () => {
+        "2000000000000::float8"
+    };
+}
+
+/// Now as a `claim_rank!` of the first due band (priority 9): rows ranked below it are
+/// runnable; band `b` (priority 9 - b) is runnable below `b * DUE_BAND` plus this.
 macro_rules! now_rank {
     () => {
         "date_part('epoch', now() - '1970-01-01 00:00:00+00'::timestamptz)"
     };
 }
 
+/// The width of one due band of `claim_rank!` (s): 10^10, beyond any epoch second until
+/// the year 2286.
+macro_rules! due_band {
+    () => {
+        "10000000000::float8"
+    };
+}
+
 pub(crate) use {
-    batch_versions, claim_rank, claimable, claimed_columns, created_us, derived_status,
-    fan_child_proceeds, fresh_lease, new_deadline, new_running, now_plus_ms, now_rank,
-    pause_for_children, pinned_version, step_request, stored_derived_status,
+    batch_versions, claim_order_rows, claim_rank, claimable, claimed_columns, created_us,
+    derived_status, due_band, fan_child_proceeds, fresh_lease, new_deadline, new_running,
+    now_plus_ms, now_rank, parked_rank, pause_for_children, paused_rank, pinned_version,
+    step_request, stored_derived_status,
 };

@@ -112,8 +112,8 @@ WITH input AS (
     SELECT *
         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::float8[],
             $7::text[], $8::bigint[], $9::bigint[], $10::float8[], $11::int2[], $12::text[],
-            $13::int2[]) AS t(id, workflow, payload, headers, ver, deadline_ms, key, lim, rate,
-            window_ms, priority, labels, notify)
+            $13::int2[], $14::bool[], $15::timestamptz[]) AS t(id, workflow, payload, headers, ver,
+            deadline_ms, key, lim, rate, window_ms, priority, labels, notify, leased, created)
 ), keys AS (
     SELECT workflow, key, min(lim) AS lim, min(rate) AS rate, min(window_ms) AS window_ms
         FROM input
@@ -121,14 +121,17 @@ WITH input AS (
 ), room AS (
     SELECT k.*, EXISTS (SELECT 1
         FROM service_requests q
-        WHERE q.workflow_name = k.workflow AND q.concurrency_key = k.key AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW') AS queued
+        WHERE q.workflow_name = k.workflow AND q.concurrency_key = k.key AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
+            'IN_PROGRESS', 'PAUSED',
+            'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW') AS queued
         FROM keys k
 ), counted AS (
     SELECT r.*,
         CASE WHEN r.queued AND (r.rate IS NULL OR r.lim >= 2147483647) THEN NULL ELSE r.lim - (SELECT count(*)
         FROM service_requests h
-        WHERE h.workflow_name = r.workflow AND h.concurrency_key = r.key AND h.concurrency_key IS NOT NULL AND h.lease_until <> 'infinity' AND h.status IN ('NEW',
-            'IN_PROGRESS', 'PAUSED', 'RESUMED')) END AS slot_room,
+        WHERE h.workflow_name = r.workflow AND h.concurrency_key = r.key AND h.concurrency_key IS NOT NULL AND h.status IN ('NEW',
+            'IN_PROGRESS', 'PAUSED',
+            'RESUMED') AND h.lease_until < 'infinity'::timestamptz) END AS slot_room,
             CASE WHEN r.queued THEN NULL ELSE coalesce(r.rate,
                 r.lim) - (CASE WHEN r.rate::bigint IS NULL THEN 0 ELSE (SELECT count(*)
             FROM service_requests a
@@ -138,40 +141,48 @@ WITH input AS (
     SELECT i.*, row_number() OVER (PARTITION BY i.workflow, i.key
         ORDER BY -coalesce(i.priority, 5), i.id) AS rank,
             CASE WHEN c.queued THEN 0 ELSE least(c.slot_room, c.rate_room) END AS free, c.queued,
-            c.slot_room, c.rate_room
+            c.slot_room, c.rate_room,
+            NULLIF(CASE WHEN i.ver > 0 THEN i.ver ELSE coalesce((SELECT w.version
+            FROM workflows w
+            WHERE w.name = i.workflow), 1) END, 1) AS stored_version
         FROM input i
         JOIN counted c ON c.workflow = i.workflow AND c.key = i.key
 ), stored AS (
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
-    workflow_version, deadline, concurrency_key, admitted_at, priority, labels, notify)
-SELECT t.id, t.workflow, t.payload, t.headers, NULL,
-    CASE WHEN t.rank <= t.free THEN '-infinity'::timestamptz ELSE 'infinity'::timestamptz END,
-    NULLIF(CASE WHEN t.ver > 0 THEN t.ver ELSE coalesce((SELECT w.version
-    FROM workflows w
-    WHERE w.name = t.workflow), 1) END, 1), now() + t.deadline_ms * interval '1 millisecond', t.key,
-        CASE WHEN t.rank <= t.free THEN statement_timestamp() END, t.priority,
-        string_to_array(t.labels, E'\n'), t.notify
-    FROM ranked t
-    RETURNING id, lease_until = '-infinity'::timestamptz AS admitted)
-SELECT s.id, s.admitted,
-    NOT s.admitted AND t.rate IS NOT NULL AND CASE WHEN t.queued THEN t.slot_room IS NULL OR t.rank <= t.slot_room ELSE t.rank > t.rate_room END
-    FROM stored s
-    JOIN ranked t ON t.id = s.id;
+    workflow_version, deadline, concurrency_key, admitted_at, priority, labels, notify, created_at)
+SELECT t.id, t.workflow, t.payload, t.headers,
+    CASE WHEN t.rank <= t.free AND t.leased THEN $16::uuid END,
+    CASE WHEN t.rank > t.free THEN 'infinity'::timestamptz WHEN t.leased THEN now() + $17::float8 * interval '1 millisecond' ELSE '-infinity'::timestamptz END,
+        t.stored_version,
+    t.created + t.deadline_ms * interval '1 millisecond', t.key,
+    CASE WHEN t.rank <= t.free THEN statement_timestamp() END, t.priority,
+    string_to_array(t.labels, E'\n'), t.notify, t.created
+    FROM ranked t)
+-- What each create became, read from the ranking that stored it (no join back to the
+-- inserted rows: a create is admitted exactly when its rank is within its key's room).
+SELECT t.id, t.rank <= t.free,
+    t.rank > t.free AND t.rate IS NOT NULL AND CASE WHEN t.queued THEN t.slot_room IS NULL OR t.rank <= t.slot_room ELSE t.rank > t.rate_room END,
+        coalesce(t.stored_version, 1)
+    FROM ranked t;
 
 -- slots::ADMIT
 UPDATE service_requests SET lease_until = '-infinity', admitted_at = statement_timestamp()
     WHERE id IN (SELECT q.id
         FROM service_requests q
-        WHERE q.workflow_name = $1 AND q.concurrency_key = $2 AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW'
+        WHERE q.workflow_name = $1 AND q.concurrency_key = $2 AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
+            'IN_PROGRESS', 'PAUSED',
+            'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW'
         ORDER BY -coalesce(q.priority, 5), q.id
         LIMIT greatest(0, least($3 - (SELECT count(*)
             FROM service_requests h
-            WHERE h.workflow_name = $1 AND h.concurrency_key = $2 AND h.concurrency_key IS NOT NULL AND h.lease_until <> 'infinity' AND h.status IN ('NEW',
-                'IN_PROGRESS', 'PAUSED', 'RESUMED')),
+            WHERE h.workflow_name = $1 AND h.concurrency_key = $2 AND h.concurrency_key IS NOT NULL AND h.status IN ('NEW',
+                'IN_PROGRESS', 'PAUSED', 'RESUMED') AND h.lease_until < 'infinity'::timestamptz),
                 coalesce($4::bigint,
                     $3) - (CASE WHEN $4::bigint IS NULL THEN 0 ELSE (SELECT count(*)
                 FROM service_requests a
-                WHERE a.workflow_name = $1 AND a.concurrency_key = $2 AND a.concurrency_key IS NOT NULL AND a.admitted_at > statement_timestamp() - $5::float8 * interval '1 millisecond') END)))) AND service_requests.concurrency_key IS NOT NULL AND service_requests.lease_until = 'infinity' AND service_requests.status = 'NEW'
+                WHERE a.workflow_name = $1 AND a.concurrency_key = $2 AND a.concurrency_key IS NOT NULL AND a.admitted_at > statement_timestamp() - $5::float8 * interval '1 millisecond') END)))) AND service_requests.concurrency_key IS NOT NULL AND service_requests.status IN ('NEW',
+                    'IN_PROGRESS', 'PAUSED',
+                    'RESUMED') AND service_requests.lease_until = 'infinity'::timestamptz AND service_requests.status = 'NEW'
     RETURNING id;
 
 -- slots::KEYS_OF
@@ -180,16 +191,21 @@ SELECT DISTINCT r.workflow_name, r.concurrency_key
     JOIN service_requests r ON r.id = u.id
     WHERE r.concurrency_key IS NOT NULL AND EXISTS (SELECT 1
         FROM service_requests q
-        WHERE q.workflow_name = r.workflow_name AND q.concurrency_key = r.concurrency_key AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW');
+        WHERE q.workflow_name = r.workflow_name AND q.concurrency_key = r.concurrency_key AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
+            'IN_PROGRESS', 'PAUSED',
+            'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW');
 
 -- slots::WAITING_WORKFLOWS
 WITH RECURSIVE w AS ( (SELECT q.workflow_name AS name
     FROM service_requests q
-    WHERE q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW'
+    WHERE q.concurrency_key IS NOT NULL AND q.status IN ('NEW', 'IN_PROGRESS', 'PAUSED',
+        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW'
     ORDER BY q.workflow_name
     LIMIT 1) UNION ALL SELECT (SELECT q.workflow_name
     FROM service_requests q
-    WHERE q.workflow_name > w.name AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW'
+    WHERE q.workflow_name > w.name AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
+        'IN_PROGRESS', 'PAUSED',
+        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW'
     ORDER BY q.workflow_name
     LIMIT 1)
     FROM w
@@ -200,11 +216,15 @@ WITH RECURSIVE w AS ( (SELECT q.workflow_name AS name
 -- slots::DUE_KEYS
 WITH RECURSIVE k AS ( (SELECT q.concurrency_key AS key
     FROM service_requests q
-    WHERE q.workflow_name = $1 AND ($4::text IS NULL OR q.concurrency_key > $4) AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW'
+    WHERE q.workflow_name = $1 AND ($4::text IS NULL OR q.concurrency_key > $4) AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
+        'IN_PROGRESS', 'PAUSED',
+        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW'
     ORDER BY q.concurrency_key
     LIMIT 1) UNION ALL SELECT (SELECT q.concurrency_key
     FROM service_requests q
-    WHERE q.workflow_name = $1 AND q.concurrency_key > k.key AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW'
+    WHERE q.workflow_name = $1 AND q.concurrency_key > k.key AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
+        'IN_PROGRESS', 'PAUSED',
+        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW'
     ORDER BY q.concurrency_key
     LIMIT 1)
     FROM k
@@ -212,9 +232,9 @@ WITH RECURSIVE k AS ( (SELECT q.concurrency_key AS key
     FROM k
     WHERE key IS NOT NULL AND (SELECT count(*)
         FROM service_requests h
-        WHERE h.workflow_name = $1 AND h.concurrency_key = k.key AND h.concurrency_key IS NOT NULL AND h.lease_until <> 'infinity' AND h.status IN ('NEW',
+        WHERE h.workflow_name = $1 AND h.concurrency_key = k.key AND h.concurrency_key IS NOT NULL AND h.status IN ('NEW',
             'IN_PROGRESS', 'PAUSED',
-            'RESUMED')) < $2 AND (CASE WHEN $5::bigint IS NULL THEN 0 ELSE (SELECT count(*)
+            'RESUMED') AND h.lease_until < 'infinity'::timestamptz) < $2 AND (CASE WHEN $5::bigint IS NULL THEN 0 ELSE (SELECT count(*)
             FROM service_requests a
             WHERE a.workflow_name = $1 AND a.concurrency_key = k.key AND a.concurrency_key IS NOT NULL AND a.admitted_at > statement_timestamp() - $6::float8 * interval '1 millisecond') END) < coalesce($5::bigint,
                 1)
@@ -223,13 +243,16 @@ WITH RECURSIVE k AS ( (SELECT q.concurrency_key AS key
 -- slots::WAITING_COUNTS
 SELECT q.workflow_name, count(*)
     FROM service_requests q
-    WHERE q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW'
+    WHERE q.concurrency_key IS NOT NULL AND q.status IN ('NEW', 'IN_PROGRESS', 'PAUSED',
+        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW'
     GROUP BY q.workflow_name;
 
 -- slots::WAITING_BY_KEY
 SELECT q.concurrency_key, count(*), sum(count(*)) OVER ()::int8, count(*) OVER ()
     FROM service_requests q
-    WHERE q.workflow_name = $1 AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW'
+    WHERE q.workflow_name = $1 AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
+        'IN_PROGRESS', 'PAUSED',
+        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW'
     GROUP BY q.concurrency_key
     ORDER BY count(*) DESC, q.concurrency_key
     LIMIT $2;
@@ -240,33 +263,53 @@ UPDATE service_requests s SET lease_owner = $1,
 FROM (
     WITH due AS (
         SELECT d.id, d.lease_until, d.lease_owner, row_number() OVER () AS n FROM (
-            SELECT id, lease_until, lease_owner FROM service_requests
-            WHERE status IN ('NEW', 'IN_PROGRESS',
-                'RESUMED') AND (CASE WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+            -- The nine due bands in order (priority 9 first), each read in its order as
+            -- far as the claim needs.
+            SELECT x.id, x.lease_until, x.lease_owner
+            FROM generate_series(0, 8) AS b(band) CROSS JOIN LATERAL (
+                SELECT id, lease_until, lease_owner FROM service_requests
+                WHERE status IN ('NEW', 'IN_PROGRESS',
+                    'RESUMED') AND (CASE WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid THEN 2000000000000::float8 + date_part('epoch',
+                        created_at - '1970-01-01 00:00:00+00'::timestamptz) WHEN status = 'PAUSED' THEN CASE WHEN lease_until = 'infinity'::timestamptz OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 ELSE 1000000000000::float8 + date_part('epoch',
+                        lease_until - '1970-01-01 00:00:00+00'::timestamptz) END WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+                        created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
+                        5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
+                            lease_until - '1970-01-01 00:00:00+00'::timestamptz) + (9 - coalesce(priority,
+                                5))::float8 * 10000000000::float8 END) > b.band * 10000000000::float8 AND (CASE WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid THEN 2000000000000::float8 + date_part('epoch',
+                        created_at - '1970-01-01 00:00:00+00'::timestamptz) WHEN status = 'PAUSED' THEN CASE WHEN lease_until = 'infinity'::timestamptz OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 ELSE 1000000000000::float8 + date_part('epoch',
+                        lease_until - '1970-01-01 00:00:00+00'::timestamptz) END WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+                        created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
+                        5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
+                            lease_until - '1970-01-01 00:00:00+00'::timestamptz) + (9 - coalesce(priority,
+                                5))::float8 * 10000000000::float8 END) < b.band * 10000000000::float8 + date_part('epoch',
+                        now() - '1970-01-01 00:00:00+00'::timestamptz)
+                ORDER BY (CASE WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid THEN 2000000000000::float8 + date_part('epoch',
+                    created_at - '1970-01-01 00:00:00+00'::timestamptz) WHEN status = 'PAUSED' THEN CASE WHEN lease_until = 'infinity'::timestamptz OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 ELSE 1000000000000::float8 + date_part('epoch',
+                    lease_until - '1970-01-01 00:00:00+00'::timestamptz) END WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
                     created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
                     5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
-                        lease_until - '1970-01-01 00:00:00+00'::timestamptz) END) > 0 AND (CASE WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
-                    created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
-                    5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
-                        lease_until - '1970-01-01 00:00:00+00'::timestamptz) END) < date_part('epoch',
-                    now() - '1970-01-01 00:00:00+00'::timestamptz)
-            ORDER BY (CASE WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
-                created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
-                5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
-                    lease_until - '1970-01-01 00:00:00+00'::timestamptz) END)
-            LIMIT $3
-            FOR UPDATE SKIP LOCKED) d
+                        lease_until - '1970-01-01 00:00:00+00'::timestamptz) + (9 - coalesce(priority,
+                            5))::float8 * 10000000000::float8 END)
+                LIMIT $3
+                FOR UPDATE SKIP LOCKED) x
+            LIMIT $3) d
     ), fresh AS (
         SELECT id, lease_until, lease_owner FROM service_requests
         WHERE status IN ('NEW', 'IN_PROGRESS',
-            'RESUMED') AND (CASE WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+            'RESUMED') AND (CASE WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid THEN 2000000000000::float8 + date_part('epoch',
+                created_at - '1970-01-01 00:00:00+00'::timestamptz) WHEN status = 'PAUSED' THEN CASE WHEN lease_until = 'infinity'::timestamptz OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 ELSE 1000000000000::float8 + date_part('epoch',
+                lease_until - '1970-01-01 00:00:00+00'::timestamptz) END WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
                 created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
                 5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
-                    lease_until - '1970-01-01 00:00:00+00'::timestamptz) END) <= 0
-        ORDER BY (CASE WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+                    lease_until - '1970-01-01 00:00:00+00'::timestamptz) + (9 - coalesce(priority,
+                        5))::float8 * 10000000000::float8 END) <= 0
+        ORDER BY (CASE WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid THEN 2000000000000::float8 + date_part('epoch',
+            created_at - '1970-01-01 00:00:00+00'::timestamptz) WHEN status = 'PAUSED' THEN CASE WHEN lease_until = 'infinity'::timestamptz OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 ELSE 1000000000000::float8 + date_part('epoch',
+            lease_until - '1970-01-01 00:00:00+00'::timestamptz) END WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
             created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
             5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
-                lease_until - '1970-01-01 00:00:00+00'::timestamptz) END)
+                lease_until - '1970-01-01 00:00:00+00'::timestamptz) + (9 - coalesce(priority,
+                    5))::float8 * 10000000000::float8 END)
         LIMIT $3
         FOR UPDATE SKIP LOCKED
     )
@@ -934,7 +977,28 @@ ORDER BY c.parent_step_id, c.fan_index, c.id LIMIT $2 OFFSET $3;
 SELECT id, current_step_id, step_attempts, workflow_name, coalesce(workflow_version, 1)
 FROM service_requests
 WHERE status = 'PAUSED' AND lease_until > '-infinity' AND lease_until < now()
-ORDER BY lease_until LIMIT $1;
+  AND (CASE WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid THEN 2000000000000::float8 + date_part('epoch',
+      created_at - '1970-01-01 00:00:00+00'::timestamptz) WHEN status = 'PAUSED' THEN CASE WHEN lease_until = 'infinity'::timestamptz OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 ELSE 1000000000000::float8 + date_part('epoch',
+      lease_until - '1970-01-01 00:00:00+00'::timestamptz) END WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+      created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
+      5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
+          lease_until - '1970-01-01 00:00:00+00'::timestamptz) + (9 - coalesce(priority,
+              5))::float8 * 10000000000::float8 END) > 1000000000000::float8 AND (CASE WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid THEN 2000000000000::float8 + date_part('epoch',
+      created_at - '1970-01-01 00:00:00+00'::timestamptz) WHEN status = 'PAUSED' THEN CASE WHEN lease_until = 'infinity'::timestamptz OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 ELSE 1000000000000::float8 + date_part('epoch',
+      lease_until - '1970-01-01 00:00:00+00'::timestamptz) END WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+      created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
+      5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
+          lease_until - '1970-01-01 00:00:00+00'::timestamptz) + (9 - coalesce(priority,
+              5))::float8 * 10000000000::float8 END) < 1000000000000::float8 + date_part('epoch',
+      now() - '1970-01-01 00:00:00+00'::timestamptz)
+ORDER BY (CASE WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid THEN 2000000000000::float8 + date_part('epoch',
+    created_at - '1970-01-01 00:00:00+00'::timestamptz) WHEN status = 'PAUSED' THEN CASE WHEN lease_until = 'infinity'::timestamptz OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 ELSE 1000000000000::float8 + date_part('epoch',
+    lease_until - '1970-01-01 00:00:00+00'::timestamptz) END WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+    created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
+    5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
+        lease_until - '1970-01-01 00:00:00+00'::timestamptz) + (9 - coalesce(priority,
+            5))::float8 * 10000000000::float8 END)
+    LIMIT $1;
 
 -- deadlines::EXPIRE
 WITH expired AS (
@@ -1020,17 +1084,12 @@ SELECT (SELECT count(*) FROM ended), (SELECT count(*) FROM cancelled),
 -- deadlines::TIMERS
 WITH due AS (
     SELECT min(lease_until) AS at FROM service_requests
-    WHERE status IN ('NEW', 'IN_PROGRESS',
-        'RESUMED') AND lease_until > '-infinity' AND lease_until <= now()
-    UNION ALL
-    SELECT min(lease_until) FROM service_requests
-    WHERE status = 'PAUSED' AND lease_until > '-infinity' AND lease_until <= now()
+    WHERE (status IN ('NEW', 'IN_PROGRESS',
+        'RESUMED') OR (status = 'PAUSED' AND lease_until > '-infinity'::timestamptz) OR lease_owner = '00000000-0000-0000-0000-000000000000'::uuid) AND lease_until > '-infinity' AND lease_until <= now()
 )
 SELECT (SELECT count(*) FROM service_requests
-        WHERE status IN ('NEW', 'IN_PROGRESS',
-            'RESUMED') AND lease_until > now() AND lease_until < 'infinity')
-     + (SELECT count(*) FROM service_requests
-        WHERE status = 'PAUSED' AND lease_until > '-infinity'),
+        WHERE (status IN ('NEW', 'IN_PROGRESS',
+            'RESUMED') OR (status = 'PAUSED' AND lease_until > '-infinity'::timestamptz) OR lease_owner = '00000000-0000-0000-0000-000000000000'::uuid) AND lease_until > now() AND lease_until < 'infinity'),
        coalesce(extract(epoch FROM now() - (SELECT min(at) FROM due)) * 1000, 0)::float8;
 
 -- audit::RECORD
@@ -1248,7 +1307,20 @@ DELETE FROM workflow_pauses WHERE workflow_name = $1;
 
 -- pauses::FREE
 UPDATE service_requests SET lease_owner = NULL, lease_until = '-infinity'
-WHERE lease_owner = '00000000-0000-0000-0000-000000000000'::uuid AND workflow_name = $1;
+WHERE lease_owner = '00000000-0000-0000-0000-000000000000'::uuid AND workflow_name = $1
+  AND (CASE WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid THEN 2000000000000::float8 + date_part('epoch',
+      created_at - '1970-01-01 00:00:00+00'::timestamptz) WHEN status = 'PAUSED' THEN CASE WHEN lease_until = 'infinity'::timestamptz OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 ELSE 1000000000000::float8 + date_part('epoch',
+      lease_until - '1970-01-01 00:00:00+00'::timestamptz) END WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+      created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
+      5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
+          lease_until - '1970-01-01 00:00:00+00'::timestamptz) + (9 - coalesce(priority,
+              5))::float8 * 10000000000::float8 END) >= 2000000000000::float8 AND (CASE WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid THEN 2000000000000::float8 + date_part('epoch',
+      created_at - '1970-01-01 00:00:00+00'::timestamptz) WHEN status = 'PAUSED' THEN CASE WHEN lease_until = 'infinity'::timestamptz OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 ELSE 1000000000000::float8 + date_part('epoch',
+      lease_until - '1970-01-01 00:00:00+00'::timestamptz) END WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+      created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
+      5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
+          lease_until - '1970-01-01 00:00:00+00'::timestamptz) + (9 - coalesce(priority,
+              5))::float8 * 10000000000::float8 END) < 'Infinity'::float8;
 
 -- pauses::PARK
 WITH p AS (
@@ -1264,6 +1336,19 @@ SELECT (SELECT count(*) FROM p), (SELECT count(*) FROM parked);
 -- pauses::PARKED_COUNTS
 SELECT workflow_name, count(*) FROM service_requests
 WHERE lease_owner = '00000000-0000-0000-0000-000000000000'::uuid
+  AND (CASE WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid THEN 2000000000000::float8 + date_part('epoch',
+      created_at - '1970-01-01 00:00:00+00'::timestamptz) WHEN status = 'PAUSED' THEN CASE WHEN lease_until = 'infinity'::timestamptz OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 ELSE 1000000000000::float8 + date_part('epoch',
+      lease_until - '1970-01-01 00:00:00+00'::timestamptz) END WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+      created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
+      5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
+          lease_until - '1970-01-01 00:00:00+00'::timestamptz) + (9 - coalesce(priority,
+              5))::float8 * 10000000000::float8 END) >= 2000000000000::float8 AND (CASE WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid THEN 2000000000000::float8 + date_part('epoch',
+      created_at - '1970-01-01 00:00:00+00'::timestamptz) WHEN status = 'PAUSED' THEN CASE WHEN lease_until = 'infinity'::timestamptz OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 ELSE 1000000000000::float8 + date_part('epoch',
+      lease_until - '1970-01-01 00:00:00+00'::timestamptz) END WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+      created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
+      5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
+          lease_until - '1970-01-01 00:00:00+00'::timestamptz) + (9 - coalesce(priority,
+              5))::float8 * 10000000000::float8 END) < 'Infinity'::float8
 GROUP BY workflow_name;
 
 -- triggers::INSERT

@@ -60,6 +60,39 @@ async fn two_instances_keep_each_keys_limit() {
     b.shutdown().await;
 }
 
+/// A create admitted at once is handed to its runtime's executor after its commit, as a
+/// plain create is: no claim looks for it (the claim's write was most of what a limit
+/// cost); one that waited is claimed once admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admitted_creates_start_without_a_claim() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(
+        &json!({"name": "tenant", "concurrency": {"key": "payload.k", "limit": 1},
+        "steps": [http("post", d.url("/per-key/5"))]}),
+    )
+    .await;
+    let mut ids = Vec::new();
+    for n in 0..40 {
+        ids.push(create_request(&s, "tenant", &json!({"k": format!("k{}", n % 8), "n": n})).await);
+    }
+    for id in &ids {
+        let v = wait_status(&s, id, &["COMPLETED", "FAILED"], WAIT).await;
+        assert_eq!(v["status"], "COMPLETED", "{v}");
+        assert_eq!(d.calls_for_key(&format!("{id}:1")), 1, "{id}");
+    }
+    let m = s.get("/metrics").await.text();
+    let waited = metric(&m, "clamp_concurrency_waits_total ");
+    let claimed = metric(&m, "clamp_leases_claimed_total ");
+    assert_eq!(
+        claimed, waited,
+        "only the creates that waited for a slot are claimed: {m}"
+    );
+    assert!(waited < 40.0, "most creates were admitted at once: {m}");
+    s.shutdown().await;
+}
+
 /// A request waiting for a slot says so (its key, how many wait before it), starts when
 /// a slot frees, in creation order; a cancel takes one out of the queue; a workflow
 /// without a key is one queue; definitions are checked.

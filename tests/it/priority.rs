@@ -273,12 +273,65 @@ async fn the_claim_is_one_range_of_the_claim_order_index() {
         let node = l.trim_start().trim_start_matches("->").trim_start();
         node.starts_with("Sort  (") || node.starts_with("Incremental Sort  (")
     });
+    // The partitions' indexes of the claim order, by whatever names they were given.
+    let parts: Vec<String> = c
+        .query(
+            "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+             WHERE i.inhparent = 'service_requests_claim_order'::regclass",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(!parts.is_empty());
     assert!(
-        plan.contains("Index Scan using service_requests_claim_order")
+        parts
+            .iter()
+            .any(|p| plan.contains(&format!("Index Scan using {p} ")))
             && plan.contains("Index Cond")
             && !sorts,
-        "{plan}"
+        "{parts:?}\n{plan}"
     );
+    s.shutdown().await;
+}
+
+/// Priorities order due rows too: one slot, held while six delayed requests fall due
+/// (the lower priorities first) and a fresh priority-5 one is created; once the slot
+/// frees they run priority 9, then 5, then 1, each in the order it fell due, and the
+/// fresh one after every due one (the first half of every claim goes to due rows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn due_rows_are_claimed_by_priority_then_due_time() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let mut cfg = config(&db.url);
+    cfg.threads = 1;
+    cfg.max_running = 1;
+    cfg.sweep_interval = Duration::from_millis(50);
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&json!({"name": "gate", "steps": [http("hold", d.url("/held"))]}))
+        .await;
+    s.create_workflow(&json!({"name": "work", "steps": [http("call", d.url("/slow/5"))]}))
+        .await;
+    let gate = create_request(&s, "gate", &json!({})).await;
+    d.wait_for("/held").await;
+    let mut ids = Vec::new();
+    for (n, p) in [1, 5, 9, 1, 5, 9].into_iter().enumerate() {
+        let query = format!("?priority={p}&delayMs={}", 100 * (n + 1));
+        ids.push(create_with(&s, "work", &query, &json!({"n": n})).await);
+    }
+    ids.push(create_with(&s, "work", "?priority=5", &json!({"n": 6})).await);
+    // All six are due (the last 600 ms after its create) before the slot frees.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(d.received("/slow/5").is_empty(), "the slot was held");
+    d.release();
+    wait_status(&s, &gate, &["COMPLETED"], WAIT).await;
+    for id in &ids {
+        let v = wait_status(&s, id, &["COMPLETED", "FAILED"], WAIT).await;
+        assert_eq!(v["status"], "COMPLETED", "{v}");
+    }
+    assert_eq!(arrivals(&d, "/slow/5"), vec![2, 5, 1, 4, 0, 3, 6]);
     s.shutdown().await;
 }
 

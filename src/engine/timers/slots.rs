@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use uuid::Uuid;
 
 use crate::engine::Executor;
+use crate::store::buffer::{Handoff, Inserted};
 use crate::store::slots::{self, Admission};
 use crate::store::{Pool, StoreError};
 
@@ -58,11 +59,31 @@ const CREATES: usize = 4096;
 const CREATE_BATCH: usize = 256;
 const CREATE_FLIGHTS: usize = 2;
 
-/// A limited create, and who waits for it: how it was stored, once committed.
-type PendingCreate = (
-    slots::Limited,
-    oneshot::Sender<Result<Admission, StoreError>>,
-);
+/// A limited create, what its executor needs to start it at once, and who waits for it:
+/// how it was stored, once committed.
+struct PendingCreate {
+    row: slots::Limited,
+    fresh: Fresh,
+    ack: oneshot::Sender<Result<Created, StoreError>>,
+}
+
+/// What starting an admitted create at once takes: the executor of the runtime that took
+/// it (it is leased to this instance when that executor has room, as a plain create is
+/// handed over), and its workflow, payload and headers as the executor runs them.
+pub struct Fresh {
+    pub exec: Arc<Executor>,
+    pub workflow: Arc<crate::workflow::Workflow>,
+    pub payload: bytes::Bytes,
+    pub headers: bytes::Bytes,
+}
+
+/// How a limited create was stored; `started`: admitted and handed to its executor (no
+/// claim needs to look for it).
+#[derive(Debug, Clone, Copy)]
+pub struct Created {
+    pub how: Admission,
+    pub started: bool,
+}
 
 /// Where limited creates are queued for their batched insert: one short transaction per
 /// batch (its keys' locks, then one insert) instead of one per create.
@@ -82,15 +103,18 @@ impl Default for LimitedCreates {
 }
 
 impl LimitedCreates {
-    /// Stores `row` with the next batch; whether it was admitted or waits, and for what.
-    /// A queue full for longer than `wait` is `Unavailable` (the create answers 503).
+    /// Stores `row` with the next batch; whether it was admitted (and started) or waits,
+    /// and for what. A queue full for longer than `wait` is `Unavailable` (the create
+    /// answers 503).
     pub async fn create(
         &self,
         row: slots::Limited,
+        fresh: Fresh,
         wait: Duration,
-    ) -> Result<Admission, StoreError> {
+    ) -> Result<Created, StoreError> {
         let (ack, done) = oneshot::channel();
-        match tokio::time::timeout(wait, self.tx.send((row, ack))).await {
+        let pending = PendingCreate { row, fresh, ack };
+        match tokio::time::timeout(wait, self.tx.send(pending)).await {
             Ok(Ok(())) => {}
             _ => {
                 return Err(StoreError::unavailable(
@@ -103,8 +127,16 @@ impl LimitedCreates {
     }
 
     /// Writes the queued creates in batches until `stop` fires (a batch in flight then
-    /// finishes on its own task; a create not yet in a batch answers 503).
-    pub async fn run(&self, pool: Pool, mut stop: watch::Receiver<bool>) {
+    /// finishes on its own task; a create not yet in a batch answers 503). Admitted rows
+    /// whose executor had room are leased to `owner` for `lease` and started after the
+    /// commit.
+    pub async fn run(
+        &self,
+        pool: Pool,
+        owner: Uuid,
+        lease: Duration,
+        mut stop: watch::Receiver<bool>,
+    ) {
         let Some(rx) = self.rx.lock().take() else {
             return;
         };
@@ -114,31 +146,70 @@ impl LimitedCreates {
             CREATE_FLIGHTS,
             move |batch: Vec<PendingCreate>| {
                 let pool = pool.clone();
-                async move {
-                    let (rows, acks): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
-                    let written = async {
-                        let mut conn = pool.get().await?;
-                        slots::insert(&mut conn, &rows).await
-                    }
-                    .await;
-                    match written {
-                        Ok(stored) => {
-                            for (ack, a) in acks.into_iter().zip(stored) {
-                                let _ = ack.send(Ok(a));
-                            }
-                        }
-                        Err(e) => {
-                            for ack in acks {
-                                let _ = ack.send(Err(e.clone()));
-                            }
-                        }
-                    }
-                }
+                async move { write_batch(&pool, batch, owner, lease).await }
             },
         );
         tokio::select! {
             _ = drain => {}
             _ = stop.wait_for(|s| *s) => {}
+        }
+    }
+}
+
+/// One batch of limited creates: reserved room in their executors, stored, then the
+/// admitted ones with room started and every create answered.
+async fn write_batch(pool: &Pool, batch: Vec<PendingCreate>, owner: Uuid, lease: Duration) {
+    let leased: Vec<bool> = batch.iter().map(|p| p.fresh.exec.reserve(1) == 1).collect();
+    let mut rows = Vec::with_capacity(batch.len());
+    let mut rest = Vec::with_capacity(batch.len());
+    for p in batch {
+        rows.push(p.row);
+        rest.push((p.fresh, p.ack));
+    }
+    let written = async {
+        let mut conn = pool.get().await?;
+        let lease = slots::Lease {
+            leased: &leased,
+            owner,
+            lease,
+        };
+        slots::insert(&mut conn, &rows, &lease).await
+    }
+    .await;
+    match written {
+        Ok(stored) => {
+            for (((row, (fresh, ack)), s), leased) in
+                rows.into_iter().zip(rest).zip(stored).zip(leased)
+            {
+                let started = leased && s.how == Admission::Admitted;
+                if started {
+                    let inserted = Inserted {
+                        id: row.id,
+                        workflow: fresh.workflow,
+                        version: s.version,
+                        payload: fresh.payload,
+                        headers: fresh.headers,
+                        created_us: row.created_us,
+                        deadline_ms: row.deadline_ms,
+                        priority: row.priority,
+                    };
+                    fresh.exec.clone().start(vec![inserted]);
+                } else if leased {
+                    fresh.exec.release(1);
+                }
+                let _ = ack.send(Ok(Created {
+                    how: s.how,
+                    started,
+                }));
+            }
+        }
+        Err(e) => {
+            for ((fresh, ack), leased) in rest.into_iter().zip(leased) {
+                if leased {
+                    fresh.exec.release(1);
+                }
+                let _ = ack.send(Err(e.clone()));
+            }
         }
     }
 }

@@ -50,6 +50,10 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (29, include_str!("../migrations/0029_workflow_pauses.sql")),
     (30, include_str!("../migrations/0030_switch.sql")),
     (31, include_str!("../migrations/0031_loop.sql")),
+    (
+        32,
+        include_str!("../migrations/0032_one_order_for_every_wait.sql"),
+    ),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.
