@@ -197,7 +197,7 @@ CASE
     WHEN (lease_until = '-infinity'::timestamp with time zone) THEN (date_part('epoch'::text, (created_at - '1970-01-01 00:00:00+00'::timestamp with time zone)) - ((COALESCE((priority)::integer, 5))::double precision * ('10000000000'::bigint)::double precision))
     WHEN (lease_until = 'infinity'::timestamp with time zone) THEN 'Infinity'::double precision
     ELSE (date_part('epoch'::text, (lease_until - '1970-01-01 00:00:00+00'::timestamp with time zone)) + (((9 - COALESCE((priority)::integer, 5)))::double precision * ('10000000000'::bigint)::double precision))
-END), lease_until) WHERE ((status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'RESUMED'::text])) OR ((status = 'PAUSED'::text) AND (lease_until > '-infinity'::timestamp with time zone)) OR (lease_owner = '00000000-0000-0000-0000-000000000000'::uuid));
+END)) INCLUDE (lease_until) WHERE ((status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'RESUMED'::text])) OR ((status = 'PAUSED'::text) AND (lease_until > '-infinity'::timestamp with time zone)) OR (lease_owner = '00000000-0000-0000-0000-000000000000'::uuid));
 CREATE INDEX service_requests_deadlines ON ONLY public.service_requests USING btree (deadline) WHERE ((deadline IS NOT NULL) AND (status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])));
 CREATE INDEX service_requests_event_waits ON ONLY public.service_requests USING btree (wait_event, wait_key) WHERE ((status = 'PAUSED'::text) AND (wait_event IS NOT NULL));
 CREATE INDEX service_requests_failed_or_cancelled ON ONLY public.service_requests USING btree (id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));

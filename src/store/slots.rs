@@ -116,11 +116,13 @@ pub(super) const INSERT: &str = concat!(
     SELECT workflow, key, min(lim) AS lim, min(rate) AS rate, min(window_ms) AS window_ms \
     FROM input GROUP BY workflow, key
 ), room AS (
-    SELECT k.*, EXISTS (SELECT 1 FROM service_requests q WHERE q.workflow_name = k.workflow \
-                          AND q.concurrency_key = k.key AND ",
+    -- A LATERAL probe per key, not an EXISTS: the planner may answer an EXISTS with one
+    -- hashed scan of every held row, which the keyed index only has by reading it whole.
+    SELECT k.*, w.one IS NOT NULL AS queued \
+    FROM keys k LEFT JOIN LATERAL (SELECT 1 AS one FROM service_requests q \
+      WHERE q.workflow_name = k.workflow AND q.concurrency_key = k.key AND ",
     queued!("q"),
-    ") AS queued \
-    FROM keys k
+    " LIMIT 1) w ON true
 ), counted AS (
     SELECT r.*, \
       CASE WHEN r.queued AND (r.rate IS NULL OR r.lim >= 2147483647) THEN NULL \
@@ -211,11 +213,11 @@ pub(super) const ADMIT: &str = concat!(
 pub(super) const KEYS_OF: &str = concat!(
     "SELECT DISTINCT r.workflow_name, r.concurrency_key \
      FROM unnest($1::uuid[]) AS u(id) JOIN service_requests r ON r.id = u.id \
-     WHERE r.concurrency_key IS NOT NULL \
-       AND EXISTS (SELECT 1 FROM service_requests q WHERE q.workflow_name = r.workflow_name \
+     CROSS JOIN LATERAL (SELECT 1 FROM service_requests q WHERE q.workflow_name = r.workflow_name \
                      AND q.concurrency_key = r.concurrency_key AND ",
     queued!("q"),
-    ")"
+    " LIMIT 1) w \
+     WHERE r.concurrency_key IS NOT NULL"
 );
 
 /// The workflows with requests waiting for a slot (a skip scan of the queue's index).

@@ -295,17 +295,20 @@ macro_rules! claimed_columns {
 /// A row's place in the claim order: `service_requests_claim_order`'s expression
 /// (migrations 23 and 32, which say why), spelled identically so that the planner matches
 /// it. Bands, each a range of the index: fresh rows below 0 (higher priorities first,
-/// then creation order); rows due at a time in nine bands of `DUE_BAND` s from 0, the
-/// highest priority's first (`due_band!`), each ordered by that time; paused rows with a
-/// deadline from `PAUSED_RANK` on (`paused_rank!`), parked rows from `PARKED_RANK` on,
-/// held rows at Infinity. Runnable rows rank below `now_rank!()` in their band.
+/// then creation order); rows due at a time in nine bands of `due_band!()` s from 0, the
+/// highest priority's first, each ordered by that time; paused rows with a deadline from
+/// `paused_rank!()` on, parked rows from `parked_rank!()` on, held rows at Infinity.
+/// Runnable rows rank below `now_rank!()` in their band.
 macro_rules! claim_rank {
     () => {
-        "(CASE \
+        concat!(
+            "(CASE \
         WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid \
             THEN 2000000000000::float8 \
                  + date_part('epoch', created_at - '1970-01-01 00:00:00+00'::timestamptz) \
-        WHEN status = 'PAUSED' \
+        WHEN status = ",
+            crate::status::status_sql!(Paused),
+            " \
             THEN CASE WHEN lease_until = 'infinity'::timestamptz \
                         OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 \
                       ELSE 1000000000000::float8 \
@@ -318,16 +321,22 @@ macro_rules! claim_rank {
         ELSE date_part('epoch', lease_until - '1970-01-01 00:00:00+00'::timestamptz) \
              + (9 - coalesce(priority, 5))::float8 * 10000000000::float8 \
     END)"
+        )
     };
 }
 
 /// The rows `service_requests_claim_order` holds (its predicate, spelled identically): a
-/// look that names it and reads only the rank and `lease_until` is an index-only scan.
+/// look that names it and reads only `lease_until` (included) is an index-only scan.
 macro_rules! claim_order_rows {
     () => {
-        "(status IN ('NEW', 'IN_PROGRESS', 'RESUMED') \
-        OR (status = 'PAUSED' AND lease_until > '-infinity'::timestamptz) \
-        OR lease_owner = '00000000-0000-0000-0000-000000000000'::uuid)"
+        concat!(
+            "(status IN ",
+            crate::store::sql::claimable!(),
+            " OR (status = ",
+            crate::status::status_sql!(Paused),
+            " AND lease_until > '-infinity'::timestamptz) \
+             OR lease_owner = '00000000-0000-0000-0000-000000000000'::uuid)"
+        )
     };
 }
 

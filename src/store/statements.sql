@@ -119,12 +119,16 @@ WITH input AS (
         FROM input
         GROUP BY workflow, key
 ), room AS (
-    SELECT k.*, EXISTS (SELECT 1
-        FROM service_requests q
-        WHERE q.workflow_name = k.workflow AND q.concurrency_key = k.key AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
-            'IN_PROGRESS', 'PAUSED',
-            'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW') AS queued
+    -- A LATERAL probe per key, not an EXISTS: the planner may answer an EXISTS with one
+    -- hashed scan of every held row, which the keyed index only has by reading it whole.
+    SELECT k.*, w.one IS NOT NULL AS queued
         FROM keys k
+        LEFT JOIN LATERAL (SELECT 1 AS one
+            FROM service_requests q
+            WHERE q.workflow_name = k.workflow AND q.concurrency_key = k.key AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
+                'IN_PROGRESS', 'PAUSED',
+                'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW'
+            LIMIT 1) w ON true
 ), counted AS (
     SELECT r.*,
         CASE WHEN r.queued AND (r.rate IS NULL OR r.lim >= 2147483647) THEN NULL ELSE r.lim - (SELECT count(*)
@@ -188,12 +192,14 @@ UPDATE service_requests SET lease_until = '-infinity', admitted_at = statement_t
 -- slots::KEYS_OF
 SELECT DISTINCT r.workflow_name, r.concurrency_key
     FROM unnest($1::uuid[]) AS u(id)
-    JOIN service_requests r ON r.id = u.id
-    WHERE r.concurrency_key IS NOT NULL AND EXISTS (SELECT 1
+    JOIN service_requests r ON r.id = u.id CROSS
+    JOIN LATERAL (SELECT 1
         FROM service_requests q
         WHERE q.workflow_name = r.workflow_name AND q.concurrency_key = r.concurrency_key AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
             'IN_PROGRESS', 'PAUSED',
-            'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW');
+            'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW'
+        LIMIT 1) w
+    WHERE r.concurrency_key IS NOT NULL;
 
 -- slots::WAITING_WORKFLOWS
 WITH RECURSIVE w AS ( (SELECT q.workflow_name AS name

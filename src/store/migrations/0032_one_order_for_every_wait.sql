@@ -14,7 +14,11 @@
 -- (the claim reads the nine bands in order). Fresh rows (below 0) and held rows
 -- (Infinity) rank as before. Every band is told apart by its rank alone, so each look
 -- is one range of this index (`sql::claim_rank!`, which spells the expression: the
--- planner matches it only when spelled identically).
+-- planner matches it only when spelled identically). `lease_until` is included, not a
+-- second key column: the timers' count reads it index-only as before, and no look for
+-- `lease_until = 'infinity'` (a key's queue) can take this index for a range of it (as
+-- a second key column it was one, and a planner without statistics chose it over the
+-- keyed index below: a scan of the whole index per look).
 DROP INDEX IF EXISTS service_requests_claim_order;
 DROP INDEX IF EXISTS service_requests_answer_due;
 DROP INDEX IF EXISTS service_requests_parked;
@@ -35,7 +39,7 @@ CREATE INDEX IF NOT EXISTS service_requests_claim_order
         WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8
         ELSE date_part('epoch', lease_until - '1970-01-01 00:00:00+00'::timestamptz)
              + (9 - coalesce(priority, 5))::float8 * 10000000000::float8
-    END), lease_until)
+    END)) INCLUDE (lease_until)
     WHERE status IN ('NEW', 'IN_PROGRESS', 'RESUMED')
        OR (status = 'PAUSED' AND lease_until > '-infinity'::timestamptz)
        OR lease_owner = '00000000-0000-0000-0000-000000000000'::uuid;
