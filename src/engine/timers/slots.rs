@@ -4,8 +4,10 @@
 //! are admitted into the slots that freed, at once; a pass every second admits whatever
 //! such a note missed (a full channel, a crash between the finish and the note, another
 //! instance's finish), going round each workflow's keys so that none waits behind the
-//! others. Admitted requests are claimable by any instance's sweeper; this runtime's is
-//! woken.
+//! others. Requests admitted here are claimable by any instance's sweeper; this
+//! runtime's is woken. A limited create admitted at once is leased to the executor of
+//! the runtime that took it and started after its commit (`LimitedCreates`), when that
+//! executor has room; otherwise it too waits for a claim.
 
 use std::sync::Arc;
 use std::time::Duration;
