@@ -300,7 +300,7 @@ pub async fn create(core: &Core, a: Admitted, headers: Bytes, body: Bytes) -> Re
         return Box::pin(create_apart(core, r, deadline_ms)).await;
     }
     let id = crate::ids::new_v7();
-    let created_us = crate::store::buffer::now_us();
+    let created_us = crate::store::budget::now_us();
     let (ack, done) = if app.config.ack == AckMode::Commit || r.key.is_some() || r.after_commit {
         let (tx, rx) = oneshot::channel();
         (Some(tx), Some(rx))
@@ -434,7 +434,7 @@ async fn limited(core: &Core, r: Apart<'_>) -> Result<Outcome> {
         rate: limit.rate,
         labels: r.labels.map(Labels::joined),
         notify: r.wf.notify_mask,
-        created_us: crate::store::buffer::now_us(),
+        created_us: crate::store::budget::now_us(),
     };
     let fresh = crate::engine::timers::slots::Fresh {
         exec: core.executor.clone(),

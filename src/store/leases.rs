@@ -51,9 +51,7 @@ impl Claimed {
         headers: String,
         parent: Uuid,
     ) -> Claimed {
-        let created_us = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as i64);
+        let created_us = crate::store::budget::now_us();
         Claimed {
             id,
             workflow_name,
@@ -103,15 +101,7 @@ FROM (
                 WHERE status IN ",
     crate::store::sql::claimable!(),
     " AND ",
-    crate::store::sql::claim_rank!(),
-    " > b.band * ",
-    crate::store::sql::due_band!(),
-    " AND ",
-    crate::store::sql::claim_rank!(),
-    " < b.band * ",
-    crate::store::sql::due_band!(),
-    " + ",
-    crate::store::sql::now_rank!(),
+    crate::store::sql::due_in_band!(concat!("b.band * ", crate::store::sql::due_band!())),
     "
                 ORDER BY ",
     crate::store::sql::claim_rank!(),

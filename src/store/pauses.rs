@@ -105,14 +105,8 @@ pub(super) const UNPAUSE: &str = "DELETE FROM workflow_pauses WHERE workflow_nam
 /// The parked rows are the claim order's parked band (migration 32).
 pub(super) const FREE: &str = concat!(
     "UPDATE service_requests SET lease_owner = NULL, lease_until = '-infinity'
-WHERE lease_owner = '00000000-0000-0000-0000-000000000000'::uuid AND workflow_name = $1
-  AND ",
-    crate::store::sql::claim_rank!(),
-    " >= ",
-    crate::store::sql::parked_rank!(),
-    " AND ",
-    crate::store::sql::claim_rank!(),
-    " < 'Infinity'::float8"
+WHERE workflow_name = $1 AND ",
+    crate::store::sql::parked_rows!()
 );
 
 /// `$1` request, `$2` its lease owner, `$3` its workflow: parked, if it is still this
@@ -130,16 +124,9 @@ SELECT (SELECT count(*) FROM p), (SELECT count(*) FROM parked)";
 
 /// Parked requests by workflow, for the gauge (the claim order's parked band).
 pub(super) const PARKED_COUNTS: &str = concat!(
-    "SELECT workflow_name, count(*) FROM service_requests
-WHERE lease_owner = '00000000-0000-0000-0000-000000000000'::uuid
-  AND ",
-    crate::store::sql::claim_rank!(),
-    " >= ",
-    crate::store::sql::parked_rank!(),
-    " AND ",
-    crate::store::sql::claim_rank!(),
-    " < 'Infinity'::float8
-GROUP BY workflow_name"
+    "SELECT workflow_name, count(*) FROM service_requests WHERE ",
+    crate::store::sql::parked_rows!(),
+    " GROUP BY workflow_name"
 );
 
 fn pause_of(r: &tokio_postgres::Row) -> Pause {

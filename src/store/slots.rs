@@ -310,12 +310,13 @@ fn rate_args(rate: Option<(u32, u32)>) -> (Option<i64>, f64) {
 pub async fn insert(conn: &mut PgConn, rows: &[Limited], lease: &Lease<'_>) -> Result<Vec<Stored>> {
     let lock = conn.stmt(LOCK_MANY).await?;
     let insert = conn.stmt(INSERT).await?;
-    let col = |f: &dyn Fn(&Limited) -> String| rows.iter().map(f).collect::<Vec<String>>();
+    // Borrowed, not copied: the batch's texts go to Postgres as they are.
+    let col = |f: &dyn Fn(&Limited) -> &str| rows.iter().map(f).collect::<Vec<&str>>();
     let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
-    let workflows = col(&|r| r.workflow.clone());
-    let keys = col(&|r| r.key.clone());
-    let payloads = col(&|r| r.payload.clone());
-    let headers = col(&|r| r.headers.clone());
+    let workflows = col(&|r| r.workflow.as_str());
+    let keys = col(&|r| r.key.as_str());
+    let payloads = col(&|r| r.payload.as_str());
+    let headers = col(&|r| r.headers.as_str());
     let versions: Vec<i32> = rows.iter().map(|r| r.version).collect();
     let deadlines: Vec<Option<f64>> = rows.iter().map(|r| r.deadline_ms).collect();
     let limits: Vec<i64> = rows.iter().map(|r| r.limit as i64).collect();

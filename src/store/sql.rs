@@ -355,8 +355,41 @@ macro_rules! parked_rank {
     };
 }
 
+/// The parked requests (their lease owner the nil id): the claim order's parked band.
+macro_rules! parked_rows {
+    () => {
+        concat!(
+            "lease_owner = '00000000-0000-0000-0000-000000000000'::uuid AND ",
+            crate::store::sql::claim_rank!(),
+            " >= ",
+            crate::store::sql::parked_rank!(),
+            " AND ",
+            crate::store::sql::claim_rank!(),
+            " < 'Infinity'::float8"
+        )
+    };
+}
+
+/// The rows of the band of `claim_rank!` that starts at `$from` (SQL) and are due now:
+/// ranked above its start and below its start plus `now_rank!()`.
+macro_rules! due_in_band {
+    ($from:expr) => {
+        concat!(
+            crate::store::sql::claim_rank!(),
+            " > ",
+            $from,
+            " AND ",
+            crate::store::sql::claim_rank!(),
+            " < ",
+            $from,
+            " + ",
+            crate::store::sql::now_rank!()
+        )
+    };
+}
+
 /// Now as a `claim_rank!` of the first due band (priority 9): rows ranked below it are
-/// runnable; band `b` (priority 9 - b) is runnable below `b * DUE_BAND` plus this.
+/// runnable; band `b` (priority 9 - b) is runnable below `b * due_band!()` plus this.
 macro_rules! now_rank {
     () => {
         "date_part('epoch', now() - '1970-01-01 00:00:00+00'::timestamptz)"
@@ -373,7 +406,7 @@ macro_rules! due_band {
 
 pub(crate) use {
     batch_versions, claim_order_rows, claim_rank, claimable, claimed_columns, created_us,
-    derived_status, due_band, fan_child_proceeds, fresh_lease, new_deadline, new_running,
-    now_plus_ms, now_rank, parked_rank, pause_for_children, paused_rank, pinned_version,
-    step_request, stored_derived_status,
+    derived_status, due_band, due_in_band, fan_child_proceeds, fresh_lease, new_deadline,
+    new_running, now_plus_ms, now_rank, parked_rank, parked_rows, pause_for_children, paused_rank,
+    pinned_version, step_request, stored_derived_status,
 };

@@ -1313,20 +1313,19 @@ DELETE FROM workflow_pauses WHERE workflow_name = $1;
 
 -- pauses::FREE
 UPDATE service_requests SET lease_owner = NULL, lease_until = '-infinity'
-WHERE lease_owner = '00000000-0000-0000-0000-000000000000'::uuid AND workflow_name = $1
-  AND (CASE WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid THEN 2000000000000::float8 + date_part('epoch',
-      created_at - '1970-01-01 00:00:00+00'::timestamptz) WHEN status = 'PAUSED' THEN CASE WHEN lease_until = 'infinity'::timestamptz OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 ELSE 1000000000000::float8 + date_part('epoch',
-      lease_until - '1970-01-01 00:00:00+00'::timestamptz) END WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
-      created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
-      5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
-          lease_until - '1970-01-01 00:00:00+00'::timestamptz) + (9 - coalesce(priority,
-              5))::float8 * 10000000000::float8 END) >= 2000000000000::float8 AND (CASE WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid THEN 2000000000000::float8 + date_part('epoch',
-      created_at - '1970-01-01 00:00:00+00'::timestamptz) WHEN status = 'PAUSED' THEN CASE WHEN lease_until = 'infinity'::timestamptz OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 ELSE 1000000000000::float8 + date_part('epoch',
-      lease_until - '1970-01-01 00:00:00+00'::timestamptz) END WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
-      created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
-      5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
-          lease_until - '1970-01-01 00:00:00+00'::timestamptz) + (9 - coalesce(priority,
-              5))::float8 * 10000000000::float8 END) < 'Infinity'::float8;
+WHERE workflow_name = $1 AND lease_owner = '00000000-0000-0000-0000-000000000000'::uuid AND (CASE WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid THEN 2000000000000::float8 + date_part('epoch',
+    created_at - '1970-01-01 00:00:00+00'::timestamptz) WHEN status = 'PAUSED' THEN CASE WHEN lease_until = 'infinity'::timestamptz OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 ELSE 1000000000000::float8 + date_part('epoch',
+    lease_until - '1970-01-01 00:00:00+00'::timestamptz) END WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+    created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
+    5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
+        lease_until - '1970-01-01 00:00:00+00'::timestamptz) + (9 - coalesce(priority,
+            5))::float8 * 10000000000::float8 END) >= 2000000000000::float8 AND (CASE WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid THEN 2000000000000::float8 + date_part('epoch',
+    created_at - '1970-01-01 00:00:00+00'::timestamptz) WHEN status = 'PAUSED' THEN CASE WHEN lease_until = 'infinity'::timestamptz OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 ELSE 1000000000000::float8 + date_part('epoch',
+    lease_until - '1970-01-01 00:00:00+00'::timestamptz) END WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+    created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
+    5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
+        lease_until - '1970-01-01 00:00:00+00'::timestamptz) + (9 - coalesce(priority,
+            5))::float8 * 10000000000::float8 END) < 'Infinity'::float8;
 
 -- pauses::PARK
 WITH p AS (
@@ -1340,22 +1339,22 @@ WITH p AS (
 SELECT (SELECT count(*) FROM p), (SELECT count(*) FROM parked);
 
 -- pauses::PARKED_COUNTS
-SELECT workflow_name, count(*) FROM service_requests
-WHERE lease_owner = '00000000-0000-0000-0000-000000000000'::uuid
-  AND (CASE WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid THEN 2000000000000::float8 + date_part('epoch',
-      created_at - '1970-01-01 00:00:00+00'::timestamptz) WHEN status = 'PAUSED' THEN CASE WHEN lease_until = 'infinity'::timestamptz OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 ELSE 1000000000000::float8 + date_part('epoch',
-      lease_until - '1970-01-01 00:00:00+00'::timestamptz) END WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
-      created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
-      5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
-          lease_until - '1970-01-01 00:00:00+00'::timestamptz) + (9 - coalesce(priority,
-              5))::float8 * 10000000000::float8 END) >= 2000000000000::float8 AND (CASE WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid THEN 2000000000000::float8 + date_part('epoch',
-      created_at - '1970-01-01 00:00:00+00'::timestamptz) WHEN status = 'PAUSED' THEN CASE WHEN lease_until = 'infinity'::timestamptz OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 ELSE 1000000000000::float8 + date_part('epoch',
-      lease_until - '1970-01-01 00:00:00+00'::timestamptz) END WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
-      created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
-      5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
-          lease_until - '1970-01-01 00:00:00+00'::timestamptz) + (9 - coalesce(priority,
-              5))::float8 * 10000000000::float8 END) < 'Infinity'::float8
-GROUP BY workflow_name;
+SELECT workflow_name, count(*)
+    FROM service_requests
+    WHERE lease_owner = '00000000-0000-0000-0000-000000000000'::uuid AND (CASE WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid THEN 2000000000000::float8 + date_part('epoch',
+        created_at - '1970-01-01 00:00:00+00'::timestamptz) WHEN status = 'PAUSED' THEN CASE WHEN lease_until = 'infinity'::timestamptz OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 ELSE 1000000000000::float8 + date_part('epoch',
+        lease_until - '1970-01-01 00:00:00+00'::timestamptz) END WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+        created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
+        5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
+            lease_until - '1970-01-01 00:00:00+00'::timestamptz) + (9 - coalesce(priority,
+                5))::float8 * 10000000000::float8 END) >= 2000000000000::float8 AND (CASE WHEN lease_owner = '00000000-0000-0000-0000-000000000000'::uuid THEN 2000000000000::float8 + date_part('epoch',
+        created_at - '1970-01-01 00:00:00+00'::timestamptz) WHEN status = 'PAUSED' THEN CASE WHEN lease_until = 'infinity'::timestamptz OR lease_until = '-infinity'::timestamptz THEN 'Infinity'::float8 ELSE 1000000000000::float8 + date_part('epoch',
+        lease_until - '1970-01-01 00:00:00+00'::timestamptz) END WHEN lease_until = '-infinity'::timestamptz THEN date_part('epoch',
+        created_at - '1970-01-01 00:00:00+00'::timestamptz) - coalesce(priority,
+        5)::float8 * 10000000000::float8 WHEN lease_until = 'infinity'::timestamptz THEN 'Infinity'::float8 ELSE date_part('epoch',
+            lease_until - '1970-01-01 00:00:00+00'::timestamptz) + (9 - coalesce(priority,
+                5))::float8 * 10000000000::float8 END) < 'Infinity'::float8
+    GROUP BY workflow_name;
 
 -- triggers::INSERT
 INSERT INTO triggers (name, definition, paused) VALUES ($1, $2, $3)

@@ -29,13 +29,11 @@ fn arrivals(d: &Downstream, path: &str) -> Vec<i64> {
         .collect()
 }
 
-/// One slot, held by a request at a step that waits for the peer's release: requests
-/// created meanwhile wait in Postgres and, once it is released, run one at a time in
-/// the claim order: priority 9, then 5 (given or not), then 1, each in creation order.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn higher_priorities_are_claimed_first_then_creation_order() {
+/// One runtime of one slot (a sweep every 50 ms), held by a request of `gate` at a step
+/// that waits for the peer's release; `work` calls the peer's `/slow/5`. The database
+/// (kept for the server's life), the server and the holding request's id.
+async fn one_held_slot(d: &Downstream) -> (TestDb, TestServer, String) {
     let db = TestDb::new();
-    let d = Downstream::start().await;
     let mut cfg = config(&db.url);
     cfg.threads = 1;
     cfg.max_running = 1;
@@ -47,6 +45,16 @@ async fn higher_priorities_are_claimed_first_then_creation_order() {
         .await;
     let gate = create_request(&s, "gate", &json!({})).await;
     d.wait_for("/held").await;
+    (db, s, gate)
+}
+
+/// One slot, held by a request at a step that waits for the peer's release: requests
+/// created meanwhile wait in Postgres and, once it is released, run one at a time in
+/// the claim order: priority 9, then 5 (given or not), then 1, each in creation order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn higher_priorities_are_claimed_first_then_creation_order() {
+    let d = Downstream::start().await;
+    let (_db, s, gate) = one_held_slot(&d).await;
     let mut ids = Vec::new();
     for n in 0..30 {
         let query = match n % 4 {
@@ -303,19 +311,8 @@ async fn the_claim_is_one_range_of_the_claim_order_index() {
 /// fresh one after every due one (the first half of every claim goes to due rows).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn due_rows_are_claimed_by_priority_then_due_time() {
-    let db = TestDb::new();
     let d = Downstream::start().await;
-    let mut cfg = config(&db.url);
-    cfg.threads = 1;
-    cfg.max_running = 1;
-    cfg.sweep_interval = Duration::from_millis(50);
-    let s = TestServer::start(cfg).await;
-    s.create_workflow(&json!({"name": "gate", "steps": [http("hold", d.url("/held"))]}))
-        .await;
-    s.create_workflow(&json!({"name": "work", "steps": [http("call", d.url("/slow/5"))]}))
-        .await;
-    let gate = create_request(&s, "gate", &json!({})).await;
-    d.wait_for("/held").await;
+    let (_db, s, gate) = one_held_slot(&d).await;
     let mut ids = Vec::new();
     for (n, p) in [1, 5, 9, 1, 5, 9].into_iter().enumerate() {
         let query = format!("?priority={p}&delayMs={}", 100 * (n + 1));

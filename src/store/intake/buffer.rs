@@ -914,13 +914,6 @@ fn named_version(r: &PendingRow) -> i32 {
     }
 }
 
-/// Now, in microseconds since the Unix epoch (a create's `created_us`).
-pub(crate) fn now_us() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
-}
-
 /// Microseconds since the Unix epoch as a `SystemTime` (sent to Postgres exactly).
 pub(crate) fn system_time(us: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_micros(us.max(0) as u64)
