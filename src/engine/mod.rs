@@ -19,6 +19,7 @@ mod loops;
 pub(crate) mod notify;
 pub(crate) mod outer;
 pub(crate) mod resume;
+mod room;
 pub(crate) mod running;
 mod shared;
 pub(crate) mod step_io;
@@ -30,7 +31,7 @@ pub use error::{EngineError, Result};
 pub use shared::Shared;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -67,19 +68,13 @@ pub struct Executor {
     pub kafka: crate::outbound::publish::kafka::KafkaProducer,
     pub writer: StepWriter,
     capacity: usize,
-    in_use: AtomicUsize,
+    /// Its slots and the backlog mark.
+    room: room::Room,
     /// Running requests.
     running: Mutex<HashMap<Uuid, Held>>,
     stopping: AtomicBool,
-    /// Wakes the sweeper early (a request was resumed).
+    /// Wakes the sweeper early (a request was resumed, slots freed while rows may wait).
     wake: tokio::sync::Notify,
-    /// The last claim found no room, or took all it asked for: runnable rows may be
-    /// waiting in Postgres, so freed slots wake the sweeper (`forget`) instead of idling
-    /// until its next pass.
-    backlog: AtomicBool,
-    /// Free slots that wake the sweeper while `backlog` is set: a few at a time, so that
-    /// a backlog is claimed in batches, not one statement per finished request.
-    refill: usize,
     /// Notified whenever a running request is forgotten (shutdown waits on it).
     forgotten: tokio::sync::Notify,
     /// Finished fan-out children to count (`fan::count_loop`).
@@ -109,7 +104,7 @@ impl Executor {
             cfg.step_write_concurrency,
         );
         let (fan_told, to_count) = tokio::sync::mpsc::channel(cfg.max_running.max(64));
-        let refill = (cfg.claim_batch.min(cfg.max_running) / 4).max(1);
+        let room = room::Room::new(cfg.max_running, cfg.claim_batch.min(cfg.max_running) / 4);
         let exec = Arc::new(Executor {
             capacity: cfg.max_running,
             amqp: crate::outbound::publish::amqp::AmqpPublisher::new(
@@ -126,12 +121,10 @@ impl Executor {
             pool,
             http,
             writer,
-            in_use: AtomicUsize::new(0),
+            room,
             running: Mutex::new(HashMap::new()),
             stopping: AtomicBool::new(false),
             wake: tokio::sync::Notify::new(),
-            backlog: AtomicBool::new(false),
-            refill,
             forgotten: tokio::sync::Notify::new(),
             fan_told,
         });
@@ -154,8 +147,7 @@ impl Executor {
     }
 
     fn free(&self) -> usize {
-        self.capacity
-            .saturating_sub(self.in_use.load(Ordering::Relaxed))
+        self.room.free()
     }
 
     /// Reserves up to `n` slots; returns how many were reserved.
@@ -163,27 +155,15 @@ impl Executor {
         if self.is_stopping() {
             return 0;
         }
-        let mut cur = self.in_use.load(Ordering::Relaxed);
-        loop {
-            let take = n.min(self.capacity.saturating_sub(cur));
-            if take == 0 {
-                return 0;
-            }
-            match self.in_use.compare_exchange_weak(
-                cur,
-                cur + take,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return take,
-                Err(actual) => cur = actual,
-            }
-        }
+        self.room.reserve(n)
     }
 
-    /// Gives back slots reserved with `try_reserve` that were not used.
+    /// Gives back slots reserved with `try_reserve` that were not used (or whose request
+    /// ended), waking the sweeper when rows may be waiting for them.
     pub fn unreserve(&self, n: usize) {
-        self.in_use.fetch_sub(n, Ordering::AcqRel);
+        if self.room.give_back(n) {
+            self.wake();
+        }
     }
 
     /// Starts a job in a slot already reserved for it.
@@ -235,18 +215,6 @@ impl Executor {
             self.app.running.remove(&id);
             self.unreserve(1);
             self.forgotten.notify_waiters();
-            self.wake_for_backlog();
-        }
-    }
-
-    /// Wakes the sweeper when runnable rows may wait in Postgres and enough slots are
-    /// free to claim a few of them at once.
-    fn wake_for_backlog(&self) {
-        if self.backlog.load(Ordering::Relaxed)
-            && self.free() >= self.refill
-            && self.backlog.swap(false, Ordering::Relaxed)
-        {
-            self.wake();
         }
     }
 
@@ -407,13 +375,10 @@ impl Executor {
         let want = self.try_reserve(self.app.config.claim_batch);
         if want == 0 {
             // Every slot busy: whatever is runnable waits for the next free ones.
-            self.backlog.store(true, Ordering::Relaxed);
+            self.room.set_backlog();
             return Ok(0);
         }
-        // Cleared before the look, never after it: rows committed unleased while the
-        // claim runs (which its snapshot cannot see) mark the backlog again, and that
-        // mark must survive this sweep, or the next free slot would not wake anyone.
-        self.backlog.store(false, Ordering::Relaxed);
+        self.room.clear_backlog();
         let claimed = async {
             let conn = self
                 .pool
@@ -436,11 +401,11 @@ impl Executor {
                 return Err(e.into());
             }
         };
-        self.unreserve(want - claimed.len());
         let n = claimed.len();
         if n == want {
-            self.backlog.store(true, Ordering::Relaxed);
+            self.room.set_backlog();
         }
+        self.unreserve(want - n);
         if n > 0 {
             tracing::debug!(n, first_service_request_id = %claimed[0].0.id, status = %claimed[0].0.status, "claimed");
         }
@@ -620,7 +585,7 @@ impl Handoff for Executor {
         let got = self.try_reserve(n);
         if got < n {
             // The rest of the batch is stored unleased, for a claim.
-            self.backlog.store(true, Ordering::Relaxed);
+            self.room.set_backlog();
         }
         got
     }
@@ -630,8 +595,9 @@ impl Handoff for Executor {
     }
 
     fn stored_unleased(&self) {
-        self.backlog.store(true, Ordering::Relaxed);
-        self.wake_for_backlog();
+        if self.room.mark_backlog() {
+            self.wake();
+        }
     }
 
     fn start(self: Arc<Self>, rows: Vec<Inserted>) {
