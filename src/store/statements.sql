@@ -127,7 +127,9 @@ WITH input AS (
             FROM service_requests q
             WHERE q.workflow_name = k.workflow AND q.concurrency_key = k.key AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
                 'IN_PROGRESS', 'PAUSED',
-                'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW'
+                'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW' AND q.id < (lpad(to_hex((extract(epoch
+                FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
+                    '0') || '70008000000000000000')::uuid
             LIMIT 1) w ON true
 ), counted AS (
     SELECT r.*,
@@ -135,9 +137,11 @@ WITH input AS (
         FROM service_requests h
         WHERE h.workflow_name = r.workflow AND h.concurrency_key = r.key AND h.concurrency_key IS NOT NULL AND h.status IN ('NEW',
             'IN_PROGRESS', 'PAUSED',
-            'RESUMED') AND h.lease_until < 'infinity'::timestamptz) END AS slot_room,
-            CASE WHEN r.queued THEN NULL ELSE coalesce(r.rate,
-                r.lim) - (CASE WHEN r.rate::bigint IS NULL THEN 0 ELSE (SELECT count(*)
+            'RESUMED') AND h.lease_until < 'infinity'::timestamptz AND h.id < (lpad(to_hex((extract(epoch
+            FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
+                '0') || '70008000000000000000')::uuid) END AS slot_room,
+                CASE WHEN r.queued THEN NULL ELSE coalesce(r.rate,
+                    r.lim) - (CASE WHEN r.rate::bigint IS NULL THEN 0 ELSE (SELECT count(*)
             FROM service_requests a
             WHERE a.workflow_name = r.workflow AND a.concurrency_key = r.key AND a.concurrency_key IS NOT NULL AND a.admitted_at > statement_timestamp() - r.window_ms::float8 * interval '1 millisecond') END) END AS rate_room
         FROM room r
@@ -175,18 +179,25 @@ UPDATE service_requests SET lease_until = '-infinity', admitted_at = statement_t
         FROM service_requests q
         WHERE q.workflow_name = $1 AND q.concurrency_key = $2 AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
             'IN_PROGRESS', 'PAUSED',
-            'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW'
+            'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW' AND q.id < (lpad(to_hex((extract(epoch
+            FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
+                '0') || '70008000000000000000')::uuid
         ORDER BY -coalesce(q.priority, 5), q.id
         LIMIT greatest(0, least($3 - (SELECT count(*)
             FROM service_requests h
             WHERE h.workflow_name = $1 AND h.concurrency_key = $2 AND h.concurrency_key IS NOT NULL AND h.status IN ('NEW',
-                'IN_PROGRESS', 'PAUSED', 'RESUMED') AND h.lease_until < 'infinity'::timestamptz),
-                coalesce($4::bigint,
-                    $3) - (CASE WHEN $4::bigint IS NULL THEN 0 ELSE (SELECT count(*)
+                'IN_PROGRESS', 'PAUSED',
+                'RESUMED') AND h.lease_until < 'infinity'::timestamptz AND h.id < (lpad(to_hex((extract(epoch
+                FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
+                    '0') || '70008000000000000000')::uuid),
+                    coalesce($4::bigint,
+                        $3) - (CASE WHEN $4::bigint IS NULL THEN 0 ELSE (SELECT count(*)
                 FROM service_requests a
                 WHERE a.workflow_name = $1 AND a.concurrency_key = $2 AND a.concurrency_key IS NOT NULL AND a.admitted_at > statement_timestamp() - $5::float8 * interval '1 millisecond') END)))) AND service_requests.concurrency_key IS NOT NULL AND service_requests.status IN ('NEW',
                     'IN_PROGRESS', 'PAUSED',
-                    'RESUMED') AND service_requests.lease_until = 'infinity'::timestamptz AND service_requests.status = 'NEW'
+                    'RESUMED') AND service_requests.lease_until = 'infinity'::timestamptz AND service_requests.status = 'NEW' AND service_requests.id < (lpad(to_hex((extract(epoch
+                    FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
+                        '0') || '70008000000000000000')::uuid
     RETURNING id;
 
 -- slots::KEYS_OF
@@ -197,7 +208,9 @@ SELECT DISTINCT r.workflow_name, r.concurrency_key
         FROM service_requests q
         WHERE q.workflow_name = r.workflow_name AND q.concurrency_key = r.concurrency_key AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
             'IN_PROGRESS', 'PAUSED',
-            'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW'
+            'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW' AND q.id < (lpad(to_hex((extract(epoch
+            FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
+                '0') || '70008000000000000000')::uuid
         LIMIT 1) w
     WHERE r.concurrency_key IS NOT NULL;
 
@@ -205,13 +218,17 @@ SELECT DISTINCT r.workflow_name, r.concurrency_key
 WITH RECURSIVE w AS ( (SELECT q.workflow_name AS name
     FROM service_requests q
     WHERE q.concurrency_key IS NOT NULL AND q.status IN ('NEW', 'IN_PROGRESS', 'PAUSED',
-        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW'
+        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW' AND q.id < (lpad(to_hex((extract(epoch
+        FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
+            '0') || '70008000000000000000')::uuid
     ORDER BY q.workflow_name
     LIMIT 1) UNION ALL SELECT (SELECT q.workflow_name
     FROM service_requests q
     WHERE q.workflow_name > w.name AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
         'IN_PROGRESS', 'PAUSED',
-        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW'
+        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW' AND q.id < (lpad(to_hex((extract(epoch
+        FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
+            '0') || '70008000000000000000')::uuid
     ORDER BY q.workflow_name
     LIMIT 1)
     FROM w
@@ -224,13 +241,17 @@ WITH RECURSIVE k AS ( (SELECT q.concurrency_key AS key
     FROM service_requests q
     WHERE q.workflow_name = $1 AND ($4::text IS NULL OR q.concurrency_key > $4) AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
         'IN_PROGRESS', 'PAUSED',
-        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW'
+        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW' AND q.id < (lpad(to_hex((extract(epoch
+        FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
+            '0') || '70008000000000000000')::uuid
     ORDER BY q.concurrency_key
     LIMIT 1) UNION ALL SELECT (SELECT q.concurrency_key
     FROM service_requests q
     WHERE q.workflow_name = $1 AND q.concurrency_key > k.key AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
         'IN_PROGRESS', 'PAUSED',
-        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW'
+        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW' AND q.id < (lpad(to_hex((extract(epoch
+        FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
+            '0') || '70008000000000000000')::uuid
     ORDER BY q.concurrency_key
     LIMIT 1)
     FROM k
@@ -240,7 +261,9 @@ WITH RECURSIVE k AS ( (SELECT q.concurrency_key AS key
         FROM service_requests h
         WHERE h.workflow_name = $1 AND h.concurrency_key = k.key AND h.concurrency_key IS NOT NULL AND h.status IN ('NEW',
             'IN_PROGRESS', 'PAUSED',
-            'RESUMED') AND h.lease_until < 'infinity'::timestamptz) < $2 AND (CASE WHEN $5::bigint IS NULL THEN 0 ELSE (SELECT count(*)
+            'RESUMED') AND h.lease_until < 'infinity'::timestamptz AND h.id < (lpad(to_hex((extract(epoch
+            FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
+                '0') || '70008000000000000000')::uuid) < $2 AND (CASE WHEN $5::bigint IS NULL THEN 0 ELSE (SELECT count(*)
             FROM service_requests a
             WHERE a.workflow_name = $1 AND a.concurrency_key = k.key AND a.concurrency_key IS NOT NULL AND a.admitted_at > statement_timestamp() - $6::float8 * interval '1 millisecond') END) < coalesce($5::bigint,
                 1)
@@ -250,7 +273,9 @@ WITH RECURSIVE k AS ( (SELECT q.concurrency_key AS key
 SELECT q.workflow_name, count(*)
     FROM service_requests q
     WHERE q.concurrency_key IS NOT NULL AND q.status IN ('NEW', 'IN_PROGRESS', 'PAUSED',
-        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW'
+        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW' AND q.id < (lpad(to_hex((extract(epoch
+        FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
+            '0') || '70008000000000000000')::uuid
     GROUP BY q.workflow_name;
 
 -- slots::WAITING_BY_KEY
@@ -258,7 +283,9 @@ SELECT q.concurrency_key, count(*), sum(count(*)) OVER ()::int8, count(*) OVER (
     FROM service_requests q
     WHERE q.workflow_name = $1 AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
         'IN_PROGRESS', 'PAUSED',
-        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW'
+        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW' AND q.id < (lpad(to_hex((extract(epoch
+        FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
+            '0') || '70008000000000000000')::uuid
     GROUP BY q.concurrency_key
     ORDER BY count(*) DESC, q.concurrency_key
     LIMIT $2;

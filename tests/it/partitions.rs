@@ -35,6 +35,18 @@ fn statement(name: &str) -> &'static str {
 /// The partitions of service_requests a statement's generic plan reads for the
 /// request-side alias (`r` or `s`), with `params` as its parameters.
 async fn partitions_read(c: &tokio_postgres::Client, name: &str, params: &str) -> BTreeSet<String> {
+    partitions_read_as(c, name, params, &["r", "s"], true).await
+}
+
+/// The same, for the scans of the given aliases; with `executed_only` false, every
+/// partition the plan kept when it started (those a run-time look skipped too).
+async fn partitions_read_as(
+    c: &tokio_postgres::Client,
+    name: &str,
+    params: &str,
+    aliases: &[&str],
+    executed_only: bool,
+) -> BTreeSet<String> {
     let tag = name.replace("::", "_").to_lowercase();
     c.batch_execute(&format!(
         // As the server's sessions run them (`store::connect::session`).
@@ -62,11 +74,11 @@ async fn partitions_read(c: &tokio_postgres::Client, name: &str, params: &str) -
         let (part, alias) = rest.split_once(' ')?;
         let alias = alias.split(['_', ' ']).next()?;
         // Only the request itself: not the derived status's look at fan-out children.
-        (alias == "r" || alias == "s").then(|| part.to_string())
+        aliases.contains(&alias).then(|| part.to_string())
     };
     let read: BTreeSet<String> = plan
         .iter()
-        .filter(|l| !l.contains("never executed"))
+        .filter(|l| !executed_only || !l.contains("never executed"))
         .filter_map(|l| re(l))
         .collect();
     assert!(!read.is_empty(), "{name}: {}", plan.join("\n"));
@@ -184,5 +196,66 @@ async fn sets_are_made_ahead_and_reads_touch_only_the_partitions_that_hold_what_
             200
         );
     }
+    s.shutdown().await;
+}
+
+/// A look at a key's rows (its slot holders, its queue) skips, when it starts, the sets
+/// made ahead beyond a minute past the database's clock: they hold no request yet, and
+/// reading each one's index for every key was most of a limited create's cost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keys_looks_skip_the_sets_made_ahead() {
+    let db = TestDb::new();
+    let mut cfg = config(&db.url);
+    cfg.partitioning.min = Duration::from_secs(40);
+    cfg.partitioning.max = Duration::from_secs(40);
+    cfg.partitioning.ahead = Duration::from_secs(240);
+    let s = TestServer::start(cfg).await;
+    let c = db.client().await;
+    // Each set by the second its range starts (`_p20261206t213000`); `_p0` from the start.
+    let now: f64 = c
+        .query_one("SELECT extract(epoch FROM now())::float8", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let start = |name: &str| -> f64 {
+        let suffix = name.rsplit("_p").next().unwrap();
+        if suffix == "0" {
+            return 0.0;
+        }
+        let t = chrono::NaiveDateTime::parse_from_str(suffix, "%Y%m%dt%H%M%S").unwrap();
+        t.and_utc().timestamp() as f64
+    };
+    let sets: Vec<String> = c
+        .query(
+            "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+             WHERE i.inhparent = 'service_requests'::regclass",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let beyond: Vec<&String> = sets.iter().filter(|n| start(n) > now + 61.0).collect();
+    assert!(beyond.len() >= 2, "{sets:?}: sets made past a minute ahead");
+    // A key's admission: its queue (`q`) and its slot holders (`h`).
+    let read = partitions_read_as(
+        &c,
+        "slots::ADMIT",
+        "'w', 'k', 4, NULL, 1000",
+        &["q", "h"],
+        false,
+    )
+    .await;
+    for part in &read {
+        assert!(
+            start(part) <= now + 61.0,
+            "{part} read; {read:?} of {sets:?}"
+        );
+    }
+    assert!(
+        read.len() + beyond.len() <= sets.len(),
+        "{read:?} of {sets:?}"
+    );
     s.shutdown().await;
 }
