@@ -7,6 +7,11 @@
 # request of [WAIT PT1S, HTTP] created every 0.5 s. A probe's lateness is when its WAIT
 # step completed (its COMPLETED record's finished_at) minus when it was due (its first
 # record's started_at + 1 s): p50, p99 and max per binary and round, with a histogram.
+# Beside each probe, a retry probe: [WAIT PT1S, an HTTP step to a port nobody listens on
+# with {maxAttempts 2, initialIntervalMs 1000, maxIntervalMs 1000}]: its first attempt
+# runs as its WAIT ends and fails at once, its back-off is 0.5-1 s (the jitter), and its
+# lateness is its second attempt's start (the step's record) minus the WAIT's end + 1 s:
+# at most 0 when the back-off ended within its jitter. Those requests end FAILED.
 # Writes perf/runs/<date>-<host>/<commit>-<tag>/<tag>.md.
 #
 #   A=/tmp/bins/clamp-old B=target/release/clamp scripts/bench-timers-backlog.sh
@@ -53,6 +58,8 @@ mock_port=$(free_port)
 mock_pid=$!
 wait_up "$mock_port"
 mock="http://127.0.0.1:$mock_port"
+# A port nobody listens on: the retry probe's calls are refused.
+refused=$(free_port)
 
 port=$(free_port)
 post() {
@@ -69,6 +76,7 @@ run() {
   serve "$port" "$tmp/server-$side.log" "$bin" --port "$port" --bind 127.0.0.1 \
     --database-url "$base/$db" --threads 1 --max-running "$SLOTS"
   post /workflow "{\"name\":\"work\",\"steps\":[{\"name\":\"call\",\"mode\":\"HTTP\",\"val\":{\"method\":\"GET\",\"url\":\"$mock/api/step1\"}}]}"
+  post /workflow "{\"name\":\"retry-probe\",\"steps\":[{\"name\":\"nap\",\"mode\":\"WAIT\",\"val\":{\"duration\":\"PT1S\"}},{\"name\":\"call\",\"mode\":\"HTTP\",\"val\":{\"method\":\"GET\",\"url\":\"http://127.0.0.1:$refused/down\"},\"retry\":{\"maxAttempts\":2,\"initialIntervalMs\":1000,\"maxIntervalMs\":1000}}]}"
   post /workflow "{\"name\":\"probe\",\"steps\":[{\"name\":\"nap\",\"mode\":\"WAIT\",\"val\":{\"duration\":\"PT1S\"}},{\"name\":\"call\",\"mode\":\"HTTP\",\"val\":{\"method\":\"GET\",\"url\":\"$mock/api/step1\"}}]}"
   "$BENCH_BIN" create --url "http://127.0.0.1:$port" --workflow work --rate "$RATE" \
     --duration "${DURATION}s" --warmup 0s --connections 64 > "$tmp/load-$side.txt" 2>&1 &
@@ -76,6 +84,7 @@ run() {
   local until=$((SECONDS + DURATION)) probes=0
   while [ "$SECONDS" -lt "$until" ]; do
     post /serviceRequest/probe '{}'
+    post /serviceRequest/retry-probe '{}'
     probes=$((probes + 1))
     sleep 0.5
   done
@@ -94,16 +103,26 @@ run() {
     FROM service_requests r JOIN steps_status st ON st.service_request_id = r.id AND st.step_name = 'nap'
     WHERE r.workflow_name = 'probe' GROUP BY r.id" > "$tmp/late-$side-now"
   cat "$tmp/late-$side-now" >> "$tmp/late-$side"
+  dbsql "$db" "
+    SELECT round(extract(epoch FROM h.started_at - (w.finished_at + interval '1 second')) * 1000)::int
+    FROM service_requests r
+    JOIN steps_status w ON w.service_request_id = r.id AND w.step_name = 'nap' AND w.status = 'COMPLETED'
+    JOIN steps_status h ON h.service_request_id = r.id AND h.step_name = 'call' AND h.attempts = 2
+    WHERE r.workflow_name = 'retry-probe'" > "$tmp/retry-$side-now"
+  cat "$tmp/retry-$side-now" >> "$tmp/retry-$side"
   local drain=$((SECONDS - load_end)) created
   created=$(dbsql "$db" "SELECT count(*) FROM service_requests WHERE workflow_name = 'work'")
   local failed
-  failed=$(dbsql "$db" "SELECT count(*) FROM service_requests WHERE status <> 'COMPLETED'")
+  failed=$(dbsql "$db" "SELECT count(*) FROM service_requests
+    WHERE status <> CASE WHEN workflow_name = 'retry-probe' THEN 'FAILED' ELSE 'COMPLETED' END")
   [ "$failed" -eq 0 ] || { echo "bench-timers-backlog: $failed requests did not complete (side $side)" >&2; exit 1; }
-  echo "$side $(sort -n "$tmp/late-$side-now" | python3 -c '
+  local quantiles='
 import sys
 v = [int(x) for x in sys.stdin.read().split()]
 q = lambda p: v[min(len(v) - 1, int(p * len(v)))] if v else -1
-print(q(0.5), q(0.99), v[-1] if v else -1, len(v))') $probes $created $drain" >> "$tmp/results"
+print(q(0.5), q(0.99), v[-1] if v else -1, len(v))'
+  echo "$side $(sort -n "$tmp/late-$side-now" | python3 -c "$quantiles") $probes $created $drain \
+$(sort -n "$tmp/retry-$side-now" | python3 -c "$quantiles")" >> "$tmp/results"
   stop "$server_pid"
   server_pid=''
 }
@@ -124,7 +143,7 @@ hist() {
   sort -n "$1" | python3 -c '
 import sys
 v = [int(x) for x in sys.stdin.read().split()]
-bounds = [50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000]
+bounds = [0, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000]
 lo = None
 for b in bounds + [None]:
     n = sum(1 for x in v if (lo is None or x > lo) and (b is None or x <= b))
@@ -142,11 +161,14 @@ for b in bounds + [None]:
   echo "one-step workflow calling clamp-bench mock ($DELAY) offered at $RATE/s for ${DURATION}s; a probe"
   echo "[WAIT PT1S, HTTP] created every 0.5 s; lateness = WAIT completed - (its start + 1 s))."
   echo
-  echo "| side | p50 ms | p99 ms | max ms | probes measured | probes created | creates stored | s to drain after the load |"
-  echo "|---|---|---|---|---|---|---|---|"
-  while read -r side p50 p99 max n probes created drain; do
-    echo "| $side | $p50 | $p99 | $max | $n | $probes | $created | $drain |"
+  echo "| side | p50 ms | p99 ms | max ms | probes measured | probes created | creates stored | s to drain after the load | retry p50 ms | retry p99 ms | retry max ms | retries measured |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+  while read -r side p50 p99 max n probes created drain r50 r99 rmax rn; do
+    echo "| $side | $p50 | $p99 | $max | $n | $probes | $created | $drain | $r50 | $r99 | $rmax | $rn |"
   done < "$tmp/results"
+  echo
+  echo "A retry's lateness: its second attempt's start minus (its first attempt's start + 1 s);"
+  echo "its back-off is drawn between 0.5 and 1 s, so at most 0 is within the jitter."
   for side in $sides; do
     echo
     echo "Lateness of side $side's probes (all rounds):"
@@ -154,6 +176,12 @@ for b in bounds + [None]:
     echo "| lateness | probes |"
     echo "|---|---|"
     hist "$tmp/late-$side"
+    echo
+    echo "Lateness of side $side's retries past the longest back-off (all rounds; at most 0 is within the jitter):"
+    echo
+    echo "| lateness | retries |"
+    echo "|---|---|"
+    hist "$tmp/retry-$side"
   done
 } > "$out/$tag.md"
 cat "$out/$tag.md"
