@@ -136,6 +136,9 @@ pub(super) const INSERT: &str = concat!(
 ), keys AS (
     SELECT workflow, key, min(lim) AS lim, min(rate) AS rate, min(window_ms) AS window_ms \
     FROM input GROUP BY workflow, key
+), v AS (
+    -- The latest version of each of the batch's workflows, looked up once per workflow.
+    SELECT w.name, w.version FROM workflows w WHERE w.name IN (SELECT workflow FROM input)
 ), room AS (
     -- A LATERAL probe per key, not an EXISTS: the planner may answer an EXISTS with one
     -- hashed scan of every held row, which the keyed index only has by reading it whole.
@@ -144,7 +147,9 @@ pub(super) const INSERT: &str = concat!(
       WHERE q.workflow_name = k.workflow AND q.concurrency_key = k.key AND ",
     queued!("q"),
     " LIMIT 1) w ON true
-), counted AS (
+), counted AS MATERIALIZED (
+    -- Materialized: the ranking reads a key's room twice, and an inlined CTE would
+    -- count its slot holders once per reading.
     SELECT r.*, \
       CASE WHEN r.queued AND (r.rate IS NULL OR r.lim >= 2147483647) THEN NULL \
         ELSE r.lim - (SELECT count(*) FROM service_requests h WHERE h.workflow_name = r.workflow \
@@ -162,12 +167,10 @@ pub(super) const INSERT: &str = concat!(
     ") AS rank, \
       CASE WHEN c.queued THEN 0 ELSE least(c.slot_room, c.rate_room) END AS free, \
       c.queued, c.slot_room, c.rate_room, ",
-    crate::store::sql::pinned_version!(
-        "i.ver",
-        "(SELECT w.version FROM workflows w WHERE w.name = i.workflow)"
-    ),
+    crate::store::sql::pinned_version!("i.ver", "v.version"),
     " AS stored_version \
-    FROM input i JOIN counted c ON c.workflow = i.workflow AND c.key = i.key
+    FROM input i JOIN counted c ON c.workflow = i.workflow AND c.key = i.key \
+    LEFT JOIN v ON v.name = i.workflow
 ), stored AS (
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until, \
                               workflow_version, deadline, concurrency_key, admitted_at, priority, \

@@ -118,6 +118,9 @@ WITH input AS (
     SELECT workflow, key, min(lim) AS lim, min(rate) AS rate, min(window_ms) AS window_ms
         FROM input
         GROUP BY workflow, key
+), v AS (
+    -- The latest version of each of the batch's workflows, looked up once per workflow.
+    SELECT w.name, w.version FROM workflows w WHERE w.name IN (SELECT workflow FROM input)
 ), room AS (
     -- A LATERAL probe per key, not an EXISTS: the planner may answer an EXISTS with one
     -- hashed scan of every held row, which the keyed index only has by reading it whole.
@@ -131,7 +134,9 @@ WITH input AS (
                 FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
                     '0') || '70008000000000000000')::uuid
             LIMIT 1) w ON true
-), counted AS (
+), counted AS MATERIALIZED (
+    -- Materialized: the ranking reads a key's room twice, and an inlined CTE would
+    -- count its slot holders once per reading.
     SELECT r.*,
         CASE WHEN r.queued AND (r.rate IS NULL OR r.lim >= 2147483647) THEN NULL ELSE r.lim - (SELECT count(*)
         FROM service_requests h
@@ -150,11 +155,11 @@ WITH input AS (
         ORDER BY -coalesce(i.priority, 5), i.id) AS rank,
             CASE WHEN c.queued THEN 0 ELSE least(c.slot_room, c.rate_room) END AS free, c.queued,
             c.slot_room, c.rate_room,
-            NULLIF(CASE WHEN i.ver > 0 THEN i.ver ELSE coalesce((SELECT w.version
-            FROM workflows w
-            WHERE w.name = i.workflow), 1) END, 1) AS stored_version
+            NULLIF(CASE WHEN i.ver > 0 THEN i.ver ELSE coalesce(v.version, 1) END,
+                1) AS stored_version
         FROM input i
         JOIN counted c ON c.workflow = i.workflow AND c.key = i.key
+        LEFT JOIN v ON v.name = i.workflow
 ), stored AS (
 INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until,
     workflow_version, deadline, concurrency_key, admitted_at, priority, labels, notify, created_at)
