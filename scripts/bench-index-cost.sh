@@ -8,12 +8,16 @@
 # create batch and a step-write batch at full load are about 17 and 34 rows). Reports µs
 # per statement on each side (medians), and the difference per dropped index, per
 # statement and per row: a cost per statement shows at 1 row, a cost per row grows with
-# the rows. Writes perf/runs/<date>-<host>/<commit>-<tag>/<tag>.md.
+# the rows. With WRITE=update, each transaction is instead a request's finishing update
+# of ROWS rows (status, finish time and lease, a non-HOT update: status is in index
+# predicates), aimed at the partition that holds them as the step writer's is, over rows
+# inserted before the run (TRANSACTIONS of them per run instead of SECONDS_EACH).
+# Writes perf/runs/<date>-<host>/<commit>-<tag>/<tag>.md.
 #
 #   BIN=target/release/clamp DROP=service_requests_labels,service_requests_fan_held scripts/bench-index-cost.sh
 #
-# Settings: BIN, DROP (comma-separated index names of the parent table), ROUNDS (3),
-# SECONDS_EACH (8), TAG (index-cost).
+# Settings: BIN, DROP (comma-separated index names of the parent table), WRITE (insert or
+# update), ROUNDS (3), SECONDS_EACH (8), TRANSACTIONS (3000), TAG (index-cost).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -21,6 +25,9 @@ BIN=${BIN:-target/release/clamp}
 DROP=${DROP:?DROP names the indexes to drop, comma-separated}
 ROUNDS=${ROUNDS:-3}
 SECONDS_EACH=${SECONDS_EACH:-8}
+WRITE=${WRITE:-insert}
+TRANSACTIONS=${TRANSACTIONS:-3000}
+case "$WRITE" in insert|update) ;; *) echo "bench-index-cost: WRITE is insert or update" >&2; exit 1 ;; esac
 tag=${TAG:-index-cost}
 [ -x "$BIN" ] || { echo "bench-index-cost: $BIN is not an executable" >&2; exit 1; }
 need psql postgresql-client
@@ -52,7 +59,7 @@ dbsql postgres "CREATE DATABASE idx_b TEMPLATE idx_a"
 dbsql idx_b "DROP INDEX $DROP"
 n_dropped=$(tr ',' '\n' <<< "$DROP" | grep -c .)
 for db in idx_a idx_b; do
-  dbsql "$db" "CREATE SEQUENCE bench_ids"
+  dbsql "$db" "CREATE SEQUENCE bench_ids; CREATE SEQUENCE bench_done"
 done
 n_a=$(dbsql idx_a "SELECT count(*) FROM pg_indexes WHERE tablename = 'service_requests'")
 n_b=$(dbsql idx_b "SELECT count(*) FROM pg_indexes WHERE tablename = 'service_requests'")
@@ -66,13 +73,33 @@ SELECT (lpad(to_hex(:ms::bigint), 12, '0') || '70008' || lpad(to_hex(nextval('be
 FROM generate_series(1, $rows);
 EOF
 done
+# The id of the n-th row, as the insert made it.
+id_of="(lpad(to_hex($ms::bigint), 12, '0') || '70008' || lpad(to_hex(nextval('bench_done')), 15, '0'))::uuid"
 
 # once DB ROWS: µs per statement of one pgbench run on a truncated table.
 once() {
-  dbsql "$1" "TRUNCATE service_requests"
-  dbsql "$1" "CHECKPOINT"
-  PGOPTIONS='-c synchronous_commit=off' pgbench "$base/$1" -n -M prepared -c 1 -T "$SECONDS_EACH" \
-    -D ms="$ms" -f "$tmp/insert-$2.sql" 2>/dev/null | awk '/latency average/ { print $4 * 1000 }'
+  dbsql "$1" "TRUNCATE service_requests; SELECT setval('bench_ids', 1, false), setval('bench_done', 1, false)" >/dev/null
+  local run=(-T "$SECONDS_EACH") script=$tmp/insert-$2.sql
+  if [ "$WRITE" = update ]; then
+    # The rows the run finishes, inserted first; the statement names their partition.
+    dbsql "$1" "INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, lease_until)
+      SELECT (lpad(to_hex($ms::bigint), 12, '0') || '70008' || lpad(to_hex(nextval('bench_ids')), 15, '0'))::uuid,
+             'two', '{\"n\":1}', '[]', '7a0b4a4e-1111-4c3b-9c1d-000000000001', now() + interval '30 s'
+      FROM generate_series(1, $((TRANSACTIONS * $2)))"
+    local leaf
+    leaf=$(dbsql "$1" "SELECT tableoid::regclass FROM service_requests LIMIT 1")
+    cat > "$tmp/update-$1-$2.sql" <<EOF
+UPDATE $leaf SET status = 'COMPLETED', current_step_id = 2, finished_at = now(), updated_at = now(),
+       lease_owner = NULL, lease_until = '-infinity'
+WHERE id IN (SELECT $id_of FROM generate_series(1, $2));
+EOF
+    run=(-t "$TRANSACTIONS")
+    script=$tmp/update-$1-$2.sql
+  fi
+  dbsql "$1" "VACUUM ANALYZE service_requests" >/dev/null
+  dbsql "$1" "CHECKPOINT" >/dev/null
+  PGOPTIONS='-c synchronous_commit=off -c enable_seqscan=off' pgbench "$base/$1" -n -M prepared -c 1 "${run[@]}" \
+    -D ms="$ms" -f "$script" 2>/dev/null | awk '/latency average/ { print $4 * 1000 }'
 }
 
 for r in $(seq 1 "$ROUNDS"); do
@@ -90,11 +117,16 @@ done
   echo
   machine_line
   echo
-  echo "Command: \`BIN=$BIN DROP=$DROP ROUNDS=$ROUNDS SECONDS_EACH=$SECONDS_EACH scripts/bench-index-cost.sh\`"
+  echo "Command: \`BIN=$BIN DROP=$DROP WRITE=$WRITE ROUNDS=$ROUNDS SECONDS_EACH=$SECONDS_EACH TRANSACTIONS=$TRANSACTIONS scripts/bench-index-cost.sh\`"
   echo "(README's Postgres: scripts/dev-postgres.sh, $(pg_settings "$base");"
   echo "A: service_requests as migrated by the binary, $n_a indexes; B: without $n_dropped of them, $n_b;"
-  echo "pgbench -n -M prepared -c 1 -T $SECONDS_EACH, synchronous_commit off, one INSERT of ROWS rows per transaction,"
-  echo "the table truncated before each run; rounds alternate A and B)"
+  if [ "$WRITE" = update ]; then
+    echo "pgbench -n -M prepared -c 1 -t $TRANSACTIONS, synchronous_commit off, one finishing UPDATE of ROWS rows per"
+    echo "transaction aimed at their partition, over rows inserted before each run; rounds alternate A and B)"
+  else
+    echo "pgbench -n -M prepared -c 1 -T $SECONDS_EACH, synchronous_commit off, one INSERT of ROWS rows per transaction (enable_seqscan off, as the server's sessions),"
+    echo "the table truncated before each run; rounds alternate A and B)"
+  fi
   echo
   echo "| rows per statement | round | A µs | B µs |"
   echo "|---|---|---|---|"

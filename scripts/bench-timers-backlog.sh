@@ -159,7 +159,8 @@ for b in bounds + [None]:
   echo "Command: \`A=${A:-} B=$B ROUNDS=$ROUNDS RATE=$RATE DURATION=$DURATION SLOTS=$SLOTS DELAY=$DELAY scripts/bench-timers-backlog.sh\`"
   echo "(README's Postgres: scripts/dev-postgres.sh; one instance, --threads 1 --max-running $SLOTS; creates of a"
   echo "one-step workflow calling clamp-bench mock ($DELAY) offered at $RATE/s for ${DURATION}s; a probe"
-  echo "[WAIT PT1S, HTTP] created every 0.5 s; lateness = WAIT completed - (its start + 1 s))."
+  echo "[WAIT PT1S, HTTP] created every 0.5 s; lateness = WAIT completed - (its start + 1 s); beside each, a"
+  echo "retry probe [WAIT PT1S, HTTP to a refused port, 2 attempts, back-off 1 s with its jitter])."
   echo
   echo "| side | p50 ms | p99 ms | max ms | probes measured | probes created | creates stored | s to drain after the load | retry p50 ms | retry p99 ms | retry max ms | retries measured |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
