@@ -419,7 +419,7 @@ impl Apart<'_> {
 /// until the admitter gives it a slot. Answered after its commit.
 async fn limited(core: &Core, r: Apart<'_>) -> Result<Outcome> {
     let limit = r.wf.concurrency.as_ref().expect("a limited workflow");
-    let key = limit.key_of(&serde_json::from_slice(r.payload).unwrap_or(serde_json::Value::Null));
+    let key = limit.key_of(serde_json::from_slice(r.payload).unwrap_or(serde_json::Value::Null));
     let id = crate::ids::new_v7();
     let row = crate::store::slots::Limited {
         id,

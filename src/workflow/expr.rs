@@ -16,6 +16,9 @@ struct Compiled {
     program: cel::Program,
     /// Top-level names the expression reads (step context names, or `context`).
     variables: Vec<String>,
+    /// The expression is a plain selection (`payload.customer.id`): its name, then the
+    /// fields, which a key reads straight from the data (`KeyExpr::text`).
+    path: Option<Vec<String>>,
 }
 
 impl Compiled {
@@ -30,10 +33,12 @@ impl Compiled {
             .map(str::to_string)
             .collect();
         variables.sort();
+        let path = member_path(program.expression());
         Ok(Compiled {
             source: source.to_string(),
             program,
             variables,
+            path,
         })
     }
 
@@ -186,6 +191,18 @@ impl KeyExpr {
 
     /// The value for `context` as text, a boolean too when `booleans`; one evaluation.
     fn text(&self, context: &Map<String, Value>, booleans: bool) -> Result<String, ConditionError> {
+        // A plain selection that finds a string or a number is read straight from the
+        // data, as CEL would render it: no copy of the data into CEL's values (a limited
+        // create's key is computed on every create). Anything else (a missing field, a
+        // value of another kind) goes through CEL, for its answer and its error.
+        if let Some(text) = self
+            .0
+            .path
+            .as_deref()
+            .and_then(|p| path_text(p, context, booleans))
+        {
+            return Ok(text);
+        }
         let source = &self.0.source;
         match self.0.execute(context, "key")? {
             Ok(cel::Value::String(s)) => Ok(s.to_string()),
@@ -226,6 +243,51 @@ impl PartialEq for Condition {
 }
 
 impl Eq for Condition {}
+
+/// The names of a plain selection (`a.b.c`: a name and at least one field, none tested
+/// with `has`), or None.
+fn member_path(e: &cel::IdedExpr) -> Option<Vec<String>> {
+    use cel::common::ast::Expr;
+    match &e.expr {
+        Expr::Select(sel) if !sel.test => {
+            let mut path = match &sel.operand.expr {
+                Expr::Ident(name) => vec![name.clone()],
+                _ => member_path(&sel.operand)?,
+            };
+            path.push(sel.field.clone());
+            Some(path)
+        }
+        _ => None,
+    }
+}
+
+/// What CEL makes of the value at `path` in `context` as a key's text (`KeyExpr::text`),
+/// when the value is a string or a number (or a boolean, with `booleans`); None for
+/// anything else, left to CEL. `context` as a name is the whole context.
+fn path_text(path: &[String], context: &Map<String, Value>, booleans: bool) -> Option<String> {
+    let (root, fields) = path.split_first()?;
+    let mut at = if root == "context" {
+        let (first, rest) = fields.split_first()?;
+        (context.get(first)?, rest)
+    } else {
+        (context.get(root)?, fields)
+    };
+    for f in at.1 {
+        at.0 = at.0.as_object()?.get(f)?;
+    }
+    match at.0 {
+        Value::String(s) => Some(s.clone()),
+        // As CEL takes JSON numbers: a non-negative integer as uint, a negative one as
+        // int, any other as double; each written as Rust writes it.
+        Value::Number(n) => Some(match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => u.to_string(),
+            (None, Some(i)) => i.to_string(),
+            _ => n.as_f64()?.to_string(),
+        }),
+        Value::Bool(b) if booleans => Some(b.to_string()),
+        _ => None,
+    }
+}
 
 /// Errors that mean "the data has no such field": such a condition is false.
 fn is_missing_data(e: &cel::ExecutionError) -> bool {
@@ -406,5 +468,87 @@ mod tests {
     fn context_names() {
         assert_eq!(context_name("user authentication"), "user_authentication");
         assert_eq!(context_name("step1"), "step1");
+    }
+}
+
+#[cfg(test)]
+mod path_tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A plain selection read straight from the data answers exactly as CEL does, for
+    /// every kind of value and every way the data can lack it.
+    #[test]
+    fn a_selection_read_from_the_data_answers_as_cel_does() {
+        let names = ["payload".to_string(), "step".to_string()];
+        let sources = [
+            "payload.a.b",
+            "payload.a",
+            "step.response.id",
+            "context.step.response.id",
+        ];
+        let values = [
+            json!("x"),
+            json!(""),
+            json!(42),
+            json!(0),
+            json!(u64::MAX),
+            json!(-7),
+            json!(i64::MIN),
+            json!(1.5),
+            json!(1e20),
+            json!(-0.25),
+            json!(true),
+            json!(false),
+            json!(null),
+            json!({"c": 1}),
+            json!([1, 2]),
+        ];
+        let mut datas: Vec<Value> = values
+            .iter()
+            .map(|v| json!({"a": {"b": v}, "response": {"id": v}}))
+            .collect();
+        datas.extend([
+            json!({}),
+            json!({"a": 5}),
+            json!({"a": {"c": 1}}),
+            json!(null),
+        ]);
+        for source in sources {
+            let fast = KeyExpr::compile(source, &names).unwrap();
+            assert!(fast.0.path.is_some(), "{source}");
+            let mut slow = KeyExpr::compile(source, &names).unwrap();
+            slow.0.path = None;
+            for data in &datas {
+                let mut ctx = Map::new();
+                ctx.insert("payload".into(), data.clone());
+                ctx.insert("step".into(), data.clone());
+                for booleans in [false, true] {
+                    assert_eq!(
+                        fast.text(&ctx, booleans),
+                        slow.text(&ctx, booleans),
+                        "{source} over {data} (booleans: {booleans})"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn only_plain_selections_are_read_straight() {
+        let names = ["payload".to_string()];
+        let path = |s: &str| KeyExpr::compile(s, &names).unwrap().0.path;
+        assert_eq!(
+            path("payload.customer.id"),
+            Some(vec!["payload".into(), "customer".into(), "id".into()])
+        );
+        for s in [
+            "payload",
+            "'k-' + payload.id",
+            "payload['id']",
+            "string(payload.id)",
+        ] {
+            assert_eq!(path(s), None, "{s}");
+        }
     }
 }

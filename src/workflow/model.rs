@@ -131,13 +131,13 @@ pub const NO_LIMIT: u32 = i32::MAX as u32;
 pub const FALLBACK_KEY: &str = "(no key)";
 
 impl Concurrency {
-    /// The key of a request with this payload (parsed JSON).
-    pub fn key_of(&self, payload: &serde_json::Value) -> String {
+    /// The key of a request with this payload (parsed JSON, taken: it is read once).
+    pub fn key_of(&self, payload: serde_json::Value) -> String {
         let Some(expr) = &self.key else {
             return String::new();
         };
         let mut ctx = serde_json::Map::with_capacity(1);
-        ctx.insert("payload".into(), payload.clone());
+        ctx.insert("payload".into(), payload);
         expr.eval(&ctx).unwrap_or_else(|_| FALLBACK_KEY.to_string())
     }
 }

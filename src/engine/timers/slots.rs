@@ -342,9 +342,11 @@ pub async fn schedule_terms(
         Err(_) => None,
     };
     Ok(crate::store::schedules::Terms {
-        key: wf
-            .as_ref()
-            .and_then(|w| w.concurrency.as_ref().map(|c| c.key_of(&s.def.payload))),
+        key: wf.as_ref().and_then(|w| {
+            w.concurrency
+                .as_ref()
+                .map(|c| c.key_of(s.def.payload.clone()))
+        }),
         notify: wf.and_then(|w| w.notify_mask),
     })
 }
