@@ -225,17 +225,7 @@ async fn a_keys_looks_skip_the_sets_made_ahead() {
         let t = chrono::NaiveDateTime::parse_from_str(suffix, "%Y%m%dt%H%M%S").unwrap();
         t.and_utc().timestamp() as f64
     };
-    let sets: Vec<String> = c
-        .query(
-            "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
-             WHERE i.inhparent = 'service_requests'::regclass",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let sets = partitions_of(&c, "service_requests").await;
     let beyond: Vec<&String> = sets.iter().filter(|n| start(n) > now + 61.0).collect();
     assert!(beyond.len() >= 2, "{sets:?}: sets made past a minute ahead");
     // A key's admission: its queue (`q`) and its slot holders (`h`).

@@ -282,17 +282,7 @@ async fn the_claim_is_one_range_of_the_claim_order_index() {
         node.starts_with("Sort  (") || node.starts_with("Incremental Sort  (")
     });
     // The partitions' indexes of the claim order, by whatever names they were given.
-    let parts: Vec<String> = c
-        .query(
-            "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
-             WHERE i.inhparent = 'service_requests_claim_order'::regclass",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let parts = partitions_of(&c, "service_requests_claim_order").await;
     assert!(!parts.is_empty());
     assert!(
         parts

@@ -156,3 +156,18 @@ pub async fn insert_workflow(c: &tokio_postgres::Client, def: &serde_json::Value
     .await
     .unwrap();
 }
+
+/// The names of the tables or indexes attached to `parent` (a partitioned table's
+/// partitions, a partitioned index's partitions' indexes).
+pub async fn partitions_of(c: &tokio_postgres::Client, parent: &str) -> Vec<String> {
+    c.query(
+        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+         WHERE i.inhparent = $1::text::regclass",
+        &[&parent],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
