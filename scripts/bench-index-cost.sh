@@ -16,8 +16,9 @@
 #
 #   BIN=target/release/clamp DROP=service_requests_labels,service_requests_fan_held scripts/bench-index-cost.sh
 #
-# Settings: BIN, DROP (comma-separated index names of the parent table), WRITE (insert or
-# update), ROUNDS (3), SECONDS_EACH (8), TRANSACTIONS (3000), TAG (index-cost).
+# Settings: BIN, DROP (comma-separated index names of the parent table), B_SQL (SQL run on
+# B after the drop: an index in place of a dropped one, say), WRITE (insert or update),
+# ROUNDS (3), SECONDS_EACH (8), TRANSACTIONS (3000), TAG (index-cost).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -57,6 +58,7 @@ stop "$server_pid"
 server_pid=''
 dbsql postgres "CREATE DATABASE idx_b TEMPLATE idx_a"
 dbsql idx_b "DROP INDEX $DROP"
+[ -z "${B_SQL:-}" ] || dbsql idx_b "$B_SQL"
 n_dropped=$(tr ',' '\n' <<< "$DROP" | grep -c .)
 for db in idx_a idx_b; do
   dbsql "$db" "CREATE SEQUENCE bench_ids; CREATE SEQUENCE bench_done"
@@ -117,9 +119,9 @@ done
   echo
   machine_line
   echo
-  echo "Command: \`BIN=$BIN DROP=$DROP WRITE=$WRITE ROUNDS=$ROUNDS SECONDS_EACH=$SECONDS_EACH TRANSACTIONS=$TRANSACTIONS scripts/bench-index-cost.sh\`"
+  echo "Command: \`BIN=$BIN DROP=$DROP${B_SQL:+ B_SQL=\"$B_SQL\"} WRITE=$WRITE ROUNDS=$ROUNDS SECONDS_EACH=$SECONDS_EACH TRANSACTIONS=$TRANSACTIONS scripts/bench-index-cost.sh\`"
   echo "(README's Postgres: scripts/dev-postgres.sh, $(pg_settings "$base");"
-  echo "A: service_requests as migrated by the binary, $n_a indexes; B: without $n_dropped of them, $n_b;"
+  echo "A: service_requests as migrated by the binary, $n_a indexes; B: without $n_dropped of them${B_SQL:+, then \`$B_SQL\`}, $n_b;"
   if [ "$WRITE" = update ]; then
     echo "pgbench -n -M prepared -c 1 -t $TRANSACTIONS, synchronous_commit off, one finishing UPDATE of ROWS rows per"
     echo "transaction aimed at their partition, over rows inserted before each run; rounds alternate A and B)"
