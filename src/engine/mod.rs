@@ -67,7 +67,6 @@ pub struct Executor {
     pub amqp: crate::outbound::publish::amqp::AmqpPublisher,
     pub kafka: crate::outbound::publish::kafka::KafkaProducer,
     pub writer: StepWriter,
-    capacity: usize,
     /// Its slots and the backlog mark.
     room: room::Room,
     /// Running requests.
@@ -106,7 +105,6 @@ impl Executor {
         let (fan_told, to_count) = tokio::sync::mpsc::channel(cfg.max_running.max(64));
         let room = room::Room::new(cfg.max_running, cfg.claim_batch.min(cfg.max_running) / 4);
         let exec = Arc::new(Executor {
-            capacity: cfg.max_running,
             amqp: crate::outbound::publish::amqp::AmqpPublisher::new(
                 app.metrics.clone(),
                 app.outbound.amqp.clone(),
@@ -334,7 +332,7 @@ impl Executor {
     /// Claims runnable rows while there is room; runs until `stop` fires.
     pub async fn sweep(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         let cfg = &self.app.config;
-        if self.capacity == 0 {
+        if self.room.capacity() == 0 {
             // An API-only instance claims nothing.
             return;
         }

@@ -31,6 +31,11 @@ impl Room {
         }
     }
 
+    /// Slots in all: none on an instance that only takes API calls.
+    pub(super) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     pub(super) fn free(&self) -> usize {
         self.capacity
             .saturating_sub(self.in_use.load(Ordering::Relaxed))

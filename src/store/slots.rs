@@ -136,10 +136,9 @@ pub(super) const INSERT: &str = concat!(
 ), keys AS (
     SELECT workflow, key, min(lim) AS lim, min(rate) AS rate, min(window_ms) AS window_ms \
     FROM input GROUP BY workflow, key
-), v AS (
-    -- The latest version of each of the batch's workflows, looked up once per workflow.
-    SELECT w.name, w.version FROM workflows w WHERE w.name IN (SELECT workflow FROM input)
-), room AS (
+), ",
+    crate::store::sql::batch_versions!("$2"),
+    ", room AS (
     -- A LATERAL probe per key, not an EXISTS: the planner may answer an EXISTS with one
     -- hashed scan of every held row, which the keyed index only has by reading it whole.
     SELECT k.*, w.one IS NOT NULL AS queued \

@@ -266,16 +266,16 @@ fn member_path(e: &cel::IdedExpr) -> Option<Vec<String>> {
 /// anything else, left to CEL. `context` as a name is the whole context.
 fn path_text(path: &[String], context: &Map<String, Value>, booleans: bool) -> Option<String> {
     let (root, fields) = path.split_first()?;
-    let mut at = if root == "context" {
-        let (first, rest) = fields.split_first()?;
-        (context.get(first)?, rest)
+    let (first, fields) = if root == "context" {
+        fields.split_first()?
     } else {
-        (context.get(root)?, fields)
+        (root, fields)
     };
-    for f in at.1 {
-        at.0 = at.0.as_object()?.get(f)?;
+    let mut at = context.get(first)?;
+    for f in fields {
+        at = at.as_object()?.get(f)?;
     }
-    match at.0 {
+    match at {
         Value::String(s) => Some(s.clone()),
         // As CEL takes JSON numbers: a non-negative integer as uint, a negative one as
         // int, any other as double; each written as Rust writes it.
