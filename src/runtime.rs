@@ -96,7 +96,8 @@ pub async fn serve_core(
         app.metrics.watch_buffer(move || buffer.depth());
     }
     let (close_tx, close_rx) = oneshot::channel();
-    let executor = crate::engine::Executor::new(app.engine.clone(), pool.clone());
+    let looks = pool::build_looks(app.db.clone(), cfg);
+    let executor = crate::engine::Executor::new(app.engine.clone(), pool.clone(), looks);
     let (stop_engine, engine_stop) = watch::channel(false);
     let sweeper = tokio::spawn(executor.clone().sweep(engine_stop.clone()));
     let renewer = tokio::spawn(executor.clone().renew(engine_stop));

@@ -22,7 +22,7 @@ impl Executor {
     pub async fn report_children(self: &Arc<Self>) {
         let untold = async {
             let conn = self
-                .pool
+                .looks
                 .get()
                 .await
                 .map_err(crate::store::StoreError::from)?;

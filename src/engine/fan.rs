@@ -410,7 +410,7 @@ impl Executor {
     /// Applies the joins that are due and not done (their teller stopped first).
     pub async fn report_joins(self: &Arc<Self>) {
         let due = async {
-            let conn = self.pool.get().await?;
+            let conn = self.looks.get().await?;
             fan::due(&conn, BATCH).await
         }
         .await;

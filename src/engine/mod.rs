@@ -63,6 +63,8 @@ struct Held {
 pub struct Executor {
     pub app: Arc<Shared>,
     pub pool: Pool,
+    /// The sweeper's and the timers' looks for due work (`store::pool::build_looks`).
+    pub looks: Pool,
     pub http: HttpClient,
     pub amqp: crate::outbound::publish::amqp::AmqpPublisher,
     pub kafka: crate::outbound::publish::kafka::KafkaProducer,
@@ -82,7 +84,7 @@ pub struct Executor {
 
 impl Executor {
     /// Creates the executor and starts its writer; call inside the runtime it serves.
-    pub fn new(app: Arc<Shared>, pool: Pool) -> Arc<Executor> {
+    pub fn new(app: Arc<Shared>, pool: Pool, looks: Pool) -> Arc<Executor> {
         let cfg = &app.config;
         let http = HttpClient::new(
             &cfg.http,
@@ -117,6 +119,7 @@ impl Executor {
             ),
             app,
             pool,
+            looks,
             http,
             writer,
             room,
@@ -379,7 +382,7 @@ impl Executor {
         self.room.clear_backlog();
         let claimed = async {
             let conn = self
-                .pool
+                .looks
                 .get()
                 .await
                 .map_err(crate::store::StoreError::from)?;

@@ -65,7 +65,7 @@ pub async fn run(exec: Arc<Executor>, mut stop: watch::Receiver<bool>) {
 /// How many it took.
 async fn round(exec: &Executor) -> Result<usize, StoreError> {
     let due = {
-        let conn = exec.pool.get().await?;
+        let conn = exec.looks.get().await?;
         store::claim(&conn, BATCH, HOLD.as_secs_f64() * 1000.0).await?
     };
     let n = due.len();

@@ -209,6 +209,7 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("connect::READ_ONLY", connect::READ_ONLY),
         ("pool::sql::EMPTY", pool::sql::EMPTY),
         ("pool::sql::PING", pool::sql::PING),
+        ("pool::sql::GENERIC_PLANS", pool::sql::GENERIC_PLANS),
         ("migrate::MIGRATION_TIMEOUT", migrate::MIGRATION_TIMEOUT),
         ("migrate::LOCK", migrate::LOCK),
         ("migrate::CREATE_LEDGER", migrate::CREATE_LEDGER),

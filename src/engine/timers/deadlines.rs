@@ -27,7 +27,7 @@ impl Executor {
     /// Times out the answers that are overdue.
     pub async fn expire_answers(self: &Arc<Self>) {
         let due = async {
-            let conn = self.pool.get().await?;
+            let conn = self.looks.get().await?;
             deadlines::due(&conn, BATCH).await
         }
         .await;
@@ -40,7 +40,7 @@ impl Executor {
             }
         }
         let past = async {
-            let conn = self.pool.get().await?;
+            let conn = self.looks.get().await?;
             deadlines::past_deadline(&conn, BATCH).await
         }
         .await;

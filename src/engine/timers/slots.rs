@@ -383,7 +383,7 @@ async fn sweep(
 ) -> Result<bool, StoreError> {
     let mut rated = false;
     let workflows = {
-        let conn = exec.pool.get().await?;
+        let conn = exec.looks.get().await?;
         slots::waiting_workflows(&conn).await?
     };
     for workflow in workflows {
@@ -391,7 +391,7 @@ async fn sweep(
         rated |= rate.is_some();
         let after = cursors.get(&workflow).cloned();
         let keys = {
-            let conn = exec.pool.get().await?;
+            let conn = exec.looks.get().await?;
             let mut keys = slots::due_keys(
                 &conn,
                 &workflow,

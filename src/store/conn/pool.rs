@@ -127,6 +127,9 @@ pub mod sql {
 
     /// Whether the database answers now (readiness).
     pub const PING: &str = "SELECT 1";
+
+    /// The session setting of the looks' connections (`build_looks`).
+    pub const GENERIC_PLANS: &str = "SET plan_cache_mode = force_generic_plan";
 }
 
 /// Opens connections with the server's session settings and prepares the hot statements.
@@ -134,6 +137,8 @@ pub struct PgManager {
     connector: Arc<PgConnector>,
     /// How long a connection may hear nothing after sending a statement (`watchdog`).
     guard: Duration,
+    /// Generic plans only (`build_looks`).
+    generic: bool,
 }
 
 /// Why a pooled connection could not be had.
@@ -153,6 +158,9 @@ impl bb8::ManageConnection for PgManager {
 
     async fn connect(&self) -> Result<PgConn, Self::Error> {
         let c = self.connector.connect(Some(self.guard)).await?;
+        if self.generic {
+            c.client.simple_query(sql::GENERIC_PLANS).await?;
+        }
         let insert_requests = c.client.prepare(sql::INSERT_REQUESTS).await?;
         Ok(PgConn {
             client: c.client,
@@ -203,9 +211,31 @@ pub fn guard(config: &Config) -> Duration {
 /// Builds a pool; connections are opened lazily and re-opened after outages.
 /// Must be called inside the runtime that will use it (connection tasks spawn there).
 pub fn build(connector: Arc<PgConnector>, config: &Config, size: u32) -> Pool {
+    builder(connector, config, size, false)
+}
+
+/// Connections of a runtime's sweeper and timers for their looks: the statements that
+/// read every partition for what is due (the claim, overdue answers and deadlines, untold
+/// children, due joins, the outbox, waiting keys). Nothing prunes such a statement when it
+/// is planned, so Postgres's default (a custom plan for each of its first five runs on a
+/// connection, and for every run after while the generic plan's estimate stays dearer,
+/// as a `LIMIT $n` makes it) plans it over every partition and each of their indexes,
+/// again and again: 13 ms a plan of the claim with seven sets, 1.6 s of Postgres's CPU in
+/// the first 14 s of a server's life under load (`perf/runs/2026-12-07-vm/`). Here each
+/// is planned once per connection, generically, and the few connections keep those plans.
+pub fn build_looks(connector: Arc<PgConnector>, config: &Config) -> Pool {
+    builder(connector, config, LOOKS_SIZE, true)
+}
+
+/// Connections of a runtime's looks: its sweeper's claims and the timers' looks take
+/// turns on them (each look is one short statement).
+const LOOKS_SIZE: u32 = 2;
+
+fn builder(connector: Arc<PgConnector>, config: &Config, size: u32, generic: bool) -> Pool {
     let manager = PgManager {
         connector,
         guard: guard(config),
+        generic,
     };
     bb8::Pool::builder()
         .max_size(size)
