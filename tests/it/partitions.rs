@@ -249,3 +249,47 @@ async fn a_keys_looks_skip_the_sets_made_ahead() {
     );
     s.shutdown().await;
 }
+
+/// A key's probe of its queue (after a finish, `slots::KEYS_OF`) reads the keyed index,
+/// also on partitions without statistics (every new set's first minutes): a request held
+/// for a slot is not in the fan-out's held index (migration 33), whose old predicate the
+/// probe met, so its generic plan read every held row of every key there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keys_probe_reads_the_keyed_index_not_the_fan_outs() {
+    let db = TestDb::new();
+    let s = TestServer::start(config(&db.url)).await;
+    let c = db.client().await;
+    c.batch_execute(&format!(
+        "SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan; \
+         PREPARE keys_of AS {}",
+        statement("slots::KEYS_OF")
+    ))
+    .await
+    .unwrap();
+    let plan: Vec<String> = c
+        .query(
+            &format!(
+                "EXPLAIN (COSTS OFF) EXECUTE keys_of('{{{}}}')",
+                Uuid::now_v7()
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let probes: Vec<&String> = plan
+        .iter()
+        .filter(|l| l.contains(" on service_requests_p") && l.contains(" q"))
+        .collect();
+    assert!(!probes.is_empty(), "{}", plan.join("\n"));
+    for p in &probes {
+        assert!(
+            p.contains("workflow_name_concurrency") || p.contains("keyed"),
+            "a probe not on the keyed index: {p}\n{}",
+            plan.join("\n")
+        );
+    }
+    s.shutdown().await;
+}

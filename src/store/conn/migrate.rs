@@ -54,6 +54,10 @@ const MIGRATIONS: &[(i32, &str)] = &[
         32,
         include_str!("../migrations/0032_one_order_for_every_wait.sql"),
     ),
+    (
+        33,
+        include_str!("../migrations/0033_fan_held_has_a_parent.sql"),
+    ),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.
