@@ -202,7 +202,7 @@ CREATE INDEX service_requests_deadlines ON ONLY public.service_requests USING bt
 CREATE INDEX service_requests_event_waits ON ONLY public.service_requests USING btree (wait_event, wait_key) WHERE ((status = 'PAUSED'::text) AND (wait_event IS NOT NULL));
 CREATE INDEX service_requests_failed_or_cancelled ON ONLY public.service_requests USING btree (id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
 CREATE INDEX service_requests_failed_or_cancelled_by_workflow ON ONLY public.service_requests USING btree (workflow_name, id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
-CREATE INDEX service_requests_fan_held ON ONLY public.service_requests USING btree (parent_id, parent_step_id, fan_index) WHERE (lease_until = 'infinity'::timestamp with time zone);
+CREATE INDEX service_requests_fan_held ON ONLY public.service_requests USING btree (parent_id, parent_step_id, fan_index) WHERE ((lease_until = 'infinity'::timestamp with time zone) AND (parent_id IS NOT NULL));
 CREATE INDEX service_requests_keyed ON ONLY public.service_requests USING btree (workflow_name, concurrency_key, lease_until, ((- COALESCE((priority)::integer, 5))), id) WHERE ((concurrency_key IS NOT NULL) AND (status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])));
 CREATE INDEX service_requests_labels ON ONLY public.service_requests USING gin (labels) WHERE (labels IS NOT NULL);
 CREATE UNIQUE INDEX service_requests_pkey ON ONLY public.service_requests USING btree (id) WITH (fillfactor='50');

@@ -1921,6 +1921,9 @@ SHOW transaction_read_only;
 -- pool::sql::PING
 SELECT 1;
 
+-- pool::sql::GENERIC_PLANS
+SET plan_cache_mode = force_generic_plan;
+
 -- migrate::MIGRATION_TIMEOUT
 SET LOCAL statement_timeout = '15min';
 
