@@ -322,8 +322,9 @@ async fn due_rows_are_claimed_by_priority_then_due_time() {
     s.shutdown().await;
 }
 
-/// Timers are served while a backlog waits: two slots; a request sleeps 1 s at a WAIT,
-/// and meanwhile 1,000 fresh requests of a 50 ms step are created (about 25 s of work):
+/// Timers are served while a backlog waits: two slots; a request sleeps 3 s at a WAIT
+/// (room to make the backlog on a busy machine), and meanwhile 1,000 fresh requests of a
+/// 50 ms step are created (about 25 s of work):
 /// the step after the WAIT starts soon after its time (the first half of every claim
 /// goes to rows due at a time), not after the backlog.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -337,7 +338,7 @@ async fn a_due_timer_is_not_kept_waiting_by_a_backlog() {
     s.create_workflow(&json!({"name": "work", "steps": [http("call", d.url("/slow/50"))]}))
         .await;
     s.create_workflow(&json!({"name": "nap", "steps": [
-        {"name": "sleep", "mode": "WAIT", "val": {"duration": "PT1S"}},
+        {"name": "sleep", "mode": "WAIT", "val": {"duration": "PT3S"}},
         http("after", d.url("/api/echo"))]}))
         .await;
     let t0 = Instant::now();
@@ -351,7 +352,7 @@ async fn a_due_timer_is_not_kept_waiting_by_a_backlog() {
         futures_util::future::join_all(creates).await;
     }
     assert!(
-        d.received("/api/echo").is_empty() && t0.elapsed() < Duration::from_secs(1),
+        d.received("/api/echo").is_empty() && t0.elapsed() < Duration::from_secs(3),
         "the backlog was made while the WAIT slept"
     );
     wait_for(
@@ -363,8 +364,8 @@ async fn a_due_timer_is_not_kept_waiting_by_a_backlog() {
     let took = t0.elapsed();
     let done = d.received("/slow/50").len();
     assert!(
-        took < Duration::from_secs(2),
-        "the step after a 1 s WAIT started {took:?} after the create"
+        took < Duration::from_secs(4),
+        "the step after a 3 s WAIT started {took:?} after the create"
     );
     assert!(
         done < 500,
