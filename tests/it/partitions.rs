@@ -32,6 +32,34 @@ fn statement(name: &str) -> &'static str {
         .1
 }
 
+/// The lines of statement `name`'s generic plan with `params`, as the server's sessions
+/// run it (`store::connect::session`; the looks' connections plan only generically);
+/// `analyze` is "ANALYZE, " to run it, or "".
+async fn generic_plan(
+    c: &tokio_postgres::Client,
+    name: &str,
+    params: &str,
+    analyze: &str,
+) -> Vec<String> {
+    let tag = name.replace("::", "_").to_lowercase();
+    c.batch_execute(&format!(
+        "SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan; DEALLOCATE ALL; \
+         PREPARE {tag} AS {}",
+        statement(name)
+    ))
+    .await
+    .unwrap();
+    c.query(
+        &format!("EXPLAIN ({analyze}COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE {tag}({params})"),
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
 /// The partitions of service_requests a statement's generic plan reads for the
 /// request-side alias (`r` or `s`), with `params` as its parameters.
 async fn partitions_read(c: &tokio_postgres::Client, name: &str, params: &str) -> BTreeSet<String> {
@@ -47,27 +75,7 @@ async fn partitions_read_as(
     aliases: &[&str],
     executed_only: bool,
 ) -> BTreeSet<String> {
-    let tag = name.replace("::", "_").to_lowercase();
-    c.batch_execute(&format!(
-        // As the server's sessions run them (`store::connect::session`).
-        "SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan; DEALLOCATE ALL; \
-         PREPARE {tag} AS {}",
-        statement(name)
-    ))
-    .await
-    .unwrap();
-    let plan: Vec<String> = c
-        .query(
-            &format!(
-                "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE {tag}({params})"
-            ),
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let plan = generic_plan(c, name, params, "ANALYZE, ").await;
     let re = |line: &str| -> Option<String> {
         let at = line.find(" on service_requests_p")?;
         let rest = &line[at + 4..];
@@ -259,26 +267,8 @@ async fn a_keys_probe_reads_the_keyed_index_not_the_fan_outs() {
     let db = TestDb::new();
     let s = TestServer::start(config(&db.url)).await;
     let c = db.client().await;
-    c.batch_execute(&format!(
-        "SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan; \
-         PREPARE keys_of AS {}",
-        statement("slots::KEYS_OF")
-    ))
-    .await
-    .unwrap();
-    let plan: Vec<String> = c
-        .query(
-            &format!(
-                "EXPLAIN (COSTS OFF) EXECUTE keys_of('{{{}}}')",
-                Uuid::now_v7()
-            ),
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let ids = format!("'{{{}}}'", Uuid::now_v7());
+    let plan = generic_plan(&c, "slots::KEYS_OF", &ids, "").await;
     let probes: Vec<&String> = plan
         .iter()
         .filter(|l| l.contains(" on service_requests_p") && l.contains(" q"))
