@@ -5,7 +5,9 @@
 # HTTP workflow against nginx (a fixed 200 on 127.0.0.1), `wrk -t1 -c64` creates for
 # DURATION seconds, then a wait until every created request has completed. Per completed
 # request: server CPU, Postgres CPU (this cluster's processes), WAL bytes, commits and
-# statements, from wrk's start to the moment the last request completed; and, of each
+# statements, from wrk's start to the moment the last request completed (B ÷ A of each
+# binary's medians, and the median of each round's own B ÷ A, the steadier figure on a
+# host whose speed drifts through the run); and, of each
 # binary's last round, a per-statement breakdown, the rows each table took (inserts,
 # updates and the share of them that were HOT) and each index's scans, buffer touches
 # and size. Then (POLL=0 skips it) one run per
@@ -444,6 +446,16 @@ ratio = lambda k: div(medians['B'][k], medians['A'][k]) if medians['A'][k] and m
 w('| B ÷ A | ' + ' | '.join(fmt(ratio(k), '.3f') for _, k, _ in cols) + ' |')
 w(f"\n**B ÷ A of the medians: completed/s {fmt(ratio('rate'), '.3f')}, "
   f"server + Postgres CPU µs per completed request {fmt(ratio('both'), '.3f')}.**")
+# Each round's own pair (its two runs minutes apart): on a host whose speed drifts through
+# the run, the median of these is the steadier figure.
+pairs = {}
+for x in runs:
+    pairs.setdefault(x['round'], {})[x['which']] = x
+pair = lambda k: [div(r['B'][k], r['A'][k]) for r in pairs.values()
+                  if 'A' in r and 'B' in r and r['A'][k] and r['B'][k] is not None]
+w(f"\nEach round's B ÷ A: completed/s {', '.join(format(v, '.3f') for v in pair('rate'))}; "
+  f"CPU per completed request {', '.join(format(v, '.3f') for v in pair('both'))}; "
+  f"**their medians {fmt(med(pair('rate')), '.3f')} and {fmt(med(pair('both')), '.3f')}**.")
 
 if E['RC_PGSS'] == '1':
     for b in 'AB':
