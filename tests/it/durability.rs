@@ -404,6 +404,20 @@ async fn no_create_waits_past_the_stall_bound_while_a_lock_is_held() {
     for _ in 0..10 {
         assert_eq!(s.post("/serviceRequest/wf", "{}").await.status, 200);
     }
+    // They settle first: a step write aimed at a partition set locks that partition
+    // before its parent the first time a connection meets the set, and against this
+    // lock (parent first) the two deadlock (docs/decisions.md, partitioned layout).
+    wait_for(
+        "the first requests to settle",
+        Duration::from_secs(60),
+        || async {
+            let settled = db
+                .count("SELECT count(*) FROM service_requests WHERE finished_at IS NOT NULL")
+                .await;
+            (settled == 10).then_some(())
+        },
+    )
+    .await;
     let mut locker = db.client().await;
     let tx = locker.transaction().await.unwrap();
     tx.batch_execute("LOCK TABLE service_requests IN ACCESS EXCLUSIVE MODE")
