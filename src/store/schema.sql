@@ -16,6 +16,18 @@ CREATE TABLE audit_log (
 ALTER TABLE audit_log ADD CONSTRAINT audit_log_pkey PRIMARY KEY (id);
 CREATE UNIQUE INDEX audit_log_pkey ON public.audit_log USING btree (id);
 
+CREATE TABLE concurrency_slots (
+    id uuid NOT NULL,
+    workflow_name text NOT NULL,
+    concurrency_key text NOT NULL,
+    queued boolean NOT NULL,
+    rank smallint NOT NULL
+);
+ALTER TABLE concurrency_slots ADD CONSTRAINT concurrency_slots_pkey PRIMARY KEY (id);
+CREATE INDEX concurrency_slots_held ON public.concurrency_slots USING btree (workflow_name, concurrency_key) WHERE (NOT queued);
+CREATE UNIQUE INDEX concurrency_slots_pkey ON public.concurrency_slots USING btree (id);
+CREATE INDEX concurrency_slots_queue ON public.concurrency_slots USING btree (workflow_name, concurrency_key, rank, id) WHERE queued;
+
 CREATE TABLE console_sessions (
     id_hash bytea NOT NULL,
     token_digest bytea NOT NULL,
@@ -203,7 +215,6 @@ CREATE INDEX service_requests_event_waits ON ONLY public.service_requests USING 
 CREATE INDEX service_requests_failed_or_cancelled ON ONLY public.service_requests USING btree (id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
 CREATE INDEX service_requests_failed_or_cancelled_by_workflow ON ONLY public.service_requests USING btree (workflow_name, id) WHERE (status = ANY (ARRAY['FAILED'::text, 'CANCELLED'::text]));
 CREATE INDEX service_requests_fan_held ON ONLY public.service_requests USING btree (parent_id, parent_step_id, fan_index) WHERE ((lease_until = 'infinity'::timestamp with time zone) AND (parent_id IS NOT NULL));
-CREATE INDEX service_requests_keyed ON ONLY public.service_requests USING btree (workflow_name, concurrency_key, lease_until, ((- COALESCE((priority)::integer, 5))), id) WHERE ((concurrency_key IS NOT NULL) AND (status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])));
 CREATE INDEX service_requests_labels ON ONLY public.service_requests USING gin (labels) WHERE (labels IS NOT NULL);
 CREATE UNIQUE INDEX service_requests_pkey ON ONLY public.service_requests USING btree (id) WITH (fillfactor='50');
 CREATE INDEX service_requests_reruns ON ONLY public.service_requests USING btree (rerun_of, id) WHERE (rerun_of IS NOT NULL);
@@ -416,3 +427,58 @@ AS $function$
     SELECT (lpad(to_hex(floor(extract(epoch FROM at) * 1000)::bigint), 12, '0')
             || '70008000000000000000')::uuid
 $function$;
+CREATE OR REPLACE FUNCTION public.concurrency_slot_state(status text, lease_until timestamp with time zone)
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+    SELECT CASE WHEN status = 'NEW' AND lease_until = 'infinity' THEN 1
+                WHEN status IN ('NEW', 'IN_PROGRESS', 'PAUSED', 'RESUMED')
+                     AND lease_until < 'infinity' THEN 2
+                ELSE 0 END
+$function$;
+CREATE OR REPLACE FUNCTION public.concurrency_slots_follow()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    state int := CASE WHEN TG_OP = 'DELETE' THEN 0
+                      ELSE concurrency_slot_state(NEW.status, NEW.lease_until) END;
+BEGIN
+    IF state > 0 THEN
+        INSERT INTO concurrency_slots (id, workflow_name, concurrency_key, queued, rank)
+        VALUES (NEW.id, NEW.workflow_name, NEW.concurrency_key, state = 1,
+                -coalesce(NEW.priority, 5))
+        ON CONFLICT (id) DO UPDATE SET queued = EXCLUDED.queued, rank = EXCLUDED.rank;
+    ELSIF TG_OP <> 'INSERT' THEN
+        DELETE FROM concurrency_slots WHERE id = OLD.id;
+    END IF;
+    RETURN NULL;
+END
+$function$;
+
+-- triggers
+CREATE TRIGGER concurrency_slots_delete AFTER DELETE ON public.service_requests FOR EACH ROW WHEN ((old.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_insert AFTER INSERT ON public.service_requests FOR EACH ROW WHEN ((new.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_update AFTER UPDATE ON public.service_requests FOR EACH ROW WHEN (((new.concurrency_key IS NOT NULL) AND ((((old.status = 'NEW'::text) AND (old.lease_until = 'infinity'::timestamp with time zone)) <> ((new.status = 'NEW'::text) AND (new.lease_until = 'infinity'::timestamp with time zone))) OR (((old.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (old.lease_until < 'infinity'::timestamp with time zone)) <> ((new.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (new.lease_until < 'infinity'::timestamp with time zone))) OR (old.priority IS DISTINCT FROM new.priority)))) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_delete AFTER DELETE ON public.service_requests_p0 FOR EACH ROW WHEN ((old.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_insert AFTER INSERT ON public.service_requests_p0 FOR EACH ROW WHEN ((new.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_update AFTER UPDATE ON public.service_requests_p0 FOR EACH ROW WHEN (((new.concurrency_key IS NOT NULL) AND ((((old.status = 'NEW'::text) AND (old.lease_until = 'infinity'::timestamp with time zone)) <> ((new.status = 'NEW'::text) AND (new.lease_until = 'infinity'::timestamp with time zone))) OR (((old.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (old.lease_until < 'infinity'::timestamp with time zone)) <> ((new.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (new.lease_until < 'infinity'::timestamp with time zone))) OR (old.priority IS DISTINCT FROM new.priority)))) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_delete AFTER DELETE ON public.service_requests_p20261207t025606 FOR EACH ROW WHEN ((old.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_insert AFTER INSERT ON public.service_requests_p20261207t025606 FOR EACH ROW WHEN ((new.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_update AFTER UPDATE ON public.service_requests_p20261207t025606 FOR EACH ROW WHEN (((new.concurrency_key IS NOT NULL) AND ((((old.status = 'NEW'::text) AND (old.lease_until = 'infinity'::timestamp with time zone)) <> ((new.status = 'NEW'::text) AND (new.lease_until = 'infinity'::timestamp with time zone))) OR (((old.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (old.lease_until < 'infinity'::timestamp with time zone)) <> ((new.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (new.lease_until < 'infinity'::timestamp with time zone))) OR (old.priority IS DISTINCT FROM new.priority)))) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_delete AFTER DELETE ON public.service_requests_p20261207t025706 FOR EACH ROW WHEN ((old.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_insert AFTER INSERT ON public.service_requests_p20261207t025706 FOR EACH ROW WHEN ((new.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_update AFTER UPDATE ON public.service_requests_p20261207t025706 FOR EACH ROW WHEN (((new.concurrency_key IS NOT NULL) AND ((((old.status = 'NEW'::text) AND (old.lease_until = 'infinity'::timestamp with time zone)) <> ((new.status = 'NEW'::text) AND (new.lease_until = 'infinity'::timestamp with time zone))) OR (((old.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (old.lease_until < 'infinity'::timestamp with time zone)) <> ((new.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (new.lease_until < 'infinity'::timestamp with time zone))) OR (old.priority IS DISTINCT FROM new.priority)))) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_delete AFTER DELETE ON public.service_requests_p20261207t025806 FOR EACH ROW WHEN ((old.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_insert AFTER INSERT ON public.service_requests_p20261207t025806 FOR EACH ROW WHEN ((new.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_update AFTER UPDATE ON public.service_requests_p20261207t025806 FOR EACH ROW WHEN (((new.concurrency_key IS NOT NULL) AND ((((old.status = 'NEW'::text) AND (old.lease_until = 'infinity'::timestamp with time zone)) <> ((new.status = 'NEW'::text) AND (new.lease_until = 'infinity'::timestamp with time zone))) OR (((old.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (old.lease_until < 'infinity'::timestamp with time zone)) <> ((new.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (new.lease_until < 'infinity'::timestamp with time zone))) OR (old.priority IS DISTINCT FROM new.priority)))) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_delete AFTER DELETE ON public.service_requests_p20261207t025906 FOR EACH ROW WHEN ((old.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_insert AFTER INSERT ON public.service_requests_p20261207t025906 FOR EACH ROW WHEN ((new.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_update AFTER UPDATE ON public.service_requests_p20261207t025906 FOR EACH ROW WHEN (((new.concurrency_key IS NOT NULL) AND ((((old.status = 'NEW'::text) AND (old.lease_until = 'infinity'::timestamp with time zone)) <> ((new.status = 'NEW'::text) AND (new.lease_until = 'infinity'::timestamp with time zone))) OR (((old.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (old.lease_until < 'infinity'::timestamp with time zone)) <> ((new.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (new.lease_until < 'infinity'::timestamp with time zone))) OR (old.priority IS DISTINCT FROM new.priority)))) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_delete AFTER DELETE ON public.service_requests_p20261207t030006 FOR EACH ROW WHEN ((old.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_insert AFTER INSERT ON public.service_requests_p20261207t030006 FOR EACH ROW WHEN ((new.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_update AFTER UPDATE ON public.service_requests_p20261207t030006 FOR EACH ROW WHEN (((new.concurrency_key IS NOT NULL) AND ((((old.status = 'NEW'::text) AND (old.lease_until = 'infinity'::timestamp with time zone)) <> ((new.status = 'NEW'::text) AND (new.lease_until = 'infinity'::timestamp with time zone))) OR (((old.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (old.lease_until < 'infinity'::timestamp with time zone)) <> ((new.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (new.lease_until < 'infinity'::timestamp with time zone))) OR (old.priority IS DISTINCT FROM new.priority)))) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_delete AFTER DELETE ON public.service_requests_p20261207t030106 FOR EACH ROW WHEN ((old.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_insert AFTER INSERT ON public.service_requests_p20261207t030106 FOR EACH ROW WHEN ((new.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
+CREATE TRIGGER concurrency_slots_update AFTER UPDATE ON public.service_requests_p20261207t030106 FOR EACH ROW WHEN (((new.concurrency_key IS NOT NULL) AND ((((old.status = 'NEW'::text) AND (old.lease_until = 'infinity'::timestamp with time zone)) <> ((new.status = 'NEW'::text) AND (new.lease_until = 'infinity'::timestamp with time zone))) OR (((old.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (old.lease_until < 'infinity'::timestamp with time zone)) <> ((new.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (new.lease_until < 'infinity'::timestamp with time zone))) OR (old.priority IS DISTINCT FROM new.priority)))) EXECUTE FUNCTION concurrency_slots_follow();

@@ -1,10 +1,12 @@
-//! Concurrency limits by key (beyond Clamp; migration 22). A request of a workflow that
-//! declares `concurrency` carries its key (`concurrency_key`). It holds a slot from its
-//! admission until it finishes (a pause or a sleep holds it too); until admitted it is
-//! NEW and held (`lease_until = 'infinity'`, which no claim takes). Slots are counted
-//! from the rows themselves (`service_requests_keyed`), never kept as a number, so a
-//! crash can neither free one twice nor leak one: a request of a dead instance keeps its
-//! slot while it is continued elsewhere, and frees it when it finishes.
+//! Concurrency limits by key (beyond Clamp; migrations 22 and 34). A request of a
+//! workflow that declares `concurrency` carries its key (`concurrency_key`). It holds a
+//! slot from its admission until it finishes (a pause or a sleep holds it too); until
+//! admitted it is NEW and held (`lease_until = 'infinity'`, which no claim takes).
+//! Slots are counted from `concurrency_slots`, one row per request that waits for or
+//! holds a slot, kept by triggers on the request rows in the transaction that changes
+//! them (migration 34): never a number kept apart, so a crash can neither free one twice
+//! nor leak one: a request of a dead instance keeps its slot while it is continued
+//! elsewhere, and frees it when it finishes.
 //!
 //! Every admission of a key runs under a transaction-scoped advisory lock of (workflow,
 //! key), taken by its own statement first, so the count that follows sees every admission
@@ -24,74 +26,31 @@ pub(super) const LOCK_MANY: &str = "SELECT pg_advisory_xact_lock(h) FROM \
      (SELECT DISTINCT hashtextextended(w || '/' || k, 22) AS h \
       FROM unnest($1::text[], $2::text[]) AS t(w, k)) l ORDER BY h";
 
-/// Ids made before a minute past the database's clock (`$s.id` below the UUIDv7 of that
-/// millisecond): a stable bound, so a look at a key's rows skips, when it starts, the
-/// partition sets made ahead (`partitions`: 300 s and two sets at least), which hold no
-/// request yet unless an instance's clock runs more than a minute ahead of the database's
-/// (docs/decisions.md, "A key's looks skip the sets made ahead"). Without it, every probe
-/// of a key read every set's index, most of them empty.
-macro_rules! made_by_now {
-    ($s:literal) => {
+/// How many requests of key `$k` of workflow `$w` hold a slot (index-only, at most the
+/// key's limit of entries).
+macro_rules! holders {
+    ($w:literal, $k:literal) => {
         concat!(
-            $s,
-            ".id < (lpad(to_hex((extract(epoch FROM statement_timestamp()) * 1000)::bigint \
-             + 60000), 12, '0') || '70008000000000000000')::uuid"
+            "(SELECT count(*) FROM concurrency_slots h WHERE h.workflow_name = ",
+            $w,
+            " AND h.concurrency_key = ",
+            $k,
+            " AND NOT h.queued)"
         )
     };
 }
 
-/// The predicate of a request holding a slot: `service_requests_keyed`'s predicate
-/// (migration 32) and its third column below Infinity (an index-only count: the id is
-/// its last column).
-macro_rules! holds_slot {
-    ($s:literal) => {
-        concat!(
-            $s,
-            ".concurrency_key IS NOT NULL AND ",
-            $s,
-            ".status IN (",
-            crate::status::status_sql!(Unfinished),
-            ") AND ",
-            $s,
-            ".lease_until < 'infinity'::timestamptz AND ",
-            made_by_now!($s)
-        )
-    };
-}
-
-/// The predicate of a request waiting for a slot: `service_requests_keyed`'s predicate
-/// and its third column Infinity (held), and NEW.
-macro_rules! queued {
-    ($s:literal) => {
-        concat!(
-            $s,
-            ".concurrency_key IS NOT NULL AND ",
-            $s,
-            ".status IN (",
-            crate::status::status_sql!(Unfinished),
-            ") AND ",
-            $s,
-            ".lease_until = 'infinity'::timestamptz AND ",
-            $s,
-            ".status = ",
-            crate::status::status_sql!(New),
-            " AND ",
-            made_by_now!($s)
-        )
-    };
-}
-
-/// A key's queue order (`service_requests_keyed`'s last two columns): higher priorities
-/// first, then creation order (ids are UUIDv7).
+/// A key's queue order (`concurrency_slots_queue`'s last two columns): higher priorities
+/// first (`rank` is the priority negated), then creation order (ids are UUIDv7).
 macro_rules! queue_order {
     ($s:literal) => {
-        concat!("-coalesce(", $s, ".priority, 5), ", $s, ".id")
+        concat!($s, ".rank, ", $s, ".id")
     };
 }
 
 /// The starts of key `$k` of workflow `$w` within the last `$p` ms, unless `$n` (the rate)
-/// is NULL: then 0 (the count is not made). Not bounded by `made_by_now!`: the admitted
-/// index holds no id, and the count is index-only without one.
+/// is NULL: then 0 (the count is not made). Read from the requests' admitted index
+/// (migration 22): a start counts after its request finished, so no slot row holds it.
 macro_rules! started_within {
     ($w:literal, $k:literal, $n:literal, $p:literal) => {
         concat!(
@@ -140,30 +99,26 @@ pub(super) const INSERT: &str = concat!(
     crate::store::sql::batch_versions!("$2"),
     ", room AS (
     -- A LATERAL probe per key, not an EXISTS: the planner may answer an EXISTS with one
-    -- hashed scan of every held row, which the keyed index only has by reading it whole.
+    -- hashed scan of every waiting row.
     SELECT k.*, w.one IS NOT NULL AS queued \
-    FROM keys k LEFT JOIN LATERAL (SELECT 1 AS one FROM service_requests q \
-      WHERE q.workflow_name = k.workflow AND q.concurrency_key = k.key AND ",
-    queued!("q"),
-    " LIMIT 1) w ON true
+    FROM keys k LEFT JOIN LATERAL (SELECT 1 AS one FROM concurrency_slots q \
+      WHERE q.workflow_name = k.workflow AND q.concurrency_key = k.key AND q.queued \
+      LIMIT 1) w ON true
 ), counted AS MATERIALIZED (
     -- Materialized: the ranking reads a key's room twice, and an inlined CTE would
     -- count its slot holders once per reading.
     SELECT r.*, \
       CASE WHEN r.queued AND (r.rate IS NULL OR r.lim >= 2147483647) THEN NULL \
-        ELSE r.lim - (SELECT count(*) FROM service_requests h WHERE h.workflow_name = r.workflow \
-                        AND h.concurrency_key = r.key AND ",
-    holds_slot!("h"),
-    ") END AS slot_room, \
+        ELSE r.lim - ",
+    holders!("r.workflow", "r.key"),
+    " END AS slot_room, \
       CASE WHEN r.queued THEN NULL ELSE coalesce(r.rate, r.lim) - ",
     started_within!("r.workflow", "r.key", "r.rate", "r.window_ms"),
     " END AS rate_room \
     FROM room r
 ), ranked AS (
     SELECT i.*, row_number() OVER (PARTITION BY i.workflow, i.key \
-                                    ORDER BY ",
-    queue_order!("i"),
-    ") AS rank, \
+                                    ORDER BY -coalesce(i.priority, 5), i.id) AS rank, \
       CASE WHEN c.queued THEN 0 ELSE least(c.slot_room, c.rate_room) END AS free, \
       c.queued, c.slot_room, c.rate_room, ",
     crate::store::sql::pinned_version!("i.ver", "v.version"),
@@ -214,47 +169,37 @@ pub enum Admission {
 /// window in ms. Returns the admitted ids.
 pub(super) const ADMIT: &str = concat!(
     "UPDATE service_requests SET lease_until = '-infinity', admitted_at = statement_timestamp() \
-     WHERE id IN (SELECT q.id FROM service_requests q WHERE q.workflow_name = $1 \
-                    AND q.concurrency_key = $2 AND ",
-    queued!("q"),
-    " ORDER BY ",
+     WHERE id IN (SELECT q.id FROM concurrency_slots q WHERE q.workflow_name = $1 \
+                    AND q.concurrency_key = $2 AND q.queued ORDER BY ",
     queue_order!("q"),
     " \
-                  LIMIT greatest(0, least($3 - (SELECT count(*) FROM service_requests h \
-                      WHERE h.workflow_name = $1 AND h.concurrency_key = $2 AND ",
-    holds_slot!("h"),
-    "), coalesce($4::bigint, $3) - ",
+                  LIMIT greatest(0, least($3 - ",
+    holders!("$1", "$2"),
+    ", coalesce($4::bigint, $3) - ",
     started_within!("$1", "$2", "$4", "$5"),
-    "))) AND ",
-    queued!("service_requests"),
+    "))) AND concurrency_key IS NOT NULL AND lease_until = 'infinity' AND status = ",
+    crate::status::status_sql!(New),
     " RETURNING id"
 );
 
 /// The workflows and keys of requests (`$1`) that hold or held a slot, where requests
 /// wait: a key nobody waits for needs no admission (one that starts waiting after this
 /// look is admitted by the next pass).
-pub(super) const KEYS_OF: &str = concat!(
-    "SELECT DISTINCT r.workflow_name, r.concurrency_key \
+pub(super) const KEYS_OF: &str = "SELECT DISTINCT r.workflow_name, r.concurrency_key \
      FROM unnest($1::uuid[]) AS u(id) JOIN service_requests r ON r.id = u.id \
-     CROSS JOIN LATERAL (SELECT 1 FROM service_requests q WHERE q.workflow_name = r.workflow_name \
-                     AND q.concurrency_key = r.concurrency_key AND ",
-    queued!("q"),
-    " LIMIT 1) w \
-     WHERE r.concurrency_key IS NOT NULL"
-);
+     CROSS JOIN LATERAL (SELECT 1 FROM concurrency_slots q WHERE q.workflow_name = r.workflow_name \
+                     AND q.concurrency_key = r.concurrency_key AND q.queued LIMIT 1) w \
+     WHERE r.concurrency_key IS NOT NULL";
 
 /// The workflows with requests waiting for a slot (a skip scan of the queue's index).
-pub(super) const WAITING_WORKFLOWS: &str = concat!(
-    "WITH RECURSIVE w AS ( \
-       (SELECT q.workflow_name AS name FROM service_requests q WHERE ",
-    queued!("q"),
-    " ORDER BY q.workflow_name LIMIT 1) \
+pub(super) const WAITING_WORKFLOWS: &str = "WITH RECURSIVE w AS ( \
+       (SELECT q.workflow_name AS name FROM concurrency_slots q WHERE q.queued \
+        ORDER BY q.workflow_name LIMIT 1) \
        UNION ALL \
-       SELECT (SELECT q.workflow_name FROM service_requests q WHERE q.workflow_name > w.name AND ",
-    queued!("q"),
-    " ORDER BY q.workflow_name LIMIT 1) FROM w WHERE w.name IS NOT NULL) \
-     SELECT name FROM w WHERE name IS NOT NULL"
-);
+       SELECT (SELECT q.workflow_name FROM concurrency_slots q \
+               WHERE q.workflow_name > w.name AND q.queued ORDER BY q.workflow_name LIMIT 1) \
+       FROM w WHERE w.name IS NOT NULL) \
+     SELECT name FROM w WHERE name IS NOT NULL";
 
 /// The keys of workflow `$1` with requests waiting, fewer than `$2` holding slots and
 /// fewer than `$5` (NULL: no rate) started within the last `$6` ms (a skip scan of the
@@ -262,39 +207,31 @@ pub(super) const WAITING_WORKFLOWS: &str = concat!(
 /// round the keys, so none waits behind the others).
 pub(super) const DUE_KEYS: &str = concat!(
     "WITH RECURSIVE k AS ( \
-       (SELECT q.concurrency_key AS key FROM service_requests q WHERE q.workflow_name = $1 \
-          AND ($4::text IS NULL OR q.concurrency_key > $4) AND ",
-    queued!("q"),
-    " ORDER BY q.concurrency_key LIMIT 1) \
+       (SELECT q.concurrency_key AS key FROM concurrency_slots q WHERE q.workflow_name = $1 \
+          AND ($4::text IS NULL OR q.concurrency_key > $4) AND q.queued \
+        ORDER BY q.concurrency_key LIMIT 1) \
        UNION ALL \
-       SELECT (SELECT q.concurrency_key FROM service_requests q WHERE q.workflow_name = $1 \
-                 AND q.concurrency_key > k.key AND ",
-    queued!("q"),
-    " ORDER BY q.concurrency_key LIMIT 1) FROM k WHERE k.key IS NOT NULL) \
-     SELECT key FROM k WHERE key IS NOT NULL \
-       AND (SELECT count(*) FROM service_requests h WHERE h.workflow_name = $1 \
-              AND h.concurrency_key = k.key AND ",
-    holds_slot!("h"),
-    ") < $2 AND ",
+       SELECT (SELECT q.concurrency_key FROM concurrency_slots q WHERE q.workflow_name = $1 \
+                 AND q.concurrency_key > k.key AND q.queued \
+               ORDER BY q.concurrency_key LIMIT 1) FROM k WHERE k.key IS NOT NULL) \
+     SELECT key FROM k WHERE key IS NOT NULL AND ",
+    holders!("$1", "k.key"),
+    " < $2 AND ",
     started_within!("$1", "k.key", "$5", "$6"),
     " < coalesce($5::bigint, 1) LIMIT $3"
 );
 
 /// Requests waiting for a slot, by workflow (for /metrics, at most every 30 s).
-pub(super) const WAITING_COUNTS: &str = concat!(
-    "SELECT q.workflow_name, count(*) FROM service_requests q WHERE ",
-    queued!("q"),
-    " GROUP BY q.workflow_name"
-);
+pub(super) const WAITING_COUNTS: &str =
+    "SELECT q.workflow_name, count(*) FROM concurrency_slots q WHERE q.queued \
+     GROUP BY q.workflow_name";
 
 /// The keys of workflow `$1` with the most requests waiting, at most `$2`, each with the
 /// workflow's requests waiting and keys with requests waiting, all told (the console).
-pub(super) const WAITING_BY_KEY: &str = concat!(
+pub(super) const WAITING_BY_KEY: &str =
     "SELECT q.concurrency_key, count(*), sum(count(*)) OVER ()::int8, count(*) OVER () \
-     FROM service_requests q WHERE q.workflow_name = $1 AND ",
-    queued!("q"),
-    " GROUP BY q.concurrency_key ORDER BY count(*) DESC, q.concurrency_key LIMIT $2"
-);
+     FROM concurrency_slots q WHERE q.workflow_name = $1 AND q.queued \
+     GROUP BY q.concurrency_key ORDER BY count(*) DESC, q.concurrency_key LIMIT $2";
 
 /// One limited create.
 pub struct Limited {

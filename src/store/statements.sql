@@ -120,30 +120,22 @@ WITH input AS (
         GROUP BY workflow, key
 ), v AS (SELECT w.name, w.version FROM workflows w WHERE w.name = ANY($2::text[])), room AS (
     -- A LATERAL probe per key, not an EXISTS: the planner may answer an EXISTS with one
-    -- hashed scan of every held row, which the keyed index only has by reading it whole.
+    -- hashed scan of every waiting row.
     SELECT k.*, w.one IS NOT NULL AS queued
         FROM keys k
         LEFT JOIN LATERAL (SELECT 1 AS one
-            FROM service_requests q
-            WHERE q.workflow_name = k.workflow AND q.concurrency_key = k.key AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
-                'IN_PROGRESS', 'PAUSED',
-                'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW' AND q.id < (lpad(to_hex((extract(epoch
-                FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
-                    '0') || '70008000000000000000')::uuid
+            FROM concurrency_slots q
+            WHERE q.workflow_name = k.workflow AND q.concurrency_key = k.key AND q.queued
             LIMIT 1) w ON true
 ), counted AS MATERIALIZED (
     -- Materialized: the ranking reads a key's room twice, and an inlined CTE would
     -- count its slot holders once per reading.
     SELECT r.*,
         CASE WHEN r.queued AND (r.rate IS NULL OR r.lim >= 2147483647) THEN NULL ELSE r.lim - (SELECT count(*)
-        FROM service_requests h
-        WHERE h.workflow_name = r.workflow AND h.concurrency_key = r.key AND h.concurrency_key IS NOT NULL AND h.status IN ('NEW',
-            'IN_PROGRESS', 'PAUSED',
-            'RESUMED') AND h.lease_until < 'infinity'::timestamptz AND h.id < (lpad(to_hex((extract(epoch
-            FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
-                '0') || '70008000000000000000')::uuid) END AS slot_room,
-                CASE WHEN r.queued THEN NULL ELSE coalesce(r.rate,
-                    r.lim) - (CASE WHEN r.rate::bigint IS NULL THEN 0 ELSE (SELECT count(*)
+        FROM concurrency_slots h
+        WHERE h.workflow_name = r.workflow AND h.concurrency_key = r.key AND NOT h.queued) END AS slot_room,
+            CASE WHEN r.queued THEN NULL ELSE coalesce(r.rate,
+                r.lim) - (CASE WHEN r.rate::bigint IS NULL THEN 0 ELSE (SELECT count(*)
             FROM service_requests a
             WHERE a.workflow_name = r.workflow AND a.concurrency_key = r.key AND a.concurrency_key IS NOT NULL AND a.admitted_at > statement_timestamp() - r.window_ms::float8 * interval '1 millisecond') END) END AS rate_room
         FROM room r
@@ -178,28 +170,16 @@ SELECT t.id, t.rank <= t.free,
 -- slots::ADMIT
 UPDATE service_requests SET lease_until = '-infinity', admitted_at = statement_timestamp()
     WHERE id IN (SELECT q.id
-        FROM service_requests q
-        WHERE q.workflow_name = $1 AND q.concurrency_key = $2 AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
-            'IN_PROGRESS', 'PAUSED',
-            'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW' AND q.id < (lpad(to_hex((extract(epoch
-            FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
-                '0') || '70008000000000000000')::uuid
-        ORDER BY -coalesce(q.priority, 5), q.id
+        FROM concurrency_slots q
+        WHERE q.workflow_name = $1 AND q.concurrency_key = $2 AND q.queued
+        ORDER BY q.rank, q.id
         LIMIT greatest(0, least($3 - (SELECT count(*)
-            FROM service_requests h
-            WHERE h.workflow_name = $1 AND h.concurrency_key = $2 AND h.concurrency_key IS NOT NULL AND h.status IN ('NEW',
-                'IN_PROGRESS', 'PAUSED',
-                'RESUMED') AND h.lease_until < 'infinity'::timestamptz AND h.id < (lpad(to_hex((extract(epoch
-                FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
-                    '0') || '70008000000000000000')::uuid),
-                    coalesce($4::bigint,
-                        $3) - (CASE WHEN $4::bigint IS NULL THEN 0 ELSE (SELECT count(*)
+            FROM concurrency_slots h
+            WHERE h.workflow_name = $1 AND h.concurrency_key = $2 AND NOT h.queued),
+                coalesce($4::bigint,
+                    $3) - (CASE WHEN $4::bigint IS NULL THEN 0 ELSE (SELECT count(*)
                 FROM service_requests a
-                WHERE a.workflow_name = $1 AND a.concurrency_key = $2 AND a.concurrency_key IS NOT NULL AND a.admitted_at > statement_timestamp() - $5::float8 * interval '1 millisecond') END)))) AND service_requests.concurrency_key IS NOT NULL AND service_requests.status IN ('NEW',
-                    'IN_PROGRESS', 'PAUSED',
-                    'RESUMED') AND service_requests.lease_until = 'infinity'::timestamptz AND service_requests.status = 'NEW' AND service_requests.id < (lpad(to_hex((extract(epoch
-                    FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
-                        '0') || '70008000000000000000')::uuid
+                WHERE a.workflow_name = $1 AND a.concurrency_key = $2 AND a.concurrency_key IS NOT NULL AND a.admitted_at > statement_timestamp() - $5::float8 * interval '1 millisecond') END)))) AND concurrency_key IS NOT NULL AND lease_until = 'infinity' AND status = 'NEW'
     RETURNING id;
 
 -- slots::KEYS_OF
@@ -207,30 +187,19 @@ SELECT DISTINCT r.workflow_name, r.concurrency_key
     FROM unnest($1::uuid[]) AS u(id)
     JOIN service_requests r ON r.id = u.id CROSS
     JOIN LATERAL (SELECT 1
-        FROM service_requests q
-        WHERE q.workflow_name = r.workflow_name AND q.concurrency_key = r.concurrency_key AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
-            'IN_PROGRESS', 'PAUSED',
-            'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW' AND q.id < (lpad(to_hex((extract(epoch
-            FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
-                '0') || '70008000000000000000')::uuid
+        FROM concurrency_slots q
+        WHERE q.workflow_name = r.workflow_name AND q.concurrency_key = r.concurrency_key AND q.queued
         LIMIT 1) w
     WHERE r.concurrency_key IS NOT NULL;
 
 -- slots::WAITING_WORKFLOWS
 WITH RECURSIVE w AS ( (SELECT q.workflow_name AS name
-    FROM service_requests q
-    WHERE q.concurrency_key IS NOT NULL AND q.status IN ('NEW', 'IN_PROGRESS', 'PAUSED',
-        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW' AND q.id < (lpad(to_hex((extract(epoch
-        FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
-            '0') || '70008000000000000000')::uuid
+    FROM concurrency_slots q
+    WHERE q.queued
     ORDER BY q.workflow_name
     LIMIT 1) UNION ALL SELECT (SELECT q.workflow_name
-    FROM service_requests q
-    WHERE q.workflow_name > w.name AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
-        'IN_PROGRESS', 'PAUSED',
-        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW' AND q.id < (lpad(to_hex((extract(epoch
-        FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
-            '0') || '70008000000000000000')::uuid
+    FROM concurrency_slots q
+    WHERE q.workflow_name > w.name AND q.queued
     ORDER BY q.workflow_name
     LIMIT 1)
     FROM w
@@ -240,54 +209,32 @@ WITH RECURSIVE w AS ( (SELECT q.workflow_name AS name
 
 -- slots::DUE_KEYS
 WITH RECURSIVE k AS ( (SELECT q.concurrency_key AS key
-    FROM service_requests q
-    WHERE q.workflow_name = $1 AND ($4::text IS NULL OR q.concurrency_key > $4) AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
-        'IN_PROGRESS', 'PAUSED',
-        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW' AND q.id < (lpad(to_hex((extract(epoch
-        FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
-            '0') || '70008000000000000000')::uuid
+    FROM concurrency_slots q
+    WHERE q.workflow_name = $1 AND ($4::text IS NULL OR q.concurrency_key > $4) AND q.queued
     ORDER BY q.concurrency_key
     LIMIT 1) UNION ALL SELECT (SELECT q.concurrency_key
-    FROM service_requests q
-    WHERE q.workflow_name = $1 AND q.concurrency_key > k.key AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
-        'IN_PROGRESS', 'PAUSED',
-        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW' AND q.id < (lpad(to_hex((extract(epoch
-        FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
-            '0') || '70008000000000000000')::uuid
+    FROM concurrency_slots q
+    WHERE q.workflow_name = $1 AND q.concurrency_key > k.key AND q.queued
     ORDER BY q.concurrency_key
     LIMIT 1)
     FROM k
     WHERE k.key IS NOT NULL) SELECT key
     FROM k
     WHERE key IS NOT NULL AND (SELECT count(*)
-        FROM service_requests h
-        WHERE h.workflow_name = $1 AND h.concurrency_key = k.key AND h.concurrency_key IS NOT NULL AND h.status IN ('NEW',
-            'IN_PROGRESS', 'PAUSED',
-            'RESUMED') AND h.lease_until < 'infinity'::timestamptz AND h.id < (lpad(to_hex((extract(epoch
-            FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
-                '0') || '70008000000000000000')::uuid) < $2 AND (CASE WHEN $5::bigint IS NULL THEN 0 ELSE (SELECT count(*)
+        FROM concurrency_slots h
+        WHERE h.workflow_name = $1 AND h.concurrency_key = k.key AND NOT h.queued) < $2 AND (CASE WHEN $5::bigint IS NULL THEN 0 ELSE (SELECT count(*)
             FROM service_requests a
             WHERE a.workflow_name = $1 AND a.concurrency_key = k.key AND a.concurrency_key IS NOT NULL AND a.admitted_at > statement_timestamp() - $6::float8 * interval '1 millisecond') END) < coalesce($5::bigint,
                 1)
     LIMIT $3;
 
 -- slots::WAITING_COUNTS
-SELECT q.workflow_name, count(*)
-    FROM service_requests q
-    WHERE q.concurrency_key IS NOT NULL AND q.status IN ('NEW', 'IN_PROGRESS', 'PAUSED',
-        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW' AND q.id < (lpad(to_hex((extract(epoch
-        FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
-            '0') || '70008000000000000000')::uuid
-    GROUP BY q.workflow_name;
+SELECT q.workflow_name, count(*) FROM concurrency_slots q WHERE q.queued GROUP BY q.workflow_name;
 
 -- slots::WAITING_BY_KEY
 SELECT q.concurrency_key, count(*), sum(count(*)) OVER ()::int8, count(*) OVER ()
-    FROM service_requests q
-    WHERE q.workflow_name = $1 AND q.concurrency_key IS NOT NULL AND q.status IN ('NEW',
-        'IN_PROGRESS', 'PAUSED',
-        'RESUMED') AND q.lease_until = 'infinity'::timestamptz AND q.status = 'NEW' AND q.id < (lpad(to_hex((extract(epoch
-        FROM statement_timestamp()) * 1000)::bigint + 60000), 12,
-            '0') || '70008000000000000000')::uuid
+    FROM concurrency_slots q
+    WHERE q.workflow_name = $1 AND q.queued
     GROUP BY q.concurrency_key
     ORDER BY count(*) DESC, q.concurrency_key
     LIMIT $2;
@@ -1633,10 +1580,9 @@ SELECT DISTINCT c.parent_id
 
 -- status::SLOT_AHEAD
 SELECT count(*)
-    FROM service_requests q
-    WHERE q.workflow_name = $1 AND q.concurrency_key = $2 AND (-coalesce(q.priority, 5),
-        q.id) < (-$4::int,
-        $3::uuid) AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = 'NEW';
+    FROM concurrency_slots q
+    WHERE q.workflow_name = $1 AND q.concurrency_key = $2 AND q.queued AND (q.rank,
+        q.id) < (-$4::int, $3::uuid);
 
 -- queries::INSERT_WORKFLOW
 WITH w AS (
@@ -1863,11 +1809,13 @@ SELECT s.id, s.workflow_name,
         to_json(s.created_at) #>> '{}' AS created_at, s.payload, s.current_step_id, s.reason,
         s.labels
     FROM service_requests s
-    WHERE s.concurrency_key IS NOT NULL AND s.lease_until = 'infinity' AND s.status = 'NEW' AND ($8::text IS NULL OR s.concurrency_key = $8) AND ($7::text IS NULL OR s.workflow_name = $7) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
-        FROM service_requests fc
-        WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
-            'IN_PROGRESS',
-            'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
+    WHERE s.id IN (SELECT q.id
+        FROM concurrency_slots q
+        WHERE q.queued AND q.id >= $1 AND q.id < $2 AND ($8::text IS NULL OR q.concurrency_key = $8) AND ($7::text IS NULL OR q.workflow_name = $7)) AND s.concurrency_key IS NOT NULL AND s.lease_until = 'infinity' AND s.status = 'NEW' AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+            FROM service_requests fc
+            WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
+                'IN_PROGRESS',
+                'RESUMED') AND fc.lease_until <> 'infinity') THEN 'IN_PROGRESS' ELSE s.status END = ANY($3)) AND ($4::timestamptz IS NULL OR s.created_at > $4) AND ($5::timestamptz IS NULL OR s.created_at < $5)
     ORDER BY s.id DESC
     LIMIT $6;
 

@@ -75,13 +75,9 @@ pub const PROCEEDING: &str = concat!(
 
 /// How many requests of its key wait before request `$3` of workflow `$1`, key `$2`, of
 /// priority `$4` (the key's queue order, `slots::queue_order!`).
-pub const SLOT_AHEAD: &str = concat!(
-    "SELECT count(*) FROM service_requests q \
-     WHERE q.workflow_name = $1 AND q.concurrency_key = $2 \
-       AND (-coalesce(q.priority, 5), q.id) < (-$4::int, $3::uuid) \
-       AND q.concurrency_key IS NOT NULL AND q.lease_until = 'infinity' AND q.status = ",
-    crate::status::status_sql!(New)
-);
+pub const SLOT_AHEAD: &str = "SELECT count(*) FROM concurrency_slots q \
+     WHERE q.workflow_name = $1 AND q.concurrency_key = $2 AND q.queued \
+       AND (q.rank, q.id) < (-$4::int, $3::uuid)";
 
 /// The request row, as the answer shows it.
 #[derive(Debug, Clone)]

@@ -604,3 +604,75 @@ async fn a_schedules_runs_wait_for_a_slot_like_creates() {
     assert_eq!(d.peak_in_flight(), 1, "one at a time");
     s.shutdown().await;
 }
+
+/// Requests that wait for or hold a slot when a database is upgraded to migration 34 (a
+/// key's slots in rows of their own) keep their places: the one holding the key's only
+/// slot keeps it, the one waiting waits behind it, a finished one holds none; then both
+/// run, one at a time, and leave no slot row behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slots_held_and_waited_for_survive_the_upgrade_to_slot_rows() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    migrate_to(&db, 33).await;
+    let c = db.client().await;
+    insert_workflow(
+        &c,
+        &json!({"name": "ledger", "concurrency": {"key": "payload.k", "limit": 1},
+        "steps": [http("post", d.url("/per-key/300"))]}),
+    )
+    .await;
+    // In creation order, an hour ago (the one set before the server's first start holds
+    // the past): finished, holding the slot, waiting for it.
+    let hour_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 3600;
+    let ids: Vec<uuid::Uuid> = (0..3)
+        .map(|ms| {
+            let ts = uuid::Timestamp::from_unix(uuid::NoContext, hour_ago, ms * 1_000_000);
+            uuid::Uuid::new_v7(ts)
+        })
+        .collect();
+    let rows = [
+        (ids[0], "COMPLETED", "-infinity"),
+        (ids[1], "NEW", "-infinity"),
+        (ids[2], "NEW", "infinity"),
+    ];
+    for (id, status, lease_until) in rows {
+        c.execute(
+            "INSERT INTO service_requests (id, workflow_name, status, payload, headers, \
+                 current_step_id, lease_until, created_at, updated_at, finished_at, \
+                 workflow_version, concurrency_key, admitted_at) \
+             VALUES ($1, 'ledger', $2, '{\"k\":\"x\"}', '[]', 1, $3::text::timestamptz, now(), \
+                 now(), CASE WHEN $2 = 'COMPLETED' THEN now() END, 1, 'x', \
+                 CASE WHEN $3 <> 'infinity' THEN now() END)",
+            &[&id, &status, &lease_until],
+        )
+        .await
+        .unwrap();
+    }
+    migrate_to(&db, 34).await;
+    let slots: Vec<(uuid::Uuid, bool)> = c
+        .query("SELECT id, queued FROM concurrency_slots ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(slots, vec![(ids[1], false), (ids[2], true)]);
+
+    let s = TestServer::start(config(&db.url)).await;
+    for id in &ids[1..] {
+        wait_status(&s, &id.to_string(), &["COMPLETED"], WAIT).await;
+    }
+    assert_eq!(d.received("/per-key/300").len(), 2);
+    assert_eq!(
+        d.peak_per_key().get("x"),
+        Some(&1),
+        "{:?}",
+        d.peak_per_key()
+    );
+    assert_eq!(db.count("SELECT count(*) FROM concurrency_slots").await, 0);
+    s.shutdown().await;
+}

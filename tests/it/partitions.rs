@@ -207,77 +207,41 @@ async fn sets_are_made_ahead_and_reads_touch_only_the_partitions_that_hold_what_
     s.shutdown().await;
 }
 
-/// A look at a key's rows (its slot holders, its queue) skips, when it starts, the sets
-/// made ahead beyond a minute past the database's clock: they hold no request yet, and
-/// reading each one's index for every key was most of a limited create's cost.
+/// A key's looks (its queue, its slot holders) read its slot rows (`concurrency_slots`,
+/// migration 34), never a set of the requests: their cost does not grow with the sets
+/// kept, and a generic plan made on fresh sets (no statistics) cannot stray onto another
+/// index of theirs (as a key's queue probe once read the fan-out's held index, every
+/// held row of every key).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_keys_looks_skip_the_sets_made_ahead() {
-    let db = TestDb::new();
-    let mut cfg = config(&db.url);
-    cfg.partitioning.min = Duration::from_secs(40);
-    cfg.partitioning.max = Duration::from_secs(40);
-    cfg.partitioning.ahead = Duration::from_secs(240);
-    let s = TestServer::start(cfg).await;
-    let c = db.client().await;
-    // Each set by the second its range starts (`_p20261206t213000`); `_p0` from the start.
-    let now: f64 = c
-        .query_one("SELECT extract(epoch FROM now())::float8", &[])
-        .await
-        .unwrap()
-        .get(0);
-    let start = |name: &str| -> f64 {
-        let suffix = name.rsplit("_p").next().unwrap();
-        if suffix == "0" {
-            return 0.0;
-        }
-        let t = chrono::NaiveDateTime::parse_from_str(suffix, "%Y%m%dt%H%M%S").unwrap();
-        t.and_utc().timestamp() as f64
-    };
-    let sets = partitions_of(&c, "service_requests").await;
-    let beyond: Vec<&String> = sets.iter().filter(|n| start(n) > now + 61.0).collect();
-    assert!(beyond.len() >= 2, "{sets:?}: sets made past a minute ahead");
-    // A key's admission: its queue (`q`) and its slot holders (`h`).
-    let read = partitions_read_as(
-        &c,
-        "slots::ADMIT",
-        "'w', 'k', 4, NULL, 1000",
-        &["q", "h"],
-        false,
-    )
-    .await;
-    for part in &read {
-        assert!(
-            start(part) <= now + 61.0,
-            "{part} read; {read:?} of {sets:?}"
-        );
-    }
-    assert!(
-        read.len() + beyond.len() <= sets.len(),
-        "{read:?} of {sets:?}"
-    );
-    s.shutdown().await;
-}
-
-/// A key's probe of its queue (after a finish, `slots::KEYS_OF`) reads the keyed index,
-/// also on partitions without statistics (every new set's first minutes): a request held
-/// for a slot is not in the fan-out's held index (migration 33), whose old predicate the
-/// probe met, so its generic plan read every held row of every key there.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_keys_probe_reads_the_keyed_index_not_the_fan_outs() {
+async fn a_keys_looks_read_its_slot_rows_not_the_sets() {
     let db = TestDb::new();
     let s = TestServer::start(config(&db.url)).await;
     let c = db.client().await;
+    let keyed_looks = |plan: &[String]| -> Vec<String> {
+        plan.iter()
+            .filter(|l| l.contains(" q") || l.contains(" h"))
+            .filter(|l| l.contains(" on "))
+            .cloned()
+            .collect()
+    };
+    // A key's admission: its queue (`q`) and its slot holders (`h`).
+    let admit = generic_plan(&c, "slots::ADMIT", "'w', 'k', 4, NULL, 1000", "").await;
+    // A finish's look for its key's queue.
     let ids = format!("'{{{}}}'", Uuid::now_v7());
-    let plan = generic_plan(&c, "slots::KEYS_OF", &ids, "").await;
-    let probes: Vec<&String> = plan
-        .iter()
-        .filter(|l| l.contains(" on service_requests_p") && l.contains(" q"))
-        .collect();
-    assert!(!probes.is_empty(), "{}", plan.join("\n"));
-    for p in &probes {
+    let keys_of = generic_plan(&c, "slots::KEYS_OF", &ids, "").await;
+    for plan in [&admit, &keys_of] {
+        let looks = keyed_looks(plan);
+        assert!(!looks.is_empty(), "{}", plan.join("\n"));
+        for l in &looks {
+            assert!(
+                l.contains("concurrency_slots_queue") || l.contains("concurrency_slots_held"),
+                "a key's look not on its slot rows: {l}\n{}",
+                plan.join("\n")
+            );
+        }
         assert!(
-            p.contains("workflow_name_concurrency") || p.contains("keyed"),
-            "a probe not on the keyed index: {p}\n{}",
+            !plan.iter().any(|l| l.contains("fan_held")),
+            "{}",
             plan.join("\n")
         );
     }

@@ -58,6 +58,10 @@ const MIGRATIONS: &[(i32, &str)] = &[
         33,
         include_str!("../migrations/0033_fan_held_has_a_parent.sql"),
     ),
+    (
+        34,
+        include_str!("../migrations/0034_slots_of_their_own.sql"),
+    ),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.
