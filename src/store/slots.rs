@@ -51,6 +51,9 @@ macro_rules! queue_order {
 /// The starts of key `$k` of workflow `$w` within the last `$p` ms, unless `$n` (the rate)
 /// is NULL: then 0 (the count is not made). Read from the requests' admitted index
 /// (migration 22): a start counts after its request finished, so no slot row holds it.
+/// Only an admission under a rate writes `admitted_at` (nothing else reads it, and its
+/// index entry was a limited create's dearest write): a version that adds a rate counts
+/// the starts made under it.
 macro_rules! started_within {
     ($w:literal, $k:literal, $n:literal, $p:literal) => {
         concat!(
@@ -137,7 +140,8 @@ SELECT t.id, t.workflow, t.payload, t.headers, \
     " \
        ELSE '-infinity'::timestamptz END, \
   t.stored_version, t.created + t.deadline_ms * interval '1 millisecond', t.key, \
-  CASE WHEN t.rank <= t.free THEN statement_timestamp() END, t.priority, \
+  CASE WHEN t.rank <= t.free AND t.rate IS NOT NULL THEN statement_timestamp() END, \
+  t.priority, \
   string_to_array(t.labels, E'\\n'), t.notify, t.created \
 FROM ranked t)
 -- What each create became, read from the ranking that stored it (no join back to the
@@ -168,7 +172,8 @@ pub enum Admission {
 /// rate's room, under its lock: `$1` workflow, `$2` key, `$3` limit, `$4` rate (NULL: none), `$5` its
 /// window in ms. Returns the admitted ids.
 pub(super) const ADMIT: &str = concat!(
-    "UPDATE service_requests SET lease_until = '-infinity', admitted_at = statement_timestamp() \
+    "UPDATE service_requests SET lease_until = '-infinity', \
+       admitted_at = CASE WHEN $4::bigint IS NOT NULL THEN statement_timestamp() END \
      WHERE id IN (SELECT q.id FROM concurrency_slots q WHERE q.workflow_name = $1 \
                     AND q.concurrency_key = $2 AND q.queued ORDER BY ",
     queue_order!("q"),

@@ -48,14 +48,23 @@ DECLARE
     state int := CASE WHEN TG_OP = 'DELETE' THEN 0
                       ELSE concurrency_slot_state(NEW.status, NEW.lease_until) END;
 BEGIN
-    IF state > 0 THEN
-        INSERT INTO concurrency_slots (id, workflow_name, concurrency_key, queued, rank)
-        VALUES (NEW.id, NEW.workflow_name, NEW.concurrency_key, state = 1,
-                -coalesce(NEW.priority, 5))
-        ON CONFLICT (id) DO UPDATE SET queued = EXCLUDED.queued, rank = EXCLUDED.rank;
-    ELSIF TG_OP <> 'INSERT' THEN
-        DELETE FROM concurrency_slots WHERE id = OLD.id;
+    IF state = 0 THEN
+        IF TG_OP <> 'INSERT' THEN
+            DELETE FROM concurrency_slots WHERE id = OLD.id;
+        END IF;
+        RETURN NULL;
     END IF;
+    -- A new request has no slot row yet; a changed one may (a retry's has none).
+    IF TG_OP = 'UPDATE' THEN
+        UPDATE concurrency_slots SET queued = state = 1, rank = -coalesce(NEW.priority, 5)
+        WHERE id = NEW.id;
+        IF FOUND THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    INSERT INTO concurrency_slots (id, workflow_name, concurrency_key, queued, rank)
+    VALUES (NEW.id, NEW.workflow_name, NEW.concurrency_key, state = 1,
+            -coalesce(NEW.priority, 5));
     RETURN NULL;
 END
 $$;
