@@ -28,6 +28,13 @@ CREATE INDEX concurrency_slots_held ON public.concurrency_slots USING btree (wor
 CREATE UNIQUE INDEX concurrency_slots_pkey ON public.concurrency_slots USING btree (id);
 CREATE INDEX concurrency_slots_queue ON public.concurrency_slots USING btree (workflow_name, concurrency_key, rank, id) WHERE queued;
 
+CREATE TABLE concurrency_starts (
+    workflow_name text NOT NULL,
+    concurrency_key text NOT NULL,
+    admitted_at timestamp with time zone NOT NULL
+);
+CREATE INDEX concurrency_starts_by_key ON public.concurrency_starts USING btree (workflow_name, concurrency_key, admitted_at);
+
 CREATE TABLE console_sessions (
     id_hash bytea NOT NULL,
     token_digest bytea NOT NULL,
@@ -195,7 +202,6 @@ CREATE TABLE service_requests (
     notify smallint
 ) PARTITION BY RANGE (id);
 ALTER TABLE service_requests ADD CONSTRAINT service_requests_pkey PRIMARY KEY (id);
-CREATE INDEX service_requests_admitted ON ONLY public.service_requests USING btree (workflow_name, concurrency_key, admitted_at) WHERE ((concurrency_key IS NOT NULL) AND (admitted_at IS NOT NULL));
 CREATE INDEX service_requests_by_workflow ON ONLY public.service_requests USING btree (workflow_name, id) WITH (fillfactor='50');
 CREATE INDEX service_requests_children ON ONLY public.service_requests USING btree (parent_id, id) WHERE (parent_id IS NOT NULL);
 CREATE INDEX service_requests_claim_order ON ONLY public.service_requests USING btree ((
@@ -445,14 +451,23 @@ DECLARE
     state int := CASE WHEN TG_OP = 'DELETE' THEN 0
                       ELSE concurrency_slot_state(NEW.status, NEW.lease_until) END;
 BEGIN
-    IF state > 0 THEN
-        INSERT INTO concurrency_slots (id, workflow_name, concurrency_key, queued, rank)
-        VALUES (NEW.id, NEW.workflow_name, NEW.concurrency_key, state = 1,
-                -coalesce(NEW.priority, 5))
-        ON CONFLICT (id) DO UPDATE SET queued = EXCLUDED.queued, rank = EXCLUDED.rank;
-    ELSIF TG_OP <> 'INSERT' THEN
-        DELETE FROM concurrency_slots WHERE id = OLD.id;
+    IF state = 0 THEN
+        IF TG_OP <> 'INSERT' THEN
+            DELETE FROM concurrency_slots WHERE id = OLD.id;
+        END IF;
+        RETURN NULL;
     END IF;
+    -- A new request has no slot row yet; a changed one may (a retry's has none).
+    IF TG_OP = 'UPDATE' THEN
+        UPDATE concurrency_slots SET queued = state = 1, rank = -coalesce(NEW.priority, 5)
+        WHERE id = NEW.id;
+        IF FOUND THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    INSERT INTO concurrency_slots (id, workflow_name, concurrency_key, queued, rank)
+    VALUES (NEW.id, NEW.workflow_name, NEW.concurrency_key, state = 1,
+            -coalesce(NEW.priority, 5));
     RETURN NULL;
 END
 $function$;
@@ -461,24 +476,3 @@ $function$;
 CREATE TRIGGER concurrency_slots_delete AFTER DELETE ON public.service_requests FOR EACH ROW WHEN ((old.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
 CREATE TRIGGER concurrency_slots_insert AFTER INSERT ON public.service_requests FOR EACH ROW WHEN ((new.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
 CREATE TRIGGER concurrency_slots_update AFTER UPDATE ON public.service_requests FOR EACH ROW WHEN (((new.concurrency_key IS NOT NULL) AND ((((old.status = 'NEW'::text) AND (old.lease_until = 'infinity'::timestamp with time zone)) <> ((new.status = 'NEW'::text) AND (new.lease_until = 'infinity'::timestamp with time zone))) OR (((old.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (old.lease_until < 'infinity'::timestamp with time zone)) <> ((new.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (new.lease_until < 'infinity'::timestamp with time zone))) OR (old.priority IS DISTINCT FROM new.priority)))) EXECUTE FUNCTION concurrency_slots_follow();
-CREATE TRIGGER concurrency_slots_delete AFTER DELETE ON public.service_requests_p0 FOR EACH ROW WHEN ((old.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
-CREATE TRIGGER concurrency_slots_insert AFTER INSERT ON public.service_requests_p0 FOR EACH ROW WHEN ((new.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
-CREATE TRIGGER concurrency_slots_update AFTER UPDATE ON public.service_requests_p0 FOR EACH ROW WHEN (((new.concurrency_key IS NOT NULL) AND ((((old.status = 'NEW'::text) AND (old.lease_until = 'infinity'::timestamp with time zone)) <> ((new.status = 'NEW'::text) AND (new.lease_until = 'infinity'::timestamp with time zone))) OR (((old.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (old.lease_until < 'infinity'::timestamp with time zone)) <> ((new.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (new.lease_until < 'infinity'::timestamp with time zone))) OR (old.priority IS DISTINCT FROM new.priority)))) EXECUTE FUNCTION concurrency_slots_follow();
-CREATE TRIGGER concurrency_slots_delete AFTER DELETE ON public.service_requests_p20261207t025606 FOR EACH ROW WHEN ((old.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
-CREATE TRIGGER concurrency_slots_insert AFTER INSERT ON public.service_requests_p20261207t025606 FOR EACH ROW WHEN ((new.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
-CREATE TRIGGER concurrency_slots_update AFTER UPDATE ON public.service_requests_p20261207t025606 FOR EACH ROW WHEN (((new.concurrency_key IS NOT NULL) AND ((((old.status = 'NEW'::text) AND (old.lease_until = 'infinity'::timestamp with time zone)) <> ((new.status = 'NEW'::text) AND (new.lease_until = 'infinity'::timestamp with time zone))) OR (((old.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (old.lease_until < 'infinity'::timestamp with time zone)) <> ((new.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (new.lease_until < 'infinity'::timestamp with time zone))) OR (old.priority IS DISTINCT FROM new.priority)))) EXECUTE FUNCTION concurrency_slots_follow();
-CREATE TRIGGER concurrency_slots_delete AFTER DELETE ON public.service_requests_p20261207t025706 FOR EACH ROW WHEN ((old.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
-CREATE TRIGGER concurrency_slots_insert AFTER INSERT ON public.service_requests_p20261207t025706 FOR EACH ROW WHEN ((new.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
-CREATE TRIGGER concurrency_slots_update AFTER UPDATE ON public.service_requests_p20261207t025706 FOR EACH ROW WHEN (((new.concurrency_key IS NOT NULL) AND ((((old.status = 'NEW'::text) AND (old.lease_until = 'infinity'::timestamp with time zone)) <> ((new.status = 'NEW'::text) AND (new.lease_until = 'infinity'::timestamp with time zone))) OR (((old.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (old.lease_until < 'infinity'::timestamp with time zone)) <> ((new.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (new.lease_until < 'infinity'::timestamp with time zone))) OR (old.priority IS DISTINCT FROM new.priority)))) EXECUTE FUNCTION concurrency_slots_follow();
-CREATE TRIGGER concurrency_slots_delete AFTER DELETE ON public.service_requests_p20261207t025806 FOR EACH ROW WHEN ((old.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
-CREATE TRIGGER concurrency_slots_insert AFTER INSERT ON public.service_requests_p20261207t025806 FOR EACH ROW WHEN ((new.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
-CREATE TRIGGER concurrency_slots_update AFTER UPDATE ON public.service_requests_p20261207t025806 FOR EACH ROW WHEN (((new.concurrency_key IS NOT NULL) AND ((((old.status = 'NEW'::text) AND (old.lease_until = 'infinity'::timestamp with time zone)) <> ((new.status = 'NEW'::text) AND (new.lease_until = 'infinity'::timestamp with time zone))) OR (((old.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (old.lease_until < 'infinity'::timestamp with time zone)) <> ((new.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (new.lease_until < 'infinity'::timestamp with time zone))) OR (old.priority IS DISTINCT FROM new.priority)))) EXECUTE FUNCTION concurrency_slots_follow();
-CREATE TRIGGER concurrency_slots_delete AFTER DELETE ON public.service_requests_p20261207t025906 FOR EACH ROW WHEN ((old.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
-CREATE TRIGGER concurrency_slots_insert AFTER INSERT ON public.service_requests_p20261207t025906 FOR EACH ROW WHEN ((new.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
-CREATE TRIGGER concurrency_slots_update AFTER UPDATE ON public.service_requests_p20261207t025906 FOR EACH ROW WHEN (((new.concurrency_key IS NOT NULL) AND ((((old.status = 'NEW'::text) AND (old.lease_until = 'infinity'::timestamp with time zone)) <> ((new.status = 'NEW'::text) AND (new.lease_until = 'infinity'::timestamp with time zone))) OR (((old.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (old.lease_until < 'infinity'::timestamp with time zone)) <> ((new.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (new.lease_until < 'infinity'::timestamp with time zone))) OR (old.priority IS DISTINCT FROM new.priority)))) EXECUTE FUNCTION concurrency_slots_follow();
-CREATE TRIGGER concurrency_slots_delete AFTER DELETE ON public.service_requests_p20261207t030006 FOR EACH ROW WHEN ((old.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
-CREATE TRIGGER concurrency_slots_insert AFTER INSERT ON public.service_requests_p20261207t030006 FOR EACH ROW WHEN ((new.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
-CREATE TRIGGER concurrency_slots_update AFTER UPDATE ON public.service_requests_p20261207t030006 FOR EACH ROW WHEN (((new.concurrency_key IS NOT NULL) AND ((((old.status = 'NEW'::text) AND (old.lease_until = 'infinity'::timestamp with time zone)) <> ((new.status = 'NEW'::text) AND (new.lease_until = 'infinity'::timestamp with time zone))) OR (((old.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (old.lease_until < 'infinity'::timestamp with time zone)) <> ((new.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (new.lease_until < 'infinity'::timestamp with time zone))) OR (old.priority IS DISTINCT FROM new.priority)))) EXECUTE FUNCTION concurrency_slots_follow();
-CREATE TRIGGER concurrency_slots_delete AFTER DELETE ON public.service_requests_p20261207t030106 FOR EACH ROW WHEN ((old.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
-CREATE TRIGGER concurrency_slots_insert AFTER INSERT ON public.service_requests_p20261207t030106 FOR EACH ROW WHEN ((new.concurrency_key IS NOT NULL)) EXECUTE FUNCTION concurrency_slots_follow();
-CREATE TRIGGER concurrency_slots_update AFTER UPDATE ON public.service_requests_p20261207t030106 FOR EACH ROW WHEN (((new.concurrency_key IS NOT NULL) AND ((((old.status = 'NEW'::text) AND (old.lease_until = 'infinity'::timestamp with time zone)) <> ((new.status = 'NEW'::text) AND (new.lease_until = 'infinity'::timestamp with time zone))) OR (((old.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (old.lease_until < 'infinity'::timestamp with time zone)) <> ((new.status = ANY (ARRAY['NEW'::text, 'IN_PROGRESS'::text, 'PAUSED'::text, 'RESUMED'::text])) AND (new.lease_until < 'infinity'::timestamp with time zone))) OR (old.priority IS DISTINCT FROM new.priority)))) EXECUTE FUNCTION concurrency_slots_follow();

@@ -49,29 +49,31 @@ macro_rules! queue_order {
 }
 
 /// The starts of key `$k` of workflow `$w` within the last `$p` ms, unless `$n` (the rate)
-/// is NULL: then 0 (the count is not made). Read from the requests' admitted index
-/// (migration 22): a start counts after its request finished, so no slot row holds it.
-/// Only an admission under a rate writes `admitted_at` (nothing else reads it, and its
-/// index entry was a limited create's dearest write): a version that adds a rate counts
-/// the starts made under it.
+/// is NULL: then 0 (the count is not made). Read from `concurrency_starts` (migration
+/// 34), one row per admission under a rate, written by the admitting statement itself.
 macro_rules! started_within {
     ($w:literal, $k:literal, $n:literal, $p:literal) => {
         concat!(
             "(CASE WHEN ",
             $n,
             "::bigint IS NULL THEN 0 ELSE \
-             (SELECT count(*) FROM service_requests a WHERE a.workflow_name = ",
+             (SELECT count(*) FROM concurrency_starts a WHERE a.workflow_name = ",
             $w,
-            " \
-                AND a.concurrency_key = ",
+            " AND a.concurrency_key = ",
             $k,
-            " AND a.concurrency_key IS NOT NULL \
-                AND a.admitted_at > statement_timestamp() - ",
+            " AND a.admitted_at > statement_timestamp() - ",
             $p,
             "::float8 * interval '1 millisecond') END)"
         )
     };
 }
+
+/// How long a start row is kept: past the longest window (a minute, `perMinute`).
+pub const STARTS_KEPT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Deletes the start rows older than `$1` ms (`STARTS_KEPT`).
+pub(super) const FORGET_STARTS: &str = "DELETE FROM concurrency_starts \
+     WHERE admitted_at < statement_timestamp() - $1::float8 * interval '1 millisecond'";
 
 /// A batch of limited creates, under their keys' locks: per key, as many as it has room
 /// for are admitted (claimable at once), oldest first, and only when nobody waits for
@@ -140,10 +142,13 @@ SELECT t.id, t.workflow, t.payload, t.headers, \
     " \
        ELSE '-infinity'::timestamptz END, \
   t.stored_version, t.created + t.deadline_ms * interval '1 millisecond', t.key, \
-  CASE WHEN t.rank <= t.free AND t.rate IS NOT NULL THEN statement_timestamp() END, \
-  t.priority, \
+  CASE WHEN t.rank <= t.free THEN statement_timestamp() END, t.priority, \
   string_to_array(t.labels, E'\\n'), t.notify, t.created \
-FROM ranked t)
+FROM ranked t), starts AS (
+-- A start under a rate is counted by its own row (`started_within!`).
+INSERT INTO concurrency_starts (workflow_name, concurrency_key, admitted_at)
+SELECT t.workflow, t.key, statement_timestamp() FROM ranked t \
+WHERE t.rank <= t.free AND t.rate IS NOT NULL)
 -- What each create became, read from the ranking that stored it (no join back to the
 -- inserted rows: a create is admitted exactly when its rank is within its key's room).
 SELECT t.id, t.rank <= t.free, \
@@ -172,8 +177,8 @@ pub enum Admission {
 /// rate's room, under its lock: `$1` workflow, `$2` key, `$3` limit, `$4` rate (NULL: none), `$5` its
 /// window in ms. Returns the admitted ids.
 pub(super) const ADMIT: &str = concat!(
-    "UPDATE service_requests SET lease_until = '-infinity', \
-       admitted_at = CASE WHEN $4::bigint IS NOT NULL THEN statement_timestamp() END \
+    "WITH admitted AS (UPDATE service_requests \
+       SET lease_until = '-infinity', admitted_at = statement_timestamp() \
      WHERE id IN (SELECT q.id FROM concurrency_slots q WHERE q.workflow_name = $1 \
                     AND q.concurrency_key = $2 AND q.queued ORDER BY ",
     queue_order!("q"),
@@ -184,7 +189,10 @@ pub(super) const ADMIT: &str = concat!(
     started_within!("$1", "$2", "$4", "$5"),
     "))) AND concurrency_key IS NOT NULL AND lease_until = 'infinity' AND status = ",
     crate::status::status_sql!(New),
-    " RETURNING id"
+    " RETURNING id), starts AS ( \
+     INSERT INTO concurrency_starts (workflow_name, concurrency_key, admitted_at) \
+     SELECT $1, $2, statement_timestamp() FROM admitted WHERE $4::bigint IS NOT NULL) \
+     SELECT id FROM admitted"
 );
 
 /// The workflows and keys of requests (`$1`) that hold or held a slot, where requests
@@ -377,6 +385,13 @@ pub async fn admit(
         .await?;
     tx.commit().await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Deletes the start rows no window reaches any more.
+pub async fn forget_starts(conn: &PgConn) -> Result<u64> {
+    let stmt = conn.stmt(FORGET_STARTS).await?;
+    let kept_ms = STARTS_KEPT.as_secs_f64() * 1000.0;
+    Ok(conn.client.execute(&stmt, &[&kept_ms]).await?)
 }
 
 /// The (workflow, key) of those of `ids` that are limited.

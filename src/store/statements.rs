@@ -40,6 +40,7 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("slots::DUE_KEYS", slots::DUE_KEYS),
         ("slots::WAITING_COUNTS", slots::WAITING_COUNTS),
         ("slots::WAITING_BY_KEY", slots::WAITING_BY_KEY),
+        ("slots::FORGET_STARTS", slots::FORGET_STARTS),
         // The executor's statements.
         ("leases::CLAIM", leases::CLAIM),
         ("leases::RENEW", leases::RENEW),

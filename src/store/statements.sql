@@ -136,8 +136,8 @@ WITH input AS (
         WHERE h.workflow_name = r.workflow AND h.concurrency_key = r.key AND NOT h.queued) END AS slot_room,
             CASE WHEN r.queued THEN NULL ELSE coalesce(r.rate,
                 r.lim) - (CASE WHEN r.rate::bigint IS NULL THEN 0 ELSE (SELECT count(*)
-            FROM service_requests a
-            WHERE a.workflow_name = r.workflow AND a.concurrency_key = r.key AND a.concurrency_key IS NOT NULL AND a.admitted_at > statement_timestamp() - r.window_ms::float8 * interval '1 millisecond') END) END AS rate_room
+            FROM concurrency_starts a
+            WHERE a.workflow_name = r.workflow AND a.concurrency_key = r.key AND a.admitted_at > statement_timestamp() - r.window_ms::float8 * interval '1 millisecond') END) END AS rate_room
         FROM room r
 ), ranked AS (
     SELECT i.*, row_number() OVER (PARTITION BY i.workflow, i.key
@@ -159,7 +159,12 @@ SELECT t.id, t.workflow, t.payload, t.headers,
     t.created + t.deadline_ms * interval '1 millisecond', t.key,
     CASE WHEN t.rank <= t.free THEN statement_timestamp() END, t.priority,
     string_to_array(t.labels, E'\n'), t.notify, t.created
-    FROM ranked t)
+    FROM ranked t), starts AS (
+-- A start under a rate is counted by its own row (`started_within!`).
+INSERT INTO concurrency_starts (workflow_name, concurrency_key, admitted_at)
+SELECT t.workflow, t.key, statement_timestamp()
+    FROM ranked t
+    WHERE t.rank <= t.free AND t.rate IS NOT NULL)
 -- What each create became, read from the ranking that stored it (no join back to the
 -- inserted rows: a create is admitted exactly when its rank is within its key's room).
 SELECT t.id, t.rank <= t.free,
@@ -168,7 +173,8 @@ SELECT t.id, t.rank <= t.free,
     FROM ranked t;
 
 -- slots::ADMIT
-UPDATE service_requests SET lease_until = '-infinity', admitted_at = statement_timestamp()
+WITH admitted AS (UPDATE service_requests SET lease_until = '-infinity',
+    admitted_at = statement_timestamp()
     WHERE id IN (SELECT q.id
         FROM concurrency_slots q
         WHERE q.workflow_name = $1 AND q.concurrency_key = $2 AND q.queued
@@ -178,9 +184,15 @@ UPDATE service_requests SET lease_until = '-infinity', admitted_at = statement_t
             WHERE h.workflow_name = $1 AND h.concurrency_key = $2 AND NOT h.queued),
                 coalesce($4::bigint,
                     $3) - (CASE WHEN $4::bigint IS NULL THEN 0 ELSE (SELECT count(*)
-                FROM service_requests a
-                WHERE a.workflow_name = $1 AND a.concurrency_key = $2 AND a.concurrency_key IS NOT NULL AND a.admitted_at > statement_timestamp() - $5::float8 * interval '1 millisecond') END)))) AND concurrency_key IS NOT NULL AND lease_until = 'infinity' AND status = 'NEW'
-    RETURNING id;
+                FROM concurrency_starts a
+                WHERE a.workflow_name = $1 AND a.concurrency_key = $2 AND a.admitted_at > statement_timestamp() - $5::float8 * interval '1 millisecond') END)))) AND concurrency_key IS NOT NULL AND lease_until = 'infinity' AND status = 'NEW'
+    RETURNING id),
+        starts AS ( INSERT INTO concurrency_starts (workflow_name, concurrency_key,
+            admitted_at) SELECT $1,
+            $2, statement_timestamp()
+    FROM admitted
+    WHERE $4::bigint IS NOT NULL) SELECT id
+    FROM admitted;
 
 -- slots::KEYS_OF
 SELECT DISTINCT r.workflow_name, r.concurrency_key
@@ -223,8 +235,8 @@ WITH RECURSIVE k AS ( (SELECT q.concurrency_key AS key
     WHERE key IS NOT NULL AND (SELECT count(*)
         FROM concurrency_slots h
         WHERE h.workflow_name = $1 AND h.concurrency_key = k.key AND NOT h.queued) < $2 AND (CASE WHEN $5::bigint IS NULL THEN 0 ELSE (SELECT count(*)
-            FROM service_requests a
-            WHERE a.workflow_name = $1 AND a.concurrency_key = k.key AND a.concurrency_key IS NOT NULL AND a.admitted_at > statement_timestamp() - $6::float8 * interval '1 millisecond') END) < coalesce($5::bigint,
+            FROM concurrency_starts a
+            WHERE a.workflow_name = $1 AND a.concurrency_key = k.key AND a.admitted_at > statement_timestamp() - $6::float8 * interval '1 millisecond') END) < coalesce($5::bigint,
                 1)
     LIMIT $3;
 
@@ -238,6 +250,11 @@ SELECT q.concurrency_key, count(*), sum(count(*)) OVER ()::int8, count(*) OVER (
     GROUP BY q.concurrency_key
     ORDER BY count(*) DESC, q.concurrency_key
     LIMIT $2;
+
+-- slots::FORGET_STARTS
+DELETE
+    FROM concurrency_starts
+    WHERE admitted_at < statement_timestamp() - $1::float8 * interval '1 millisecond';
 
 -- leases::CLAIM
 UPDATE service_requests s SET lease_owner = $1,

@@ -147,11 +147,13 @@ FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 WHERE n.nspname = 'public' AND p.prokind IN ('f', 'p')
 ORDER BY p.proname, pg_get_function_identity_arguments(p.oid)";
 
+/// A partitioned table's own triggers, not the clones on its partitions (whose names
+/// carry the time they were made).
 const TRIGGERS: &str = "\
 SELECT pg_get_triggerdef(t.oid)
 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = 'public' AND NOT t.tgisinternal
+WHERE n.nspname = 'public' AND NOT t.tgisinternal AND t.tgparentid = 0
 ORDER BY c.relname, t.tgname";
 
 const EXTENSIONS: &str = "\

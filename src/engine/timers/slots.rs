@@ -28,6 +28,8 @@ const PASS: Duration = Duration::from_secs(1);
 /// How often while a rate-limited workflow has requests waiting: its window slides
 /// without any finish to note, so only a pass admits into it.
 const RATE_PASS: Duration = Duration::from_millis(100);
+/// How often the start rows no rate's window reaches are deleted.
+const FORGET: Duration = Duration::from_secs(30);
 /// Keys one pass admits into, per workflow (the next pass goes on after the last).
 const KEYS_PER_PASS: i64 = 500;
 
@@ -222,6 +224,7 @@ pub async fn run(exec: Arc<Executor>, mut stop: watch::Receiver<bool>) {
         return;
     };
     let mut next_pass = tokio::time::Instant::now() + PASS;
+    let mut next_forget = tokio::time::Instant::now() + FORGET;
     // Per workflow, the last key a pass reached.
     let mut cursors: std::collections::HashMap<String, String> = Default::default();
     loop {
@@ -237,6 +240,13 @@ pub async fn run(exec: Arc<Executor>, mut stop: watch::Receiver<bool>) {
                 }
                 if let Err(e) = after_finish(&exec, &ids).await {
                     tracing::debug!(error = %e, "freed slots not admitted now; the next pass does");
+                }
+            }
+            _ = tokio::time::sleep_until(next_forget) => {
+                next_forget = tokio::time::Instant::now() + FORGET;
+                let forgot = async { slots::forget_starts(&*exec.looks.get().await?).await };
+                if let Err(e) = forgot.await {
+                    tracing::debug!(error = %e, "old start rows not deleted now; the next look does");
                 }
             }
             _ = tokio::time::sleep_until(next_pass) => {

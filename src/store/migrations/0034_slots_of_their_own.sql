@@ -104,3 +104,20 @@ WHERE concurrency_key IS NOT NULL AND concurrency_slot_state(status, lease_until
 ON CONFLICT (id) DO NOTHING;
 
 DROP INDEX IF EXISTS service_requests_keyed;
+
+-- A rate's starts (migration 22 counted them from `admitted_at` in a partial index of
+-- every partition): one row per admission under a rate, written by the admission's own
+-- statement, counted by key within the window, and deleted once older than any window
+-- (a minute) by the admitters' passes. The requests' index goes, and with it one more
+-- index every statement that writes a set opened.
+CREATE TABLE IF NOT EXISTS concurrency_starts (
+    workflow_name text NOT NULL,
+    concurrency_key text NOT NULL,
+    admitted_at timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS concurrency_starts_by_key
+    ON concurrency_starts (workflow_name, concurrency_key, admitted_at);
+INSERT INTO concurrency_starts (workflow_name, concurrency_key, admitted_at)
+SELECT workflow_name, concurrency_key, admitted_at FROM service_requests
+WHERE concurrency_key IS NOT NULL AND admitted_at > now() - interval '2 minutes';
+DROP INDEX IF EXISTS service_requests_admitted;
