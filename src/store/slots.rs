@@ -16,7 +16,10 @@
 
 use uuid::Uuid;
 
+use super::events::{BEGIN, COMMIT};
 use super::{PgConn, Result};
+
+type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
 
 /// The advisory locks of (workflow, key) pairs, `$1` workflows and `$2` keys, taken in the
 /// order of their hashes, so two batches never wait on each other in a cycle. Every
@@ -279,7 +282,7 @@ fn rate_args(rate: Option<(u32, u32)>) -> (Option<i64>, f64) {
 }
 
 /// Stores a batch of limited creates in one transaction (their keys' locks, then one
-/// insert): how each, in order, was stored.
+/// insert), sent in one round trip: how each, in order, was stored.
 pub async fn insert(conn: &mut PgConn, rows: &[Limited], lease: &Lease<'_>) -> Result<Vec<Stored>> {
     let lock = conn.stmt(LOCK_MANY).await?;
     let insert = conn.stmt(INSERT).await?;
@@ -303,33 +306,35 @@ pub async fn insert(conn: &mut PgConn, rows: &[Limited], lease: &Lease<'_>) -> R
         .map(|r| super::buffer::system_time(r.created_us))
         .collect();
     let lease_ms = lease.lease.as_secs_f64() * 1000.0;
-    let tx = conn.client.transaction().await?;
-    tx.execute(&lock, &[&workflows, &keys]).await?;
-    let done = tx
-        .query(
-            &insert,
-            &[
-                &ids,
-                &workflows,
-                &payloads,
-                &headers,
-                &versions,
-                &deadlines,
-                &keys,
-                &limits,
-                &rates,
-                &windows,
-                &priorities,
-                &labels,
-                &notify,
-                &lease.leased,
-                &created,
-                &lease.owner,
-                &lease_ms,
-            ],
-        )
-        .await?;
-    tx.commit().await?;
+    let insert_params: [Param<'_>; 17] = [
+        &ids,
+        &workflows,
+        &payloads,
+        &headers,
+        &versions,
+        &deadlines,
+        &keys,
+        &limits,
+        &rates,
+        &windows,
+        &priorities,
+        &labels,
+        &notify,
+        &lease.leased,
+        &created,
+        &lease.owner,
+        &lease_ms,
+    ];
+    let lock_params: [Param<'_>; 2] = [&workflows, &keys];
+    // One round trip, as `events::deliver` (which says why it is safe): the insert's
+    // snapshot is taken after its keys' locks are held.
+    let c = &conn.client;
+    let (_, _, done, _) = futures_util::try_join!(
+        c.batch_execute(BEGIN),
+        c.execute(&lock, &lock_params),
+        c.query(&insert, &insert_params),
+        c.batch_execute(COMMIT),
+    )?;
     let stored: std::collections::HashMap<Uuid, Stored> = done
         .iter()
         .map(|r| {
@@ -378,12 +383,18 @@ pub async fn admit(
     let (n, ms) = rate_args(rate);
     let lock = conn.stmt(LOCK_MANY).await?;
     let admit = conn.stmt(ADMIT).await?;
-    let tx = conn.client.transaction().await?;
-    tx.execute(&lock, &[&&[workflow][..], &&[key][..]]).await?;
-    let rows = tx
-        .query(&admit, &[&workflow, &key, &(limit as i64), &n, &ms])
-        .await?;
-    tx.commit().await?;
+    let (workflows, keys) = ([workflow], [key]);
+    let lock_params: [Param<'_>; 2] = [&&workflows[..], &&keys[..]];
+    let limit = limit as i64;
+    let admit_params: [Param<'_>; 5] = [&workflow, &key, &limit, &n, &ms];
+    // One round trip, as `insert` above.
+    let c = &conn.client;
+    let (_, _, rows, _) = futures_util::try_join!(
+        c.batch_execute(BEGIN),
+        c.execute(&lock, &lock_params),
+        c.query(&admit, &admit_params),
+        c.batch_execute(COMMIT),
+    )?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 

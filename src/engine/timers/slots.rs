@@ -28,6 +28,8 @@ const PASS: Duration = Duration::from_secs(1);
 /// How often while a rate-limited workflow has requests waiting: its window slides
 /// without any finish to note, so only a pass admits into it.
 const RATE_PASS: Duration = Duration::from_millis(100);
+/// How long the finishes noted after a first are gathered before one look at their keys.
+const GATHER: Duration = Duration::from_millis(10);
 /// How often the start rows no rate's window reaches are deleted.
 const FORGET: Duration = Duration::from_secs(30);
 /// Keys one pass admits into, per workflow (the next pass goes on after the last).
@@ -231,6 +233,9 @@ pub async fn run(exec: Arc<Executor>, mut stop: watch::Receiver<bool>) {
         tokio::select! {
             _ = stop.changed() => return,
             Some(id) = rx.recv() => {
+                // A moment for the finishes around this one (a step-write batch ends many
+                // at once): one look for all of them, not one per batch.
+                tokio::time::sleep(GATHER).await;
                 let mut ids = vec![id];
                 while ids.len() < 256 {
                     match rx.try_recv() {
