@@ -21,6 +21,11 @@ use super::{PgConn, Result};
 
 type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
 
+/// Said at the start of a limited batch's transaction: `INSERT` writes its creates' slot
+/// rows itself, so the insert trigger stands aside until the transaction ends (migration
+/// 34).
+pub(super) const WRITING_SLOT_ROWS: &str = "SET LOCAL clamp.slot_rows = 'written'";
+
 /// The advisory locks of (workflow, key) pairs, `$1` workflows and `$2` keys, taken in the
 /// order of their hashes, so two batches never wait on each other in a cycle. Every
 /// admission takes its key's lock here (a batch of creates, or one key's admission), so
@@ -147,7 +152,12 @@ SELECT t.id, t.workflow, t.payload, t.headers, \
   t.stored_version, t.created + t.deadline_ms * interval '1 millisecond', t.key, \
   CASE WHEN t.rank <= t.free THEN statement_timestamp() END, t.priority, \
   string_to_array(t.labels, E'\\n'), t.notify, t.created \
-FROM ranked t), starts AS (
+FROM ranked t), slot_rows AS (
+-- Each create's slot row (migration 34), written here rather than by the insert trigger,
+-- which this transaction turns off (`WRITING_SLOT_ROWS`).
+INSERT INTO concurrency_slots (id, workflow_name, concurrency_key, queued, rank)
+SELECT t.id, t.workflow, t.key, t.rank > t.free, -coalesce(t.priority, 5) FROM ranked t), \
+starts AS (
 -- A start under a rate is counted by its own row (`started_within!`).
 INSERT INTO concurrency_starts (workflow_name, concurrency_key, admitted_at)
 SELECT t.workflow, t.key, statement_timestamp() FROM ranked t \
@@ -329,8 +339,9 @@ pub async fn insert(conn: &mut PgConn, rows: &[Limited], lease: &Lease<'_>) -> R
     // One round trip, as `events::deliver` (which says why it is safe): the insert's
     // snapshot is taken after its keys' locks are held.
     let c = &conn.client;
-    let (_, _, done, _) = futures_util::try_join!(
+    let (_, _, _, done, _) = futures_util::try_join!(
         c.batch_execute(BEGIN),
+        c.batch_execute(WRITING_SLOT_ROWS),
         c.execute(&lock, &lock_params),
         c.query(&insert, &insert_params),
         c.batch_execute(COMMIT),

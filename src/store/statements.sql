@@ -107,6 +107,9 @@ SELECT pg_advisory_xact_lock(h)
         FROM unnest($1::text[], $2::text[]) AS t(w, k)) l
     ORDER BY h;
 
+-- slots::WRITING_SLOT_ROWS
+SET LOCAL clamp.slot_rows = 'written';
+
 -- slots::INSERT
 WITH input AS (
     SELECT *
@@ -159,6 +162,11 @@ SELECT t.id, t.workflow, t.payload, t.headers,
     t.created + t.deadline_ms * interval '1 millisecond', t.key,
     CASE WHEN t.rank <= t.free THEN statement_timestamp() END, t.priority,
     string_to_array(t.labels, E'\n'), t.notify, t.created
+    FROM ranked t), slot_rows AS (
+-- Each create's slot row (migration 34), written here rather than by the insert trigger,
+-- which this transaction turns off (`WRITING_SLOT_ROWS`).
+INSERT INTO concurrency_slots (id, workflow_name, concurrency_key, queued, rank)
+SELECT t.id, t.workflow, t.key, t.rank > t.free, -coalesce(t.priority, 5)
     FROM ranked t), starts AS (
 -- A start under a rate is counted by its own row (`started_within!`).
 INSERT INTO concurrency_starts (workflow_name, concurrency_key, admitted_at)
