@@ -4,7 +4,8 @@
 //! admitted it is NEW and held (`lease_until = 'infinity'`, which no claim takes).
 //! Slots are counted from `concurrency_slots`, one row per request that waits for or
 //! holds a slot, kept by triggers on the request rows in the transaction that changes
-//! them (migration 34): never a number kept apart, so a crash can neither free one twice
+//! them (migration 34; a limited batch's insert writes its own, `INSERT`): never a
+//! number kept apart, so a crash can neither free one twice
 //! nor leak one: a request of a dead instance keeps its slot while it is continued
 //! elsewhere, and frees it when it finishes.
 //!

@@ -5,15 +5,17 @@
 -- paid nine index scans and a look after each finish grew with the sets kept; and every
 -- statement that wrote a set paid for opening that index, limited or not.
 --
--- `concurrency_slots` holds one row per request with a concurrency key that waits for or holds a slot:
--- `queued` when it waits for a slot (NEW and held at `lease_until` Infinity, as before),
--- else it holds one (`concurrency_slot_state` below); `rank` is its queue order's first part (`slots::queue_order!`).
--- The rows are kept by triggers on `service_requests`, in the transaction that changes
--- the request, by whatever statement changes it (a finish, a cancel, a retry, a deadline,
--- an admission), so the table says exactly what the requests' rows say, through crashes:
--- nothing but the request's own change writes its slot row, so a finish frees its slot
--- once and a crash leaks none. A request without a key pays only the triggers' `WHEN`
--- tests (its key is NULL), where it paid for an index before.
+-- `concurrency_slots` holds one row per request with a concurrency key that waits for
+-- or holds a slot: `queued` when it waits (NEW and held at `lease_until` Infinity, as
+-- before), else it holds one (`concurrency_slot_state` below); `rank` is its queue
+-- order's first part (`slots::queue_order!`). The rows are kept by triggers on
+-- `service_requests`, in the transaction that changes the request, by whatever
+-- statement changes it (a finish, a cancel, a retry, a deadline, an admission), so the
+-- table says exactly what the requests' rows say, through crashes: nothing but the
+-- request's own change writes its slot row, so a finish frees its slot once and a crash
+-- leaks none (the limited creates' own insert writes its rows itself, below). A request
+-- without a key pays only the triggers' `WHEN` tests (its key is NULL), where it paid
+-- for an index before.
 CREATE TABLE IF NOT EXISTS concurrency_slots (
     id uuid PRIMARY KEY,
     workflow_name text NOT NULL,
