@@ -262,15 +262,8 @@ impl Resumed {
     }
 }
 
-/// The delivery's transaction, sent with its statements (`deliver`).
-pub(super) const BEGIN: &str = "BEGIN";
-pub(super) const COMMIT: &str = "COMMIT";
-
-/// Delivers `d`: the (event, key) lock, then `DELIVER`, in one transaction whose four
-/// messages (BEGIN, the lock, the statement, COMMIT) go out together and come back in one
-/// round trip: Postgres runs them in order, so the statement's snapshot is taken once the
-/// lock is held. Should the statement fail, the transaction is aborted and the COMMIT
-/// already sent ends it as a rollback; the connection is left outside a transaction.
+/// Delivers `d`: the (event, key) lock, then `DELIVER`, in one transaction sent in one
+/// round trip (`PgConn::in_one_trip`).
 pub async fn deliver(conn: &PgConn, d: &Delivery<'_>) -> Result<Delivered> {
     let lock = conn.stmt(LOCK).await?;
     let deliver = conn.stmt(DELIVER).await?;
@@ -289,13 +282,9 @@ pub async fn deliver(conn: &PgConn, d: &Delivery<'_>) -> Result<Delivered> {
         &lease_ms,
     ];
     let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&d.event, &d.key];
-    let c = &conn.client;
-    let (_, _, rows, _) = futures_util::try_join!(
-        c.batch_execute(BEGIN),
-        c.query_one(&lock, &lock_params),
-        c.query(&deliver, &params),
-        c.batch_execute(COMMIT),
-    )?;
+    let rows = conn
+        .in_one_trip(None, &lock, &lock_params, &deliver, &params)
+        .await?;
     let Some(first) = rows.first() else {
         return Ok(Delivered::Duplicate);
     };

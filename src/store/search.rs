@@ -124,18 +124,13 @@ pub(super) const SEARCH_AWAITING: &str = search_sql!(
 );
 
 /// Requests waiting for a slot of their workflow's limits (of key `$8`, NULL: any), of any
-/// or one workflow: held, NEW, with a key, as `concurrency_slots` (migration 34) names
-/// them.
+/// or one workflow: as `concurrency_slots` (migration 34, kept in the requests' own
+/// transactions) names them.
 pub(super) const SEARCH_WAITING_SLOT: &str = search_sql!(
-    concat!(
-        "s.id IN (SELECT q.id FROM concurrency_slots q WHERE q.queued \
-           AND q.id >= $1 AND q.id < $2 \
-           AND ($8::text IS NULL OR q.concurrency_key = $8) \
-           AND ($7::text IS NULL OR q.workflow_name = $7)) \
-         AND s.concurrency_key IS NOT NULL AND s.lease_until = 'infinity' AND s.status = ",
-        crate::status::status_sql!(New),
-        " AND "
-    ),
+    "s.id IN (SELECT q.id FROM concurrency_slots q WHERE q.queued \
+       AND q.id >= $1 AND q.id < $2 \
+       AND ($8::text IS NULL OR q.concurrency_key = $8) \
+       AND ($7::text IS NULL OR q.workflow_name = $7)) AND ",
     "s.id DESC"
 );
 

@@ -5,9 +5,9 @@
 //! Slots are counted from `concurrency_slots`, one row per request that waits for or
 //! holds a slot, kept by triggers on the request rows in the transaction that changes
 //! them (migration 34; a limited batch's insert writes its own, `INSERT`): never a
-//! number kept apart, so a crash can neither free one twice
-//! nor leak one: a request of a dead instance keeps its slot while it is continued
-//! elsewhere, and frees it when it finishes.
+//! number kept apart, so a crash can neither free one twice nor leak one: a request of
+//! a dead instance keeps its slot while it is continued elsewhere, and frees it when it
+//! finishes.
 //!
 //! Every admission of a key runs under a transaction-scoped advisory lock of (workflow,
 //! key), taken by its own statement first, so the count that follows sees every admission
@@ -17,7 +17,6 @@
 
 use uuid::Uuid;
 
-use super::events::{BEGIN, COMMIT};
 use super::{PgConn, Result};
 
 type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
@@ -49,8 +48,16 @@ macro_rules! holders {
     };
 }
 
+/// A request's place among its key's by priority, `concurrency_slots.rank` (migration 34
+/// spells it too): the priority negated, so that higher ones come first.
+macro_rules! rank_of {
+    ($priority:literal) => {
+        concat!("-coalesce(", $priority, ", 5)")
+    };
+}
+
 /// A key's queue order (`concurrency_slots_queue`'s last two columns): higher priorities
-/// first (`rank` is the priority negated), then creation order (ids are UUIDv7).
+/// first (`rank_of!`), then creation order (ids are UUIDv7).
 macro_rules! queue_order {
     ($s:literal) => {
         concat!($s, ".rank, ", $s, ".id")
@@ -78,7 +85,7 @@ macro_rules! started_within {
 }
 
 /// How long a start row is kept: past the longest window (a minute, `perMinute`).
-pub const STARTS_KEPT: std::time::Duration = std::time::Duration::from_secs(120);
+const STARTS_KEPT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Deletes the start rows older than `$1` ms (`STARTS_KEPT`).
 pub(super) const FORGET_STARTS: &str = "DELETE FROM concurrency_starts \
@@ -132,7 +139,9 @@ pub(super) const INSERT: &str = concat!(
     FROM room r
 ), ranked AS (
     SELECT i.*, row_number() OVER (PARTITION BY i.workflow, i.key \
-                                    ORDER BY -coalesce(i.priority, 5), i.id) AS rank, \
+                                    ORDER BY ",
+    rank_of!("i.priority"),
+    ", i.id) AS rank, \
       CASE WHEN c.queued THEN 0 ELSE least(c.slot_room, c.rate_room) END AS free, \
       c.queued, c.slot_room, c.rate_room, ",
     crate::store::sql::pinned_version!("i.ver", "v.version"),
@@ -157,7 +166,9 @@ FROM ranked t), slot_rows AS (
 -- Each create's slot row (migration 34), written here rather than by the insert trigger,
 -- which this transaction turns off (`WRITING_SLOT_ROWS`).
 INSERT INTO concurrency_slots (id, workflow_name, concurrency_key, queued, rank)
-SELECT t.id, t.workflow, t.key, t.rank > t.free, -coalesce(t.priority, 5) FROM ranked t), \
+SELECT t.id, t.workflow, t.key, t.rank > t.free, ",
+    rank_of!("t.priority"),
+    " FROM ranked t), \
 starts AS (
 -- A start under a rate is counted by its own row (`started_within!`).
 INSERT INTO concurrency_starts (workflow_name, concurrency_key, admitted_at)
@@ -294,7 +305,7 @@ fn rate_args(rate: Option<(u32, u32)>) -> (Option<i64>, f64) {
 
 /// Stores a batch of limited creates in one transaction (their keys' locks, then one
 /// insert), sent in one round trip: how each, in order, was stored.
-pub async fn insert(conn: &mut PgConn, rows: &[Limited], lease: &Lease<'_>) -> Result<Vec<Stored>> {
+pub async fn insert(conn: &PgConn, rows: &[Limited], lease: &Lease<'_>) -> Result<Vec<Stored>> {
     let lock = conn.stmt(LOCK_MANY).await?;
     let insert = conn.stmt(INSERT).await?;
     // Borrowed, not copied: the batch's texts go to Postgres as they are.
@@ -337,16 +348,15 @@ pub async fn insert(conn: &mut PgConn, rows: &[Limited], lease: &Lease<'_>) -> R
         &lease_ms,
     ];
     let lock_params: [Param<'_>; 2] = [&workflows, &keys];
-    // One round trip, as `events::deliver` (which says why it is safe): the insert's
-    // snapshot is taken after its keys' locks are held.
-    let c = &conn.client;
-    let (_, _, _, done, _) = futures_util::try_join!(
-        c.batch_execute(BEGIN),
-        c.batch_execute(WRITING_SLOT_ROWS),
-        c.execute(&lock, &lock_params),
-        c.query(&insert, &insert_params),
-        c.batch_execute(COMMIT),
-    )?;
+    let done = conn
+        .in_one_trip(
+            Some(WRITING_SLOT_ROWS),
+            &lock,
+            &lock_params,
+            &insert,
+            &insert_params,
+        )
+        .await?;
     let stored: std::collections::HashMap<Uuid, Stored> = done
         .iter()
         .map(|r| {
@@ -386,7 +396,7 @@ pub struct Stored {
 }
 
 pub async fn admit(
-    conn: &mut PgConn,
+    conn: &PgConn,
     workflow: &str,
     key: &str,
     limit: u32,
@@ -399,14 +409,9 @@ pub async fn admit(
     let lock_params: [Param<'_>; 2] = [&&workflows[..], &&keys[..]];
     let limit = limit as i64;
     let admit_params: [Param<'_>; 5] = [&workflow, &key, &limit, &n, &ms];
-    // One round trip, as `insert` above.
-    let c = &conn.client;
-    let (_, _, rows, _) = futures_util::try_join!(
-        c.batch_execute(BEGIN),
-        c.execute(&lock, &lock_params),
-        c.query(&admit, &admit_params),
-        c.batch_execute(COMMIT),
-    )?;
+    let rows = conn
+        .in_one_trip(None, &lock, &lock_params, &admit, &admit_params)
+        .await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 

@@ -1229,12 +1229,6 @@ SELECT f.keep_until, r.step, r.leased, r.id, r.workflow_name, r.status,
        r.deadline_in_ms, r.priority
 FROM fresh f LEFT JOIN resumed r ON true;
 
--- events::BEGIN
-BEGIN;
-
--- events::COMMIT
-COMMIT;
-
 -- events::FORGET
 DELETE
     FROM events
@@ -1836,7 +1830,7 @@ SELECT s.id, s.workflow_name,
     FROM service_requests s
     WHERE s.id IN (SELECT q.id
         FROM concurrency_slots q
-        WHERE q.queued AND q.id >= $1 AND q.id < $2 AND ($8::text IS NULL OR q.concurrency_key = $8) AND ($7::text IS NULL OR q.workflow_name = $7)) AND s.concurrency_key IS NOT NULL AND s.lease_until = 'infinity' AND s.status = 'NEW' AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
+        WHERE q.queued AND q.id >= $1 AND q.id < $2 AND ($8::text IS NULL OR q.concurrency_key = $8) AND ($7::text IS NULL OR q.workflow_name = $7)) AND s.id >= $1 AND s.id < $2 AND ($3::text[] IS NULL OR CASE WHEN s.status = 'NEW' AND (s.current_step_id > 0 OR (s.lease_until > now() AND s.lease_owner <> '00000000-0000-0000-0000-000000000000'::uuid)) THEN 'IN_PROGRESS' WHEN s.status = 'PAUSED' AND EXISTS (SELECT 1
             FROM service_requests fc
             WHERE fc.parent_id = s.id AND fc.parent_step_id = s.current_step_id AND fc.fan_index IS NOT NULL AND fc.status IN ('NEW',
                 'IN_PROGRESS',
@@ -1896,6 +1890,12 @@ SELECT 1;
 
 -- pool::sql::GENERIC_PLANS
 SET plan_cache_mode = force_generic_plan;
+
+-- pool::sql::BEGIN
+BEGIN;
+
+-- pool::sql::COMMIT
+COMMIT;
 
 -- migrate::MIGRATION_TIMEOUT
 SET LOCAL statement_timeout = '15min';

@@ -173,13 +173,13 @@ async fn write_batch(pool: &Pool, batch: Vec<PendingCreate>, owner: Uuid, lease:
         rest.push((p.fresh, p.ack));
     }
     let written = async {
-        let mut conn = pool.get().await?;
+        let conn = pool.get().await?;
         let lease = slots::Lease {
             leased: &leased,
             owner,
             lease,
         };
-        slots::insert(&mut conn, &rows, &lease).await
+        slots::insert(&conn, &rows, &lease).await
     }
     .await;
     match written {
@@ -375,8 +375,8 @@ pub async fn admit(
     limit: u32,
     rate: Option<(u32, u32)>,
 ) -> Result<Vec<Uuid>, StoreError> {
-    let mut conn = exec.pool.get().await?;
-    let admitted = slots::admit(&mut conn, workflow, key, limit, rate).await?;
+    let conn = exec.pool.get().await?;
+    let admitted = slots::admit(&conn, workflow, key, limit, rate).await?;
     if !admitted.is_empty() {
         exec.app
             .metrics

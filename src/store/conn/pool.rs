@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_postgres::{Client, Statement};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Row, Statement};
 
 use super::connect::PgConnector;
 use crate::config::Config;
@@ -49,6 +50,39 @@ impl PgConn {
             self.connector.clone(),
         );
         async move { connector.cancel(token, host).await }
+    }
+
+    /// One transaction in one round trip: BEGIN, `setup` (a simple statement said first,
+    /// such as a `SET LOCAL`), `lock` with `lock_params`, `stmt` with `params`, COMMIT,
+    /// sent together. Postgres runs them in order, so `stmt`'s snapshot is taken once the
+    /// lock is held. Should anything fail, the transaction is aborted and the COMMIT
+    /// already sent ends it as a rollback; the connection is left outside a transaction.
+    /// `stmt`'s rows.
+    pub async fn in_one_trip(
+        &self,
+        setup: Option<&str>,
+        lock: &Statement,
+        lock_params: &[&(dyn ToSql + Sync)],
+        stmt: &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let c = &self.client;
+        // Each future sends its message when first polled, and `try_join!` polls them in
+        // order: the setup's too, inside its block.
+        let setup = async {
+            match setup {
+                Some(sql) => c.batch_execute(sql).await,
+                None => Ok(()),
+            }
+        };
+        let (_, _, _, rows, _) = futures_util::try_join!(
+            c.batch_execute(sql::BEGIN),
+            setup,
+            c.execute(lock, lock_params),
+            c.query(stmt, params),
+            c.batch_execute(sql::COMMIT),
+        )?;
+        Ok(rows)
     }
 
     /// `sql` prepared on this connection (once; later calls reuse it).
@@ -130,6 +164,10 @@ pub mod sql {
 
     /// The session setting of the looks' connections (`build_looks`).
     pub const GENERIC_PLANS: &str = "SET plan_cache_mode = force_generic_plan";
+
+    /// A transaction sent with its statements (`PgConn::in_one_trip`).
+    pub const BEGIN: &str = "BEGIN";
+    pub const COMMIT: &str = "COMMIT";
 }
 
 /// Opens connections with the server's session settings and prepares the hot statements.
