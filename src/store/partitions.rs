@@ -134,6 +134,15 @@ impl PartitionMap {
         set_in(&self.0.read(), id)
     }
 
+    /// The set that holds every one of `ids`, if one known set does (None: no ids, an id
+    /// of no known set, or ids of two sets: a batch at a set's edge).
+    pub fn one_set(&self, mut ids: impl Iterator<Item = Uuid>) -> Option<std::sync::Arc<str>> {
+        let sets = self.0.read();
+        let first = set_in(&sets, ids.next()?)?;
+        ids.all(|id| set_in(&sets, id).as_ref() == Some(&first))
+            .then_some(first)
+    }
+
     /// `items` grouped by the set of their id (`None`: not known), in first-seen order.
     pub fn group<T: Copy>(
         &self,
@@ -398,6 +407,13 @@ mod tests {
         assert_eq!(groups[0].0.as_deref(), Some("a"));
         assert_eq!(groups[0].1, vec![at(1500), at(1600)]);
         assert_eq!(groups[2].0, None);
+        // A batch is aimed at a set only when that one set holds all of it.
+        let one = |ids: &[Uuid]| map.one_set(ids.iter().copied());
+        assert_eq!(one(&[at(1500), at(1999), at(1000)]).as_deref(), Some("a"));
+        assert_eq!(one(&[at(1500), at(2000)]), None, "at a set's edge");
+        assert_eq!(one(&[at(2500), at(9000)]), None, "an id of no known set");
+        assert_eq!(one(&[at(9000)]), None);
+        assert_eq!(one(&[]), None);
     }
 
     #[test]

@@ -307,7 +307,6 @@ fn rate_args(rate: Option<(u32, u32)>) -> (Option<i64>, f64) {
 /// insert), sent in one round trip: how each, in order, was stored.
 pub async fn insert(conn: &PgConn, rows: &[Limited], lease: &Lease<'_>) -> Result<Vec<Stored>> {
     let lock = conn.stmt(LOCK_MANY).await?;
-    let insert = conn.stmt(INSERT).await?;
     // Borrowed, not copied: the batch's texts go to Postgres as they are.
     let col = |f: &dyn Fn(&Limited) -> &str| rows.iter().map(f).collect::<Vec<&str>>();
     let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
@@ -348,15 +347,20 @@ pub async fn insert(conn: &PgConn, rows: &[Limited], lease: &Lease<'_>) -> Resul
         &lease_ms,
     ];
     let lock_params: [Param<'_>; 2] = [&workflows, &keys];
-    let done = conn
-        .in_one_trip(
+    // Aimed at the partition that holds the batch's ids, as the plain insert is
+    // (`buffer::insert_requests`); the keys' locks and their counts name no request table.
+    let set = conn.partitions().one_set(ids.iter().copied());
+    let (lock, lock_params, insert_params) = (&lock, &lock_params, &insert_params);
+    let done = super::partitions::on_set(conn, INSERT, set.as_ref(), |insert| async move {
+        conn.in_one_trip(
             Some(WRITING_SLOT_ROWS),
-            &lock,
-            &lock_params,
+            Some((lock, &lock_params[..])),
             &insert,
-            &insert_params,
+            insert_params,
         )
-        .await?;
+        .await
+    })
+    .await?;
     let stored: std::collections::HashMap<Uuid, Stored> = done
         .iter()
         .map(|r| {
@@ -410,7 +414,7 @@ pub async fn admit(
     let limit = limit as i64;
     let admit_params: [Param<'_>; 5] = [&workflow, &key, &limit, &n, &ms];
     let rows = conn
-        .in_one_trip(None, &lock, &lock_params, &admit, &admit_params)
+        .in_one_trip(None, Some((&lock, &lock_params[..])), &admit, &admit_params)
         .await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
@@ -422,11 +426,24 @@ pub async fn forget_starts(conn: &PgConn) -> Result<u64> {
     Ok(conn.client.execute(&stmt, &[&kept_ms]).await?)
 }
 
-/// The (workflow, key) of those of `ids` that are limited.
+/// The (workflow, key) of those of `ids` that are limited. One look per partition set
+/// the ids are in (one, but for requests that ran across a set's edge), aimed at that
+/// set's partitions: the ids come joined from an array, so a look at the partitioned
+/// table probes every partition for each of them.
 pub async fn keys_of(conn: &PgConn, ids: &[Uuid]) -> Result<Vec<(String, String)>> {
-    let stmt = conn.stmt(KEYS_OF).await?;
-    let rows = conn.client.query(&stmt, &[&ids]).await?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for (set, group) in conn.partitions().group(ids, |id| *id) {
+        let rows = super::partitions::on_set(conn, KEYS_OF, set.as_ref(), |stmt| {
+            let group = &group;
+            async move { conn.client.query(&stmt, &[group]).await }
+        })
+        .await?;
+        keys.extend(rows.iter().map(|r| (r.get(0), r.get(1))));
+    }
+    // A key of requests in two sets is looked at once.
+    keys.sort_unstable();
+    keys.dedup();
+    Ok(keys)
 }
 
 /// The workflows with waiting requests.

@@ -247,3 +247,100 @@ async fn a_keys_looks_read_its_slot_rows_not_the_sets() {
     }
     s.shutdown().await;
 }
+
+/// Creates go to the partition that holds their ids (`buffer::insert_requests`,
+/// `slots::insert`), and a batch whose ids straddle a set's edge to the partitioned table:
+/// plain and limited creates sent at a steady pace across an edge, until two edges were
+/// crossed (the batches there take ids from both sides; aimed at one partition, Postgres
+/// would refuse them), are each answered and stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_across_a_sets_edge_are_all_stored() {
+    let db = TestDb::new();
+    let s = TestServer::start(two_second_sets(&db)).await;
+    s.create_workflow(&simple_workflow("plain")).await;
+    let mut limited = simple_workflow("limited");
+    limited["concurrency"] = json!({"key": "payload.k", "limit": 2});
+    s.create_workflow(&limited).await;
+    let c = db.client().await;
+    let mut ids = Vec::new();
+    let mut straddled = 0;
+    // Up to six edges, until two were crossed by the creates around them.
+    for edge in 0..6 {
+        // The next set's start (the creation time its lowest id carries), from now by the
+        // database's clock (sets are made ahead).
+        let wait_ms: f64 = c
+            .query_one(
+                "SELECT (min(lo) - extract(epoch FROM clock_timestamp()) * 1000)::float8 FROM ( \
+                   SELECT ('x' || substr(replace(split_part(pg_get_expr(c.relpartbound, c.oid), '''', 2), \
+                                                 '-', ''), 1, 12))::bit(48)::bigint AS lo \
+                   FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+                   WHERE i.inhparent = 'service_requests'::regclass \
+                     AND c.relname <> 'service_requests_p0') s \
+                 WHERE lo > extract(epoch FROM clock_timestamp()) * 1000 + 300",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        // A create every 0.1 ms from 50 ms before the edge to 50 ms after it, each on a
+        // task of its own (a burst sent at once arrives as one lump): more than the server
+        // writes one at a time, so its batches fill as they go.
+        tokio::time::sleep(Duration::from_millis((wait_ms - 50.0).max(0.0) as u64)).await;
+        let mut tasks = Vec::new();
+        let mut pace = tokio::time::interval(Duration::from_micros(100));
+        for i in 0..1000 {
+            pace.tick().await;
+            let (wf, k) = if i % 2 == 0 {
+                ("plain", 0)
+            } else {
+                ("limited", i % 7)
+            };
+            let body = json!({"k": format!("k{k}"), "edge": edge}).to_string();
+            let addr = s.addr;
+            tasks.push(tokio::spawn(async move {
+                let path = format!("/serviceRequest/{wf}");
+                send(
+                    addr,
+                    hyper::Method::POST,
+                    &path,
+                    Some(body.into_bytes()),
+                    &[],
+                )
+                .await
+            }));
+        }
+        for t in tasks {
+            let r = t.await.unwrap();
+            assert_eq!(r.status, 200, "{}", r.text());
+            ids.push(r.json()["serviceRequestId"].as_str().unwrap().to_string());
+        }
+        // Stored on both sides of the edge: the batches around it took ids of both.
+        let sides = db
+            .count(&format!(
+                "SELECT count(DISTINCT tableoid) FROM service_requests \
+                 WHERE payload::jsonb ->> 'edge' = '{edge}'"
+            ))
+            .await;
+        straddled += (sides >= 2) as usize;
+        if straddled == 2 {
+            break;
+        }
+    }
+    assert_eq!(straddled, 2, "the creates did not cross two sets' edges");
+    let list = ids
+        .iter()
+        .map(|id| format!("'{id}'"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let stored = db
+        .count(&format!(
+            "SELECT count(*) FROM service_requests WHERE id IN ({list})"
+        ))
+        .await;
+    assert_eq!(
+        stored as usize,
+        ids.len(),
+        "every answered create is stored"
+    );
+    s.shutdown().await;
+}

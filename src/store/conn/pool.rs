@@ -53,16 +53,15 @@ impl PgConn {
     }
 
     /// One transaction in one round trip: BEGIN, `setup` (a simple statement said first,
-    /// such as a `SET LOCAL`), `lock` with `lock_params`, `stmt` with `params`, COMMIT,
-    /// sent together. Postgres runs them in order, so `stmt`'s snapshot is taken once the
-    /// lock is held. Should anything fail, the transaction is aborted and the COMMIT
+    /// such as a `SET LOCAL`), `lock` (a statement with its parameters), `stmt` with
+    /// `params`, COMMIT, sent together. Postgres runs them in order, so `stmt`'s snapshot
+    /// is taken once the lock is held. Should anything fail, the transaction is aborted and the COMMIT
     /// already sent ends it as a rollback; the connection is left outside a transaction.
     /// `stmt`'s rows.
     pub async fn in_one_trip(
         &self,
         setup: Option<&str>,
-        lock: &Statement,
-        lock_params: &[&(dyn ToSql + Sync)],
+        lock: Option<(&Statement, &[&(dyn ToSql + Sync)])>,
         stmt: &Statement,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, tokio_postgres::Error> {
@@ -75,10 +74,16 @@ impl PgConn {
                 None => Ok(()),
             }
         };
+        let lock = async {
+            match lock {
+                Some((lock, params)) => c.execute(lock, params).await.map(drop),
+                None => Ok(()),
+            }
+        };
         let (_, _, _, rows, _) = futures_util::try_join!(
             c.batch_execute(sql::BEGIN),
             setup,
-            c.execute(lock, lock_params),
+            lock,
             c.query(stmt, params),
             c.batch_execute(sql::COMMIT),
         )?;
