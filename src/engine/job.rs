@@ -291,6 +291,7 @@ async fn finish(exec: &Executor, job: &Job) {
         retry_in_ms: None,
         last_error: None,
         notify: false,
+        frees_slot: false,
     };
     let reason = t.reason.clone();
     if write(exec, t).await {
@@ -582,6 +583,7 @@ async fn sent(exec: &Executor, job: &Job, step: &CompiledStep, body: &Doc, a: &A
         retry_in_ms: step.answer_timeout.map(|d| d.as_secs_f64() * 1000.0),
         last_error: None,
         notify: false,
+        frees_slot: false,
     };
     if write(exec, t).await && step.step_type == crate::workflow::StepType::Async {
         // Its answer, when it comes here, needs no read of the row for the workflow.
@@ -610,6 +612,7 @@ async fn sleep(exec: &Executor, job: &Job, step: &CompiledStep, body: &Doc, a: &
         retry_in_ms: Some((due - now_ms()).max(1.0)),
         last_error: None,
         notify: false,
+        frees_slot: false,
     };
     write(exec, t).await;
 }
@@ -982,6 +985,7 @@ async fn retry(
         retry_in_ms: (!at_once).then_some(wait.as_secs_f64() * 1000.0),
         last_error: Some(format!("attempt {attempts} failed: {}", e.message)),
         notify: false,
+        frees_slot: false,
     };
     if !write(exec, t).await {
         return false;
@@ -1019,6 +1023,7 @@ fn transition(
         retry_in_ms: None,
         last_error: None,
         notify: false,
+        frees_slot: false,
     }
 }
 
@@ -1032,6 +1037,12 @@ async fn advance(exec: &Executor, job: &Job, mut t: Transition) -> bool {
         .notify_mask
         .zip(crate::workflow::notify::bit(status))
         .is_some_and(|(m, b)| m & b != 0);
+    // A final status of a limited workflow's request: its slot row goes with the write.
+    t.frees_slot = job.wf.concurrency.is_some()
+        && matches!(
+            status,
+            RequestStatus::Completed | RequestStatus::Failed | RequestStatus::Cancelled
+        );
     let reason = if status == RequestStatus::InProgress {
         None
     } else {

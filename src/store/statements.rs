@@ -56,6 +56,15 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
             transitions::WRITE_TRANSITIONS_TELLING,
         ),
         (
+            "transitions::WRITE_TRANSITIONS_FREEING",
+            transitions::WRITE_TRANSITIONS_FREEING,
+        ),
+        (
+            "transitions::WRITE_TRANSITIONS_TELLING_FREEING",
+            transitions::WRITE_TRANSITIONS_TELLING_FREEING,
+        ),
+        ("transitions::FREEING_SLOTS", transitions::FREEING_SLOTS),
+        (
             "step_responses::REQUEST_STATE",
             step_responses::REQUEST_STATE,
         ),

@@ -451,6 +451,101 @@ WITH input AS (
     WHERE n.notify IS NOT NULL AND n.notify & (CASE n.status WHEN 'COMPLETED' THEN 1 WHEN 'FAILED' THEN 2 WHEN 'CANCELLED' THEN 4 ELSE 0 END) <> 0)
 SELECT id FROM fenced;
 
+-- transitions::WRITE_TRANSITIONS_FREEING
+WITH input AS (
+    -- One array of rows (migration 15's type), not an array per column.
+    SELECT * FROM UNNEST($1::step_transition[])
+), fenced AS (
+    UPDATE service_requests s SET
+        -- Between steps the stored status stays NEW (or RESUMED): status is in the claim
+        -- index's predicate, so leaving it alone lets the update be HOT (no index writes).
+        -- Reads show such a request as IN_PROGRESS.
+        status = CASE WHEN i.status = 'IN_PROGRESS' THEN s.status ELSE i.status END,
+        current_step_id = i.next_step, step_request = i.next_request,
+        failed_step_id = i.failed_step, reason = i.reason, updated_at = now(),
+        step_attempts = i.attempts, last_error = i.last_error,
+        finished_at = CASE WHEN i.status IN ('COMPLETED', 'FAILED', 'CANCELLED') THEN now() END,
+        lease_owner = CASE WHEN i.release THEN NULL ELSE s.lease_owner END,
+        -- A pending retry waits unowned until it is due; the sweeper claims it then.
+        lease_until = CASE WHEN i.retry_in_ms IS NOT NULL
+                           THEN now() + i.retry_in_ms::float8 * interval '1 millisecond'
+                           WHEN i.release THEN '-infinity'::timestamptz ELSE s.lease_until END
+    FROM input i
+    -- The fence: still leased to this instance, and not cancelled meanwhile.
+    WHERE s.id = i.id AND s.lease_owner = $2 AND s.status <> 'CANCELLED'
+    RETURNING s.id, s.status
+), records AS (
+    INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
+                              started_at, finished_at, time_taken_ms, reason, attempts)
+    SELECT i.id, i.step_id, i.step_name, i.step_status, i.step_request, i.step_response,
+           to_timestamp(i.started_ms / 1000.0), to_timestamp(i.finished_ms / 1000.0),
+           CASE WHEN i.finished_ms IS NULL THEN NULL ELSE round(i.finished_ms - i.started_ms)::bigint END,
+           i.step_reason, i.step_attempts
+    FROM input i LEFT JOIN fenced f ON f.id = i.id
+    -- A request cancelled while one of its steps was in flight still gets that step's
+    -- outcome as its entry (nothing after it starts); only unfenced rows are looked at.
+    -- (0: no record; below 0: a lane's step, `workflow::fan::lane_step_id`)
+    WHERE i.step_id <> 0
+      AND (f.id IS NOT NULL
+           OR EXISTS (SELECT 1
+               FROM service_requests c
+               WHERE c.id = i.id AND c.status = 'CANCELLED'))
+), freed AS (DELETE
+    FROM concurrency_slots c USING fenced f
+    WHERE c.id = f.id AND f.status IN ('COMPLETED', 'FAILED', 'CANCELLED'))
+SELECT id FROM fenced;
+
+-- transitions::WRITE_TRANSITIONS_TELLING_FREEING
+WITH input AS (
+    -- One array of rows (migration 15's type), not an array per column.
+    SELECT * FROM UNNEST($1::step_transition[])
+), fenced AS (
+    UPDATE service_requests s SET
+        -- Between steps the stored status stays NEW (or RESUMED): status is in the claim
+        -- index's predicate, so leaving it alone lets the update be HOT (no index writes).
+        -- Reads show such a request as IN_PROGRESS.
+        status = CASE WHEN i.status = 'IN_PROGRESS' THEN s.status ELSE i.status END,
+        current_step_id = i.next_step, step_request = i.next_request,
+        failed_step_id = i.failed_step, reason = i.reason, updated_at = now(),
+        step_attempts = i.attempts, last_error = i.last_error,
+        finished_at = CASE WHEN i.status IN ('COMPLETED', 'FAILED', 'CANCELLED') THEN now() END,
+        lease_owner = CASE WHEN i.release THEN NULL ELSE s.lease_owner END,
+        -- A pending retry waits unowned until it is due; the sweeper claims it then.
+        lease_until = CASE WHEN i.retry_in_ms IS NOT NULL
+                           THEN now() + i.retry_in_ms::float8 * interval '1 millisecond'
+                           WHEN i.release THEN '-infinity'::timestamptz ELSE s.lease_until END
+    FROM input i
+    -- The fence: still leased to this instance, and not cancelled meanwhile.
+    WHERE s.id = i.id AND s.lease_owner = $2 AND s.status <> 'CANCELLED'
+    RETURNING s.id, s.notify, s.workflow_name, s.workflow_version, s.status, s.reason
+), records AS (
+    INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
+                              started_at, finished_at, time_taken_ms, reason, attempts)
+    SELECT i.id, i.step_id, i.step_name, i.step_status, i.step_request, i.step_response,
+           to_timestamp(i.started_ms / 1000.0), to_timestamp(i.finished_ms / 1000.0),
+           CASE WHEN i.finished_ms IS NULL THEN NULL ELSE round(i.finished_ms - i.started_ms)::bigint END,
+           i.step_reason, i.step_attempts
+    FROM input i LEFT JOIN fenced f ON f.id = i.id
+    -- A request cancelled while one of its steps was in flight still gets that step's
+    -- outcome as its entry (nothing after it starts); only unfenced rows are looked at.
+    -- (0: no record; below 0: a lane's step, `workflow::fan::lane_step_id`)
+    WHERE i.step_id <> 0
+      AND (f.id IS NOT NULL
+           OR EXISTS (SELECT 1
+               FROM service_requests c
+               WHERE c.id = i.id AND c.status = 'CANCELLED'))
+),
+    told AS (INSERT INTO notifications (service_request_id, workflow_name, workflow_version, status, reason) SELECT n.id, n.workflow_name, coalesce(n.workflow_version, 1), n.status, n.reason
+    FROM fenced n
+    WHERE n.notify IS NOT NULL AND n.notify & (CASE n.status WHEN 'COMPLETED' THEN 1 WHEN 'FAILED' THEN 2 WHEN 'CANCELLED' THEN 4 ELSE 0 END) <> 0),
+        freed AS (DELETE
+    FROM concurrency_slots c USING fenced f
+    WHERE c.id = f.id AND f.status IN ('COMPLETED', 'FAILED', 'CANCELLED'))
+SELECT id FROM fenced;
+
+-- transitions::FREEING_SLOTS
+SET LOCAL clamp.slot_rows = 'freed';
+
 -- step_responses::REQUEST_STATE
 SELECT workflow_name, status, current_step_id, coalesce(workflow_version, 1)
     FROM service_requests

@@ -16,9 +16,10 @@ use super::StoreError;
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The statement: fence on the lease, update the request row, insert the step record;
-/// `$returning` is what the fenced update returns, `$tell` a CTE more (or nothing).
+/// `$returning` is what the fenced update returns (its id first), `$more` CTEs more (or
+/// nothing).
 macro_rules! write_transitions {
-    ($returning:literal, $tell:expr) => { concat!("\
+    ($returning:expr, $more:expr) => { concat!("\
 WITH input AS (
     -- One array of rows (migration 15's type), not an array per column.
     SELECT * FROM UNNEST($1::step_transition[])
@@ -55,8 +56,42 @@ WITH input AS (
     WHERE i.step_id <> 0
       AND (f.id IS NOT NULL
            OR EXISTS (SELECT 1 FROM service_requests c WHERE c.id = i.id AND c.status = ", crate::status::status_sql!(Cancelled), "))
-)", $tell, "
+)", $more, "
 SELECT id FROM fenced") };
+}
+
+/// What the telling statements' fenced rows return.
+macro_rules! telling_returns {
+    () => {
+        "s.id, s.notify, s.workflow_name, s.workflow_version, s.status, s.reason"
+    };
+}
+
+/// The outbox rows of the fenced rows whose new status is told of (`sql::tell!`).
+macro_rules! told {
+    () => {
+        concat!(", told AS (", crate::store::sql::tell!("fenced"), ")")
+    };
+}
+
+/// The slot rows (migration 34) of the fenced rows that finished, deleted by the
+/// statement that finishes them: its transaction turns the update trigger aside for
+/// finishes (`FREEING_SLOTS`, migration 35), whose call per row (a plpgsql function
+/// running its own DELETE) cost a limited request more than the rest of its finish.
+/// A row without a key has no slot row: its look finds none.
+macro_rules! freed {
+    () => {
+        concat!(
+            ", freed AS (DELETE FROM concurrency_slots c USING fenced f \
+             WHERE c.id = f.id AND f.status IN (",
+            crate::status::status_sql!(Completed),
+            ", ",
+            crate::status::status_sql!(Failed),
+            ", ",
+            crate::status::status_sql!(Cancelled),
+            "))"
+        )
+    };
 }
 
 pub(super) const WRITE_TRANSITIONS: &str = write_transitions!("s.id", "");
@@ -64,10 +99,17 @@ pub(super) const WRITE_TRANSITIONS: &str = write_transitions!("s.id", "");
 /// The same for a batch that holds a request whose workflow notifies: the fenced rows
 /// whose new status is told of get their outbox row in the same statement
 /// (`sql::tell!`). Other batches use the one above and pay nothing for it.
-pub(super) const WRITE_TRANSITIONS_TELLING: &str = write_transitions!(
-    "s.id, s.notify, s.workflow_name, s.workflow_version, s.status, s.reason",
-    concat!(", told AS (", crate::store::sql::tell!("fenced"), ")")
-);
+pub(super) const WRITE_TRANSITIONS_TELLING: &str = write_transitions!(telling_returns!(), told!());
+
+/// The same two for a batch that finishes a request of a limited workflow: its slot row
+/// goes in the same statement (`freed!`). Other batches pay nothing for it.
+pub(super) const WRITE_TRANSITIONS_FREEING: &str = write_transitions!("s.id, s.status", freed!());
+pub(super) const WRITE_TRANSITIONS_TELLING_FREEING: &str =
+    write_transitions!(telling_returns!(), concat!(told!(), freed!()));
+
+/// Said first in a freeing statement's transaction: the update trigger leaves the slot
+/// rows of that transaction's finishes to it (migration 35).
+pub(super) const FREEING_SLOTS: &str = "SET LOCAL clamp.slot_rows = 'freed'";
 
 /// One transition as the statement reads it: a `step_transition` (migration 15), field
 /// by field. A transition without a step record has `step_id` 0.
@@ -96,17 +138,20 @@ pub struct Row<'a> {
 }
 
 /// Writes a batch of transitions for lease owner `owner` (`telling`: with their
-/// notifications, `WRITE_TRANSITIONS_TELLING`); returns the ids that passed the fence.
+/// notifications, `WRITE_TRANSITIONS_TELLING`; `freeing`: it finishes a request of a
+/// limited workflow, `WRITE_TRANSITIONS_FREEING`); returns the ids that passed the fence.
 pub async fn write(
     conn: &PgConn,
     rows: &[Row<'_>],
     owner: Uuid,
     telling: bool,
+    freeing: bool,
 ) -> Result<Vec<Uuid>> {
-    let sql = if telling {
-        WRITE_TRANSITIONS_TELLING
-    } else {
-        WRITE_TRANSITIONS
+    let sql = match (telling, freeing) {
+        (false, false) => WRITE_TRANSITIONS,
+        (true, false) => WRITE_TRANSITIONS_TELLING,
+        (false, true) => WRITE_TRANSITIONS_FREEING,
+        (true, true) => WRITE_TRANSITIONS_TELLING_FREEING,
     };
     let written = tokio::time::timeout(WRITE_TIMEOUT, async {
         // One statement per partition set the batch's requests are in (one, but at a
@@ -117,7 +162,16 @@ pub async fn write(
             let group: Vec<&Row<'_>> = idx.iter().map(|&i| &rows[i]).collect();
             let got = super::partitions::on_set(conn, sql, set.as_ref(), |stmt| {
                 let group = &group;
-                async move { conn.client.query(&stmt, &[group, &owner]).await }
+                async move {
+                    let params: [&(dyn ToSql + Sync); 2] = [group, &owner];
+                    if freeing {
+                        // The setting lasts only as long as a transaction of its own.
+                        conn.in_one_trip(Some(FREEING_SLOTS), None, &stmt, &params)
+                            .await
+                    } else {
+                        conn.client.query(&stmt, &params).await
+                    }
+                }
             })
             .await?;
             applied.extend(got.iter().map(|r| r.get::<_, Uuid>(0)));

@@ -62,6 +62,10 @@ const MIGRATIONS: &[(i32, &str)] = &[
         34,
         include_str!("../migrations/0034_slots_of_their_own.sql"),
     ),
+    (
+        35,
+        include_str!("../migrations/0035_finishes_free_their_slots.sql"),
+    ),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.
