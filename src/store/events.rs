@@ -283,7 +283,7 @@ pub async fn deliver(conn: &PgConn, d: &Delivery<'_>) -> Result<Delivered> {
     ];
     let lock_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&d.event, &d.key];
     let rows = conn
-        .in_one_trip(None, Some((&lock, &lock_params[..])), &deliver, &params)
+        .in_one_trip(&[], Some((&lock, &lock_params[..])), &deliver, &params)
         .await?;
     let Some(first) = rows.first() else {
         return Ok(Delivered::Duplicate);

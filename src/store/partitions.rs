@@ -77,6 +77,22 @@ fn replace_word(text: &str, word: &str, with: &str) -> String {
     out
 }
 
+/// Said first in a transaction whose statement writes a set's partition of
+/// service_requests: the parent locked before the partition, in the order a statement
+/// on the parent takes. A write aimed at a partition checks the row against the
+/// partition's bound, and the first check in a session (again after anything invalidates
+/// the partition's cached description: a vacuum's statistics do) opens the parent, after
+/// the partition is held; against a statement that locks the parent and then its
+/// partitions (`LOCK TABLE`, a migration's `ALTER TABLE`) the two would deadlock. With the
+/// parent held first, such a statement waits for this transaction, never both for each
+/// other.
+pub const REQUESTS_FIRST: &str = "LOCK TABLE ONLY service_requests IN ROW EXCLUSIVE MODE";
+
+/// The same for a transaction that writes a set's partitions of service_requests and
+/// steps_status (a step write).
+pub const REQUESTS_AND_STEPS_FIRST: &str =
+    "LOCK TABLE ONLY service_requests, steps_status IN ROW EXCLUSIVE MODE";
+
 /// Runs `run` with `sql` aimed at the partitions of `set` (none: at the tables), and with
 /// `sql` itself when that set is gone (dropped since this process last saw the sets).
 pub async fn on_set<T, F, Fut>(

@@ -347,13 +347,15 @@ pub async fn insert(conn: &PgConn, rows: &[Limited], lease: &Lease<'_>) -> Resul
         &lease_ms,
     ];
     let lock_params: [Param<'_>; 2] = [&workflows, &keys];
-    // Aimed at the partition that holds the batch's ids, as the plain insert is
-    // (`buffer::insert_requests`); the keys' locks and their counts name no request table.
+    // Aimed at the partition that holds the batch's ids (its parent locked first,
+    // `partitions::REQUESTS_FIRST`): 10 % less a call than routed through the parent,
+    // whose routing is set up on every run. The keys' locks and counts name no request
+    // table.
     let set = conn.partitions().one_set(ids.iter().copied());
     let (lock, lock_params, insert_params) = (&lock, &lock_params, &insert_params);
     let done = super::partitions::on_set(conn, INSERT, set.as_ref(), |insert| async move {
         conn.in_one_trip(
-            Some(WRITING_SLOT_ROWS),
+            &[WRITING_SLOT_ROWS, super::partitions::REQUESTS_FIRST],
             Some((lock, &lock_params[..])),
             &insert,
             insert_params,
@@ -414,7 +416,7 @@ pub async fn admit(
     let limit = limit as i64;
     let admit_params: [Param<'_>; 5] = [&workflow, &key, &limit, &n, &ms];
     let rows = conn
-        .in_one_trip(None, Some((&lock, &lock_params[..])), &admit, &admit_params)
+        .in_one_trip(&[], Some((&lock, &lock_params[..])), &admit, &admit_params)
         .await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }

@@ -34,6 +34,11 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ("delayed::INSERT", delayed::INSERT),
         ("slots::LOCK_MANY", slots::LOCK_MANY),
         ("slots::WRITING_SLOT_ROWS", slots::WRITING_SLOT_ROWS),
+        ("partitions::REQUESTS_FIRST", partitions::REQUESTS_FIRST),
+        (
+            "partitions::REQUESTS_AND_STEPS_FIRST",
+            partitions::REQUESTS_AND_STEPS_FIRST,
+        ),
         ("slots::INSERT", slots::INSERT),
         ("slots::ADMIT", slots::ADMIT),
         ("slots::KEYS_OF", slots::KEYS_OF),

@@ -110,6 +110,12 @@ SELECT pg_advisory_xact_lock(h)
 -- slots::WRITING_SLOT_ROWS
 SET LOCAL clamp.slot_rows = 'written';
 
+-- partitions::REQUESTS_FIRST
+LOCK TABLE ONLY service_requests IN ROW EXCLUSIVE MODE;
+
+-- partitions::REQUESTS_AND_STEPS_FIRST
+LOCK TABLE ONLY service_requests, steps_status IN ROW EXCLUSIVE MODE;
+
 -- slots::INSERT
 WITH input AS (
     SELECT *

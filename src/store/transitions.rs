@@ -165,9 +165,11 @@ pub async fn write(
                 async move {
                     let params: [&(dyn ToSql + Sync); 2] = [group, &owner];
                     if freeing {
-                        // The setting lasts only as long as a transaction of its own.
-                        conn.in_one_trip(Some(FREEING_SLOTS), None, &stmt, &params)
-                            .await
+                        // The setting lasts only as long as a transaction of its own;
+                        // in one, the statement aimed at a set's partitions can lock
+                        // their parents first (as the step writes outside one cannot).
+                        let setup = [FREEING_SLOTS, super::partitions::REQUESTS_AND_STEPS_FIRST];
+                        conn.in_one_trip(&setup, None, &stmt, &params).await
                     } else {
                         conn.client.query(&stmt, &params).await
                     }

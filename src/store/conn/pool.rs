@@ -52,15 +52,15 @@ impl PgConn {
         async move { connector.cancel(token, host).await }
     }
 
-    /// One transaction in one round trip: BEGIN, `setup` (a simple statement said first,
+    /// One transaction in one round trip: BEGIN, `setup` (simple statements said first,
     /// such as a `SET LOCAL`), `lock` (a statement with its parameters), `stmt` with
     /// `params`, COMMIT, sent together. Postgres runs them in order, so `stmt`'s snapshot
-    /// is taken once the lock is held. Should anything fail, the transaction is aborted and the COMMIT
-    /// already sent ends it as a rollback; the connection is left outside a transaction.
-    /// `stmt`'s rows.
+    /// is taken once the lock is held. Should anything fail, the transaction is aborted
+    /// and the COMMIT already sent ends it as a rollback; the connection is left outside
+    /// a transaction. `stmt`'s rows.
     pub async fn in_one_trip(
         &self,
-        setup: Option<&str>,
+        setup: &[&str],
         lock: Option<(&Statement, &[&(dyn ToSql + Sync)])>,
         stmt: &Statement,
         params: &[&(dyn ToSql + Sync)],
@@ -68,12 +68,8 @@ impl PgConn {
         let c = &self.client;
         // Each future sends its message when first polled, and `try_join!` polls them in
         // order: the setup's too, inside its block.
-        let setup = async {
-            match setup {
-                Some(sql) => c.batch_execute(sql).await,
-                None => Ok(()),
-            }
-        };
+        let setup =
+            futures_util::future::try_join_all(setup.iter().map(|sql| c.batch_execute(sql)));
         let lock = async {
             match lock {
                 Some((lock, params)) => c.execute(lock, params).await.map(drop),
