@@ -80,6 +80,9 @@ pub struct Executor {
     forgotten: tokio::sync::Notify,
     /// Finished fan-out children to count (`fan::count_loop`).
     fan_told: tokio::sync::mpsc::Sender<Uuid>,
+    /// The runtime it serves: its jobs run there whoever starts them (a limited create is
+    /// stored by one task for every runtime, which starts the admitted ones).
+    rt: tokio::runtime::Handle,
 }
 
 impl Executor {
@@ -128,6 +131,7 @@ impl Executor {
             wake: tokio::sync::Notify::new(),
             forgotten: tokio::sync::Notify::new(),
             fan_told,
+            rt: tokio::runtime::Handle::current(),
         });
         tokio::spawn(fan::count_loop(Arc::downgrade(&exec), to_count));
         exec
@@ -185,7 +189,7 @@ impl Executor {
         let exec = self.clone();
         // Registered before the task can finish, so its own cleanup always finds it.
         let mut running = self.running.lock();
-        let handle = tokio::spawn(async move {
+        let handle = self.rt.spawn(async move {
             job::run(&exec, job).await;
             exec.forget(id);
             // A child that finished tells its parent now (or the reporter will).
