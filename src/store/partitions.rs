@@ -80,12 +80,11 @@ fn replace_word(text: &str, word: &str, with: &str) -> String {
 /// Said first in a transaction whose statement writes a set's partition of
 /// service_requests: the parent locked before the partition, in the order a statement
 /// on the parent takes. A write aimed at a partition checks the row against the
-/// partition's bound, and the first check in a session (again after anything invalidates
-/// the partition's cached description: a vacuum's statistics do) opens the parent, after
-/// the partition is held; against a statement that locks the parent and then its
-/// partitions (`LOCK TABLE`, a migration's `ALTER TABLE`) the two would deadlock. With the
-/// parent held first, such a statement waits for this transaction, never both for each
-/// other.
+/// partition's bound, and the first check in a session (again whenever the partition's
+/// cached description is rebuilt) opens the parent, after the partition is held; against
+/// a statement that locks the parent and then its partitions (`LOCK TABLE`, a
+/// migration's `ALTER TABLE`) the two would deadlock. With the parent held first, such a
+/// statement waits for this transaction, never both for each other.
 pub const REQUESTS_FIRST: &str = "LOCK TABLE ONLY service_requests IN ROW EXCLUSIVE MODE";
 
 /// The same for a transaction that writes a set's partitions of service_requests and

@@ -67,7 +67,7 @@ impl PgConn {
     ) -> Result<Vec<Row>, tokio_postgres::Error> {
         let c = &self.client;
         // Each future sends its message when first polled, and `try_join!` polls them in
-        // order: the setup's too, inside its block.
+        // order (the setup's, in theirs, as `try_join_all` polls its futures).
         let setup =
             futures_util::future::try_join_all(setup.iter().map(|sql| c.batch_execute(sql)));
         let lock = async {
