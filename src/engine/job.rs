@@ -1038,11 +1038,7 @@ async fn advance(exec: &Executor, job: &Job, mut t: Transition) -> bool {
         .zip(crate::workflow::notify::bit(status))
         .is_some_and(|(m, b)| m & b != 0);
     // A final status of a limited workflow's request: its slot row goes with the write.
-    t.frees_slot = job.wf.concurrency.is_some()
-        && matches!(
-            status,
-            RequestStatus::Completed | RequestStatus::Failed | RequestStatus::Cancelled
-        );
+    t.frees_slot = job.wf.concurrency.is_some() && status.is_finished();
     let reason = if status == RequestStatus::InProgress {
         None
     } else {

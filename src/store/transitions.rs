@@ -84,11 +84,7 @@ macro_rules! freed {
         concat!(
             ", freed AS (DELETE FROM concurrency_slots c USING fenced f \
              WHERE c.id = f.id AND f.status IN (",
-            crate::status::status_sql!(Completed),
-            ", ",
-            crate::status::status_sql!(Failed),
-            ", ",
-            crate::status::status_sql!(Cancelled),
+            crate::status::status_sql!(Finished),
             "))"
         )
     };
