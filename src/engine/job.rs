@@ -291,7 +291,6 @@ async fn finish(exec: &Executor, job: &Job) {
         retry_in_ms: None,
         last_error: None,
         notify: false,
-        frees_slot: false,
     };
     let reason = t.reason.clone();
     if write(exec, t).await {
@@ -583,7 +582,6 @@ async fn sent(exec: &Executor, job: &Job, step: &CompiledStep, body: &Doc, a: &A
         retry_in_ms: step.answer_timeout.map(|d| d.as_secs_f64() * 1000.0),
         last_error: None,
         notify: false,
-        frees_slot: false,
     };
     if write(exec, t).await && step.step_type == crate::workflow::StepType::Async {
         // Its answer, when it comes here, needs no read of the row for the workflow.
@@ -612,7 +610,6 @@ async fn sleep(exec: &Executor, job: &Job, step: &CompiledStep, body: &Doc, a: &
         retry_in_ms: Some((due - now_ms()).max(1.0)),
         last_error: None,
         notify: false,
-        frees_slot: false,
     };
     write(exec, t).await;
 }
@@ -985,7 +982,6 @@ async fn retry(
         retry_in_ms: (!at_once).then_some(wait.as_secs_f64() * 1000.0),
         last_error: Some(format!("attempt {attempts} failed: {}", e.message)),
         notify: false,
-        frees_slot: false,
     };
     if !write(exec, t).await {
         return false;
@@ -1023,7 +1019,6 @@ fn transition(
         retry_in_ms: None,
         last_error: None,
         notify: false,
-        frees_slot: false,
     }
 }
 
@@ -1037,8 +1032,6 @@ async fn advance(exec: &Executor, job: &Job, mut t: Transition) -> bool {
         .notify_mask
         .zip(crate::workflow::notify::bit(status))
         .is_some_and(|(m, b)| m & b != 0);
-    // A final status of a limited workflow's request: its slot row goes with the write.
-    t.frees_slot = job.wf.concurrency.is_some() && status.is_finished();
     let reason = if status == RequestStatus::InProgress {
         None
     } else {

@@ -555,7 +555,6 @@ async fn write(fan: &Fan<'_>, rec: StepRecord) -> Result<(), LaneEnd> {
         retry_in_ms: None,
         last_error: None,
         notify: false,
-        frees_slot: false,
     };
     if step_io::write(fan.exec, t).await {
         Ok(())

@@ -82,10 +82,6 @@ pub struct Transition {
     /// Its request's workflow tells of the status it reaches (`workflow::notify`): the
     /// batch holding it is written with the outbox rows (`WRITE_TRANSITIONS_TELLING`).
     pub notify: bool,
-    /// It finishes a request of a limited workflow: the batch holding it deletes the
-    /// finished requests' slot rows itself (`WRITE_TRANSITIONS_FREEING`). Left false, a
-    /// finish's slot row goes by the table's trigger, as every other change's does.
-    pub frees_slot: bool,
 }
 
 impl Transition {
@@ -104,7 +100,6 @@ impl Transition {
             retry_in_ms: None,
             last_error: None,
             notify: false,
-            frees_slot: false,
         }
     }
 }
@@ -234,8 +229,7 @@ async fn write(pool: &Pool, batch: &[Pending], owner: Uuid) -> Result<Vec<Uuid>,
     let conn = pool.get().await?;
     let rows: Vec<transitions::Row> = batch.iter().map(|p| row(&p.t)).collect();
     let telling = batch.iter().any(|p| p.t.notify);
-    let freeing = batch.iter().any(|p| p.t.frees_slot);
-    transitions::write(&conn, &rows, owner, telling, freeing).await
+    transitions::write(&conn, &rows, owner, telling).await
 }
 
 /// A transition as the statement's row type holds it.

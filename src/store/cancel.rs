@@ -61,11 +61,14 @@ pub(super) const CANCEL: &str = concat!(
     ")
     RETURNING id, workflow_name, headers,
         (extract(epoch FROM created_at) * 1000000)::int8 AS created_us, retries, reason,
-        notify, workflow_version, status
+        notify, workflow_version, status, concurrency_key, lease_until, priority
 ), told AS (",
     crate::store::sql::tell!("done"),
     "
-) SELECT id, workflow_name, headers, created_us, retries, reason FROM done
+), ",
+    crate::store::slots::follow!("done"),
+    "
+SELECT id, workflow_name, headers, created_us, retries, reason FROM done
 ORDER BY id = $1 DESC"
 );
 
@@ -94,7 +97,8 @@ pub(super) const CANCEL_COMPENSATING: &str = concat!(
     crate::status::status_sql!(Cancelled),
     ")
     RETURNING id, workflow_name, headers,
-        (extract(epoch FROM created_at) * 1000000)::int8 AS created_us, retries, reason
+        (extract(epoch FROM created_at) * 1000000)::int8 AS created_us, retries, reason,
+        status, concurrency_key, lease_until, priority
 ), done AS (
     UPDATE service_requests SET status = ",
     crate::status::status_sql!(Cancelled),
@@ -111,11 +115,18 @@ pub(super) const CANCEL_COMPENSATING: &str = concat!(
     ")
     RETURNING id, workflow_name, headers,
         (extract(epoch FROM created_at) * 1000000)::int8 AS created_us, retries, reason,
-        notify, workflow_version, status
+        notify, workflow_version, status, concurrency_key, lease_until, priority
 ), told AS (",
     crate::store::sql::tell!("done"),
     "
-) SELECT true, id, workflow_name, headers, created_us, retries, reason FROM me
+), changed AS (SELECT ",
+    crate::store::slots::follows!(),
+    " FROM me UNION ALL SELECT ",
+    crate::store::slots::follows!(),
+    " FROM done), ",
+    crate::store::slots::follow!("changed"),
+    "
+SELECT true, id, workflow_name, headers, created_us, retries, reason FROM me
 UNION ALL
 SELECT false, id, workflow_name, headers, created_us, retries, reason FROM done"
 );

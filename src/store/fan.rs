@@ -171,12 +171,16 @@ pub async fn start(conn: &PgConn, s: &Start<'_>) -> Result<Started> {
 /// where it stopped, with that step's request), and told nothing yet. `$1` parent, `$3`
 /// step. Returns their indexes.
 pub(super) const RESTART: &str = concat!(
-    "UPDATE service_requests s SET ",
+    "WITH retried AS (UPDATE service_requests s SET ",
     crate::store::retry::retry_set!(),
     ", parent_told = false
 WHERE s.parent_id = $1 AND s.parent_step_id = $3 AND s.fan_index IS NOT NULL AND ",
     crate::store::retry::retryable!(),
-    " RETURNING s.fan_index"
+    " RETURNING s.fan_index, ",
+    crate::store::retry::retried_follows!(),
+    "), ",
+    crate::store::slots::follow!("retried"),
+    " SELECT fan_index FROM retried"
 );
 
 /// `$1` parent, `$2` step: children running (not finished, not held).

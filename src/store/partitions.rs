@@ -87,11 +87,6 @@ fn replace_word(text: &str, word: &str, with: &str) -> String {
 /// statement waits for this transaction, never both for each other.
 pub const REQUESTS_FIRST: &str = "LOCK TABLE ONLY service_requests IN ROW EXCLUSIVE MODE";
 
-/// The same for a transaction that writes a set's partitions of service_requests and
-/// steps_status (a step write).
-pub const REQUESTS_AND_STEPS_FIRST: &str =
-    "LOCK TABLE ONLY service_requests, steps_status IN ROW EXCLUSIVE MODE";
-
 /// Runs `run` with `sql` aimed at the partitions of `set` (none: at the tables), and with
 /// `sql` itself when that set is gone (dropped since this process last saw the sets).
 pub async fn on_set<T, F, Fut>(

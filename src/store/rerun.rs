@@ -114,7 +114,12 @@ WITH run AS (
             (SELECT o.priority FROM service_requests o WHERE o.id = $2),
             (SELECT o.labels FROM service_requests o WHERE o.id = $2),
             (SELECT o.notify FROM service_requests o WHERE o.id = $2))
-    RETURNING id)
+    RETURNING ",
+    crate::store::slots::follows!(),
+    "), ",
+    // With a key, its slot row, in its key's queue (no trigger writes it, migration 36).
+    crate::store::slots::follow!("run"),
+    "
 INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
                           started_at, finished_at, time_taken_ms, reason, attempts)
 -- A record's request is copied as it is, the payload's mark ('', sql::step_request)

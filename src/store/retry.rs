@@ -90,13 +90,27 @@ macro_rules! retryable {
 // For the restart of a fan-out step's children (`fan::RESTART`), retried as any request.
 pub(crate) use {retry_set, retryable};
 
-/// `$1` the request, `$2` its failed step's new request (or NULL).
+/// The retried rows' columns `slots::follow!` reads: a retried request with a key waits
+/// for a slot again, in its key's queue.
+macro_rules! retried_follows {
+    () => {
+        "s.id, s.workflow_name, s.concurrency_key, s.status, s.lease_until, s.priority"
+    };
+}
+pub(crate) use retried_follows;
+
+/// `$1` the request, `$2` its failed step's new request (or NULL); with its slot row
+/// (`slots::follow!`).
 pub(super) const RETRY: &str = concat!(
-    "UPDATE service_requests s SET ",
+    "WITH retried AS (UPDATE service_requests s SET ",
     retry_set!(),
     " WHERE s.id = $1 AND ",
     retryable!(),
-    " RETURNING s.retries, s.headers, s.concurrency_key IS NOT NULL"
+    " RETURNING s.retries, s.headers, ",
+    retried_follows!(),
+    "), ",
+    crate::store::slots::follow!("retried"),
+    " SELECT retries, headers, concurrency_key IS NOT NULL FROM retried"
 );
 
 /// A request's stored status, when it was not retried now.
@@ -154,8 +168,12 @@ pub(super) const RETRY_MATCHING: &str = concat!(
     retry_set!(),
     " FROM taken t WHERE s.id = t.id AND ",
     retryable!(),
-    " RETURNING s.id
-)
+    " RETURNING ",
+    retried_follows!(),
+    "
+), ",
+    crate::store::slots::follow!("retried"),
+    "
 SELECT (SELECT count(*) FROM retried), (SELECT count(*) FROM candidates) > $7::bigint"
 );
 

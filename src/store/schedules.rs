@@ -164,8 +164,13 @@ WITH s AS (
     ),
     ", $9, $10, $11::smallint
     FROM fire WHERE fire.service_request_id IS NOT NULL
-    RETURNING id
-)
+    RETURNING ",
+    crate::store::slots::follows!(),
+    "
+), ",
+    // With a key, its slot row, in its key's queue (no trigger writes it, migration 36).
+    crate::store::slots::follow!("req"),
+    "
 SELECT (SELECT count(*) FROM fire), (SELECT count(*) FROM req)"
 );
 

@@ -3,11 +3,11 @@
 //! slot from its admission until it finishes (a pause or a sleep holds it too); until
 //! admitted it is NEW and held (`lease_until = 'infinity'`, which no claim takes).
 //! Slots are counted from `concurrency_slots`, one row per request that waits for or
-//! holds a slot, kept by triggers on the request rows in the transaction that changes
-//! them (migration 34; a limited batch's insert writes its own, `INSERT`): never a
-//! number kept apart, so a crash can neither free one twice nor leak one: a request of
-//! a dead instance keeps its slot while it is continued elsewhere, and frees it when it
-//! finishes.
+//! holds a slot, written by the statement that changes the request's row (migration 36:
+//! the limited insert, an admission, a finishing step write, a cancel, a retry; `follow!`),
+//! so in its transaction: never a number kept apart, so a crash can neither free one
+//! twice nor leak one: a request of a dead instance keeps its slot while it is continued
+//! elsewhere, and frees it when it finishes.
 //!
 //! Every admission of a key runs under a transaction-scoped advisory lock of (workflow,
 //! key), taken by its own statement first, so the count that follows sees every admission
@@ -21,10 +21,46 @@ use super::{PgConn, Result};
 
 type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
 
-/// Said at the start of a limited batch's transaction: `INSERT` writes its creates' slot
-/// rows itself, so the insert trigger stands aside until the transaction ends (migration
-/// 34).
-pub(super) const WRITING_SLOT_ROWS: &str = "SET LOCAL clamp.slot_rows = 'written'";
+/// The slot rows of the requests a statement's CTE `$changed` changed, written by that
+/// statement (migration 36: no trigger keeps them): a request that waits for or holds a
+/// slot has its row (`queued` as it waits, its rank), any other has none. `$changed`
+/// returns each request's `id, workflow_name, concurrency_key, status, lease_until,
+/// priority`; a request without a key is passed over. For the statements that can change
+/// a keyed request's slot state other than by finishing it (a cancel, a retry, a
+/// compensating cancel, a rerun); a step write's finishes go by `transitions`' `freed!`,
+/// an admission by `ADMIT`'s own update. Two CTEs, `slots_gone` and `slots_kept`,
+/// each aimed by id at the primary key (`= ANY (ARRAY(…))`, never a join the planner
+/// could answer with a scan of every slot row).
+macro_rules! follow {
+    ($changed:literal) => {
+        concat!(
+            "slots_gone AS (DELETE FROM concurrency_slots q WHERE q.id = ANY (ARRAY(\
+             SELECT f.id FROM ",
+            $changed,
+            " f WHERE f.concurrency_key IS NOT NULL \
+             AND concurrency_slot_state(f.status, f.lease_until) = 0))), \
+             slots_kept AS (INSERT INTO concurrency_slots \
+             (id, workflow_name, concurrency_key, queued, rank) \
+             SELECT f.id, f.workflow_name, f.concurrency_key, \
+             concurrency_slot_state(f.status, f.lease_until) = 1, ",
+            crate::store::slots::rank_of!("f.priority"),
+            " FROM ",
+            $changed,
+            " f WHERE f.concurrency_key IS NOT NULL \
+             AND concurrency_slot_state(f.status, f.lease_until) > 0 \
+             ON CONFLICT (id) DO UPDATE SET queued = excluded.queued, rank = excluded.rank)"
+        )
+    };
+}
+pub(crate) use follow;
+
+/// What `follow!`'s CTE must return of each changed request.
+macro_rules! follows {
+    () => {
+        "id, workflow_name, concurrency_key, status, lease_until, priority"
+    };
+}
+pub(crate) use follows;
 
 /// The advisory locks of (workflow, key) pairs, `$1` workflows and `$2` keys, taken in the
 /// order of their hashes, so two batches never wait on each other in a cycle. Every
@@ -55,6 +91,7 @@ macro_rules! rank_of {
         concat!("-coalesce(", $priority, ", 5)")
     };
 }
+pub(crate) use rank_of;
 
 /// A key's queue order (`concurrency_slots_queue`'s last two columns): higher priorities
 /// first (`rank_of!`), then creation order (ids are UUIDv7).
@@ -163,8 +200,8 @@ SELECT t.id, t.workflow, t.payload, t.headers, \
   CASE WHEN t.rank <= t.free THEN statement_timestamp() END, t.priority, \
   string_to_array(t.labels, E'\\n'), t.notify, t.created \
 FROM ranked t), slot_rows AS (
--- Each create's slot row (migration 34), written here rather than by the insert trigger,
--- which this transaction turns off (`WRITING_SLOT_ROWS`).
+-- Each create's slot row (migration 34), written by the insert that creates it (no
+-- trigger does, migration 36).
 INSERT INTO concurrency_slots (id, workflow_name, concurrency_key, queued, rank)
 SELECT t.id, t.workflow, t.key, t.rank > t.free, ",
     rank_of!("t.priority"),
@@ -199,7 +236,7 @@ pub enum Admission {
 }
 
 /// Admits the first waiting requests of a key (`queue_order!`) into its free slots and its
-/// rate's room, under its lock: `$1` workflow, `$2` key, `$3` limit, `$4` rate (NULL: none), `$5` its
+/// rate's room, under its lock, and marks their slot rows held (`held`): `$1` workflow, `$2` key, `$3` limit, `$4` rate (NULL: none), `$5` its
 /// window in ms. Returns the admitted ids.
 pub(super) const ADMIT: &str = concat!(
     "WITH admitted AS (UPDATE service_requests \
@@ -214,7 +251,9 @@ pub(super) const ADMIT: &str = concat!(
     started_within!("$1", "$2", "$4", "$5"),
     "))) AND concurrency_key IS NOT NULL AND lease_until = 'infinity' AND status = ",
     crate::status::status_sql!(New),
-    " RETURNING id), starts AS ( \
+    " RETURNING id), held AS ( \
+     UPDATE concurrency_slots slot SET queued = false WHERE slot.id = ANY (ARRAY(SELECT id FROM admitted))), \
+     starts AS ( \
      INSERT INTO concurrency_starts (workflow_name, concurrency_key, admitted_at) \
      SELECT $1, $2, statement_timestamp() FROM admitted WHERE $4::bigint IS NOT NULL) \
      SELECT id FROM admitted"
@@ -355,7 +394,7 @@ pub async fn insert(conn: &PgConn, rows: &[Limited], lease: &Lease<'_>) -> Resul
     let (lock, lock_params, insert_params) = (&lock, &lock_params, &insert_params);
     let done = super::partitions::on_set(conn, INSERT, set.as_ref(), |insert| async move {
         conn.in_one_trip(
-            &[WRITING_SLOT_ROWS, super::partitions::REQUESTS_FIRST],
+            &[super::partitions::REQUESTS_FIRST],
             Some((lock, &lock_params[..])),
             &insert,
             insert_params,

@@ -33,12 +33,7 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
         ),
         ("delayed::INSERT", delayed::INSERT),
         ("slots::LOCK_MANY", slots::LOCK_MANY),
-        ("slots::WRITING_SLOT_ROWS", slots::WRITING_SLOT_ROWS),
         ("partitions::REQUESTS_FIRST", partitions::REQUESTS_FIRST),
-        (
-            "partitions::REQUESTS_AND_STEPS_FIRST",
-            partitions::REQUESTS_AND_STEPS_FIRST,
-        ),
         ("slots::INSERT", slots::INSERT),
         ("slots::ADMIT", slots::ADMIT),
         ("slots::KEYS_OF", slots::KEYS_OF),
@@ -60,15 +55,6 @@ pub fn all() -> Vec<(&'static str, &'static str)> {
             "transitions::WRITE_TRANSITIONS_TELLING",
             transitions::WRITE_TRANSITIONS_TELLING,
         ),
-        (
-            "transitions::WRITE_TRANSITIONS_FREEING",
-            transitions::WRITE_TRANSITIONS_FREEING,
-        ),
-        (
-            "transitions::WRITE_TRANSITIONS_TELLING_FREEING",
-            transitions::WRITE_TRANSITIONS_TELLING_FREEING,
-        ),
-        ("transitions::FREEING_SLOTS", transitions::FREEING_SLOTS),
         (
             "step_responses::REQUEST_STATE",
             step_responses::REQUEST_STATE,

@@ -107,14 +107,8 @@ SELECT pg_advisory_xact_lock(h)
         FROM unnest($1::text[], $2::text[]) AS t(w, k)) l
     ORDER BY h;
 
--- slots::WRITING_SLOT_ROWS
-SET LOCAL clamp.slot_rows = 'written';
-
 -- partitions::REQUESTS_FIRST
 LOCK TABLE ONLY service_requests IN ROW EXCLUSIVE MODE;
-
--- partitions::REQUESTS_AND_STEPS_FIRST
-LOCK TABLE ONLY service_requests, steps_status IN ROW EXCLUSIVE MODE;
 
 -- slots::INSERT
 WITH input AS (
@@ -169,8 +163,8 @@ SELECT t.id, t.workflow, t.payload, t.headers,
     CASE WHEN t.rank <= t.free THEN statement_timestamp() END, t.priority,
     string_to_array(t.labels, E'\n'), t.notify, t.created
     FROM ranked t), slot_rows AS (
--- Each create's slot row (migration 34), written here rather than by the insert trigger,
--- which this transaction turns off (`WRITING_SLOT_ROWS`).
+-- Each create's slot row (migration 34), written by the insert that creates it (no
+-- trigger does, migration 36).
 INSERT INTO concurrency_slots (id, workflow_name, concurrency_key, queued, rank)
 SELECT t.id, t.workflow, t.key, t.rank > t.free, -coalesce(t.priority, 5)
     FROM ranked t), starts AS (
@@ -200,10 +194,12 @@ WITH admitted AS (UPDATE service_requests SET lease_until = '-infinity',
                     $3) - (CASE WHEN $4::bigint IS NULL THEN 0 ELSE (SELECT count(*)
                 FROM concurrency_starts a
                 WHERE a.workflow_name = $1 AND a.concurrency_key = $2 AND a.admitted_at > statement_timestamp() - $5::float8 * interval '1 millisecond') END)))) AND concurrency_key IS NOT NULL AND lease_until = 'infinity' AND status = 'NEW'
-    RETURNING id),
-        starts AS ( INSERT INTO concurrency_starts (workflow_name, concurrency_key,
-            admitted_at) SELECT $1,
-            $2, statement_timestamp()
+    RETURNING id), held AS ( UPDATE concurrency_slots slot SET queued = false
+    WHERE slot.id = ANY (ARRAY(SELECT id
+        FROM admitted))),
+            starts AS ( INSERT INTO concurrency_starts (workflow_name, concurrency_key,
+                admitted_at) SELECT $1,
+                $2, statement_timestamp()
     FROM admitted
     WHERE $4::bigint IS NOT NULL) SELECT id
     FROM admitted;
@@ -392,7 +388,7 @@ WITH input AS (
     FROM input i
     -- The fence: still leased to this instance, and not cancelled meanwhile.
     WHERE s.id = i.id AND s.lease_owner = $2 AND s.status <> 'CANCELLED'
-    RETURNING s.id
+    RETURNING s.id, s.status, s.concurrency_key IS NOT NULL AS keyed
 ), records AS (
     INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
                               started_at, finished_at, time_taken_ms, reason, attempts)
@@ -409,7 +405,11 @@ WITH input AS (
            OR EXISTS (SELECT 1
                FROM service_requests c
                WHERE c.id = i.id AND c.status = 'CANCELLED'))
-)
+), freed AS (DELETE
+    FROM concurrency_slots c
+    WHERE c.id = ANY (ARRAY(SELECT f.id
+        FROM fenced f
+        WHERE f.keyed AND f.status IN ('COMPLETED', 'FAILED', 'CANCELLED'))))
 SELECT id FROM fenced;
 
 -- transitions::WRITE_TRANSITIONS_TELLING
@@ -434,96 +434,8 @@ WITH input AS (
     FROM input i
     -- The fence: still leased to this instance, and not cancelled meanwhile.
     WHERE s.id = i.id AND s.lease_owner = $2 AND s.status <> 'CANCELLED'
-    RETURNING s.id, s.notify, s.workflow_name, s.workflow_version, s.status, s.reason
-), records AS (
-    INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
-                              started_at, finished_at, time_taken_ms, reason, attempts)
-    SELECT i.id, i.step_id, i.step_name, i.step_status, i.step_request, i.step_response,
-           to_timestamp(i.started_ms / 1000.0), to_timestamp(i.finished_ms / 1000.0),
-           CASE WHEN i.finished_ms IS NULL THEN NULL ELSE round(i.finished_ms - i.started_ms)::bigint END,
-           i.step_reason, i.step_attempts
-    FROM input i LEFT JOIN fenced f ON f.id = i.id
-    -- A request cancelled while one of its steps was in flight still gets that step's
-    -- outcome as its entry (nothing after it starts); only unfenced rows are looked at.
-    -- (0: no record; below 0: a lane's step, `workflow::fan::lane_step_id`)
-    WHERE i.step_id <> 0
-      AND (f.id IS NOT NULL
-           OR EXISTS (SELECT 1
-               FROM service_requests c
-               WHERE c.id = i.id AND c.status = 'CANCELLED'))
-),
-    told AS (INSERT INTO notifications (service_request_id, workflow_name, workflow_version, status, reason) SELECT n.id, n.workflow_name, coalesce(n.workflow_version, 1), n.status, n.reason
-    FROM fenced n
-    WHERE n.notify IS NOT NULL AND n.notify & (CASE n.status WHEN 'COMPLETED' THEN 1 WHEN 'FAILED' THEN 2 WHEN 'CANCELLED' THEN 4 ELSE 0 END) <> 0)
-SELECT id FROM fenced;
-
--- transitions::WRITE_TRANSITIONS_FREEING
-WITH input AS (
-    -- One array of rows (migration 15's type), not an array per column.
-    SELECT * FROM UNNEST($1::step_transition[])
-), fenced AS (
-    UPDATE service_requests s SET
-        -- Between steps the stored status stays NEW (or RESUMED): status is in the claim
-        -- index's predicate, so leaving it alone lets the update be HOT (no index writes).
-        -- Reads show such a request as IN_PROGRESS.
-        status = CASE WHEN i.status = 'IN_PROGRESS' THEN s.status ELSE i.status END,
-        current_step_id = i.next_step, step_request = i.next_request,
-        failed_step_id = i.failed_step, reason = i.reason, updated_at = now(),
-        step_attempts = i.attempts, last_error = i.last_error,
-        finished_at = CASE WHEN i.status IN ('COMPLETED', 'FAILED', 'CANCELLED') THEN now() END,
-        lease_owner = CASE WHEN i.release THEN NULL ELSE s.lease_owner END,
-        -- A pending retry waits unowned until it is due; the sweeper claims it then.
-        lease_until = CASE WHEN i.retry_in_ms IS NOT NULL
-                           THEN now() + i.retry_in_ms::float8 * interval '1 millisecond'
-                           WHEN i.release THEN '-infinity'::timestamptz ELSE s.lease_until END
-    FROM input i
-    -- The fence: still leased to this instance, and not cancelled meanwhile.
-    WHERE s.id = i.id AND s.lease_owner = $2 AND s.status <> 'CANCELLED'
-    RETURNING s.id, s.status
-), records AS (
-    INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
-                              started_at, finished_at, time_taken_ms, reason, attempts)
-    SELECT i.id, i.step_id, i.step_name, i.step_status, i.step_request, i.step_response,
-           to_timestamp(i.started_ms / 1000.0), to_timestamp(i.finished_ms / 1000.0),
-           CASE WHEN i.finished_ms IS NULL THEN NULL ELSE round(i.finished_ms - i.started_ms)::bigint END,
-           i.step_reason, i.step_attempts
-    FROM input i LEFT JOIN fenced f ON f.id = i.id
-    -- A request cancelled while one of its steps was in flight still gets that step's
-    -- outcome as its entry (nothing after it starts); only unfenced rows are looked at.
-    -- (0: no record; below 0: a lane's step, `workflow::fan::lane_step_id`)
-    WHERE i.step_id <> 0
-      AND (f.id IS NOT NULL
-           OR EXISTS (SELECT 1
-               FROM service_requests c
-               WHERE c.id = i.id AND c.status = 'CANCELLED'))
-), freed AS (DELETE
-    FROM concurrency_slots c USING fenced f
-    WHERE c.id = f.id AND f.status IN ('COMPLETED', 'FAILED', 'CANCELLED'))
-SELECT id FROM fenced;
-
--- transitions::WRITE_TRANSITIONS_TELLING_FREEING
-WITH input AS (
-    -- One array of rows (migration 15's type), not an array per column.
-    SELECT * FROM UNNEST($1::step_transition[])
-), fenced AS (
-    UPDATE service_requests s SET
-        -- Between steps the stored status stays NEW (or RESUMED): status is in the claim
-        -- index's predicate, so leaving it alone lets the update be HOT (no index writes).
-        -- Reads show such a request as IN_PROGRESS.
-        status = CASE WHEN i.status = 'IN_PROGRESS' THEN s.status ELSE i.status END,
-        current_step_id = i.next_step, step_request = i.next_request,
-        failed_step_id = i.failed_step, reason = i.reason, updated_at = now(),
-        step_attempts = i.attempts, last_error = i.last_error,
-        finished_at = CASE WHEN i.status IN ('COMPLETED', 'FAILED', 'CANCELLED') THEN now() END,
-        lease_owner = CASE WHEN i.release THEN NULL ELSE s.lease_owner END,
-        -- A pending retry waits unowned until it is due; the sweeper claims it then.
-        lease_until = CASE WHEN i.retry_in_ms IS NOT NULL
-                           THEN now() + i.retry_in_ms::float8 * interval '1 millisecond'
-                           WHEN i.release THEN '-infinity'::timestamptz ELSE s.lease_until END
-    FROM input i
-    -- The fence: still leased to this instance, and not cancelled meanwhile.
-    WHERE s.id = i.id AND s.lease_owner = $2 AND s.status <> 'CANCELLED'
-    RETURNING s.id, s.notify, s.workflow_name, s.workflow_version, s.status, s.reason
+    RETURNING s.id, s.notify, s.workflow_name, s.workflow_version, s.reason, s.status,
+        s.concurrency_key IS NOT NULL AS keyed
 ), records AS (
     INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
                               started_at, finished_at, time_taken_ms, reason, attempts)
@@ -545,12 +457,11 @@ WITH input AS (
     FROM fenced n
     WHERE n.notify IS NOT NULL AND n.notify & (CASE n.status WHEN 'COMPLETED' THEN 1 WHEN 'FAILED' THEN 2 WHEN 'CANCELLED' THEN 4 ELSE 0 END) <> 0),
         freed AS (DELETE
-    FROM concurrency_slots c USING fenced f
-    WHERE c.id = f.id AND f.status IN ('COMPLETED', 'FAILED', 'CANCELLED'))
+    FROM concurrency_slots c
+    WHERE c.id = ANY (ARRAY(SELECT f.id
+        FROM fenced f
+        WHERE f.keyed AND f.status IN ('COMPLETED', 'FAILED', 'CANCELLED'))))
 SELECT id FROM fenced;
-
--- transitions::FREEING_SLOTS
-SET LOCAL clamp.slot_rows = 'freed';
 
 -- step_responses::REQUEST_STATE
 SELECT workflow_name, status, current_step_id, coalesce(workflow_version, 1)
@@ -610,12 +521,25 @@ WITH RECURSIVE tree AS (
       AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
     RETURNING id, workflow_name, headers,
         (extract(epoch FROM created_at) * 1000000)::int8 AS created_us, retries, reason,
-        notify, workflow_version, status
+        notify, workflow_version, status, concurrency_key, lease_until, priority
 ),
     told AS (INSERT INTO notifications (service_request_id, workflow_name, workflow_version, status, reason) SELECT n.id, n.workflow_name, coalesce(n.workflow_version, 1), n.status, n.reason
     FROM done n
     WHERE n.notify IS NOT NULL AND n.notify & (CASE n.status WHEN 'COMPLETED' THEN 1 WHEN 'FAILED' THEN 2 WHEN 'CANCELLED' THEN 4 ELSE 0 END) <> 0
-) SELECT id, workflow_name, headers, created_us, retries, reason FROM done
+), slots_gone AS (DELETE
+    FROM concurrency_slots q
+    WHERE q.id = ANY (ARRAY(SELECT f.id
+        FROM done f
+        WHERE f.concurrency_key IS NOT NULL AND concurrency_slot_state(f.status,
+            f.lease_until) = 0))),
+            slots_kept AS (INSERT INTO concurrency_slots (id, workflow_name, concurrency_key,
+                queued, rank) SELECT f.id,
+                f.workflow_name, f.concurrency_key,
+                concurrency_slot_state(f.status, f.lease_until) = 1, -coalesce(f.priority, 5)
+    FROM done f
+    WHERE f.concurrency_key IS NOT NULL AND concurrency_slot_state(f.status, f.lease_until) > 0
+    ON CONFLICT (id) DO UPDATE SET queued = excluded.queued, rank = excluded.rank)
+SELECT id, workflow_name, headers, created_us, retries, reason FROM done
 ORDER BY id = $1 DESC;
 
 -- cancel::CANCEL_COMPENSATING
@@ -631,7 +555,8 @@ WITH RECURSIVE tree AS (
        updated_at = now()
     WHERE id = $1 AND failed_step_id IS NULL AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
     RETURNING id, workflow_name, headers,
-        (extract(epoch FROM created_at) * 1000000)::int8 AS created_us, retries, reason
+        (extract(epoch FROM created_at) * 1000000)::int8 AS created_us, retries, reason,
+        status, concurrency_key, lease_until, priority
 ), done AS (
     UPDATE service_requests SET status = 'CANCELLED',
     reason = 'its parent was cancelled: ' || $2,
@@ -640,12 +565,27 @@ WITH RECURSIVE tree AS (
       AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
     RETURNING id, workflow_name, headers,
         (extract(epoch FROM created_at) * 1000000)::int8 AS created_us, retries, reason,
-        notify, workflow_version, status
+        notify, workflow_version, status, concurrency_key, lease_until, priority
 ),
     told AS (INSERT INTO notifications (service_request_id, workflow_name, workflow_version, status, reason) SELECT n.id, n.workflow_name, coalesce(n.workflow_version, 1), n.status, n.reason
     FROM done n
     WHERE n.notify IS NOT NULL AND n.notify & (CASE n.status WHEN 'COMPLETED' THEN 1 WHEN 'FAILED' THEN 2 WHEN 'CANCELLED' THEN 4 ELSE 0 END) <> 0
-) SELECT true, id, workflow_name, headers, created_us, retries, reason FROM me
+), changed AS (SELECT id, workflow_name, concurrency_key, status, lease_until, priority
+    FROM me UNION ALL SELECT id, workflow_name, concurrency_key, status, lease_until, priority
+    FROM done), slots_gone AS (DELETE
+    FROM concurrency_slots q
+    WHERE q.id = ANY (ARRAY(SELECT f.id
+        FROM changed f
+        WHERE f.concurrency_key IS NOT NULL AND concurrency_slot_state(f.status,
+            f.lease_until) = 0))),
+            slots_kept AS (INSERT INTO concurrency_slots (id, workflow_name, concurrency_key,
+                queued, rank) SELECT f.id,
+                f.workflow_name, f.concurrency_key,
+                concurrency_slot_state(f.status, f.lease_until) = 1, -coalesce(f.priority, 5)
+    FROM changed f
+    WHERE f.concurrency_key IS NOT NULL AND concurrency_slot_state(f.status, f.lease_until) > 0
+    ON CONFLICT (id) DO UPDATE SET queued = excluded.queued, rank = excluded.rank)
+SELECT true, id, workflow_name, headers, created_us, retries, reason FROM me
 UNION ALL
 SELECT false, id, workflow_name, headers, created_us, retries, reason FROM done;
 
@@ -656,7 +596,7 @@ SELECT coalesce(labels @> ARRAY[$2::text], false) FROM service_requests WHERE id
 SELECT status, reason FROM service_requests WHERE id = $1;
 
 -- retry::RETRY
-UPDATE service_requests s SET status = 'NEW',
+WITH retried AS (UPDATE service_requests s SET status = 'NEW',
     current_step_id = CASE WHEN s.status = 'FAILED' THEN coalesce(s.failed_step_id, 1)
                            ELSE greatest(s.current_step_id, 1) END,
     step_request = CASE
@@ -678,7 +618,24 @@ UPDATE service_requests s SET status = 'NEW',
         WHERE s.id = $1 AND s.status IN ('FAILED', 'CANCELLED')
   AND (s.status = 'CANCELLED' OR s.failed_step_id IS NOT NULL
        OR NOT EXISTS (SELECT 1 FROM steps_status x WHERE x.service_request_id = s.id))
-           RETURNING s.retries, s.headers, s.concurrency_key IS NOT NULL;
+           RETURNING s.retries, s.headers, s.id, s.workflow_name, s.concurrency_key, s.status,
+               s.lease_until, s.priority), slots_gone AS (DELETE
+               FROM concurrency_slots q
+               WHERE q.id = ANY (ARRAY(SELECT f.id
+                   FROM retried f
+                   WHERE f.concurrency_key IS NOT NULL AND concurrency_slot_state(f.status,
+                       f.lease_until) = 0))),
+                       slots_kept AS (INSERT INTO concurrency_slots (id, workflow_name,
+                           concurrency_key, queued, rank) SELECT f.id,
+                           f.workflow_name, f.concurrency_key,
+                           concurrency_slot_state(f.status, f.lease_until) = 1,
+                           -coalesce(f.priority, 5)
+               FROM retried f
+               WHERE f.concurrency_key IS NOT NULL AND concurrency_slot_state(f.status,
+                   f.lease_until) > 0
+               ON CONFLICT (id) DO UPDATE SET queued = excluded.queued,
+                   rank = excluded.rank) SELECT retries, headers, concurrency_key IS NOT NULL
+           FROM retried;
 
 -- retry::STATUS
 SELECT status FROM service_requests WHERE id = $1;
@@ -721,8 +678,20 @@ WITH candidates AS (
         WHERE s.id = t.id AND s.status IN ('FAILED', 'CANCELLED')
   AND (s.status = 'CANCELLED' OR s.failed_step_id IS NOT NULL
        OR NOT EXISTS (SELECT 1 FROM steps_status x WHERE x.service_request_id = s.id))
-           RETURNING s.id
-)
+           RETURNING s.id, s.workflow_name, s.concurrency_key, s.status, s.lease_until, s.priority
+), slots_gone AS (DELETE
+    FROM concurrency_slots q
+    WHERE q.id = ANY (ARRAY(SELECT f.id
+        FROM retried f
+        WHERE f.concurrency_key IS NOT NULL AND concurrency_slot_state(f.status,
+            f.lease_until) = 0))),
+            slots_kept AS (INSERT INTO concurrency_slots (id, workflow_name, concurrency_key,
+                queued, rank) SELECT f.id,
+                f.workflow_name, f.concurrency_key,
+                concurrency_slot_state(f.status, f.lease_until) = 1, -coalesce(f.priority, 5)
+    FROM retried f
+    WHERE f.concurrency_key IS NOT NULL AND concurrency_slot_state(f.status, f.lease_until) > 0
+    ON CONFLICT (id) DO UPDATE SET queued = excluded.queued, rank = excluded.rank)
 SELECT (SELECT count(*) FROM retried), (SELECT count(*) FROM candidates) > $7::bigint;
 
 -- rerun::SOURCE
@@ -754,7 +723,20 @@ WITH run AS (
             (SELECT o.priority FROM service_requests o WHERE o.id = $2),
             (SELECT o.labels FROM service_requests o WHERE o.id = $2),
             (SELECT o.notify FROM service_requests o WHERE o.id = $2))
-    RETURNING id)
+    RETURNING id, workflow_name, concurrency_key, status, lease_until, priority),
+        slots_gone AS (DELETE
+        FROM concurrency_slots q
+        WHERE q.id = ANY (ARRAY(SELECT f.id
+            FROM run f
+            WHERE f.concurrency_key IS NOT NULL AND concurrency_slot_state(f.status,
+                f.lease_until) = 0))),
+                slots_kept AS (INSERT INTO concurrency_slots (id, workflow_name, concurrency_key,
+                    queued, rank) SELECT f.id,
+                    f.workflow_name, f.concurrency_key,
+                    concurrency_slot_state(f.status, f.lease_until) = 1, -coalesce(f.priority, 5)
+        FROM run f
+        WHERE f.concurrency_key IS NOT NULL AND concurrency_slot_state(f.status, f.lease_until) > 0
+        ON CONFLICT (id) DO UPDATE SET queued = excluded.queued, rank = excluded.rank)
 INSERT INTO steps_status (service_request_id, step_id, step_name, status, request, response,
                           started_at, finished_at, time_taken_ms, reason, attempts)
 -- A record's request is copied as it is, the payload's mark ('', sql::step_request)
@@ -896,7 +878,7 @@ SELECT (SELECT count(*) FROM fenced), (SELECT count(*) FROM fresh),
        (SELECT coalesce($15::text, f.headers) FROM fresh f);
 
 -- fan::RESTART
-UPDATE service_requests s SET status = 'NEW',
+WITH retried AS (UPDATE service_requests s SET status = 'NEW',
     current_step_id = CASE WHEN s.status = 'FAILED' THEN coalesce(s.failed_step_id, 1)
                            ELSE greatest(s.current_step_id, 1) END,
     step_request = CASE
@@ -919,7 +901,24 @@ WHERE s.parent_id = $1 AND s.parent_step_id = $3 AND s.fan_index IS NOT NULL AND
     'CANCELLED')
   AND (s.status = 'CANCELLED' OR s.failed_step_id IS NOT NULL
        OR NOT EXISTS (SELECT 1 FROM steps_status x WHERE x.service_request_id = s.id))
-           RETURNING s.fan_index;
+           RETURNING s.fan_index, s.id, s.workflow_name, s.concurrency_key, s.status, s.lease_until,
+               s.priority), slots_gone AS (DELETE
+               FROM concurrency_slots q
+               WHERE q.id = ANY (ARRAY(SELECT f.id
+                   FROM retried f
+                   WHERE f.concurrency_key IS NOT NULL AND concurrency_slot_state(f.status,
+                       f.lease_until) = 0))),
+                       slots_kept AS (INSERT INTO concurrency_slots (id, workflow_name,
+                           concurrency_key, queued, rank) SELECT f.id,
+                           f.workflow_name, f.concurrency_key,
+                           concurrency_slot_state(f.status, f.lease_until) = 1,
+                           -coalesce(f.priority, 5)
+               FROM retried f
+               WHERE f.concurrency_key IS NOT NULL AND concurrency_slot_state(f.status,
+                   f.lease_until) > 0
+               ON CONFLICT (id) DO UPDATE SET queued = excluded.queued,
+                   rank = excluded.rank) SELECT fan_index
+           FROM retried;
 
 -- fan::RUNNING
 SELECT count(*) FROM service_requests c
@@ -1571,8 +1570,20 @@ WITH s AS (
                     FROM workflows w
                     WHERE w.name = $4), 1) END, 1), $9, $10, $11::smallint
     FROM fire WHERE fire.service_request_id IS NOT NULL
-    RETURNING id
-)
+    RETURNING id, workflow_name, concurrency_key, status, lease_until, priority
+), slots_gone AS (DELETE
+    FROM concurrency_slots q
+    WHERE q.id = ANY (ARRAY(SELECT f.id
+        FROM req f
+        WHERE f.concurrency_key IS NOT NULL AND concurrency_slot_state(f.status,
+            f.lease_until) = 0))),
+            slots_kept AS (INSERT INTO concurrency_slots (id, workflow_name, concurrency_key,
+                queued, rank) SELECT f.id,
+                f.workflow_name, f.concurrency_key,
+                concurrency_slot_state(f.status, f.lease_until) = 1, -coalesce(f.priority, 5)
+    FROM req f
+    WHERE f.concurrency_key IS NOT NULL AND concurrency_slot_state(f.status, f.lease_until) > 0
+    ON CONFLICT (id) DO UPDATE SET queued = excluded.queued, rank = excluded.rank)
 SELECT (SELECT count(*) FROM fire), (SELECT count(*) FROM req);
 
 -- schedules::FIRE_AT

@@ -60,10 +60,20 @@ WITH input AS (
 SELECT id FROM fenced") };
 }
 
-/// What the telling statements' fenced rows return.
+/// What the telling statements' fenced rows return (`freed!`'s two columns last).
 macro_rules! telling_returns {
     () => {
-        "s.id, s.notify, s.workflow_name, s.workflow_version, s.status, s.reason"
+        concat!(
+            "s.id, s.notify, s.workflow_name, s.workflow_version, s.reason, ",
+            freeing_returns!()
+        )
+    };
+}
+
+/// What `freed!` reads of each fenced row: its new status, and whether it has a key.
+macro_rules! freeing_returns {
+    () => {
+        "s.status, s.concurrency_key IS NOT NULL AS keyed"
     };
 }
 
@@ -74,38 +84,31 @@ macro_rules! told {
     };
 }
 
-/// The slot rows (migration 34) of the fenced rows that finished, deleted by the
-/// statement that finishes them: its transaction turns the update trigger aside for
-/// finishes (`FREEING_SLOTS`, migration 35), whose call per row (a plpgsql function
-/// running its own DELETE) made a finishing step write about 12 % dearer a row. A row
-/// without a key has no slot row: its look finds none.
+/// The slot rows (migration 34) of the fenced rows that finished with a concurrency key,
+/// deleted by the statement that finishes them (no trigger does, migration 36). Aimed by
+/// id at the slots' primary key (`= ANY (ARRAY(…))`: a batch without such a finish, every
+/// batch of requests without a key, probes nothing); a step write changes a keyed
+/// request's slot state only by finishing it (it leaves a request NEW only as it was, and
+/// never holds one at 'infinity').
 macro_rules! freed {
     () => {
         concat!(
-            ", freed AS (DELETE FROM concurrency_slots c USING fenced f \
-             WHERE c.id = f.id AND f.status IN (",
+            ", freed AS (DELETE FROM concurrency_slots c WHERE c.id = ANY (ARRAY(\
+             SELECT f.id FROM fenced f WHERE f.keyed AND f.status IN (",
             crate::status::status_sql!(Finished),
-            "))"
+            "))))"
         )
     };
 }
 
-pub(super) const WRITE_TRANSITIONS: &str = write_transitions!("s.id", "");
+pub(super) const WRITE_TRANSITIONS: &str =
+    write_transitions!(concat!("s.id, ", freeing_returns!()), freed!());
 
 /// The same for a batch that holds a request whose workflow notifies: the fenced rows
 /// whose new status is told of get their outbox row in the same statement
 /// (`sql::tell!`). Other batches use the one above and pay nothing for it.
-pub(super) const WRITE_TRANSITIONS_TELLING: &str = write_transitions!(telling_returns!(), told!());
-
-/// The same two for a batch that finishes a request of a limited workflow: its slot row
-/// goes in the same statement (`freed!`). Other batches pay nothing for it.
-pub(super) const WRITE_TRANSITIONS_FREEING: &str = write_transitions!("s.id, s.status", freed!());
-pub(super) const WRITE_TRANSITIONS_TELLING_FREEING: &str =
+pub(super) const WRITE_TRANSITIONS_TELLING: &str =
     write_transitions!(telling_returns!(), concat!(told!(), freed!()));
-
-/// Said first in a freeing statement's transaction: the update trigger leaves the slot
-/// rows of that transaction's finishes to it (migration 35).
-pub(super) const FREEING_SLOTS: &str = "SET LOCAL clamp.slot_rows = 'freed'";
 
 /// One transition as the statement reads it: a `step_transition` (migration 15), field
 /// by field. A transition without a step record has `step_id` 0.
@@ -134,20 +137,17 @@ pub struct Row<'a> {
 }
 
 /// Writes a batch of transitions for lease owner `owner` (`telling`: with their
-/// notifications, `WRITE_TRANSITIONS_TELLING`; `freeing`: it finishes a request of a
-/// limited workflow, `WRITE_TRANSITIONS_FREEING`); returns the ids that passed the fence.
+/// notifications, `WRITE_TRANSITIONS_TELLING`); returns the ids that passed the fence.
 pub async fn write(
     conn: &PgConn,
     rows: &[Row<'_>],
     owner: Uuid,
     telling: bool,
-    freeing: bool,
 ) -> Result<Vec<Uuid>> {
-    let sql = match (telling, freeing) {
-        (false, false) => WRITE_TRANSITIONS,
-        (true, false) => WRITE_TRANSITIONS_TELLING,
-        (false, true) => WRITE_TRANSITIONS_FREEING,
-        (true, true) => WRITE_TRANSITIONS_TELLING_FREEING,
+    let sql = if telling {
+        WRITE_TRANSITIONS_TELLING
+    } else {
+        WRITE_TRANSITIONS
     };
     let written = tokio::time::timeout(WRITE_TIMEOUT, async {
         // One statement per partition set the batch's requests are in (one, but at a
@@ -160,15 +160,7 @@ pub async fn write(
                 let group = &group;
                 async move {
                     let params: [&(dyn ToSql + Sync); 2] = [group, &owner];
-                    if freeing {
-                        // The setting lasts only as long as a transaction of its own;
-                        // in one, the statement aimed at a set's partitions can lock
-                        // their parents first (as the step writes outside one cannot).
-                        let setup = [FREEING_SLOTS, super::partitions::REQUESTS_AND_STEPS_FIRST];
-                        conn.in_one_trip(&setup, None, &stmt, &params).await
-                    } else {
-                        conn.client.query(&stmt, &params).await
-                    }
+                    conn.client.query(&stmt, &params).await
                 }
             })
             .await?;

@@ -16,6 +16,115 @@ fn http(name: &str, url: String) -> Value {
     json!({"name": name, "mode": "HTTP", "val": {"method": "POST", "url": url}})
 }
 
+/// The slot rows disagree with nothing the request rows say (migration 36: the statement
+/// that changes a limited request writes its slot row; no trigger does): every request
+/// with a key that waits for or holds a slot has its row, queued as it waits and ranked by
+/// its priority, and no other row is there. Read in one snapshot.
+async fn slots_agree(db: &TestDb) {
+    let c = db.client().await;
+    let wrong: Vec<String> = c
+        .query(
+            "SELECT coalesce(r.id, q.id)::text || ' request ' || coalesce(r.queued::text, '-') \
+                 || ' slot ' || coalesce(q.queued::text, '-') \
+             FROM (SELECT id, workflow_name, concurrency_key, \
+                      concurrency_slot_state(status, lease_until) = 1 AS queued, \
+                      (-coalesce(priority, 5))::int2 AS rank \
+                   FROM service_requests WHERE concurrency_key IS NOT NULL \
+                     AND concurrency_slot_state(status, lease_until) > 0) r \
+             FULL JOIN concurrency_slots q ON q.id = r.id \
+             WHERE r.id IS NULL OR q.id IS NULL \
+                OR (r.workflow_name, r.concurrency_key, r.queued, r.rank) \
+                   IS DISTINCT FROM (q.workflow_name, q.concurrency_key, q.queued, q.rank)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(wrong.is_empty(), "slot rows that disagree: {wrong:?}");
+}
+
+/// Answers `id`'s ASYNC step 2 once it waits there, and waits for it to complete.
+async fn answer(s: &TestServer, id: &str) {
+    wait_status(s, id, &["PAUSED"], WAIT).await;
+    let r = s
+        .post_json(
+            "/stepResponse",
+            &json!({"serviceRequestId": id, "stepId": 2, "response": {"ok": true}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = wait_status(s, id, &["COMPLETED", "FAILED"], WAIT).await;
+    assert_eq!(v["status"], "COMPLETED", "{v}");
+}
+
+/// Every statement that changes a limited request keeps its slot row, checked after each:
+/// a create admitted and creates queued, a cancel of a waiting one, a compensating cancel
+/// of a waiting one, a pause at an ASYNC step (it keeps its slot), the finish that its
+/// answer makes (no step left: the slot goes with that write), the admission of the next,
+/// and a rerun, which waits for a slot as a create does. At the end no slot row is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_change_of_a_limited_request_keeps_its_slot_row() {
+    let db = TestDb::new();
+    let d = Downstream::start().await;
+    let s = TestServer::start(config(&db.url)).await;
+    let mut ask = http("ask", d.url("/api/echo"));
+    ask["type"] = json!("ASYNC");
+    s.create_workflow(
+        &json!({"name": "slots", "concurrency": {"key": "payload.k", "limit": 1},
+        "steps": [http("hold", d.url("/held")), ask]}),
+    )
+    .await;
+    let first = create_request(&s, "slots", &json!({"k": "x", "n": 0})).await;
+    d.wait_for("/held").await;
+    let mut waiting = Vec::new();
+    for n in 1..4 {
+        waiting.push(create_request(&s, "slots", &json!({"k": "x", "n": n})).await);
+    }
+    slots_agree(&db).await;
+    assert_eq!(
+        db.count("SELECT count(*) FROM concurrency_slots WHERE queued")
+            .await,
+        3
+    );
+
+    let r = s
+        .post(&format!("/serviceRequest/{}/cancel", waiting[1]), "")
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    slots_agree(&db).await;
+    let r = s
+        .post(
+            &format!("/serviceRequest/{}/cancel?compensate=true", waiting[2]),
+            "",
+        )
+        .await;
+    assert!(r.status == 200 || r.status == 202, "{}", r.text());
+    wait_status(&s, &waiting[2], &["CANCELLED"], WAIT).await;
+    slots_agree(&db).await;
+
+    d.release();
+    wait_status(&s, &first, &["PAUSED"], WAIT).await;
+    slots_agree(&db).await;
+    answer(&s, &first).await;
+    answer(&s, &waiting[0]).await;
+    slots_agree(&db).await;
+
+    let r = s
+        .post(&format!("/serviceRequest/{first}/rerun"), "{}")
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let run = r.json()["serviceRequestId"].as_str().unwrap().to_string();
+    wait_status(&s, &run, &["PAUSED"], WAIT).await;
+    slots_agree(&db).await;
+    answer(&s, &run).await;
+    slots_agree(&db).await;
+    assert_eq!(db.count("SELECT count(*) FROM concurrency_slots").await, 0);
+    assert_eq!(d.peak_in_flight(), 1);
+    s.shutdown().await;
+}
+
 /// Two instances share 400 requests over 10 keys with a limit of 2: the peer never sees
 /// more than 2 calls of one key at once, each key reaches its limit, and every request
 /// completes with its step called once.
@@ -57,6 +166,7 @@ async fn two_instances_keep_each_keys_limit() {
         "some key reached its limit: {peaks:?}"
     );
     a.shutdown().await;
+    slots_agree(&db).await;
     b.shutdown().await;
 }
 
@@ -90,6 +200,7 @@ async fn admitted_creates_start_without_a_claim() {
         "only the creates that waited for a slot are claimed: {m}"
     );
     assert!(waited < 40.0, "most creates were admitted at once: {m}");
+    slots_agree(&db).await;
     s.shutdown().await;
 }
 
@@ -220,6 +331,7 @@ async fn waiting_requests_are_shown_start_in_order_and_can_be_cancelled() {
         .post_json("/serviceRequest/one?delayMs=1000", &json!({"n": 9}))
         .await;
     assert_eq!(r.status, 400, "{}", r.text());
+    slots_agree(&db).await;
     s.shutdown().await;
 }
 
@@ -236,18 +348,20 @@ async fn a_backlog_on_one_key_does_not_delay_another_key() {
     )
     .await;
     // The backlog: a few through the API, then 50,000 waiting rows as a limited create
-    // stores them (NEW, held, with their key).
+    // stores them (NEW, held, with their key, and their slot rows queued).
     for n in 0..5 {
         create_request(&s, "tenant", &json!({"k": "big", "n": n})).await;
     }
     let c = db.client().await;
     c.execute(
-        "INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner, \
-         lease_until, concurrency_key) \
+        "WITH r AS (INSERT INTO service_requests (id, workflow_name, payload, headers, \
+         lease_owner, lease_until, concurrency_key) \
          SELECT (lpad(to_hex(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0') \
                  || '7' || substr(md5(g::text), 1, 3) || '8' || substr(md5(g::text), 4, 15))::uuid, \
                 'tenant', '{\"k\":\"big\"}', '[]', NULL, 'infinity', 'big' \
-         FROM generate_series(1, 50000) g",
+         FROM generate_series(1, 50000) g RETURNING id) \
+         INSERT INTO concurrency_slots (id, workflow_name, concurrency_key, queued, rank) \
+         SELECT id, 'tenant', 'big', true, -5 FROM r",
         &[],
     )
     .await
@@ -272,6 +386,7 @@ async fn a_backlog_on_one_key_does_not_delay_another_key() {
         .unwrap()
         .get(0);
     assert!(waiting > 49_000, "the backlog still waits: {waiting}");
+    slots_agree(&db).await;
     s.shutdown().await;
 }
 
@@ -300,12 +415,14 @@ async fn a_retried_request_waits_for_a_slot_again() {
     let v = s.get(&format!("/serviceRequest/{failed}")).await.json();
     assert_eq!(v["waitingForSlot"]["key"], "a", "{v}");
     assert_eq!(d.received("/held").len(), 1);
+    slots_agree(&db).await;
     d.release();
     for id in [&running, &failed] {
         let v = wait_status(&s, id, &["COMPLETED", "FAILED"], WAIT).await;
         assert_eq!(v["status"], "COMPLETED", "{v}");
     }
     assert_eq!(d.peak_in_flight(), 1);
+    slots_agree(&db).await;
     s.shutdown().await;
 }
 
@@ -376,6 +493,7 @@ async fn a_kill_loses_no_slot_for_longer_than_a_lease() {
         .unwrap()
         .get(0);
     assert_eq!(held, 0, "no request holds or waits for a slot");
+    slots_agree(&db).await;
     s.shutdown().await;
 }
 
@@ -471,6 +589,7 @@ async fn a_rate_limit_bounds_starts_per_second() {
         assert_eq!(r.status, 400, "{bad}: {}", r.text());
         assert!(r.text().contains(why), "{bad}: {}", r.text());
     }
+    slots_agree(&db).await;
     s.shutdown().await;
 }
 
@@ -524,6 +643,7 @@ async fn a_new_versions_limit_applies_to_admissions_after_it() {
         assert_eq!(v["status"], "COMPLETED", "{v}");
     }
     assert_eq!(d.peak_in_flight(), 4);
+    slots_agree(&db).await;
     s.shutdown().await;
 }
 
@@ -602,6 +722,7 @@ async fn a_schedules_runs_wait_for_a_slot_like_creates() {
     }
     assert!(ids.len() >= 3);
     assert_eq!(d.peak_in_flight(), 1, "one at a time");
+    slots_agree(&db).await;
     s.shutdown().await;
 }
 
@@ -674,5 +795,6 @@ async fn slots_held_and_waited_for_survive_the_upgrade_to_slot_rows() {
         d.peak_per_key()
     );
     assert_eq!(db.count("SELECT count(*) FROM concurrency_slots").await, 0);
+    slots_agree(&db).await;
     s.shutdown().await;
 }

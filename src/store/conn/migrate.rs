@@ -66,6 +66,10 @@ const MIGRATIONS: &[(i32, &str)] = &[
         35,
         include_str!("../migrations/0035_finishes_free_their_slots.sql"),
     ),
+    (
+        36,
+        include_str!("../migrations/0036_statements_keep_their_slots.sql"),
+    ),
 ];
 
 /// An arbitrary constant identifying this server's migration lock.
