@@ -414,19 +414,28 @@ impl Apart<'_> {
     }
 }
 
+/// Checked JSON as text: its bytes are UTF-8 already, so they are checked once more (the
+/// fast check) and copied, not read char by char as a lossy conversion does.
+fn text(json: &Bytes) -> String {
+    match std::str::from_utf8(json) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(json).into_owned(),
+    }
+}
+
 /// Stores a request of a workflow with a concurrency limit (`store::slots`): admitted at
 /// once when its key has a free slot and nobody waiting, else waiting (NEW, unclaimable)
 /// until the admitter gives it a slot. Answered after its commit.
 async fn limited(core: &Core, r: Apart<'_>) -> Result<Outcome> {
     let limit = r.wf.concurrency.as_ref().expect("a limited workflow");
-    let key = limit.key_of(serde_json::from_slice(r.payload).unwrap_or(serde_json::Value::Null));
+    let key = limit.key_of_json(r.payload);
     let id = crate::ids::new_v7();
     let row = crate::store::slots::Limited {
         id,
         workflow: r.wf.def.name.clone(),
         version: r.version(),
-        payload: String::from_utf8_lossy(r.payload).into_owned(),
-        headers: String::from_utf8_lossy(r.headers).into_owned(),
+        payload: text(r.payload),
+        headers: text(r.headers),
         deadline_ms: r.deadline_ms,
         key,
         limit: limit.limit,

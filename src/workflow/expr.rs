@@ -178,6 +178,15 @@ impl KeyExpr {
         &self.0.source
     }
 
+    /// The fields it selects under `name` when it is a plain selection of them
+    /// (`payload.customer.id`: `["customer", "id"]`); None for anything else.
+    pub fn fields_under(&self, name: &str) -> Option<&[String]> {
+        match self.0.path.as_deref() {
+            Some([first, rest @ ..]) if first == name && !rest.is_empty() => Some(rest),
+            _ => None,
+        }
+    }
+
     /// A SWITCH's case for `context`: as `eval`, and a boolean as `true` or `false`.
     pub fn eval_case(&self, context: &Map<String, Value>) -> Result<String, ConditionError> {
         self.text(context, true)

@@ -8,6 +8,7 @@ pub(crate) mod input_schema;
 pub(crate) mod loops;
 pub(crate) mod model;
 pub(crate) mod notify;
+pub(crate) mod pick;
 pub(crate) mod retention;
 pub(crate) mod retry;
 pub(crate) mod schedule;

@@ -140,6 +140,20 @@ impl Concurrency {
         ctx.insert("payload".into(), payload);
         expr.eval(&ctx).unwrap_or_else(|_| FALLBACK_KEY.to_string())
     }
+
+    /// The key of a request with this payload as sent (JSON text; text that is not JSON
+    /// is read as null): a plain selection (`payload.customer.id`, the usual key) reads
+    /// only its value from the text (`pick`), any other expression the whole payload.
+    pub fn key_of_json(&self, payload: &[u8]) -> String {
+        let Some(expr) = &self.key else {
+            return String::new();
+        };
+        let payload = match expr.fields_under("payload") {
+            Some(fields) => super::pick::pick(payload, fields),
+            None => serde_json::from_slice(payload).unwrap_or(serde_json::Value::Null),
+        };
+        self.key_of(payload)
+    }
 }
 
 fn yes() -> bool {
