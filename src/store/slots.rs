@@ -261,12 +261,16 @@ pub(super) const ADMIT: &str = concat!(
 
 /// The workflows and keys of requests (`$1`) that hold or held a slot, where requests
 /// wait: a key nobody waits for needs no admission (one that starts waiting after this
-/// look is admitted by the next pass).
+/// look is admitted by the next pass). When no request waits for any key (a limit with
+/// room to spare), one probe of the queue's index says so first and the requests are
+/// not read (a gating `EXISTS`, evaluated once: most of this look's cost was finding
+/// each finished request's key across the sets).
 pub(super) const KEYS_OF: &str = "SELECT DISTINCT r.workflow_name, r.concurrency_key \
      FROM unnest($1::uuid[]) AS u(id) JOIN service_requests r ON r.id = u.id \
      CROSS JOIN LATERAL (SELECT 1 FROM concurrency_slots q WHERE q.workflow_name = r.workflow_name \
                      AND q.concurrency_key = r.concurrency_key AND q.queued LIMIT 1) w \
-     WHERE r.concurrency_key IS NOT NULL";
+     WHERE r.concurrency_key IS NOT NULL \
+       AND EXISTS (SELECT 1 FROM concurrency_slots q WHERE q.queued)";
 
 /// The workflows with requests waiting for a slot (a skip scan of the queue's index).
 pub(super) const WAITING_WORKFLOWS: &str = "WITH RECURSIVE w AS ( \

@@ -212,7 +212,9 @@ SELECT DISTINCT r.workflow_name, r.concurrency_key
         FROM concurrency_slots q
         WHERE q.workflow_name = r.workflow_name AND q.concurrency_key = r.concurrency_key AND q.queued
         LIMIT 1) w
-    WHERE r.concurrency_key IS NOT NULL;
+    WHERE r.concurrency_key IS NOT NULL AND EXISTS (SELECT 1
+        FROM concurrency_slots q
+        WHERE q.queued);
 
 -- slots::WAITING_WORKFLOWS
 WITH RECURSIVE w AS ( (SELECT q.workflow_name AS name
