@@ -177,7 +177,7 @@ pub(super) const RESTART: &str = concat!(
 WHERE s.parent_id = $1 AND s.parent_step_id = $3 AND s.fan_index IS NOT NULL AND ",
     crate::store::retry::retryable!(),
     " RETURNING s.fan_index, ",
-    crate::store::retry::retried_follows!(),
+    crate::store::slots::follows!("s"),
     "), ",
     crate::store::slots::follow!("retried"),
     " SELECT fan_index FROM retried"

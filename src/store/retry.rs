@@ -90,24 +90,15 @@ macro_rules! retryable {
 // For the restart of a fan-out step's children (`fan::RESTART`), retried as any request.
 pub(crate) use {retry_set, retryable};
 
-/// The retried rows' columns `slots::follow!` reads: a retried request with a key waits
-/// for a slot again, in its key's queue.
-macro_rules! retried_follows {
-    () => {
-        "s.id, s.workflow_name, s.concurrency_key, s.status, s.lease_until, s.priority"
-    };
-}
-pub(crate) use retried_follows;
-
 /// `$1` the request, `$2` its failed step's new request (or NULL); with its slot row
-/// (`slots::follow!`).
+/// (`slots::follow!`: a retried request with a key waits for a slot again).
 pub(super) const RETRY: &str = concat!(
     "WITH retried AS (UPDATE service_requests s SET ",
     retry_set!(),
     " WHERE s.id = $1 AND ",
     retryable!(),
     " RETURNING s.retries, s.headers, ",
-    retried_follows!(),
+    crate::store::slots::follows!("s"),
     "), ",
     crate::store::slots::follow!("retried"),
     " SELECT retries, headers, concurrency_key IS NOT NULL FROM retried"
@@ -169,7 +160,7 @@ pub(super) const RETRY_MATCHING: &str = concat!(
     " FROM taken t WHERE s.id = t.id AND ",
     retryable!(),
     " RETURNING ",
-    retried_follows!(),
+    crate::store::slots::follows!("s"),
     "
 ), ",
     crate::store::slots::follow!("retried"),

@@ -54,10 +54,27 @@ macro_rules! follow {
 }
 pub(crate) use follow;
 
-/// What `follow!`'s CTE must return of each changed request.
+/// What `follow!`'s CTE must return of each changed request, its columns qualified by
+/// an alias where the statement reads another table with an `id` (`follows!("s")`).
 macro_rules! follows {
     () => {
         "id, workflow_name, concurrency_key, status, lease_until, priority"
+    };
+    ($s:literal) => {
+        concat!(
+            $s,
+            ".id, ",
+            $s,
+            ".workflow_name, ",
+            $s,
+            ".concurrency_key, ",
+            $s,
+            ".status, ",
+            $s,
+            ".lease_until, ",
+            $s,
+            ".priority"
+        )
     };
 }
 pub(crate) use follows;
@@ -236,8 +253,9 @@ pub enum Admission {
 }
 
 /// Admits the first waiting requests of a key (`queue_order!`) into its free slots and its
-/// rate's room, under its lock, and marks their slot rows held (`held`): `$1` workflow, `$2` key, `$3` limit, `$4` rate (NULL: none), `$5` its
-/// window in ms. Returns the admitted ids.
+/// rate's room, under its lock, and marks their slot rows held (`held`): `$1` workflow,
+/// `$2` key, `$3` limit, `$4` rate (NULL: none), `$5` its window in ms. Returns the
+/// admitted ids.
 pub(super) const ADMIT: &str = concat!(
     "WITH admitted AS (UPDATE service_requests \
        SET lease_until = '-infinity', admitted_at = statement_timestamp() \

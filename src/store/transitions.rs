@@ -65,13 +65,13 @@ macro_rules! telling_returns {
     () => {
         concat!(
             "s.id, s.notify, s.workflow_name, s.workflow_version, s.reason, ",
-            freeing_returns!()
+            freed_returns!()
         )
     };
 }
 
 /// What `freed!` reads of each fenced row: its new status, and whether it has a key.
-macro_rules! freeing_returns {
+macro_rules! freed_returns {
     () => {
         "s.status, s.concurrency_key IS NOT NULL AS keyed"
     };
@@ -102,7 +102,7 @@ macro_rules! freed {
 }
 
 pub(super) const WRITE_TRANSITIONS: &str =
-    write_transitions!(concat!("s.id, ", freeing_returns!()), freed!());
+    write_transitions!(concat!("s.id, ", freed_returns!()), freed!());
 
 /// The same for a batch that holds a request whose workflow notifies: the fenced rows
 /// whose new status is told of get their outbox row in the same statement
