@@ -40,7 +40,9 @@
 # B_SCHEMA (1: that side's workflow has an inputSchema of five properties, which every
 # create's payload meets: A=B with B_SCHEMA=1 prices the check), A_SQL and B_SQL (SQL
 # run on that side's fresh database once its server has migrated it and before the load,
-# e.g. a DROP INDEX: A=B with B_SQL=… prices a schema change with one binary).
+# e.g. a DROP INDEX: A=B with B_SQL=… prices a schema change with one binary), A_RESTART and
+# B_RESTART (1: that side's server is stopped and started again after its SQL, before the
+# load, so that it starts on the schema the SQL made).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -209,6 +211,13 @@ for round in $(seq 1 "$ROUNDS"); do
     if [ -n "${!sql_var:-}" ]; then
       psql "$base/$db" -qAt -v ON_ERROR_STOP=1 -c "${!sql_var}" >/dev/null
     fi
+    restart_var="${which}_RESTART"
+    if [ "${!restart_var:-0}" = 1 ]; then
+      # The server started again on what its SQL made of the database (a statement cached
+      # against the tables the SQL replaced is not what is priced).
+      stop_server
+      start_server "$bin" "$db" "$tmp/server-$round-$which-again.log" "$which"
+    fi
     sleep 1
     [ "$pgss" = 0 ] || sql "SELECT pg_stat_statements_reset()" >/dev/null
     # The tables and indexes report counts this run only (not the seeding, nor migrations).
@@ -346,7 +355,7 @@ git_head="$(git rev-parse --short HEAD 2>/dev/null || echo none)"
 export RC_AFLAGS="$(side_flags A | xargs)" RC_BFLAGS="$(side_flags B | xargs)"
 export RC_A=$A RC_B=$B RC_GIT=$git_head RC_PG="$pg_set" RC_PGCMD="$pg_cmd" RC_SERVER="$server_cmd" \
   RC_WRK="$wrk_cmd" RC_WORKFLOW="A: $(workflow_for A); B: $(workflow_for B)" RC_NGINX="$nginx_server" RC_POLLNOTE="$poll_note" \
-  RC_PGSS=$pgss RC_TMP=$tmp RC_ROUNDS=$ROUNDS RC_SEED="${A_SEED:-$SEED}/${B_SEED:-$SEED}" RC_ASQL="${A_SQL:-}" RC_BSQL="${B_SQL:-}" RC_DURATION=$DURATION RC_DEADLINE=$DEADLINE \
+  RC_PGSS=$pgss RC_TMP=$tmp RC_ROUNDS=$ROUNDS RC_SEED="${A_SEED:-$SEED}/${B_SEED:-$SEED}" RC_ASQL="${A_SQL:-}" RC_BSQL="${B_SQL:-}" RC_ARESTART="${A_RESTART:-0}" RC_BRESTART="${B_RESTART:-0}" RC_DURATION=$DURATION RC_DEADLINE=$DEADLINE \
   RC_POLLDUR=$POLL_DURATION RC_POLLCONNS=$POLL_CONNS RC_POLLINT=$POLL_INTERVAL
 python3 - "$out/$tag.md" <<'PY'
 import datetime, hashlib, json, os, socket, sys
@@ -417,7 +426,8 @@ w(f"- rounds: {E['RC_ROUNDS']}, A then B in odd rounds, B then A in even ones, e
   "server, Postgres, nginx and wrk share the machine")
 for side in 'AB':
     if E[f'RC_{side}SQL']:
-        w(f"- {side}'s database, once migrated and before the load: `{E[f'RC_{side}SQL']}`")
+        again = ", then its server stopped and started again" if E[f'RC_{side}RESTART'] == '1' else ""
+        w(f"- {side}'s database, once migrated and before the load: `{E[f'RC_{side}SQL']}`{again}")
 seeds = [int(x) for x in E['RC_SEED'].split('/')]
 if any(seeds):
     w(f"- waiting: A {seeds[0]:,}, B {seeds[1]:,} requests inserted before each run (half asleep at a WAIT due in a day, "
