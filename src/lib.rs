@@ -30,6 +30,7 @@ pub mod tls;
 pub mod tokens;
 pub(crate) mod workflow;
 pub mod workflow_files;
+pub(crate) mod writes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

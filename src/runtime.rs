@@ -89,36 +89,16 @@ pub async fn serve_core(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let cfg = &app.config;
+    let mut turn = app.writes.turn();
     let pool = pool::build(app.db.clone(), cfg, cfg.pool_size);
-    let (buffer, rx) = buffer::channel(cfg.buffer_rows);
-    {
-        let buffer = buffer.clone();
-        app.metrics.watch_buffer(move || buffer.depth());
-    }
-    let (close_tx, close_rx) = oneshot::channel();
     let looks = pool::build_looks(app.db.clone(), cfg);
     let executor = crate::engine::Executor::new(app.engine.clone(), pool.clone(), looks);
+    app.engine.spread.register(executor.clone());
     let (stop_engine, engine_stop) = watch::channel(false);
     let sweeper = tokio::spawn(executor.clone().sweep(engine_stop.clone()));
     let renewer = tokio::spawn(executor.clone().renew(engine_stop));
-    let flusher = tokio::spawn(buffer::run_flusher(
-        buffer.clone(),
-        rx,
-        pool.clone(),
-        FlusherConfig {
-            ack: cfg.ack,
-            max_batch: cfg.max_batch,
-            concurrency: cfg.flush_concurrency,
-            hard_timeout: cfg.flush_timeout + Duration::from_secs(2),
-            budget: crate::store::budget::Budget {
-                flush_timeout: cfg.flush_timeout,
-            },
-            key_window: cfg.idempotency_window,
-        },
-        app.metrics.clone(),
-        Some(executor.clone() as Arc<dyn buffer::Handoff>),
-        close_rx,
-    ));
+    // The process's one buffer: the first runtime here makes it and runs its flusher.
+    let buffer = app.writes.buffer(|close| start_flusher(&app, &pool, close));
     let reader = crate::store::reader::StatusReader::start(
         pool.clone(),
         READ_CONCURRENCY,
@@ -151,13 +131,56 @@ pub async fn serve_core(
     }
     stop_background_tasks(stop_background, background).await;
     drop(core);
-    let _ = close_tx.send(());
-    let _ = flusher.await;
+    // The buffer closes when every runtime is here; its last rows go to running executors.
+    turn.served().await;
     // Running steps may finish within the shutdown timeout; the rest are released.
     let _ = stop_engine.send(true);
     let _ = sweeper.await;
     executor.shutdown(cfg.shutdown_timeout).await;
     let _ = renewer.await;
+    // The flusher and the step writer run on one runtime's tasks: none ends before
+    // every executor has stopped writing.
+    turn.executed().await;
+}
+
+/// Makes the process's create buffer (`--buffer-rows` for each runtime) and starts its
+/// flusher on this runtime, with this runtime's pool, handing rows to every runtime's
+/// executor (`engine::spread`).
+fn start_flusher(
+    app: &Arc<App>,
+    pool: &pool::Pool,
+    close: oneshot::Receiver<()>,
+) -> buffer::WriteBuffer {
+    let cfg = &app.config;
+    let (buffer, rx) = buffer::channel(cfg.buffer_rows.saturating_mul(cfg.threads.max(1)));
+    {
+        let buffer = buffer.clone();
+        app.metrics.watch_buffer(move || buffer.depth());
+    }
+    let flusher = buffer::run_flusher(
+        buffer.clone(),
+        rx,
+        pool.clone(),
+        FlusherConfig {
+            ack: cfg.ack,
+            max_batch: cfg.max_batch,
+            concurrency: cfg.flush_concurrency,
+            hard_timeout: cfg.flush_timeout + Duration::from_secs(2),
+            budget: crate::store::budget::Budget {
+                flush_timeout: cfg.flush_timeout,
+            },
+            key_window: cfg.idempotency_window,
+        },
+        app.metrics.clone(),
+        Some(app.engine.spread.clone() as Arc<dyn buffer::Handoff>),
+        close,
+    );
+    let app = app.clone();
+    tokio::spawn(async move {
+        flusher.await;
+        app.writes.flushed();
+    });
+    buffer
 }
 
 /// The tasks beside the request path: the broker consumers of step responses (AMQP on

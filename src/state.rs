@@ -22,6 +22,9 @@ pub struct App {
     /// A trigger was changed here: the triggers' supervisor (`broker::triggers`) looks at
     /// once instead of at its next pass.
     pub triggers_changed: tokio::sync::Notify,
+    /// The create buffer every runtime shares, and the runtimes' progress through
+    /// shutdown around it and the step writer.
+    pub writes: crate::writes::Writes,
 }
 
 impl Deref for App {
@@ -35,16 +38,19 @@ impl Deref for App {
 impl App {
     /// The process's shared state: the engine's part, and the carriers' beside it.
     pub fn new(engine: Shared) -> App {
+        let engine_threads = engine.config.threads.max(1);
         App {
             sign_ins: crate::tokens::SignInLimiter::new(engine.config.sign_in_per_minute),
             engine: Arc::new(engine),
             timers_counted: AtomicU64::new(0),
             triggers_changed: tokio::sync::Notify::new(),
+            writes: crate::writes::Writes::new(engine_threads),
         }
     }
 }
 
-/// One runtime's own resources: the hot path touches nothing shared but `App`'s map and counters.
+/// One runtime's own resources: the hot path touches nothing shared but `App`'s map and
+/// counters, and the process's create buffer (a bounded queue) it hands creates to.
 pub struct Core {
     pub app: Arc<App>,
     pub pool: Pool,

@@ -99,7 +99,8 @@ pub struct Args {
     #[arg(long, env = env::CLAMP_ACK, value_enum, default_value_t = AckMode::Commit)]
     pub ack: AckMode,
 
-    /// Rows the write buffer of each thread holds before new requests wait.
+    /// Rows the write buffer holds per thread before new requests wait (the process has
+    /// one buffer, shared by its threads, of this times `--threads`).
     #[arg(long, env = "CLAMP_BUFFER_ROWS", default_value_t = 8192)]
     pub buffer_rows: usize,
 
@@ -107,8 +108,8 @@ pub struct Args {
     #[arg(long, env = "CLAMP_MAX_BATCH", default_value_t = 1024)]
     pub max_batch: usize,
 
-    /// Most batches each thread may have in flight at once (each on its own connection):
-    /// one, and more only beside one that is slow (`store::flights`).
+    /// Most create batches in flight at once (each on its own connection; one flusher for
+    /// the process): one, and more only beside one that is slow (`store::flights`).
     #[arg(long, env = "CLAMP_FLUSH_CONCURRENCY", default_value_t = 2)]
     pub flush_concurrency: usize,
 
@@ -294,8 +295,8 @@ pub struct Args {
     #[arg(long, env = "CLAMP_FORWARD_HEADERS", value_delimiter = ',')]
     pub forward_headers: Vec<String>,
 
-    /// Step-transition batches in flight per thread (fewer means larger batches and fewer
-    /// commits; more means lower latency when the database is idle). One: a completed
+    /// Step-transition batches in flight (one writer for the process; fewer means larger
+    /// batches and fewer commits; more means lower latency when the database is idle). One: a completed
     /// two-step request cost Postgres 0.91× the CPU of two, polling clients no slower
     /// (docs/decisions.md).
     #[arg(long, env = "CLAMP_STEP_WRITE_CONCURRENCY", default_value_t = 1)]

@@ -22,6 +22,7 @@ pub(crate) mod resume;
 mod room;
 pub(crate) mod running;
 mod shared;
+pub mod spread;
 pub(crate) mod step_io;
 pub mod stored;
 pub(crate) mod timers;
@@ -42,7 +43,7 @@ use uuid::Uuid;
 
 use crate::outbound::http_step::HttpClient;
 use crate::status::RequestStatus;
-use crate::store::buffer::{Handoff, Inserted};
+use crate::store::buffer::{Handoff, Inserted, Taken};
 use crate::store::leases::{self, Claimed};
 use crate::store::Pool;
 use crate::workflow::Workflow;
@@ -86,7 +87,8 @@ pub struct Executor {
 }
 
 impl Executor {
-    /// Creates the executor and starts its writer; call inside the runtime it serves.
+    /// Creates the executor (the first one made also starts the process's step writer);
+    /// call inside the runtime it serves.
     pub fn new(app: Arc<Shared>, pool: Pool, looks: Pool) -> Arc<Executor> {
         let cfg = &app.config;
         let http = HttpClient::new(
@@ -99,14 +101,21 @@ impl Executor {
             let app = app.clone();
             Arc::new(move |t: &writer::Transition| live::committed(&app, t))
         };
-        let writer = writer::start(
-            pool.clone(),
-            app.instance_id,
-            app.metrics.clone(),
-            committed,
-            cfg.max_running,
-            cfg.step_write_concurrency,
-        );
+        // Started once, by the first executor, on its runtime (which outlives every
+        // executor's: `writes::Writes`); the queue bounds every runtime's running jobs.
+        let writer = app
+            .writer
+            .get_or_init(|| {
+                writer::start(
+                    pool.clone(),
+                    app.instance_id,
+                    app.metrics.clone(),
+                    committed,
+                    cfg.max_running.saturating_mul(cfg.threads.max(1)),
+                    cfg.step_write_concurrency,
+                )
+            })
+            .clone();
         let (fan_told, to_count) = tokio::sync::mpsc::channel(cfg.max_running.max(64));
         let room = room::Room::new(cfg.max_running, cfg.claim_batch.min(cfg.max_running) / 4);
         let exec = Arc::new(Executor {
@@ -586,16 +595,16 @@ impl Executor {
 }
 
 impl Handoff for Executor {
-    fn reserve(&self, n: usize) -> usize {
+    fn reserve(&self, n: usize) -> Taken {
         let got = self.try_reserve(n);
         if got < n {
             // The rest of the batch is stored unleased, for a claim.
             self.room.set_backlog();
         }
-        got
+        Taken { n: got, by: 0 }
     }
 
-    fn release(&self, n: usize) {
+    fn release(&self, _: Taken, n: usize) {
         self.unreserve(n);
     }
 
@@ -605,7 +614,7 @@ impl Handoff for Executor {
         }
     }
 
-    fn start(self: Arc<Self>, rows: Vec<Inserted>) {
+    fn start(self: Arc<Self>, _: Taken, rows: Vec<Inserted>) {
         let me = self;
         for r in rows {
             if r.version == r.workflow.def.version {

@@ -41,6 +41,12 @@ pub struct Shared {
     /// The workflows paused, read every second (`store::pauses`): their requests park
     /// before their next step.
     pub pauses: Arc<crate::store::pauses::Pauses>,
+    /// The one step writer of every runtime's executor, started by the first executor
+    /// made (on its runtime): one batch of transitions for the process, not one per
+    /// runtime (docs/decisions.md, "One write path per process").
+    pub writer: std::sync::OnceLock<super::writer::StepWriter>,
+    /// Every runtime's executor, as the one create flusher's hand-off.
+    pub spread: Arc<super::spread::Spread>,
 }
 
 impl Shared {
@@ -78,6 +84,8 @@ impl Shared {
             paused: Default::default(),
             freed: Default::default(),
             limited: Default::default(),
+            writer: Default::default(),
+            spread: Default::default(),
             pauses: Default::default(),
             config,
             db,

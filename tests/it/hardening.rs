@@ -191,6 +191,56 @@ async fn graceful_shutdown_answers_in_flight_requests() {
     assert!(TcpStream::connect(addr).await.is_err());
 }
 
+/// The runtimes share one create buffer: it must stay open until every runtime has
+/// answered its creates in flight, not close when the first runtime is done. Creates on
+/// eight connections (spread over both runtimes by the kernel) are mid-body when
+/// shutdown begins; their bodies end one by one, and each is answered 200 and stored.
+#[tokio::test]
+async fn shutdown_keeps_the_shared_buffer_open_for_every_runtime() {
+    let db = TestDb::new();
+    let mut cfg = config(&db.url);
+    cfg.threads = 2;
+    let s = TestServer::start(cfg).await;
+    s.create_workflow(&simple_workflow("wf")).await;
+    let addr = s.addr;
+    let mut conns = Vec::new();
+    for _ in 0..8 {
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(
+            b"POST /serviceRequest/wf HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\nContent-Length: 9\r\n\r\n{\"a\":",
+        )
+        .await
+        .unwrap();
+        // Its handler reads the body (hyper answers `100 Continue` when it is first asked for).
+        let mut interim = Vec::new();
+        let mut buf = [0u8; 256];
+        while !interim.ends_with(b"\r\n\r\n") {
+            let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf))
+                .await
+                .expect("no 100 Continue: the request is not being read")
+                .unwrap();
+            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&interim));
+            interim.extend_from_slice(&buf[..n]);
+        }
+        conns.push(c);
+    }
+    let shutdown = tokio::spawn(s.shutdown());
+    wait_for(
+        "the server to stop listening",
+        Duration::from_secs(5),
+        || async { TcpStream::connect(addr).await.is_err().then_some(()) },
+    )
+    .await;
+    for mut c in conns {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        c.write_all(b" 1}\n").await.unwrap();
+        let (text, _) = read_until_close(&mut c, Duration::from_secs(5)).await;
+        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    }
+    shutdown.await.unwrap();
+    assert_eq!(db.count("SELECT count(*) FROM service_requests").await, 8);
+}
+
 #[test]
 fn the_binary_explains_bad_configuration_and_missing_postgres() {
     let bin = env!("CARGO_BIN_EXE_clamp");

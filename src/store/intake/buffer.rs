@@ -124,19 +124,29 @@ pub struct Inserted {
 /// Lets the flusher insert rows already leased to the local executor, and hand them over
 /// after commit (no extra round trip, no in-memory queue that a crash could lose).
 pub trait Handoff: Send + Sync {
-    /// Reserves room for up to `n` rows; returns how many the executor takes.
-    fn reserve(&self, n: usize) -> usize;
-    /// Gives back reservations that were not used (the batch failed).
-    fn release(&self, n: usize);
+    /// Reserves room for up to `n` rows; returns how many are taken, and by which
+    /// executor (`Taken::by`, for the calls that follow about the same rows).
+    fn reserve(&self, n: usize) -> Taken;
+    /// Gives back `n` of the reservations `taken` made that were not used (the batch
+    /// failed, or a row's key was taken).
+    fn release(&self, taken: Taken, n: usize);
     /// Rows committed unleased (no room for them): a claim must look for them. Called
     /// after the commit, so a claim that ran before it cannot have cleared the mark.
     fn stored_unleased(&self);
-    /// Starts rows that committed leased to this instance.
-    fn start(self: Arc<Self>, rows: Vec<Inserted>);
+    /// Starts rows that committed leased to this instance, on the executor `taken` names.
+    fn start(self: Arc<Self>, taken: Taken, rows: Vec<Inserted>);
     /// This instance's lease owner id.
     fn owner(&self) -> Uuid;
     /// How long a fresh lease lasts.
     fn lease(&self) -> Duration;
+}
+
+/// Room a batch's reservation took: `n` rows, by the executor numbered `by` (one per
+/// runtime; 0 where a single executor takes every batch).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Taken {
+    pub n: usize,
+    pub by: usize,
 }
 
 /// Shared health of one buffer: set when a flush fails for lack of a database, so
@@ -355,7 +365,8 @@ impl Shared {
             }
             let timeout = self.cfg.budget.statement_timeout(&batch, now);
             let handoff = self.handoff.as_deref();
-            let n_leased = handoff.map_or(0, |h| h.reserve(batch.len()));
+            let taken = handoff.map_or(Taken::default(), |h| h.reserve(batch.len()));
+            let n_leased = taken.n;
             let started = Instant::now();
             let result =
                 write_batch(&self.pool, &batch, n_leased, handoff, &self.cfg, timeout).await;
@@ -366,13 +377,13 @@ impl Shared {
             let e = match result {
                 Ok((written, pinned)) => {
                     self.state.unavailable_until_ms.store(0, Ordering::Relaxed);
-                    self.settle(batch, n_leased, written, &pinned);
+                    self.settle(batch, taken, written, &pinned);
                     return;
                 }
                 Err(e) => e,
             };
             if let Some(h) = handoff {
-                h.release(n_leased);
+                h.release(taken, n_leased);
             }
             self.metrics.flush_errors.inc();
             if let StoreError::Invalid(_) = e {
@@ -401,7 +412,8 @@ impl Shared {
 
     /// After a commit: hands the rows inserted leased to the executor, gives back the
     /// slots of leased rows that were not inserted (their key was taken), answers every row.
-    fn settle(&self, batch: Vec<PendingRow>, n_leased: usize, written: Written, pinned: &Pinned) {
+    fn settle(&self, batch: Vec<PendingRow>, taken: Taken, written: Written, pinned: &Pinned) {
+        let n_leased = taken.n;
         let created = |i: usize| match &written {
             Written::AllNew => Created::New(batch[i].id),
             Written::Each(each) => each[i].clone(),
@@ -430,9 +442,9 @@ impl Shared {
                     priority: r.priority,
                 })
                 .collect();
-            h.release(n_leased - rows.len());
+            h.release(taken, n_leased - rows.len());
             if !rows.is_empty() {
-                h.clone().start(rows);
+                h.clone().start(taken, rows);
             }
         }
         for (i, row) in batch.into_iter().enumerate() {
