@@ -144,21 +144,16 @@ async fn malformed_requests_get_400_and_harm_nothing() {
     s.shutdown().await;
 }
 
-#[tokio::test]
-async fn graceful_shutdown_answers_in_flight_requests() {
-    let db = TestDb::new();
-    let s = TestServer::start(config(&db.url)).await;
-    s.create_workflow(&simple_workflow("wf")).await;
-    let addr = s.addr;
-    // Start a request whose body is still arriving when shutdown begins.
+/// A create of `wf` whose body is still arriving (its last 4 bytes, ` 1}\n`, unsent):
+/// returned once its handler reads the body (hyper answers `100 Continue` when the body
+/// is first asked for), so the request is in flight.
+async fn create_mid_body(addr: std::net::SocketAddr) -> TcpStream {
     let mut c = TcpStream::connect(addr).await.unwrap();
     c.write_all(
         b"POST /serviceRequest/wf HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\nContent-Length: 9\r\n\r\n{\"a\":",
     )
     .await
     .unwrap();
-    // The request is in flight: its handler is reading the body (hyper answers
-    // `100 Continue` when the body is first asked for).
     let mut interim = Vec::new();
     let mut buf = [0u8; 256];
     while !interim.ends_with(b"\r\n\r\n") {
@@ -174,6 +169,17 @@ async fn graceful_shutdown_answers_in_flight_requests() {
         "{}",
         String::from_utf8_lossy(&interim)
     );
+    c
+}
+
+#[tokio::test]
+async fn graceful_shutdown_answers_in_flight_requests() {
+    let db = TestDb::new();
+    let s = TestServer::start(config(&db.url)).await;
+    s.create_workflow(&simple_workflow("wf")).await;
+    let addr = s.addr;
+    // Start a request whose body is still arriving when shutdown begins.
+    let mut c = create_mid_body(addr).await;
     let shutdown = tokio::spawn(s.shutdown());
     // Shutdown has begun: the server no longer accepts connections.
     wait_for(
@@ -205,24 +211,7 @@ async fn shutdown_keeps_the_shared_buffer_open_for_every_runtime() {
     let addr = s.addr;
     let mut conns = Vec::new();
     for _ in 0..8 {
-        let mut c = TcpStream::connect(addr).await.unwrap();
-        c.write_all(
-            b"POST /serviceRequest/wf HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\nContent-Length: 9\r\n\r\n{\"a\":",
-        )
-        .await
-        .unwrap();
-        // Its handler reads the body (hyper answers `100 Continue` when it is first asked for).
-        let mut interim = Vec::new();
-        let mut buf = [0u8; 256];
-        while !interim.ends_with(b"\r\n\r\n") {
-            let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf))
-                .await
-                .expect("no 100 Continue: the request is not being read")
-                .unwrap();
-            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&interim));
-            interim.extend_from_slice(&buf[..n]);
-        }
-        conns.push(c);
+        conns.push(create_mid_body(addr).await);
     }
     let shutdown = tokio::spawn(s.shutdown());
     wait_for(
