@@ -22,7 +22,7 @@ pub(crate) mod resume;
 mod room;
 pub(crate) mod running;
 mod shared;
-pub mod spread;
+pub(crate) mod spread;
 pub(crate) mod step_io;
 pub mod stored;
 pub(crate) mod timers;
