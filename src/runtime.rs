@@ -152,7 +152,7 @@ fn start_flusher(
     close: oneshot::Receiver<()>,
 ) -> buffer::WriteBuffer {
     let cfg = &app.config;
-    let (buffer, rx) = buffer::channel(cfg.buffer_rows.saturating_mul(cfg.threads.max(1)));
+    let (buffer, rx) = buffer::channel(cfg.buffer_rows.saturating_mul(cfg.threads));
     {
         let buffer = buffer.clone();
         app.metrics.watch_buffer(move || buffer.depth());

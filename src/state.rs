@@ -38,13 +38,12 @@ impl Deref for App {
 impl App {
     /// The process's shared state: the engine's part, and the carriers' beside it.
     pub fn new(engine: Shared) -> App {
-        let engine_threads = engine.config.threads.max(1);
         App {
             sign_ins: crate::tokens::SignInLimiter::new(engine.config.sign_in_per_minute),
+            writes: crate::writes::Writes::new(engine.config.threads),
             engine: Arc::new(engine),
             timers_counted: AtomicU64::new(0),
             triggers_changed: tokio::sync::Notify::new(),
-            writes: crate::writes::Writes::new(engine_threads),
         }
     }
 }

@@ -50,7 +50,7 @@ impl Writes {
 
     /// The process's buffer; the first caller makes it with `make`, which gets the
     /// flusher's close signal and returns the buffer (having started the flusher, which
-    /// must call `drained` when it ends).
+    /// must call `flushed` when it ends).
     pub fn buffer(&self, make: impl FnOnce(oneshot::Receiver<()>) -> WriteBuffer) -> WriteBuffer {
         self.buffer
             .get_or_init(|| {

@@ -87,7 +87,8 @@ pub struct Args {
     #[arg(long, env = env::CLAMP_DB_CONNECTION_STR, hide = true)]
     pub clamp_db_connection_str: Option<String>,
 
-    /// Worker threads (each runs its own runtime, listener, pool and buffer). 0 = number of cores.
+    /// Worker threads (each runs its own runtime, listener, pool and executor; the write
+    /// buffer and the step writer are the process's). 0 = number of cores.
     #[arg(long, env = env::CLAMP_THREADS, default_value_t = 0)]
     pub threads: usize,
 

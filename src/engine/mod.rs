@@ -111,7 +111,7 @@ impl Executor {
                     app.instance_id,
                     app.metrics.clone(),
                     committed,
-                    cfg.max_running.saturating_mul(cfg.threads.max(1)),
+                    cfg.max_running.saturating_mul(cfg.threads),
                     cfg.step_write_concurrency,
                 )
             })

@@ -78,6 +78,7 @@ impl Shared {
             config.retention.completed,
             render,
         );
+        let instance_id = Uuid::now_v7();
         Shared {
             finals,
             changes: Default::default(),
@@ -85,14 +86,14 @@ impl Shared {
             freed: Default::default(),
             limited: Default::default(),
             writer: Default::default(),
-            spread: Default::default(),
+            spread: Arc::new(super::spread::Spread::new(instance_id, config.lease)),
             pauses: Default::default(),
             config,
             db,
             outbound,
             workflows: WorkflowMap::default(),
             metrics,
-            instance_id: Uuid::now_v7(),
+            instance_id,
             running: Default::default(),
             downstream,
             tracing,

@@ -13,14 +13,25 @@ use super::Executor;
 use crate::store::buffer::{Handoff, Inserted, Taken};
 
 /// The executors of this process's runtimes, in the order they were made.
-#[derive(Default)]
 pub struct Spread {
     execs: parking_lot::RwLock<Vec<Arc<Executor>>>,
     /// Where the next look for the most room starts, so equals take turns.
     next: AtomicUsize,
+    /// The instance's lease owner id and a fresh lease's length (every executor's).
+    owner: Uuid,
+    lease: Duration,
 }
 
 impl Spread {
+    pub fn new(owner: Uuid, lease: Duration) -> Spread {
+        Spread {
+            execs: Default::default(),
+            next: AtomicUsize::new(0),
+            owner,
+            lease,
+        }
+    }
+
     /// Adds a runtime's executor; batches may go to it from now on.
     pub fn register(&self, e: Arc<Executor>) {
         self.execs.write().push(e);
@@ -77,10 +88,10 @@ impl Handoff for Spread {
     }
 
     fn owner(&self) -> Uuid {
-        self.get(0).map_or(Uuid::nil(), |e| e.owner())
+        self.owner
     }
 
     fn lease(&self) -> Duration {
-        self.get(0).map_or(Duration::ZERO, |e| e.lease())
+        self.lease
     }
 }

@@ -172,6 +172,19 @@ async fn create_mid_body(addr: std::net::SocketAddr) -> TcpStream {
     c
 }
 
+/// Starts the server's shutdown; returns once it no longer accepts connections.
+async fn begin_shutdown(s: TestServer) -> tokio::task::JoinHandle<()> {
+    let addr = s.addr;
+    let shutdown = tokio::spawn(s.shutdown());
+    wait_for(
+        "the server to stop listening",
+        Duration::from_secs(5),
+        || async { TcpStream::connect(addr).await.is_err().then_some(()) },
+    )
+    .await;
+    shutdown
+}
+
 #[tokio::test]
 async fn graceful_shutdown_answers_in_flight_requests() {
     let db = TestDb::new();
@@ -180,14 +193,7 @@ async fn graceful_shutdown_answers_in_flight_requests() {
     let addr = s.addr;
     // Start a request whose body is still arriving when shutdown begins.
     let mut c = create_mid_body(addr).await;
-    let shutdown = tokio::spawn(s.shutdown());
-    // Shutdown has begun: the server no longer accepts connections.
-    wait_for(
-        "the server to stop listening",
-        Duration::from_secs(5),
-        || async { TcpStream::connect(addr).await.is_err().then_some(()) },
-    )
-    .await;
+    let shutdown = begin_shutdown(s).await;
     c.write_all(b" 1}\n").await.unwrap();
     let (text, _) = read_until_close(&mut c, Duration::from_secs(5)).await;
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
@@ -213,13 +219,7 @@ async fn shutdown_keeps_the_shared_buffer_open_for_every_runtime() {
     for _ in 0..8 {
         conns.push(create_mid_body(addr).await);
     }
-    let shutdown = tokio::spawn(s.shutdown());
-    wait_for(
-        "the server to stop listening",
-        Duration::from_secs(5),
-        || async { TcpStream::connect(addr).await.is_err().then_some(()) },
-    )
-    .await;
+    let shutdown = begin_shutdown(s).await;
     for mut c in conns {
         tokio::time::sleep(Duration::from_millis(100)).await;
         c.write_all(b" 1}\n").await.unwrap();
