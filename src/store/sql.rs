@@ -158,11 +158,13 @@ macro_rules! step_request {
 // which would make every statement here depend on `lib.rs`.
 /// The latest version of each workflow a batch names (`$names`), read once per batch
 /// (one index probe per distinct name): the CTE `v` that `pinned_version!` joins to, and
-/// whose rows the statement answers.
+/// whose rows the statement answers. Materialized: a statement that reads `v` once would
+/// have it inlined, and the planner then probes the index once per row of the batch
+/// (the limited insert did: one probe per create).
 macro_rules! batch_versions {
     ($names:literal) => {
         concat!(
-            "v AS (SELECT w.name, w.version FROM workflows w WHERE w.name = ANY(",
+            "v AS MATERIALIZED (SELECT w.name, w.version FROM workflows w WHERE w.name = ANY(",
             $names,
             "::text[]))"
         )

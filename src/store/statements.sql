@@ -5,7 +5,7 @@
 --     CLAMP_BLESS=1 cargo test --lib store::statements
 
 -- pool::sql::INSERT_REQUESTS
-WITH v AS (SELECT w.name, w.version
+WITH v AS MATERIALIZED (SELECT w.name, w.version
     FROM workflows w
     WHERE w.name = ANY($2::text[])),
         ins AS (INSERT INTO service_requests (id, workflow_name, payload, headers, lease_owner,
@@ -21,7 +21,9 @@ WITH v AS (SELECT w.name, w.version
     FROM v;
 
 -- idempotency::INSERT_KEYED
-WITH v AS (SELECT w.name, w.version FROM workflows w WHERE w.name = ANY($2::text[])), claimed AS (
+WITH v AS MATERIALIZED (SELECT w.name, w.version
+    FROM workflows w
+    WHERE w.name = ANY($2::text[])), claimed AS (
     INSERT INTO idempotency_keys (key_hash, service_request_id)
     SELECT h, id FROM UNNEST($8::uuid[], $1::uuid[]) AS k(h, id) WHERE h IS NOT NULL
 ), ins AS (
@@ -48,7 +50,9 @@ WITH input AS (
                          $15::int2[])
         AS t(id, wf, payload, headers, leased, h, created, ver, deadline_ms, priority, labels,
              notify)
-), v AS (SELECT w.name, w.version FROM workflows w WHERE w.name = ANY($2::text[])), claimed AS (
+), v AS MATERIALIZED (SELECT w.name, w.version
+    FROM workflows w
+    WHERE w.name = ANY($2::text[])), claimed AS (
     INSERT INTO idempotency_keys AS k (key_hash, service_request_id)
     SELECT h, id FROM input WHERE h IS NOT NULL
     ON CONFLICT (key_hash) DO UPDATE
@@ -121,7 +125,9 @@ WITH input AS (
     SELECT workflow, key, min(lim) AS lim, min(rate) AS rate, min(window_ms) AS window_ms
         FROM input
         GROUP BY workflow, key
-), v AS (SELECT w.name, w.version FROM workflows w WHERE w.name = ANY($2::text[])), room AS (
+), v AS MATERIALIZED (SELECT w.name, w.version
+    FROM workflows w
+    WHERE w.name = ANY($2::text[])), room AS (
     -- A LATERAL probe per key, not an EXISTS: the planner may answer an EXISTS with one
     -- hashed scan of every waiting row.
     SELECT k.*, w.one IS NOT NULL AS queued

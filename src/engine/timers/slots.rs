@@ -61,7 +61,10 @@ impl Freed {
 
 /// Limited creates waiting for their batch (`store::slots::insert`).
 const CREATES: usize = 4096;
-/// Most creates in one batch, and batches in flight at once.
+/// Most creates in one batch, and batches in flight at once: one, the next filling
+/// behind it, and a second only beside one slower than usual (`batches::drain_in_turn`,
+/// as the plain creates' flusher): two in flight at all times split the rows in hand
+/// between two statements, and their keys' locks made one wait for the other.
 const CREATE_BATCH: usize = 256;
 const CREATE_FLIGHTS: usize = 2;
 
@@ -146,7 +149,7 @@ impl LimitedCreates {
         let Some(rx) = self.rx.lock().take() else {
             return;
         };
-        let drain = crate::batches::drain(
+        let drain = crate::batches::drain_in_turn(
             rx,
             CREATE_BATCH,
             CREATE_FLIGHTS,

@@ -9,5 +9,5 @@ use super::*;
 pub(crate) mod budget;
 pub(crate) mod buffer;
 pub(crate) mod delayed;
-mod flights;
+pub(crate) mod flights;
 pub(crate) mod idempotency;
