@@ -25,13 +25,13 @@ use uuid::Uuid;
 use std::collections::{HashMap, HashSet};
 
 use super::budget::{self, Budget};
-use super::flights::Flights;
 use super::idempotency;
 use super::pool::{PgConn, Pool};
 use super::raw_json::RawJson;
 use super::Result;
 use super::StoreError;
 use crate::backoff::Backoff;
+use crate::batches::Flights;
 use crate::config::AckMode;
 use crate::metrics::Metrics;
 use crate::workflow::Workflow;

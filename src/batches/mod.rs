@@ -1,14 +1,17 @@
 //! The batching loop the step writer, the status reader and the limited creates share:
 //! whenever one of `concurrency` slots is free, take whatever is queued (up to
 //! `max_batch`) and handle it in a task of its own, so batches grow with load and no timer
-//! delays the first item.
+//! delays the first item; and when the next batch may leave (`flights`), for the loops
+//! that send theirs in turn (the creates' flusher, the limited creates).
 
 use std::future::Future;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, Semaphore};
 
-use crate::store::intake::flights::Flights;
+pub(crate) mod flights;
+
+pub(crate) use flights::Flights;
 
 /// Drains `rx` batch by batch until every sender is gone, then waits for the batches
 /// still being handled.
