@@ -110,7 +110,7 @@ pub struct Args {
     pub max_batch: usize,
 
     /// Most create batches in flight at once (each on its own connection; one flusher for
-    /// the process): one, and more only beside one that is slow (`store::flights`).
+    /// the process): one, and more only beside one that is slow (`batches::flights`).
     #[arg(long, env = "CLAMP_FLUSH_CONCURRENCY", default_value_t = 2)]
     pub flush_concurrency: usize,
 
