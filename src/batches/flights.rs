@@ -1,6 +1,6 @@
-//! When the next batch of creates may leave for Postgres: group commit, with one batch in
-//! flight at a time and the next filling behind it, and a further batch only to relieve
-//! one that is slower than usual.
+//! When the next batch of creates may leave for Postgres (the creates' flusher, the limited
+//! creates: `drain_in_turn`): group commit, with one batch in flight at a time and the next
+//! filling behind it, and a further batch only to relieve one that is slower than usual.
 //!
 //! Why not simply several batches in flight: every statement costs Postgres about as much
 //! as dozens of rows (its plan, the indexes it opens, its commit), and under load the
@@ -10,7 +10,7 @@
 //! ten alternating rounds): server + Postgres CPU per create 38.4 against 42.2 µs,
 //! creates/s 1.05x. One in flight
 //! alone would let one slow statement (a batch waiting on a lock, a connection gone
-//! quiet) hold up every create of its thread, which is what a second one is for: it
+//! quiet) hold up every create behind it, which is what a second one is for: it
 //! leaves once the batch in flight has taken longer than `STALL_FACTOR` times the recent
 //! average (and at least `MIN_STALL`); an ordinary commit at saturation stays below it.
 

@@ -64,7 +64,7 @@ const CREATES: usize = 4096;
 /// Most creates in one batch, and batches in flight at once: one, the next filling
 /// behind it, and a second only beside one slower than usual (`batches::drain_in_turn`,
 /// as the plain creates' flusher): two in flight at all times split the rows in hand
-/// between two statements, and their keys' locks made one wait for the other.
+/// between two statements, and two with a key in common wait on its lock.
 const CREATE_BATCH: usize = 256;
 const CREATE_FLIGHTS: usize = 2;
 
