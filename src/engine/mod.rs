@@ -1,11 +1,11 @@
 //! Executing service requests without an in-memory queue: work is found in Postgres.
 //!
 //! Each runtime has an `Executor` with a bounded number of running requests. Rows created
-//! while it has room are inserted already leased to this instance and handed over after
-//! their batch commits (the write buffer's `Handoff`); a sweeper claims whatever else is
-//! runnable (new rows inserted unleased, resumed rows, and rows whose owner died) with
-//! one `UPDATE … FOR UPDATE SKIP LOCKED` statement; a renewer keeps the leases of running
-//! requests fresh and stops any request whose lease another instance took.
+//! while one has room are inserted already leased to this instance and handed over after
+//! their batch commits (`spread`, the write buffer's `Handoff`); a sweeper claims whatever
+//! else is runnable (new rows inserted unleased, resumed rows, and rows whose owner died)
+//! with one `UPDATE … FOR UPDATE SKIP LOCKED` statement; a renewer keeps the leases of
+//! running requests fresh and stops any request whose lease another instance took.
 
 pub(crate) mod attempt;
 pub(crate) mod children;
@@ -43,7 +43,7 @@ use uuid::Uuid;
 
 use crate::outbound::http_step::HttpClient;
 use crate::status::RequestStatus;
-use crate::store::buffer::{Handoff, Inserted, Taken};
+use crate::store::buffer::Inserted;
 use crate::store::leases::{self, Claimed};
 use crate::store::Pool;
 use crate::workflow::Workflow;
@@ -594,27 +594,29 @@ impl Executor {
     }
 }
 
-impl Handoff for Executor {
-    fn reserve(&self, n: usize) -> Taken {
+/// What the create paths hand this executor (`engine::spread` for the flusher's batches,
+/// the limited creates for their own): room for fresh rows, and the rows once committed.
+impl Executor {
+    /// Reserves room for up to `n` fresh rows; returns how many it takes (the rest of the
+    /// batch is stored unleased, for a claim).
+    pub fn take_room(&self, n: usize) -> usize {
         let got = self.try_reserve(n);
         if got < n {
-            // The rest of the batch is stored unleased, for a claim.
             self.room.set_backlog();
         }
-        Taken { n: got, by: 0 }
+        got
     }
 
-    fn release(&self, _: Taken, n: usize) {
-        self.unreserve(n);
-    }
-
-    fn stored_unleased(&self) {
+    /// Rows were committed unleased (no room for them): the sweeper must look for them.
+    /// Called after the commit, so a claim that ran before it cannot have cleared the mark.
+    pub fn stored_unleased(&self) {
         if self.room.mark_backlog() {
             self.wake();
         }
     }
 
-    fn start(self: Arc<Self>, _: Taken, rows: Vec<Inserted>) {
+    /// Starts rows committed leased to this instance, in room `take_room` reserved.
+    pub fn start_fresh(self: Arc<Self>, rows: Vec<Inserted>) {
         let me = self;
         for r in rows {
             if r.version == r.workflow.def.version {
@@ -639,14 +641,6 @@ impl Handoff for Executor {
                 }
             });
         }
-    }
-
-    fn owner(&self) -> Uuid {
-        self.app.instance_id
-    }
-
-    fn lease(&self) -> Duration {
-        self.app.config.lease
     }
 }
 

@@ -61,7 +61,7 @@ impl Handoff for Spread {
     fn reserve(&self, n: usize) -> Taken {
         match self.roomiest() {
             Some((i, e)) => Taken {
-                n: e.reserve(n).n,
+                n: e.take_room(n),
                 by: i,
             },
             None => Taken::default(),
@@ -70,7 +70,7 @@ impl Handoff for Spread {
 
     fn release(&self, taken: Taken, n: usize) {
         if let Some(e) = self.get(taken.by) {
-            e.release(taken, n);
+            e.unreserve(n);
         }
     }
 
@@ -83,7 +83,7 @@ impl Handoff for Spread {
 
     fn start(self: Arc<Self>, taken: Taken, rows: Vec<Inserted>) {
         if let Some(e) = self.get(taken.by) {
-            e.start(taken, rows);
+            e.start_fresh(rows);
         }
     }
 

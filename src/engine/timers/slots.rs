@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use uuid::Uuid;
 
 use crate::engine::Executor;
-use crate::store::buffer::{Handoff, Inserted, Taken};
+use crate::store::buffer::Inserted;
 use crate::store::slots::{self, Admission};
 use crate::store::{Pool, StoreError};
 
@@ -165,15 +165,12 @@ impl LimitedCreates {
     }
 }
 
-/// One create's room in its own executor (the executor it came from, not a choice).
-const ONE: Taken = Taken { n: 1, by: 0 };
-
 /// One batch of limited creates: reserved room in their executors, stored, then the
 /// admitted ones with room started and every create answered.
 async fn write_batch(pool: &Pool, batch: Vec<PendingCreate>, owner: Uuid, lease: Duration) {
     let leased: Vec<bool> = batch
         .iter()
-        .map(|p| p.fresh.exec.reserve(1).n == 1)
+        .map(|p| p.fresh.exec.take_room(1) == 1)
         .collect();
     let mut rows = Vec::with_capacity(batch.len());
     let mut rest = Vec::with_capacity(batch.len());
@@ -208,9 +205,9 @@ async fn write_batch(pool: &Pool, batch: Vec<PendingCreate>, owner: Uuid, lease:
                         deadline_ms: row.deadline_ms,
                         priority: row.priority,
                     };
-                    fresh.exec.clone().start(ONE, vec![inserted]);
+                    fresh.exec.clone().start_fresh(vec![inserted]);
                 } else if leased {
-                    fresh.exec.release(ONE, 1);
+                    fresh.exec.unreserve(1);
                 }
                 let _ = ack.send(Ok(Created {
                     how: s.how,
@@ -221,7 +218,7 @@ async fn write_batch(pool: &Pool, batch: Vec<PendingCreate>, owner: Uuid, lease:
         Err(e) => {
             for ((fresh, ack), leased) in rest.into_iter().zip(leased) {
                 if leased {
-                    fresh.exec.release(ONE, 1);
+                    fresh.exec.unreserve(1);
                 }
                 let _ = ack.send(Err(e.clone()));
             }

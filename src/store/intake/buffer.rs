@@ -141,8 +141,8 @@ pub trait Handoff: Send + Sync {
     fn lease(&self) -> Duration;
 }
 
-/// Room a batch's reservation took: `n` rows, by the executor numbered `by` (one per
-/// runtime; 0 where a single executor takes every batch).
+/// Room a batch's reservation took: `n` rows, by the executor numbered `by` (its place
+/// among the runtimes' executors, `engine::spread`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Taken {
     pub n: usize,

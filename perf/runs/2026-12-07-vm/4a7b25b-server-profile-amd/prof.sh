@@ -1,5 +1,6 @@
 #!/bin/bash
-# usage: prof.sh <bin> <tag>
+# usage: [PERF_RECORD='<perf record options>'] [SECS=<seconds sampled>] prof.sh <bin> <tag>
+# (defaults: '-F 999 -g', 8)
 bin=$1; tag=$2; shift 2; db=prof_$tag
 psql -h 127.0.0.1 -U postgres -qc "drop database if exists $db" -c "create database $db" >/dev/null 2>&1
 $bin --port 18181 --bind 127.0.0.1 --database-url postgres://postgres@127.0.0.1:5432/$db "$@" > /tmp/prof/$tag.log 2>&1 &
@@ -10,7 +11,7 @@ wrk -t1 -c64 -d3s -s /work/main/perf/wrk/create.lua http://127.0.0.1:18181 -- tw
 wrk -t1 -c64 -d12s -s /work/main/perf/wrk/create.lua http://127.0.0.1:18181 -- two > /tmp/prof/$tag.wrk &
 w=$!
 sleep 2
-perf record -F 999 -g -p $pid -o /tmp/prof/$tag.data -- sleep 8 2>/dev/null >/dev/null
+perf record ${PERF_RECORD:--F 999 -g} -p $pid -o /tmp/prof/$tag.data -- sleep ${SECS:-8} 2>/dev/null >/dev/null
 perf stat -e task-clock,context-switches,cpu-migrations,page-faults -p $pid -- sleep 1 2> /tmp/prof/$tag.stat
 wait $w
 kill $pid; sleep 1
